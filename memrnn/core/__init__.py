@@ -1,0 +1,30 @@
+"""The MemoryLayer interface, state helpers and the layer registry."""
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.registry import create_layer, layer_class, list_layers, register_layer
+from memrnn.core.state import (
+    state_batch_size,
+    state_detach,
+    state_index,
+    state_leaves,
+    state_map,
+    state_stack,
+    state_where,
+    state_zip,
+)
+
+__all__ = [
+    "MemoryLayer",
+    "create_layer",
+    "layer_class",
+    "list_layers",
+    "register_layer",
+    "state_batch_size",
+    "state_detach",
+    "state_index",
+    "state_leaves",
+    "state_map",
+    "state_stack",
+    "state_where",
+    "state_zip",
+]

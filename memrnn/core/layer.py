@@ -1,0 +1,159 @@
+"""The one interface every memory layer implements (``../shared/DESIGN.md``).
+
+Conventions
+-----------
+* Batch first: inputs ``[B, T, input_size]``, outputs ``[B, T, output_size]``, and every
+  tensor of a state has the batch as its leading dimension.
+* ``forward(x, state=None, mask=None) -> (outputs, final_state)``, always.
+* ``mask`` is a bool tensor ``[B, T]`` for right padding (each row is True up to its length,
+  then False).  Outputs at padded positions are exactly zero, and masked steps freeze the
+  state, so the final state of each row is its state after its own last real token.
+* ``forward`` in this base class is the reference loop over ``step``.  A subclass may
+  override it with a fast path; the tests prove the two equal (outputs, states, gradients).
+* ``trace`` returns per-step diagnostics ``[B, T, ...]`` and never changes ``forward``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from memrnn.core.state import state_batch_size, state_leaves, state_stack, state_where
+
+S = TypeVar("S")
+
+
+class MemoryLayer(nn.Module, Generic[S]):
+    """Base class of every memrnn recurrent layer.
+
+    Subclasses set ``input_size`` and ``output_size`` and implement ``initial_state`` and
+    ``step``.  They may override ``forward`` with a fast path and ``trace_step`` to expose
+    diagnostics (gates, stack actions, counters).
+    """
+
+    input_size: int
+    output_size: int
+
+    # -- to implement -----------------------------------------------------------------------
+    def initial_state(
+        self, batch_size: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> S:
+        """The state before the first token, every tensor ``[batch_size, ...]``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement initial_state")
+
+    def step(self, x_t: Tensor, state: S) -> tuple[Tensor, S]:
+        """One time step: ``x_t [B, input_size]`` -> ``(y_t [B, output_size], next state)``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step")
+
+    def trace_step(self, x_t: Tensor, state: S) -> tuple[Tensor, S, dict[str, Tensor]]:
+        """``step`` plus diagnostics ``{name: [B, ...]}``; the default reports none."""
+        y, new = self.step(x_t, state)
+        return y, new, {}
+
+    # -- shared machinery ---------------------------------------------------------------------
+    def _default_factory(
+        self, device: torch.device | str | None, dtype: torch.dtype | None
+    ) -> dict[str, Any]:
+        """Device and dtype for new state tensors: the arguments, else those of the parameters."""
+        ref = next(iter(self.parameters()), None)
+        if ref is None:
+            ref = next(iter(self.buffers()), None)
+        if device is None:
+            device = ref.device if ref is not None else torch.device("cpu")
+        if dtype is None:
+            dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.get_default_dtype()
+        return {"device": device, "dtype": dtype}
+
+    def check_inputs(self, x: Tensor, state: S | None, mask: Tensor | None) -> tuple[S, Tensor | None]:
+        """Validate ``x``, ``state`` and ``mask``; return the state to start from and the mask.
+
+        Returns ``mask=None`` when every position is real, so fast paths can skip masking.
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{type(self).__name__} expects inputs [batch, time, {self.input_size}], got {shape}")
+        if x.shape[-1] != self.input_size:
+            raise ValueError(
+                f"{type(self).__name__} has input_size={self.input_size} but the inputs have "
+                f"{x.shape[-1]} features (shape {tuple(x.shape)})"
+            )
+        batch, steps = x.shape[0], x.shape[1]
+        if state is None:
+            state = self.initial_state(batch, device=x.device, dtype=x.dtype)
+        else:
+            b = state_batch_size(state)
+            if b is not None and b != batch:
+                raise ValueError(f"state has batch size {b} but the inputs have batch size {batch}")
+        if mask is not None:
+            if mask.dtype != torch.bool:
+                raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
+            if tuple(mask.shape) != (batch, steps):
+                raise ValueError(f"mask must have shape [batch, time] = {(batch, steps)}, got {tuple(mask.shape)}")
+            if steps > 1:
+                holes = mask[:, 1:] & ~mask[:, :-1]
+                if bool(holes.any()):
+                    row, t = (int(v) for v in holes.nonzero()[0])
+                    raise ValueError(
+                        f"mask must be right padding (True then False in each row); row {row} has a "
+                        f"real position at t={t + 1} after a padded one"
+                    )
+            if bool(mask.all()):
+                mask = None
+        return state, mask
+
+    def forward(self, x: Tensor, state: S | None = None, mask: Tensor | None = None) -> tuple[Tensor, S]:
+        """Run the layer over ``x [B, T, input_size]``; returns ``(y [B, T, output_size], final_state)``.
+
+        This is the reference loop over ``step``.
+        """
+        state, mask = self.check_inputs(x, state, mask)
+        outputs, state, _ = self._loop(x, state, mask, with_trace=False)
+        return outputs, state
+
+    def trace(self, x: Tensor, state: S | None = None, mask: Tensor | None = None) -> dict[str, Tensor]:
+        """Per-step diagnostics: ``output`` ``[B, T, output_size]``, every state field as
+        ``state.<name>`` ``[B, T, ...]`` (the state after each step), and whatever ``trace_step``
+        reports.  Padded positions hold zeros (outputs, diagnostics) or the frozen state.
+        """
+        state, mask = self.check_inputs(x, state, mask)
+        outputs, _, extra = self._loop(x, state, mask, with_trace=True)
+        return {"output": outputs, **extra}
+
+    def _loop(
+        self, x: Tensor, state: S, mask: Tensor | None, *, with_trace: bool
+    ) -> tuple[Tensor, S, dict[str, Tensor]]:
+        batch = x.shape[0]
+        ys: list[Tensor] = []
+        states: list[S] = []
+        diags: list[dict[str, Tensor]] = []
+        masks = mask.unbind(1) if mask is not None else [None] * x.shape[1]
+        # unbind(1), never x[:, t]: indexing makes the backward pass O(T^2) (ECOSYSTEM.md, trap 6).
+        for x_t, m_t in zip(x.unbind(1), masks, strict=True):
+            if with_trace:
+                y_t, new, diag = self.trace_step(x_t, state)
+            else:
+                (y_t, new), diag = self.step(x_t, state), {}
+            if m_t is not None:
+                new = state_where(m_t, new, state)
+                y_t = torch.where(m_t[:, None], y_t, torch.zeros_like(y_t))
+                diag = {k: torch.where(m_t.view(-1, *([1] * (v.dim() - 1))), v, 0) for k, v in diag.items()}
+            state = new
+            ys.append(y_t)
+            if with_trace:
+                states.append(state)
+                diags.append(diag)
+        if ys:
+            outputs = torch.stack(ys, 1)
+        else:
+            outputs = x.new_zeros(batch, 0, self.output_size)
+        extra: dict[str, Tensor] = {}
+        if with_trace and states:
+            stacked = state_stack(states, 1)
+            names = getattr(stacked, "_fields", None) or [str(i) for i in range(len(state_leaves(stacked)))]
+            for name, leaf in zip(names, stacked, strict=True):
+                extra[f"state.{name}"] = leaf
+            for key in diags[0]:
+                extra[key] = torch.stack([d[key] for d in diags], 1)
+        return outputs, state, extra

@@ -1,0 +1,177 @@
+"""A LightningDataModule for formal languages: deterministic splits, right padding, a bool mask."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from functools import partial
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from memrnn.languages.base import Language, Lengths
+
+IGNORE_INDEX = -100
+SPLITS = ("train", "val", "test")
+
+
+class StringDataset(Dataset):
+    """Complete strings of a language with the exact per-token log-probabilities of the
+    distribution they were drawn from (``ref_logprob``, natural log, one per token)."""
+
+    def __init__(self, strings: list[list[int]], ref_logprobs: list[np.ndarray], lengths: Lengths) -> None:
+        self.strings, self.ref_logprobs, self.lengths = strings, ref_logprobs, lengths
+
+    def __len__(self) -> int:
+        return len(self.strings)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"ids": self.strings[i], "ref_logprob": self.ref_logprobs[i]}
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s) for s in self.strings)
+
+
+def collate_generator(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str, Tensor]:
+    """Right-pad a batch for next-token prediction.
+
+    Returns ``input [B, T]`` (``BOS`` then the string without its ``END``), ``target [B, T]``
+    (the string, ``END`` last; ``-100`` at padding), ``mask [B, T]`` bool, ``ref_logprob [B, T]``
+    float64 (0 at padding) and ``lengths [B]``; ``T`` is the longest string, ``END`` counted.
+    """
+    lengths = torch.tensor([len(it["ids"]) for it in items], dtype=torch.long)
+    batch, steps = len(items), int(lengths.max()) if items else 0
+    inp = torch.zeros(batch, steps, dtype=torch.long)
+    tgt = torch.full((batch, steps), IGNORE_INDEX, dtype=torch.long)
+    ref = torch.zeros(batch, steps, dtype=torch.float64)
+    for b, it in enumerate(items):
+        ids = torch.as_tensor(it["ids"], dtype=torch.long)
+        n = ids.numel()
+        inp[b, 0] = bos_id
+        inp[b, 1:n] = ids[:-1]
+        tgt[b, :n] = ids
+        ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
+    mask = torch.arange(steps)[None, :] < lengths[:, None]
+    return {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
+
+
+class EpochShuffleSampler(Sampler[int]):
+    """Random order that depends only on ``(seed, epoch)``, so a resumed run sees the same
+    batches as an uninterrupted one (Lightning calls ``set_epoch``; under DDP Lightning swaps in
+    its ``DistributedSampler``, which is seeded the same way)."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class FormalLanguageDataModule(L.LightningDataModule):
+    """Train/val/test strings of ``language``, sampled deterministically from ``seed``.
+
+    Args:
+        language: a ``memrnn.languages.Language`` (in YAML: ``class_path`` + ``init_args``).
+        train_size, val_size, test_size: number of strings per split.
+        train_lengths: ``(min, max)`` lengths (``END`` counted) of train and val strings; None
+            takes the language's default (for Dyck-(k,m), Table 2 of seed 000).
+        test_lengths: the length-generalization window of the test split; None takes the
+            language's default (longer than training).
+        batch_size: strings per training batch; eval_batch_size for val/test (default: same).
+        seed: every split is drawn from its own stream ``(seed, split)``, so changing one
+            split's size never changes another split.
+
+    Batches are dicts from ``collate_generator``.  ``vocab_size`` (inputs, ``BOS`` included) and
+    ``num_symbols`` (outputs) are linked into the model by ``train.py``.
+    """
+
+    def __init__(
+        self,
+        language: Language,
+        train_size: int = 2000,
+        val_size: int = 500,
+        test_size: int = 500,
+        train_lengths: tuple[int, int] | None = None,
+        test_lengths: tuple[int, int] | None = None,
+        batch_size: int = 32,
+        eval_batch_size: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        if not isinstance(language, Language):
+            raise ValueError(f"language must be a memrnn.languages.Language, got {type(language).__name__}")
+        for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
+            if v < 0:
+                raise ValueError(f"{name} must be >= 0, got {v}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.save_hyperparameters(ignore=["language"])
+        self.language = language
+        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        self.windows: dict[str, Lengths] = {
+            "train": tuple(train_lengths) if train_lengths else language.default_lengths("train"),
+            "test": tuple(test_lengths) if test_lengths else language.default_lengths("test"),
+        }
+        self.windows["val"] = self.windows["train"]
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or batch_size
+        self.seed, self.num_workers = seed, num_workers
+        self.datasets: dict[str, StringDataset] = {}
+
+    @property
+    def vocab_size(self) -> int:
+        """Input ids: the language's symbols and ``BOS``."""
+        return self.language.input_vocab_size
+
+    @property
+    def num_symbols(self) -> int:
+        """Output classes: the language's symbols, ``END`` included."""
+        return self.language.num_symbols
+
+    def build_split(self, split: str) -> StringDataset:
+        """Sample one split (deterministic in ``seed``)."""
+        rng = np.random.default_rng([self.seed, SPLITS.index(split)])
+        window = self.windows[split]
+        strings = self.language.sample_many(self.sizes[split], rng, window)
+        refs = [self.language.token_log_probs(s, window) for s in strings]
+        return StringDataset(strings, refs, window)
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
+        for split in wanted.get(stage, SPLITS) if stage else SPLITS:
+            if split not in self.datasets:
+                self.datasets[split] = self.build_split(split)
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        ds = self.datasets.get(split) or self.build_split(split)
+        self.datasets[split] = ds
+        bos = self.language.bos_id
+        return DataLoader(
+            ds,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
+            collate_fn=partial(collate_generator, bos_id=bos),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)

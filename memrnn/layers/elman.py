@@ -1,0 +1,235 @@
+"""Elman and Jordan recurrent layers (seed 003, "Elman and Jordan Networks").
+
+Elman:  ``h_t = σ(U h_{t-1} + V x_t + b)``
+Jordan: ``h_t = σ(U r_{t-1} + V x_t + b_h)``,  ``r_t = σ_o(E h_t)``
+
+``σ`` is one of ``tanh``, ``sigmoid``, ``relu``, ``heaviside`` or ``saturated_linear``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.registry import register_layer
+
+
+def heaviside(x: Tensor) -> Tensor:
+    """Strict Heaviside step ``H(x) = 1 if x > 0 else 0``.
+
+    Seed 003's text says "1 if the input is non-negative", but its worked Minsky example
+    (``(U h + V[b]) - 1 = [0, 1, -1, 0] -> [0, 1, 0, 0]``) needs ``H(0) = 0``; we follow the
+    example.  Written as ``sign(relu(x))`` so that autograd sees the true derivative, 0 almost
+    everywhere, instead of cutting the graph.
+    """
+    return torch.sign(torch.relu(x))
+
+
+def saturated_linear(x: Tensor) -> Tensor:
+    """Saturated linear ``min(max(x, 0), 1)`` (Siegelmann & Sontag; seed 003 "saturated sigmoid")."""
+    return torch.clamp(x, 0.0, 1.0)
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "relu": torch.relu,
+    "heaviside": heaviside,
+    "saturated_linear": saturated_linear,
+}
+OUTPUT_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    **ACTIVATIONS,
+    "identity": lambda x: x,
+    "softmax": lambda x: torch.softmax(x, dim=-1),
+}
+
+
+def _resolve(name: str, table: dict[str, Callable[[Tensor], Tensor]], what: str) -> str:
+    key = name.replace("-", "_")
+    if key not in table:
+        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(sorted(table))}")
+    return key
+
+
+def _positive(name: str, value: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+class ElmanState(NamedTuple):
+    """State of ``ElmanRNN``: ``h [B, hidden_size]``."""
+
+    h: Tensor
+
+
+@register_layer("elman", tiny={"input_size": 3, "hidden_size": 5})
+class ElmanRNN(MemoryLayer[ElmanState]):
+    """Elman (simple) RNN, seed 003: ``h_t = σ(U h_{t-1} + V x_t + b)``.
+
+    Args:
+        input_size: features of ``x_t``.
+        hidden_size: units ``d`` of ``h_t``; also ``output_size``.
+        activation: ``tanh`` | ``sigmoid`` | ``relu`` | ``heaviside`` | ``saturated_linear``.
+        bias: learn ``b``.
+
+    Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_hh`` (U) ``[hidden, hidden]``,
+    ``bias`` (b) ``[hidden]``.  The fast ``forward`` computes ``V x_t + b`` for all steps in
+    one matrix product and loops only over the recurrence.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        activation: str = "tanh",
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _positive("input_size", input_size)
+        _positive("hidden_size", hidden_size)
+        self.activation = _resolve(activation, ACTIVATIONS, "activation")
+        self.input_size = input_size
+        self.hidden_size = hidden_size
+        self.output_size = hidden_size
+        fk = {"device": device, "dtype": dtype}
+        self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **fk))
+        self.weight_hh = nn.Parameter(torch.empty(hidden_size, hidden_size, **fk))
+        self.bias = nn.Parameter(torch.empty(hidden_size, **fk)) if bias else None
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform in ``±1/sqrt(hidden_size)``, as ``torch.nn.RNN``."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, activation={self.activation!r}, "
+            f"bias={self.bias is not None}"
+        )
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ElmanState:
+        """``h_0 = 0`` ``[B, hidden_size]``."""
+        return ElmanState(torch.zeros(batch_size, self.hidden_size, **self._default_factory(device, dtype)))
+
+    def _recur(self, pre_t: Tensor, h: Tensor) -> Tensor:
+        return ACTIVATIONS[self.activation](pre_t + F.linear(h, self.weight_hh))
+
+    def step(self, x_t: Tensor, state: ElmanState) -> tuple[Tensor, ElmanState]:
+        """``x_t [B, input_size]`` -> ``h_t [B, hidden_size]``."""
+        h = self._recur(F.linear(x_t, self.weight_ih, self.bias), state.h)
+        return h, ElmanState(h)
+
+    def forward(
+        self, x: Tensor, state: ElmanState | None = None, mask: Tensor | None = None
+    ) -> tuple[Tensor, ElmanState]:
+        """Fast path: the input projection ``V x + b`` hoisted out of the time loop."""
+        state, mask = self.check_inputs(x, state, mask)
+        pre = F.linear(x, self.weight_ih, self.bias)  # [B, T, H]
+        h = state.h
+        ys = []
+        masks = mask.unbind(1) if mask is not None else [None] * x.shape[1]
+        for pre_t, m_t in zip(pre.unbind(1), masks, strict=True):
+            new = self._recur(pre_t, h)
+            if m_t is None:
+                h = new
+                ys.append(new)
+            else:
+                h = torch.where(m_t[:, None], new, h)
+                ys.append(torch.where(m_t[:, None], new, torch.zeros_like(new)))
+        y = torch.stack(ys, 1) if ys else x.new_zeros(x.shape[0], 0, self.hidden_size)
+        return y, ElmanState(h)
+
+
+for _act in ("sigmoid", "relu", "heaviside", "saturated_linear"):
+    register_layer(f"elman_{_act}", tiny={"input_size": 3, "hidden_size": 5, "activation": _act}, cls=ElmanRNN)
+
+
+class JordanState(NamedTuple):
+    """State of ``JordanRNN``: the fed-back output ``r [B, feedback_size]``."""
+
+    r: Tensor
+
+
+@register_layer("jordan", tiny={"input_size": 3, "hidden_size": 5, "feedback_size": 4})
+class JordanRNN(MemoryLayer[JordanState]):
+    """Jordan RNN, seed 003: ``h_t = σ(U r_{t-1} + V x_t + b_h)``, ``r_t = σ_o(E h_t)``.
+
+    The recurrence runs through the output ``r`` rather than the hidden state.  The layer
+    returns ``h_t`` (``output_size = hidden_size``) and carries ``r_t`` as its state;
+    ``r_0 = 0``.
+
+    Args:
+        input_size: features of ``x_t``.
+        hidden_size: units of ``h_t``.
+        feedback_size: size of ``r_t`` (for a language model, the vocabulary size).
+        activation: ``σ``, as in ``ElmanRNN``.
+        output_activation: ``σ_o``: ``softmax`` (seed 003's usual choice), ``identity``
+            (feed back the logits), or any hidden activation.
+
+    Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_fb`` (U) ``[hidden, feedback]``,
+    ``bias`` (b_h) ``[hidden]``, ``weight_out`` (E) ``[feedback, hidden]``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        feedback_size: int,
+        activation: str = "tanh",
+        output_activation: str = "softmax",
+        bias: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        for n, v in (("input_size", input_size), ("hidden_size", hidden_size), ("feedback_size", feedback_size)):
+            _positive(n, v)
+        self.activation = _resolve(activation, ACTIVATIONS, "activation")
+        self.output_activation = _resolve(output_activation, OUTPUT_ACTIVATIONS, "output_activation")
+        self.input_size, self.hidden_size, self.feedback_size = input_size, hidden_size, feedback_size
+        self.output_size = hidden_size
+        fk = {"device": device, "dtype": dtype}
+        self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **fk))
+        self.weight_fb = nn.Parameter(torch.empty(hidden_size, feedback_size, **fk))
+        self.bias = nn.Parameter(torch.empty(hidden_size, **fk)) if bias else None
+        self.weight_out = nn.Parameter(torch.empty(feedback_size, hidden_size, **fk))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform in ``±1/sqrt(fan)``: hidden-side weights by ``hidden_size``, ``E`` likewise."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, feedback_size={self.feedback_size}, "
+            f"activation={self.activation!r}, output_activation={self.output_activation!r}"
+        )
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> JordanState:
+        """``r_0 = 0`` ``[B, feedback_size]``."""
+        return JordanState(torch.zeros(batch_size, self.feedback_size, **self._default_factory(device, dtype)))
+
+    def trace_step(self, x_t: Tensor, state: JordanState) -> tuple[Tensor, JordanState, dict[str, Tensor]]:
+        pre = F.linear(x_t, self.weight_ih, self.bias) + F.linear(state.r, self.weight_fb)
+        h = ACTIVATIONS[self.activation](pre)
+        r = OUTPUT_ACTIVATIONS[self.output_activation](F.linear(h, self.weight_out))
+        return h, JordanState(r), {"h": h, "r": r}
+
+    def step(self, x_t: Tensor, state: JordanState) -> tuple[Tensor, JordanState]:
+        """``x_t [B, input_size]`` -> ``h_t [B, hidden_size]``; state ``r_t``."""
+        h, new, _ = self.trace_step(x_t, state)
+        return h, new

@@ -1,0 +1,228 @@
+"""LSTM and GRU layers: torch's fused kernels as the fast path, gate-level references beside them.
+
+Equations (seed 003; Hochreiter & Schmidhuber 1997; Cho et al. 2014), with torch's gate order
+and parameter names, so that ``layer.rnn`` is a plain ``nn.LSTM``/``nn.GRU`` a user can take
+out and drop into any model:
+
+LSTM::
+    i = σ(W_ii x + b_ii + W_hi h + b_hi)      f = σ(W_if x + b_if + W_hf h + b_hf)
+    c̃ = tanh(W_ig x + b_ig + W_hg h + b_hg)   o = σ(W_io x + b_io + W_ho h + b_ho)
+    c' = f ⊙ c + i ⊙ c̃                        h' = o ⊙ tanh(c')
+
+GRU::
+    r = σ(W_ir x + b_ir + W_hr h + b_hr)      z = σ(W_iz x + b_iz + W_hz h + b_hz)
+    n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))
+    h' = (1 − z) ⊙ n + z ⊙ h
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.registry import register_layer
+from memrnn.layers.elman import _positive
+
+
+class LSTMState(NamedTuple):
+    """State of ``LSTMLayer``: ``h``, ``c`` each ``[B, num_layers, hidden_size]``."""
+
+    h: Tensor
+    c: Tensor
+
+
+class GRUState(NamedTuple):
+    """State of ``GRULayer``: ``h [B, num_layers, hidden_size]``."""
+
+    h: Tensor
+
+
+def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
+    """Run a fused torch RNN, batch first, with right-padded ``mask``.
+
+    ``hx`` holds batch-first states ``[B, L, H]``; returns ``(y [B, T, H], final states)``,
+    with zero outputs past each row's length and each row's state after its last real token
+    (rows of length 0 keep their initial state).
+    """
+    batch, steps = x.shape[:2]
+    if steps == 0:
+        return x.new_zeros(batch, 0, rnn.hidden_size), hx
+    h_tm = tuple(h.transpose(0, 1).contiguous() for h in hx)  # torch wants [L, B, H]
+    arg = h_tm if len(h_tm) > 1 else h_tm[0]
+    if mask is None:
+        y, out = rnn(x, arg)
+        out = out if isinstance(out, tuple) else (out,)
+        return y, tuple(h.transpose(0, 1) for h in out)
+    lengths = mask.sum(1)
+    rows = (lengths > 0).nonzero().squeeze(1)
+    if rows.numel() == 0:
+        return x.new_zeros(batch, steps, rnn.hidden_size), hx
+    sub = tuple(h.index_select(1, rows) for h in h_tm)
+    packed = pack_padded_sequence(
+        x.index_select(0, rows), lengths.index_select(0, rows).cpu(), batch_first=True, enforce_sorted=False
+    )
+    y_p, out = rnn(packed, sub if len(sub) > 1 else sub[0])
+    out = out if isinstance(out, tuple) else (out,)
+    y_sub, _ = pad_packed_sequence(y_p, batch_first=True, total_length=steps)
+    if rows.numel() == batch:
+        return y_sub, tuple(h.transpose(0, 1) for h in out)
+    y = x.new_zeros(batch, steps, rnn.hidden_size).index_copy(0, rows, y_sub)
+    final = tuple(h0.index_copy(1, rows, h).transpose(0, 1) for h0, h in zip(h_tm, out, strict=True))
+    return y, final
+
+
+class _FusedRecurrent(MemoryLayer):
+    """Shared plumbing of ``LSTMLayer`` and ``GRULayer`` (one wrapped ``nn.LSTM``/``nn.GRU``)."""
+
+    _torch_cls: type[nn.RNNBase]
+    _n_state: int
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        fused: bool = True,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _positive("input_size", input_size)
+        _positive("hidden_size", hidden_size)
+        _positive("num_layers", num_layers)
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.output_size = hidden_size
+        self.fused = bool(fused)
+        self.rnn = self._torch_cls(
+            input_size, hidden_size, num_layers, bias=bias, batch_first=True, device=device, dtype=dtype
+        )
+
+    def reset_parameters(self) -> None:
+        """torch's own initialisation of the wrapped module."""
+        self.rnn.reset_parameters()
+
+    def extra_repr(self) -> str:
+        return f"fused={self.fused}"
+
+    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        r = self.rnn
+        if r.bias:
+            return (
+                getattr(r, f"weight_ih_l{layer}"),
+                getattr(r, f"weight_hh_l{layer}"),
+                getattr(r, f"bias_ih_l{layer}"),
+                getattr(r, f"bias_hh_l{layer}"),
+            )
+        return getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"), None, None
+
+    def _zeros(self, batch_size: int, device, dtype) -> Tensor:
+        fk = self._default_factory(device, dtype)
+        return torch.zeros(batch_size, self.num_layers, self.hidden_size, **fk)
+
+    def forward(self, x: Tensor, state=None, mask: Tensor | None = None):
+        """``x [B, T, input_size]`` -> ``(h_t of the top layer [B, T, hidden_size], final state)``.
+
+        With ``fused=True`` (default) this runs torch's fused kernel (packed when ``mask`` has
+        padding); with ``fused=False``, the gate-level reference loop over ``step``.
+        """
+        if not self.fused:
+            return super().forward(x, state, mask)
+        state, mask = self.check_inputs(x, state, mask)
+        y, final = _run_fused(self.rnn, x, tuple(state), mask)
+        return y, type(state)(*final)
+
+
+@register_layer("lstm", tiny={"input_size": 3, "hidden_size": 5})
+class LSTMLayer(_FusedRecurrent):
+    """LSTM layer on ``nn.LSTM`` (``self.rnn``) with a gate-level reference ``step``.
+
+    Args:
+        input_size, hidden_size, num_layers, bias: as ``nn.LSTM``.
+        fused: use the fused kernel in ``forward`` (the reference loop otherwise).
+
+    ``trace`` reports ``i``, ``f``, ``o``, ``c_tilde``, ``c``, ``h``, each
+    ``[B, T, num_layers, hidden_size]``.
+    """
+
+    _torch_cls = nn.LSTM
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
+        """``h_0 = c_0 = 0``, each ``[B, num_layers, hidden_size]``."""
+        return LSTMState(self._zeros(batch_size, device, dtype), self._zeros(batch_size, device, dtype))
+
+    def trace_step(self, x_t: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState, dict[str, Tensor]]:
+        hs, cs, diag = [], [], {k: [] for k in ("i", "f", "o", "c_tilde")}
+        inp = x_t
+        for layer, (h, c) in enumerate(zip(state.h.unbind(1), state.c.unbind(1), strict=True)):
+            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
+            gates = F.linear(inp, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
+            i, f, g, o = gates.chunk(4, dim=-1)
+            i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+            c = f * c + i * g
+            h = o * torch.tanh(c)
+            hs.append(h)
+            cs.append(c)
+            for k, v in (("i", i), ("f", f), ("o", o), ("c_tilde", g)):
+                diag[k].append(v)
+            inp = h
+        new = LSTMState(torch.stack(hs, 1), torch.stack(cs, 1))
+        out = {k: torch.stack(v, 1) for k, v in diag.items()}
+        out.update(c=new.c, h=new.h)
+        return inp, new, out
+
+    def step(self, x_t: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:
+        """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+
+@register_layer("gru", tiny={"input_size": 3, "hidden_size": 5})
+class GRULayer(_FusedRecurrent):
+    """GRU layer on ``nn.GRU`` (``self.rnn``) with a gate-level reference ``step``.
+
+    ``trace`` reports ``r``, ``z``, ``n``, ``h``, each ``[B, T, num_layers, hidden_size]``.
+    """
+
+    _torch_cls = nn.GRU
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> GRUState:
+        """``h_0 = 0`` ``[B, num_layers, hidden_size]``."""
+        return GRUState(self._zeros(batch_size, device, dtype))
+
+    def trace_step(self, x_t: Tensor, state: GRUState) -> tuple[Tensor, GRUState, dict[str, Tensor]]:
+        hs, diag = [], {k: [] for k in ("r", "z", "n")}
+        inp = x_t
+        for layer, h in enumerate(state.h.unbind(1)):
+            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
+            gi = F.linear(inp, w_ih, b_ih).chunk(3, dim=-1)
+            gh = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+            r = torch.sigmoid(gi[0] + gh[0])
+            z = torch.sigmoid(gi[1] + gh[1])
+            n = torch.tanh(gi[2] + r * gh[2])
+            h = (1 - z) * n + z * h
+            hs.append(h)
+            for k, v in (("r", r), ("z", z), ("n", n)):
+                diag[k].append(v)
+            inp = h
+        new = GRUState(torch.stack(hs, 1))
+        out = {k: torch.stack(v, 1) for k, v in diag.items()}
+        out["h"] = new.h
+        return inp, new, out
+
+    def step(self, x_t: Tensor, state: GRUState) -> tuple[Tensor, GRUState]:
+        """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+
+register_layer("lstm_reference", tiny={"input_size": 3, "hidden_size": 5, "fused": False}, cls=LSTMLayer)
+register_layer("lstm_2layer", tiny={"input_size": 3, "hidden_size": 4, "num_layers": 2}, cls=LSTMLayer)
+register_layer("gru_reference", tiny={"input_size": 3, "hidden_size": 5, "fused": False}, cls=GRULayer)
+register_layer("gru_2layer", tiny={"input_size": 3, "hidden_size": 4, "num_layers": 2}, cls=GRULayer)

@@ -1,0 +1,43 @@
+"""The LightningCLI behind ``train.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lightning.pytorch.cli import LightningCLI
+
+from memrnn.data.datamodule import FormalLanguageDataModule
+from memrnn.lit.generator import GeneratorModule
+
+
+class MemrnnCLI(LightningCLI):
+    """LightningCLI with the data module's vocabulary linked into the model."""
+
+    def add_arguments_to_parser(self, parser) -> None:
+        # The sizes follow from the language; users never set them (they are derived values,
+        # so they do not appear in --print_config).
+        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
+        parser.link_arguments("data.num_symbols", "model.init_args.num_symbols", apply_on="instantiate")
+
+
+def build_cli(
+    args: Sequence[str] | None = None,
+    *,
+    run: bool = True,
+    default_config_files: Sequence[str | Path] = (),
+) -> MemrnnCLI:
+    """Build (and by default run) the CLI; ``args=None`` reads ``sys.argv``."""
+    return MemrnnCLI(
+        GeneratorModule,
+        FormalLanguageDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=list(args) if args is not None else None,
+        run=run,
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={
+            sub: {"default_config_files": [str(p) for p in default_config_files]}
+            for sub in ("fit", "validate", "test", "predict")
+        },
+    )
