@@ -2,6 +2,7 @@
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import create_layer, layer_class, list_layers, register_layer
+from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.core.state import (
     state_batch_size,
     state_detach,
@@ -15,6 +16,7 @@ from memrnn.core.state import (
 
 __all__ = [
     "MemoryLayer",
+    "allow_in_checkpoints",
     "create_layer",
     "layer_class",
     "list_layers",

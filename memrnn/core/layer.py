@@ -73,7 +73,9 @@ class MemoryLayer(nn.Module, Generic[S]):
         """
         if not isinstance(x, Tensor) or x.dim() != 3:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{type(self).__name__} expects inputs [batch, time, {self.input_size}], got {shape}")
+            raise ValueError(
+                f"{type(self).__name__} expects inputs [batch, time, {self.input_size}], got {shape}"
+            )
         if x.shape[-1] != self.input_size:
             raise ValueError(
                 f"{type(self).__name__} has input_size={self.input_size} but the inputs have "
@@ -90,7 +92,9 @@ class MemoryLayer(nn.Module, Generic[S]):
             if mask.dtype != torch.bool:
                 raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
             if tuple(mask.shape) != (batch, steps):
-                raise ValueError(f"mask must have shape [batch, time] = {(batch, steps)}, got {tuple(mask.shape)}")
+                raise ValueError(
+                    f"mask must have shape [batch, time] = {(batch, steps)}, got {tuple(mask.shape)}"
+                )
             if steps > 1:
                 holes = mask[:, 1:] & ~mask[:, :-1]
                 if bool(holes.any()):
@@ -144,10 +148,7 @@ class MemoryLayer(nn.Module, Generic[S]):
             if with_trace:
                 states.append(state)
                 diags.append(diag)
-        if ys:
-            outputs = torch.stack(ys, 1)
-        else:
-            outputs = x.new_zeros(batch, 0, self.output_size)
+        outputs = torch.stack(ys, 1) if ys else x.new_zeros(batch, 0, self.output_size)
         extra: dict[str, Tensor] = {}
         if with_trace and states:
             stacked = state_stack(states, 1)

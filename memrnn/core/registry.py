@@ -11,6 +11,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from memrnn.core.serialization import allow_in_checkpoints
+
 T = TypeVar("T", bound=type)
 
 _REGISTRY: dict[str, tuple[type, dict[str, Any]]] = {}
@@ -27,6 +29,7 @@ def register_layer(name: str, *, tiny: dict[str, Any], cls: type | None = None) 
         if name in _REGISTRY and _REGISTRY[name][0] is not c:
             raise ValueError(f"layer name {name!r} is already registered for {_REGISTRY[name][0].__name__}")
         _REGISTRY[name] = (c, dict(tiny))
+        allow_in_checkpoints(c)
         return c
 
     return deco(cls) if cls is not None else deco

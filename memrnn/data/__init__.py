@@ -8,4 +8,10 @@ from memrnn.data.datamodule import (
     collate_generator,
 )
 
-__all__ = ["IGNORE_INDEX", "EpochShuffleSampler", "FormalLanguageDataModule", "StringDataset", "collate_generator"]
+__all__ = [
+    "IGNORE_INDEX",
+    "EpochShuffleSampler",
+    "FormalLanguageDataModule",
+    "StringDataset",
+    "collate_generator",
+]

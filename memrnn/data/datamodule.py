@@ -117,7 +117,7 @@ class FormalLanguageDataModule(L.LightningDataModule):
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.save_hyperparameters(ignore=["language"])
+        self.save_hyperparameters()
         self.language = language
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.windows: dict[str, Lengths] = {

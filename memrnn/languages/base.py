@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from memrnn.core.serialization import allow_in_checkpoints
+
 Lengths = tuple[int, int]
 
 
@@ -24,6 +26,10 @@ class Language(ABC):
     """
 
     symbols: tuple[str, ...]
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        allow_in_checkpoints(cls)  # data modules save their language in checkpoints
 
     @property
     def num_symbols(self) -> int:
@@ -100,6 +106,8 @@ class Language(ABC):
         lp = self.token_log_probs(ids, lengths)
         return float(lp.sum()) if len(lp) else -math.inf
 
-    def sample_many(self, n: int, rng: np.random.Generator, lengths: Lengths | None = None) -> list[list[int]]:
+    def sample_many(
+        self, n: int, rng: np.random.Generator, lengths: Lengths | None = None
+    ) -> list[list[int]]:
         """``n`` independent samples."""
         return [self.sample(rng, lengths) for _ in range(n)]

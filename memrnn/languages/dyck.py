@@ -14,9 +14,11 @@ Lengths count every token *including* ``END``, as the authors' generator does
 
 Two ways to restrict to a window ``[lo, hi]`` (``truncation``):
 
-* ``"hewitt"`` (default; what the authors' public code does): while the string is shorter
-  than ``lo``, ``END`` is re-drawn, i.e. on the empty stack each open bracket gets ``1/k``;
-  strings longer than ``hi`` are rejected whole.
+* ``"hewitt"`` (default; what the authors' public code does): while fewer than ``lo``
+  brackets have been emitted, ``END`` is re-drawn, i.e. on the empty stack each open bracket
+  gets ``1/k``; strings longer than ``hi`` (``END`` counted) are rejected whole.  (The code
+  checks ``len(string) < min_length`` *before* appending ``END``, so with Table 2's
+  ``1..84`` the empty string never occurs and every string has at least one bracket pair.)
 * ``"rejection"``: the H.1 distribution conditioned on the length lying in ``[lo, hi]``
   (rejecting whole strings on both sides).  With ``lo = 1`` half of all samples are the
   empty string, which is why the authors' code does not do this.
@@ -93,7 +95,7 @@ class DyckKM(Language):
     def transition(self, state: State, tok: int) -> State:
         """δ of appendix B (B.1–B.5); every other move goes to the reject state."""
         (tok,) = self.check_ids([tok])
-        if state == REJECT or state == ACCEPT:
+        if state in (REJECT, ACCEPT):
             return REJECT
         assert isinstance(state, tuple)
         if tok == self.end_id:
@@ -163,7 +165,7 @@ class DyckKM(Language):
         """Unconditioned ``(log p(END), log p(each open), log p(close top))`` at position ``t``."""
         half, half_k = math.log(0.5), math.log(0.5 / self.k)
         if depth == 0:
-            end_ok = lengths is None or self.truncation == "rejection" or t + 1 >= lengths[0]
+            end_ok = lengths is None or self.truncation == "rejection" or t >= lengths[0]
             return (half, half_k, _NEG_INF) if end_ok else (_NEG_INF, -math.log(self.k), _NEG_INF)
         if depth < self.m:
             return (_NEG_INF, half_k, half)
@@ -203,7 +205,9 @@ class DyckKM(Language):
         if not isinstance(state, tuple):
             raise ValueError(f"prefix {self.decode(prefix)!r} is not a prefix of any string of {self}")
         out = np.full(self.num_symbols, _NEG_INF)
-        l_end, l_open, l_close = self._category_log_probs(len(prefix), len(state), lengths, self._log_z(lengths))
+        l_end, l_open, l_close = self._category_log_probs(
+            len(prefix), len(state), lengths, self._log_z(lengths)
+        )
         out[: self.k] = l_open
         if state:
             out[self.k + state[-1]] = l_close

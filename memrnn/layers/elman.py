@@ -152,7 +152,9 @@ class ElmanRNN(MemoryLayer[ElmanState]):
 
 
 for _act in ("sigmoid", "relu", "heaviside", "saturated_linear"):
-    register_layer(f"elman_{_act}", tiny={"input_size": 3, "hidden_size": 5, "activation": _act}, cls=ElmanRNN)
+    register_layer(
+        f"elman_{_act}", tiny={"input_size": 3, "hidden_size": 5, "activation": _act}, cls=ElmanRNN
+    )
 
 
 class JordanState(NamedTuple):
@@ -194,7 +196,11 @@ class JordanRNN(MemoryLayer[JordanState]):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        for n, v in (("input_size", input_size), ("hidden_size", hidden_size), ("feedback_size", feedback_size)):
+        for n, v in (
+            ("input_size", input_size),
+            ("hidden_size", hidden_size),
+            ("feedback_size", feedback_size),
+        ):
             _positive(n, v)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.output_activation = _resolve(output_activation, OUTPUT_ACTIVATIONS, "output_activation")
@@ -221,7 +227,9 @@ class JordanRNN(MemoryLayer[JordanState]):
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> JordanState:
         """``r_0 = 0`` ``[B, feedback_size]``."""
-        return JordanState(torch.zeros(batch_size, self.feedback_size, **self._default_factory(device, dtype)))
+        return JordanState(
+            torch.zeros(batch_size, self.feedback_size, **self._default_factory(device, dtype))
+        )
 
     def trace_step(self, x_t: Tensor, state: JordanState) -> tuple[Tensor, JordanState, dict[str, Tensor]]:
         pre = F.linear(x_t, self.weight_ih, self.bias) + F.linear(state.r, self.weight_fb)

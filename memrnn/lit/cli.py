@@ -27,7 +27,13 @@ def build_cli(
     run: bool = True,
     default_config_files: Sequence[str | Path] = (),
 ) -> MemrnnCLI:
-    """Build (and by default run) the CLI; ``args=None`` reads ``sys.argv``."""
+    """Build (and by default run) the CLI; ``args=None`` reads ``sys.argv``.
+
+    ``default_config_files`` are read before any ``--config`` (``train.py`` passes
+    ``configs/defaults.yaml``).  With ``run=False`` there are no subcommands: the CLI only
+    parses and instantiates (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
+    """
+    defaults = {"default_config_files": [str(p) for p in default_config_files]}
     return MemrnnCLI(
         GeneratorModule,
         FormalLanguageDataModule,
@@ -36,8 +42,5 @@ def build_cli(
         args=list(args) if args is not None else None,
         run=run,
         save_config_kwargs={"overwrite": True},
-        parser_kwargs={
-            sub: {"default_config_files": [str(p) for p in default_config_files]}
-            for sub in ("fit", "validate", "test", "predict")
-        },
+        parser_kwargs={sub: defaults for sub in ("fit", "validate", "test", "predict")} if run else defaults,
     )

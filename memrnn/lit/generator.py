@@ -106,6 +106,19 @@ class GeneratorModule(L.LightningModule):
         self.log_dict({f"{split}/{k}": v.float() for k, v in gap.compute().items()}, prog_bar=split == "val")
         gap.reset()
 
+    def _eval_epoch_start(self, split: str) -> None:
+        # A previous trainer.validate() ran under inference_mode and may have left inference
+        # tensors in the metric states; fit's validation runs under no_grad and could not update
+        # them in place.  Resetting here re-creates ordinary tensors.
+        getattr(self, f"{split}_metrics").reset()
+        getattr(self, f"{split}_gap").reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_epoch_start("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_epoch_start("test")
+
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "val")
 

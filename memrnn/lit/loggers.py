@@ -31,7 +31,9 @@ class WandbLogger(_WandbLogger):
     def __init__(self, *args: Any, offline: bool | None = None, **kwargs: Any) -> None:
         if offline is None:
             mode = os.environ.get("WANDB_MODE", "").lower()
-            offline = mode in ("offline", "dryrun", "disabled") or (mode != "online" and not wandb_credentials_found())
+            offline = mode in ("offline", "dryrun", "disabled") or (
+                mode != "online" and not wandb_credentials_found()
+            )
         if kwargs.get("save_dir"):
             os.makedirs(kwargs["save_dir"], exist_ok=True)
         super().__init__(*args, offline=offline, **kwargs)

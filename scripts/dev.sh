@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# memrnn's one entry point for set-up, the default job and the tests.
+#   bash scripts/dev.sh train [ARGS]   set up, then train the default config (ARGS go to train.py)
+#   bash scripts/dev.sh test  [ARGS]   set up, then lint and run the fast tests (ARGS go to pytest)
+#   bash scripts/dev.sh slow  [ARGS]   set up, then run only the slow reproductions
+#   bash scripts/dev.sh setup          only set up
+# Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
+# to keep whatever torch the venv has, e.g. your CUDA build) and memrnn with its dev extra.
+# It is skipped when nothing it depends on has changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON_BIN=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC-torch==2.13.0}
+
+setup() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON_BIN" -m venv "$VENV"
+  fi
+  local stamp
+  stamp=$(cat pyproject.toml scripts/dev.sh | sha256sum | cut -c1-16)-${TORCH_SPEC}
+  if [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" != "$stamp" ]; then
+    echo "setting up $VENV (torch: ${TORCH_SPEC:-as installed}) ..." >&2
+    if [ -n "$TORCH_SPEC" ]; then
+      "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
+    fi
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+    echo "$stamp" > "$VENV/.setup-stamp"
+  fi
+}
+
+cmd=${1:-}
+shift || true
+case "$cmd" in
+  setup) setup ;;
+  train)
+    setup
+    exec "$VENV/bin/python" train.py fit --config configs/dyck/lstm_k2_m3.yaml "$@"
+    ;;
+  test)
+    setup
+    "$VENV/bin/ruff" check .
+    "$VENV/bin/ruff" format --check .
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  slow)
+    setup
+    exec "$VENV/bin/python" -m pytest -m slow "$@"
+    ;;
+  *)
+    echo "usage: bash scripts/dev.sh {setup|train|test|slow} [args]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,22 @@
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    """A seeded generator, so each test owns its randomness."""
+    return torch.Generator().manual_seed(1234)
+
+
+def assert_close_tree(a, b, atol, rtol=0.0, what=""):
+    from memrnn.core import state_leaves
+
+    la, lb = state_leaves(a), state_leaves(b)
+    assert len(la) == len(lb), f"{what}: {len(la)} vs {len(lb)} leaves"
+    for i, (x, y) in enumerate(zip(la, lb, strict=True)):
+        torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m, i=i: f"{what} leaf {i}: {m}")

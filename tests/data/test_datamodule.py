@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+import torch
+
+from memrnn.data import IGNORE_INDEX, EpochShuffleSampler, FormalLanguageDataModule, collate_generator
+from memrnn.languages import DyckKM
+
+
+def make_dm(**kw):
+    args = {"language": DyckKM(2, 3), "train_size": 60, "val_size": 20, "test_size": 10, "batch_size": 8}
+    return FormalLanguageDataModule(**{**args, **kw})
+
+
+def test_splits_are_deterministic_independent_and_in_their_windows():
+    a, b = make_dm(seed=3), make_dm(seed=3, val_size=35)
+    a.setup("fit")
+    b.setup("fit")
+    assert a.datasets["train"].strings == b.datasets["train"].strings  # val_size does not move train
+    assert make_dm(seed=4).build_split("train").strings != a.datasets["train"].strings
+    a.setup("test")
+    lang = a.language
+    for split, (lo, hi) in (("train", (1, 84)), ("val", (1, 84)), ("test", (85, 168))):
+        ds = a.datasets[split]
+        assert ds.lengths == (lo, hi)
+        assert all(lo <= len(s) <= hi and lang.accepts(s) for s in ds.strings)
+        for s, ref in zip(ds.strings, ds.ref_logprobs, strict=True):
+            np.testing.assert_allclose(ref, lang.token_log_probs(s, (lo, hi)))
+    assert a.vocab_size == 6 and a.num_symbols == 5
+
+
+def test_collate_right_pads_with_bos_and_ignore_index():
+    lang = DyckKM(2, 2)
+    items = [
+        {"ids": lang.encode("(0 (1 1) 0) END"), "ref_logprob": np.arange(5.0)},
+        {"ids": lang.encode("END"), "ref_logprob": np.array([-0.5])},
+    ]
+    batch = collate_generator(items, lang.bos_id)
+    assert batch["input"].tolist() == [[5, 0, 1, 3, 2], [5, 0, 0, 0, 0]]
+    assert batch["target"].tolist() == [[0, 1, 3, 2, 4], [4, *[IGNORE_INDEX] * 4]]
+    assert batch["mask"].tolist() == [[True] * 5, [True, False, False, False, False]]
+    assert batch["ref_logprob"][1].tolist() == [-0.5, 0, 0, 0, 0]
+    assert batch["lengths"].tolist() == [5, 1]
+
+
+def test_loaders_batch_and_mask():
+    dm = make_dm()
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["input"].shape[0] == 8
+    assert (batch["mask"].sum(1) == batch["lengths"]).all()
+    assert (batch["target"][~batch["mask"]] == IGNORE_INDEX).all()
+    assert len(dm.val_dataloader().dataset) == 20
+
+
+def test_epoch_shuffle_is_a_function_of_seed_and_epoch():
+    s = EpochShuffleSampler(50, seed=1)
+    s.set_epoch(2)
+    first = list(s)
+    assert sorted(first) == list(range(50))
+    s.set_epoch(3)
+    assert list(s) != first
+    t = EpochShuffleSampler(50, seed=1)
+    t.set_epoch(2)
+    assert list(t) == first
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"train_size": -1}, "train_size must be >= 0, got -1"),
+        ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+        ({"language": "dyck"}, "must be a memrnn.languages.Language, got str"),
+    ],
+)
+def test_bad_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_dm(**kw)
+
+
+def test_explicit_windows_override_the_language_defaults():
+    dm = make_dm(train_lengths=(5, 21), test_lengths=(41, 61))
+    assert all(5 <= len(s) <= 21 for s in dm.build_split("train").strings)
+    assert all(41 <= len(s) <= 61 for s in dm.build_split("test").strings)
+    assert torch.is_tensor(collate_generator([dm.build_split("val")[0]], 5)["input"])

@@ -1,0 +1,78 @@
+import pytest
+import torch
+from torch import nn
+
+from memrnn.layers import GRULayer, LSTMLayer
+
+
+@pytest.mark.parametrize("cls", [LSTMLayer, GRULayer])
+@pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+@pytest.mark.parametrize("num_layers", [1, 2])
+def test_fused_equals_gate_level_reference(cls, dtype, tol, num_layers, gen):
+    """Outputs, final state and gradients (inputs, initial state, parameters), with padding and a
+    zero-length row, 1e-5 in float32 and 1e-10 in float64."""
+    torch.manual_seed(0)
+    fused = cls(4, 6, num_layers=num_layers, fused=True).to(dtype)
+    ref = cls(4, 6, num_layers=num_layers, fused=False).to(dtype)
+    ref.load_state_dict(fused.state_dict())
+    x = torch.randn(4, 9, 4, generator=gen, dtype=dtype)
+    mask = torch.arange(9)[None] < torch.tensor([9, 5, 0, 2])[:, None]
+    s0 = fused.initial_state(4, dtype=dtype)
+    s0 = type(s0)(*[t + 0.5 * torch.randn(t.shape, generator=gen, dtype=dtype) for t in s0])
+    w = torch.randn(4, 9, 6, generator=gen, dtype=dtype)
+    results = []
+    for layer in (fused, ref):
+        xx = x.clone().requires_grad_()
+        ss = type(s0)(*[t.clone().requires_grad_() for t in s0])
+        y, s = layer(xx, ss, mask=mask)
+        ((y * w).sum() + sum(t.sin().sum() for t in s)).backward()
+        results.append((y, s, xx.grad, [t.grad for t in ss], [p.grad for p in layer.parameters()]))
+    (y1, s1, gx1, gs1, gp1), (y2, s2, gx2, gs2, gp2) = results
+    torch.testing.assert_close(y1, y2, atol=tol, rtol=tol)
+    for a, b in zip([*s1, gx1, *gs1, *gp1], [*s2, gx2, *gs2, *gp2], strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def test_lstm_trace_reports_gates_and_satisfies_the_equations(gen):
+    layer = LSTMLayer(3, 5).double()
+    x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    tr = layer.trace(x)
+    for key in ("i", "f", "o", "c_tilde", "c", "h"):
+        assert tr[key].shape == (2, 6, 1, 5), key
+    c_prev = torch.cat([torch.zeros(2, 1, 1, 5, dtype=torch.float64), tr["c"][:, :-1]], 1)
+    torch.testing.assert_close(tr["c"], tr["f"] * c_prev + tr["i"] * tr["c_tilde"])
+    torch.testing.assert_close(tr["h"], tr["o"] * torch.tanh(tr["c"]))
+    torch.testing.assert_close(tr["h"][:, :, 0], layer(x)[0])  # the fused path agrees
+    for key in ("i", "f", "o"):
+        assert ((tr[key] > 0) & (tr[key] < 1)).all()
+
+
+def test_gru_trace_reports_gates(gen):
+    layer = GRULayer(3, 5).double()
+    x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    tr = layer.trace(x)
+    assert {"r", "z", "n", "h"} <= set(tr)
+    h_prev = torch.cat([torch.zeros(2, 1, 1, 5, dtype=torch.float64), tr["h"][:, :-1]], 1)
+    torch.testing.assert_close(tr["h"], (1 - tr["z"]) * tr["n"] + tr["z"] * h_prev)
+
+
+def test_wrapped_module_is_a_plain_torch_lstm(gen):
+    """Users can take ``layer.rnn`` out and use it in models that know nothing of memrnn."""
+    layer = LSTMLayer(3, 5, num_layers=2)
+    assert type(layer.rnn) is nn.LSTM and layer.rnn.batch_first
+    x = torch.randn(2, 4, 3, generator=gen)
+    y_plain, (h, c) = layer.rnn(x)
+    y, s = layer(x)
+    torch.testing.assert_close(y, y_plain)
+    torch.testing.assert_close(s.h, h.transpose(0, 1))
+    torch.testing.assert_close(s.c, c.transpose(0, 1))
+    assert set(layer.state_dict()) == {f"rnn.{k}" for k in layer.rnn.state_dict()}
+
+
+def test_float32_default_and_device_dtype_arguments():
+    layer = LSTMLayer(2, 3, dtype=torch.float64)
+    assert layer.rnn.weight_ih_l0.dtype == torch.float64
+    assert layer.initial_state(2).h.dtype == torch.float64
+    assert "fused=True" in repr(layer)
+    with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
+        GRULayer(2, 3, num_layers=0)
