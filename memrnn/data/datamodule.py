@@ -61,8 +61,9 @@ def collate_generator(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str,
 
 class EpochShuffleSampler(Sampler[int]):
     """Random order that depends only on ``(seed, epoch)``, so a resumed run sees the same
-    batches as an uninterrupted one (Lightning calls ``set_epoch``; under DDP Lightning swaps in
-    its ``DistributedSampler``, which is seeded the same way)."""
+    batches as an uninterrupted one (Lightning calls ``set_epoch`` every epoch).  Under DDP,
+    Lightning wraps it in ``DistributedSamplerWrapper``, which forwards ``set_epoch`` and gives
+    each rank its shard of this same permutation (every rank draws it from the same seed)."""
 
     def __init__(self, n: int, seed: int) -> None:
         self.n, self.seed, self.epoch = n, seed, 0

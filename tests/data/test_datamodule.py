@@ -82,3 +82,19 @@ def test_explicit_windows_override_the_language_defaults():
     assert all(5 <= len(s) <= 21 for s in dm.build_split("train").strings)
     assert all(41 <= len(s) <= 61 for s in dm.build_split("test").strings)
     assert torch.is_tensor(collate_generator([dm.build_split("val")[0]], 5)["input"])
+
+
+def test_epoch_shuffle_shards_across_ranks_under_lightnings_wrapper():
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+
+    shards = []
+    for rank in range(2):
+        wrapped = DistributedSamplerWrapper(
+            EpochShuffleSampler(10, seed=5), num_replicas=2, rank=rank, shuffle=False
+        )
+        wrapped.set_epoch(3)
+        shards.append(list(wrapped))
+    whole = EpochShuffleSampler(10, seed=5)
+    whole.set_epoch(3)
+    assert sorted(shards[0] + shards[1]) == list(range(10))
+    assert shards[0] == list(whole)[0::2] and shards[1] == list(whole)[1::2]
