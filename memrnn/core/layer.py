@@ -15,6 +15,7 @@ Conventions
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -25,7 +26,7 @@ from memrnn.core.state import state_batch_size, state_leaves, state_stack, state
 S = TypeVar("S")
 
 
-class MemoryLayer(nn.Module, Generic[S]):
+class MemoryLayer(nn.Module, ABC, Generic[S]):
     """Base class of every memrnn recurrent layer.
 
     Subclasses set ``input_size`` and ``output_size`` and implement ``initial_state`` and
@@ -36,16 +37,16 @@ class MemoryLayer(nn.Module, Generic[S]):
     input_size: int
     output_size: int
 
-    # -- to implement -----------------------------------------------------------------------
+    # -- to implement (abstract: a subclass without them cannot be instantiated) -------------
+    @abstractmethod
     def initial_state(
         self, batch_size: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> S:
         """The state before the first token, every tensor ``[batch_size, ...]``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement initial_state")
 
+    @abstractmethod
     def step(self, x_t: Tensor, state: S) -> tuple[Tensor, S]:
         """One time step: ``x_t [B, input_size]`` -> ``(y_t [B, output_size], next state)``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement step")
 
     def trace_step(self, x_t: Tensor, state: S) -> tuple[Tensor, S, dict[str, Tensor]]:
         """``step`` plus diagnostics ``{name: [B, ...]}``; the default reports none."""

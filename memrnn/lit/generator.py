@@ -74,9 +74,11 @@ class GeneratorModule(L.LightningModule):
 
     def forward(self, input_ids: Tensor, mask: Tensor | None = None) -> Tensor:
         """``input_ids [B, T]`` (``BOS`` first) -> next-token logits ``[B, T, num_symbols]``."""
-        if input_ids.numel() and (int(input_ids.min()) < 0 or int(input_ids.max()) >= self.vocab_size):
-            bad = input_ids[(input_ids < 0) | (input_ids >= self.vocab_size)][0]
-            raise ValueError(f"unknown token id {int(bad)}; the model has ids 0..{self.vocab_size - 1}")
+        bad = (input_ids < 0) | (input_ids >= self.vocab_size)
+        if bool(bad.any()):  # one host sync per batch
+            raise ValueError(
+                f"unknown token id {int(input_ids[bad][0])}; the model has ids 0..{self.vocab_size - 1}"
+            )
         hidden, _ = self.layer(self.embedding(input_ids), mask=mask)
         return self.readout(hidden)
 

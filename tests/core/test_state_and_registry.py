@@ -52,3 +52,14 @@ def test_registry_creates_with_overrides_and_names_unknown_layers():
         create_layer("nope")
     with pytest.raises(ValueError, match="already registered"):
         register_layer("elman", tiny={}, cls=LSTMLayer)
+
+
+def test_a_layer_without_step_cannot_be_built():
+    from memrnn.core import MemoryLayer
+
+    class Incomplete(MemoryLayer):
+        def initial_state(self, batch_size, *, device=None, dtype=None):
+            return (torch.zeros(batch_size, 1),)
+
+    with pytest.raises(TypeError, match="step"):
+        Incomplete()
