@@ -16,12 +16,13 @@ Conventions
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.state import state_batch_size, state_leaves, state_stack, state_where
+from memrnn.core.state import state_batch_size, state_stack, state_where
 
 S = TypeVar("S")
 
@@ -127,9 +128,21 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         return {"output": outputs, **extra}
 
     def _loop(
-        self, x: Tensor, state: S, mask: Tensor | None, *, with_trace: bool
+        self,
+        x: Tensor,
+        state: S,
+        mask: Tensor | None,
+        *,
+        with_trace: bool,
+        step: Callable[[Tensor, S], tuple[Tensor, S]] | None = None,
     ) -> tuple[Tensor, S, dict[str, Tensor]]:
+        """The masked time loop shared by ``forward``, ``trace`` and fast paths.
+
+        ``step`` replaces ``self.step`` (a fast path passes a step over precomputed inputs,
+        e.g. ``x`` already projected); ``with_trace`` uses ``trace_step`` instead.
+        """
         batch = x.shape[0]
+        step = step or self.step
         ys: list[Tensor] = []
         states: list[S] = []
         diags: list[dict[str, Tensor]] = []
@@ -139,7 +152,7 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
             if with_trace:
                 y_t, new, diag = self.trace_step(x_t, state)
             else:
-                (y_t, new), diag = self.step(x_t, state), {}
+                (y_t, new), diag = step(x_t, state), {}
             if m_t is not None:
                 new = state_where(m_t, new, state)
                 y_t = torch.where(m_t[:, None], y_t, torch.zeros_like(y_t))
@@ -153,7 +166,7 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         extra: dict[str, Tensor] = {}
         if with_trace and states:
             stacked = state_stack(states, 1)
-            names = getattr(stacked, "_fields", None) or [str(i) for i in range(len(state_leaves(stacked)))]
+            names = getattr(stacked, "_fields", None) or [str(i) for i in range(len(stacked))]
             for name, leaf in zip(names, stacked, strict=True):
                 extra[f"state.{name}"] = leaf
             for key in diags[0]:

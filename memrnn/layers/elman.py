@@ -122,33 +122,24 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         """``h_0 = 0`` ``[B, hidden_size]``."""
         return ElmanState(torch.zeros(batch_size, self.hidden_size, **self._default_factory(device, dtype)))
 
-    def _recur(self, pre_t: Tensor, h: Tensor) -> Tensor:
-        return ACTIVATIONS[self.activation](pre_t + F.linear(h, self.weight_hh))
+    def _step_projected(self, pre_t: Tensor, state: ElmanState) -> tuple[Tensor, ElmanState]:
+        """One step from the already projected input ``pre_t = V x_t + b`` ``[B, hidden_size]``."""
+        h = ACTIVATIONS[self.activation](pre_t + F.linear(state.h, self.weight_hh))
+        return h, ElmanState(h)
 
     def step(self, x_t: Tensor, state: ElmanState) -> tuple[Tensor, ElmanState]:
         """``x_t [B, input_size]`` -> ``h_t [B, hidden_size]``."""
-        h = self._recur(F.linear(x_t, self.weight_ih, self.bias), state.h)
-        return h, ElmanState(h)
+        return self._step_projected(F.linear(x_t, self.weight_ih, self.bias), state)
 
     def forward(
         self, x: Tensor, state: ElmanState | None = None, mask: Tensor | None = None
     ) -> tuple[Tensor, ElmanState]:
-        """Fast path: the input projection ``V x + b`` hoisted out of the time loop."""
+        """Fast path: the input projection ``V x + b`` for all steps in one matrix product
+        ``[B, T, hidden]``, then the shared masked loop over the recurrence only."""
         state, mask = self.check_inputs(x, state, mask)
-        pre = F.linear(x, self.weight_ih, self.bias)  # [B, T, H]
-        h = state.h
-        ys = []
-        masks = mask.unbind(1) if mask is not None else [None] * x.shape[1]
-        for pre_t, m_t in zip(pre.unbind(1), masks, strict=True):
-            new = self._recur(pre_t, h)
-            if m_t is None:
-                h = new
-                ys.append(new)
-            else:
-                h = torch.where(m_t[:, None], new, h)
-                ys.append(torch.where(m_t[:, None], new, torch.zeros_like(new)))
-        y = torch.stack(ys, 1) if ys else x.new_zeros(x.shape[0], 0, self.hidden_size)
-        return y, ElmanState(h)
+        pre = F.linear(x, self.weight_ih, self.bias)
+        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=self._step_projected)
+        return y, state
 
 
 for _act in ("sigmoid", "relu", "heaviside", "saturated_linear"):
