@@ -156,8 +156,9 @@ class FormalLanguageDataModule(L.LightningDataModule):
                 self.datasets[split] = self.build_split(split)
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
-        ds = self.datasets.get(split) or self.build_split(split)
-        self.datasets[split] = ds
+        if split not in self.datasets:  # an empty split is a valid, falsy dataset
+            self.datasets[split] = self.build_split(split)
+        ds = self.datasets[split]
         bos = self.language.bos_id
         return DataLoader(
             ds,

@@ -98,3 +98,9 @@ def test_epoch_shuffle_shards_across_ranks_under_lightnings_wrapper():
     whole.set_epoch(3)
     assert sorted(shards[0] + shards[1]) == list(range(10))
     assert shards[0] == list(whole)[0::2] and shards[1] == list(whole)[1::2]
+
+
+def test_empty_split_is_built_once():
+    dm = make_dm(test_size=0)
+    first = dm.test_dataloader().dataset
+    assert len(first) == 0 and dm.test_dataloader().dataset is first
