@@ -229,10 +229,14 @@ def test_default_windows_are_table_2():
 
 def test_exact_sampling_reaches_test_windows_that_rejection_would_not():
     lang = DyckKM(2, 3, truncation="rejection")
-    # P(length in 85..168) under H.1 is ~1e-4 here, so whole-string rejection would need
-    # ~10^4 tries per sample; the exact sampler needs none.
-    samples = lang.sample_many(50, np.random.default_rng(0), (85, 168))
+    window = (85, 168)
+    samples = lang.sample_many(50, np.random.default_rng(0), window)
     assert all(85 <= len(s) <= 168 and lang.accepts(s) for s in samples)
+    # Under rejection, log p(w | window) - log p(w) = -log P(window) for every w in the window.
+    log_p_window = [lang.log_prob(s) - lang.log_prob(s, window) for s in samples]
+    assert np.ptp(log_p_window) < 1e-9
+    # P(window) ≈ 6.5e-4: whole-string rejection would need ~1,500 tries per sample.
+    assert 5e-4 < math.exp(log_p_window[0]) < 8e-4
 
 
 def test_dfa_transitions_of_appendix_b():
