@@ -10,12 +10,14 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import numpy as np
 
 from memrnn.core.serialization import allow_in_checkpoints
 
 Lengths = tuple[int, int]
+LengthSampling = Literal["natural", "uniform"]
 
 
 class Language(ABC):
@@ -96,18 +98,103 @@ class Language(ABC):
         """Ids that can follow ``prefix`` in some string of the language (``END`` included);
         empty after ``END`` or after a prefix that no string of the language starts with."""
 
-    @abstractmethod
     def token_log_probs(self, ids: Sequence[int], lengths: Lengths | None = None) -> np.ndarray:
         """Exact ``log p(w_t | w_<t)`` for every token of ``ids`` under the sampler's distribution
-        (restricted to ``lengths`` when given), natural log, ``[len(ids)]``."""
+        (restricted to ``lengths`` when given), natural log, ``[len(ids)]``.
+
+        Languages whose generating grammar is ambiguous do not provide it (the chain rule needs
+        prefix probabilities); they override :meth:`log_prob` instead."""
+        raise NotImplementedError(f"{self} has no per-token probabilities; use log_prob")
 
     def log_prob(self, ids: Sequence[int], lengths: Lengths | None = None) -> float:
-        """Exact log-probability of the complete string ``ids`` (``-inf`` outside the language)."""
+        """Exact log-probability of the complete string ``ids`` (``-inf`` outside the language),
+        under the distribution restricted to ``lengths`` when given."""
         lp = self.token_log_probs(ids, lengths)
         return float(lp.sum()) if len(lp) else -math.inf
 
+    # -- lengths --------------------------------------------------------------------------------
+    def length_log_probs(self, max_length: int) -> np.ndarray:
+        """``log P(|w| = n)`` (``END`` counted) for ``n = 0..max_length`` under the unrestricted
+        generating distribution, ``[max_length + 1]``."""
+        raise NotImplementedError(f"{self} does not provide its length distribution")
+
+    def lengths_in(self, lengths: Lengths) -> list[int]:
+        """The lengths in the inclusive window that have positive probability."""
+        lo, hi = self._check_window(lengths)
+        lp = self.length_log_probs(hi)
+        return [n for n in range(lo, hi + 1) if np.isfinite(lp[n])]
+
+    def _check_window(self, lengths: Lengths) -> Lengths:
+        lo, hi = (int(v) for v in lengths)
+        if lo < 0 or hi < lo:
+            raise ValueError(f"length window must satisfy 0 <= min <= max, got {tuple(lengths)}")
+        return lo, hi
+
+    def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
+        """One string of exactly ``length`` tokens (``END`` counted) from ``p(w | |w| = length)``."""
+        return self.sample(rng, (length, length))
+
+    def log_prob_given_length(self, ids: Sequence[int]) -> float:
+        """``log p(w | |w|)``: what DuSell & Chiang score models against."""
+        return self.log_prob(ids, (len(ids), len(ids)))
+
     def sample_many(
-        self, n: int, rng: np.random.Generator, lengths: Lengths | None = None
+        self,
+        n: int,
+        rng: np.random.Generator,
+        lengths: Lengths | None = None,
+        length_sampling: LengthSampling = "natural",
     ) -> list[list[int]]:
-        """``n`` independent samples."""
-        return [self.sample(rng, lengths) for _ in range(n)]
+        """``n`` independent samples.  ``length_sampling="natural"``: the generating distribution
+        restricted to the window; ``"uniform"``: each length drawn uniformly from the window's
+        possible lengths first, then a string from ``p(w | length)`` (DuSell & Chiang)."""
+        if length_sampling == "natural":
+            return [self.sample(rng, lengths) for _ in range(n)]
+        if length_sampling != "uniform":
+            raise ValueError(f"length_sampling must be 'natural' or 'uniform', got {length_sampling!r}")
+        if lengths is None:
+            raise ValueError("length_sampling='uniform' needs a length window")
+        options = self.lengths_in(lengths)
+        if not options:
+            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
+        return [self.sample_given_length(rng, int(options[rng.integers(len(options))])) for _ in range(n)]
+
+    def reference_log_probs(
+        self, ids: Sequence[int], lengths: Lengths | None = None, length_sampling: LengthSampling = "natural"
+    ) -> np.ndarray:
+        """Per-token log-probabilities that sum to the exact ``log p(w)`` of the distribution
+        ``sample_many`` drew ``ids`` from (``[len(ids)]``).  Where the language has no exact
+        chain rule, the whole string's log-probability sits on the ``END`` token (sums, and
+        hence cross-entropy differences, are exact; per-position values are not)."""
+        uniform = length_sampling == "uniform"
+        window = (len(ids), len(ids)) if uniform else lengths
+        try:
+            return self.token_log_probs(ids, window)
+        except NotImplementedError:
+            out = np.zeros(len(ids))
+            out[-1] = self.log_prob_given_length(ids) if uniform else self.log_prob(ids, lengths)
+            return out
+
+    # -- oracles for training targets -----------------------------------------------------------
+    def allowed_next_all(self, ids: Sequence[int]) -> list[frozenset[int]]:
+        """``allowed_next(ids[:t])`` for ``t = 0..len(ids) - 1``: the set each token was drawn
+        from (Suzgun et al.'s next-set targets)."""
+        ids = self.check_ids(ids)
+        return [self.allowed_next(ids[:t]) for t in range(len(ids))]
+
+    def accepts_prefixes(self, ids: Sequence[int]) -> list[bool]:
+        """For ``t = 0..len(ids)``: is ``ids[:t]`` (followed by ``END``) in the language?  The
+        per-prefix acceptor label of seed 002 (``y_t``); ``END`` tokens in ``ids`` are skipped."""
+        body = [t for t in self.check_ids(ids) if t != self.end_id]
+        return [self.accepts([*body[:t], self.end_id]) for t in range(len(body) + 1)]
+
+    def sample_negative(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
+        """A string *not* in the language, ``END`` last.  Default: the length of a positive
+        sample, symbols uniform over the alphabet, redrawn until rejected (languages override
+        this with their papers' negatives)."""
+        n = len(self.sample(rng, lengths))
+        for _ in range(10_000):
+            w = [int(x) for x in rng.integers(0, self.end_id, size=n - 1)] + [self.end_id]
+            if not self.accepts(w):
+                return w
+        raise ValueError(f"{self}: no negative of length {n} found in 10,000 uniform draws")

@@ -240,6 +240,44 @@ class DyckKM(Language):
             state = self.transition(state, tok)
         return out
 
+    def length_log_probs(self, max_length: int) -> np.ndarray:
+        """``log P(|w| = n)`` under H.1 (``END`` counted), ``n = 0..max_length``: a forward pass
+        over the depth distribution."""
+        if max_length < 0:
+            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        out = np.full(max_length + 1, _NEG_INF)
+        dist = np.zeros(self.m + 1)
+        dist[0] = 1.0
+        for n in range(1, max_length + 1):
+            if dist[0] > 0:
+                out[n] = math.log(0.5 * dist[0])
+            new = np.zeros_like(dist)
+            new[1] += 0.5 * dist[0]
+            for d in range(1, self.m + 1):
+                if d < self.m:
+                    new[d + 1] += 0.5 * dist[d]
+                    new[d - 1] += 0.5 * dist[d]
+                else:
+                    new[d - 1] += dist[d]
+            dist = new
+        return out
+
+    def _given_length_twin(self) -> DyckKM:
+        # p(w | |w| = n) is H.1 conditioned on the length, i.e. the rejection truncation
+        return self if self.truncation == "rejection" else DyckKM(self.k, self.m, "rejection")
+
+    def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
+        """One string of exactly ``length`` tokens from H.1 conditioned on its length."""
+        return self._given_length_twin().sample(rng, (length, length))
+
+    def log_prob_given_length(self, ids: Sequence[int]) -> float:
+        return self._given_length_twin().log_prob(ids, (len(ids), len(ids)))
+
+    def reference_log_probs(self, ids, lengths=None, length_sampling="natural") -> np.ndarray:
+        if length_sampling == "uniform":
+            return self._given_length_twin().token_log_probs(ids, (len(ids), len(ids)))
+        return super().reference_log_probs(ids, lengths, length_sampling)
+
     def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
         """One string from H.1 (restricted to ``lengths`` by ``truncation``), exactly, without
         rejection loops."""

@@ -1,0 +1,463 @@
+"""Probabilistic context-free grammars: exact length distributions, exact sampling given a
+length, exact string probabilities (inside algorithm) and an Earley next-token oracle.
+
+A PCFG is a list of rules ``(lhs, rhs, weight)``; any symbol that is the left-hand side of a
+rule is a nonterminal, every other right-hand-side symbol must be a declared terminal.
+Weights are normalised per left-hand side (``normalize=True``) or checked to sum to 1.
+
+To compute with lengths, the grammar is rewritten into an equivalent one with no ε-rules, no
+unary rules and binary right-hand sides (the standard construction, keeping probabilities):
+
+1. ``e[A] = P(A ⇒* ε)``, the least fixed point of ``e = f(e)`` (iterated from 0);
+2. each rule is expanded into every variant that erases some of its nullable nonterminals,
+   weighted by ``Π e[X]`` over the erased ones (the all-erased variant is ``e``'s share);
+3. unary chains are closed: ``A → β`` gets ``Σ_B [(I − U)^{-1}]_{AB} · w(B → β)``;
+4. right-hand sides are binarised, terminals in long rules go through pre-terminals.
+
+The rewritten grammar generates exactly the non-empty strings of the original one with the
+same probabilities, which makes ``Z[A, n] = P(A ⇒* some string of length n)`` a simple
+convolution over split points and gives exact sampling *given* a length: at each node choose a
+(rule, split) with probability ``w · Z[B, i] · Z[C, n − i] / Z[A, n]``.  This is what DuSell &
+Chiang's benchmark does (``../shared/REFERENCES.md``), including, as an option, the public
+implementation's quirk of dropping the start symbol's own unary and ε rules (``root="public"``).
+
+Everything here counts *symbols*; the :class:`~memrnn.languages.base.Language` wrappers add
+``END``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+_NEG_INF = -math.inf
+
+
+def cont(mean: float) -> float:
+    """Continue-probability of a geometric length with mean ``mean``: ``1 − 1/(mean + 1)``."""
+    if mean < 0:
+        raise ValueError(f"a mean length must be >= 0, got {mean}")
+    return 1.0 - 1.0 / (mean + 1.0)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``lhs → rhs`` with probability ``weight``."""
+
+    lhs: str
+    rhs: tuple[str, ...]
+    weight: float
+
+    def __str__(self) -> str:
+        return f"{self.lhs} → {' '.join(self.rhs) or 'ε'} ({self.weight:.4g})"
+
+
+def _logsumexp(a: np.ndarray, axis: int | None = None) -> np.ndarray:
+    m = np.max(a, axis=axis, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(a - m), axis=axis, keepdims=True)) + m
+    return np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
+
+class PCFG:
+    """A PCFG with exact length tables, sampling given a length, and inside probabilities.
+
+    Args:
+        rules: ``(lhs, rhs, weight)`` triples; ``rhs`` a sequence of symbols (empty for ε).
+        start: the start nonterminal.
+        terminals: the terminal alphabet (in the order the language will number them).
+        normalize: divide weights by their per-lhs total; otherwise the totals must be 1.
+        root: ``"paper"`` (the grammar as written) or ``"public"`` (condition on the start
+            symbol's first rule being neither unary nor ε, as DuSell's public code does).
+    """
+
+    def __init__(
+        self,
+        rules: Iterable[tuple[str, Sequence[str], float]],
+        start: str,
+        terminals: Sequence[str],
+        *,
+        normalize: bool = True,
+        root: Literal["paper", "public"] = "paper",
+    ) -> None:
+        raw = [(str(lhs), tuple(str(s) for s in rhs), float(w)) for lhs, rhs, w in rules]
+        if not raw:
+            raise ValueError("a PCFG needs at least one rule")
+        if root not in ("paper", "public"):
+            raise ValueError(f"root must be 'paper' or 'public', got {root!r}")
+        self.terminals = tuple(terminals)
+        if len(set(self.terminals)) != len(self.terminals):
+            raise ValueError(f"duplicate terminals in {self.terminals}")
+        self.nonterminals = tuple(dict.fromkeys(lhs for lhs, _, _ in raw))
+        overlap = set(self.nonterminals) & set(self.terminals)
+        if overlap:
+            raise ValueError(f"symbols {sorted(overlap)} are both terminals and nonterminals")
+        if start not in self.nonterminals:
+            raise ValueError(f"start symbol {start!r} has no rule; nonterminals are {self.nonterminals}")
+        for lhs, rhs, w in raw:
+            if not (w >= 0 and math.isfinite(w)):
+                raise ValueError(f"rule {lhs} → {' '.join(rhs)} has invalid weight {w}")
+            for s in rhs:
+                if s not in self.terminals and s not in self.nonterminals:
+                    raise ValueError(
+                        f"unknown symbol {s!r} in rule {lhs} → {' '.join(rhs)}: not a terminal "
+                        f"{self.terminals} and no rule has it on the left"
+                    )
+        totals: dict[str, float] = defaultdict(float)
+        for lhs, _, w in raw:
+            totals[lhs] += w
+        for lhs, tot in totals.items():
+            if tot <= 0:
+                raise ValueError(f"nonterminal {lhs!r} has total rule weight 0")
+            if not normalize and abs(tot - 1.0) > 1e-9:
+                raise ValueError(f"rules of {lhs!r} sum to {tot}, not 1 (pass normalize=True)")
+        self.rules = tuple(Rule(lhs, rhs, w / totals[lhs]) for lhs, rhs, w in raw if w > 0)
+        self.start, self.root = start, root
+        self._check_productive()
+        self._build()
+        self._z_max = 0
+        self._log_z = np.full((self._n_nt, 1), _NEG_INF)
+        self._choice_cache: dict[tuple[int, int], tuple[np.ndarray, list]] = {}
+
+    def __repr__(self) -> str:
+        return f"PCFG(start={self.start!r}, {len(self.rules)} rules, root={self.root!r})"
+
+    # -- construction ---------------------------------------------------------------------
+    def _check_productive(self) -> None:
+        productive: set[str] = set()
+        changed = True
+        while changed:
+            changed = False
+            for r in self.rules:
+                if r.lhs not in productive and all(s in self.terminals or s in productive for s in r.rhs):
+                    productive.add(r.lhs)
+                    changed = True
+        dead = [a for a in self.nonterminals if a not in productive]
+        if dead:
+            raise ValueError(f"nonterminals {dead} derive no terminal string")
+
+    def _build(self) -> None:
+        nts = self.nonterminals
+        # 1. nullable probabilities, least fixed point
+        e = dict.fromkeys(nts, 0.0)
+        for _ in range(100_000):
+            new = {a: 0.0 for a in nts}
+            for r in self.rules:
+                p = r.weight
+                for s in r.rhs:
+                    p *= e.get(s, 0.0)
+                new[r.lhs] += p
+            delta = max(abs(new[a] - e[a]) for a in nts)
+            e = new
+            if delta < 1e-16:
+                break
+        self.null_prob = e
+        # 2. ε-removal: variants erasing nullable occurrences
+        nonempty: dict[tuple[str, tuple[str, ...]], float] = defaultdict(float)
+        for r in self.rules:
+            options = []
+            for s in r.rhs:
+                if s in e and e[s] > 0:
+                    options.append(((s,), (), e[s]))  # keep (weight 1) or erase (weight e)
+                else:
+                    options.append(((s,), None, 0.0))
+            for choice in itertools.product(*[(0, 1) if o[1] is not None else (0,) for o in options]):
+                w = r.weight
+                rhs: list[str] = []
+                for c, (keep, _, es) in zip(choice, options, strict=True):
+                    if c:
+                        w *= es
+                    else:
+                        rhs.extend(keep)
+                if rhs and w > 0:
+                    nonempty[(r.lhs, tuple(rhs))] += w
+        lhs_names = list(nts)
+        if self.root == "public":
+            root = "__root__"
+            lhs_names.append(root)
+            kept = {
+                rhs: w for (lhs, rhs), w in nonempty.items() if lhs == self.start and not _is_unary(rhs, nts)
+            }
+            if not kept:
+                raise ValueError(f"root='public' leaves {self.start!r} without a non-unary, non-ε rule")
+            for rhs, w in kept.items():
+                nonempty[(root, rhs)] += w
+            top = root
+        else:
+            top = self.start
+        # 3. unary closure
+        idx = {a: i for i, a in enumerate(lhs_names)}
+        n = len(lhs_names)
+        unary = np.zeros((n, n))
+        proper: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
+        for (lhs, rhs), w in nonempty.items():
+            if _is_unary(rhs, nts):
+                unary[idx[lhs], idx[rhs[0]]] += w
+            else:
+                proper[lhs].append((rhs, w))
+        if n and np.max(np.abs(np.linalg.eigvals(unary))) >= 1 - 1e-12:
+            raise ValueError("the grammar has a unary cycle taken with probability 1")
+        closure = np.linalg.inv(np.eye(n) - unary)
+        closed: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
+        for a in lhs_names:
+            for b in lhs_names:
+                c = closure[idx[a], idx[b]]
+                if c > 0:
+                    for rhs, w in proper[b]:
+                        closed[a][rhs] += c * w
+        # 4. binarise; nonterminal ids: original (and root) first, then helpers
+        names = list(lhs_names)
+        nt_id = {a: i for i, a in enumerate(names)}
+        term_rules: list[tuple[int, int, float]] = []  # (A, terminal, logw)
+        bin_rules: list[tuple[int, int, int, float]] = []  # (A, B, C, logw)
+        tid = {t: i for i, t in enumerate(self.terminals)}
+        pre: dict[str, int] = {}
+
+        def new_nt(name: str) -> int:
+            names.append(name)
+            nt_id[name] = len(names) - 1
+            return nt_id[name]
+
+        def sym(s: str) -> int:
+            if s in tid:
+                if s not in pre:
+                    pre[s] = new_nt(f"<{s}>")
+                    term_rules.append((pre[s], tid[s], 0.0))
+                return pre[s]
+            return nt_id[s]
+
+        chains: dict[tuple[str, ...], int] = {}
+
+        def chain(rhs: tuple[str, ...]) -> int:  # a helper deriving exactly rhs (len >= 2)
+            if rhs not in chains:
+                a = new_nt(f"<{' '.join(rhs)}>")
+                chains[rhs] = a
+                b = sym(rhs[0])
+                c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
+                bin_rules.append((a, b, c, 0.0))
+            return chains[rhs]
+
+        for a in lhs_names:
+            for rhs, w in closed[a].items():
+                lw = math.log(w)
+                if len(rhs) == 1:
+                    term_rules.append((nt_id[a], tid[rhs[0]], lw))
+                else:
+                    b = sym(rhs[0])
+                    c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
+                    bin_rules.append((nt_id[a], b, c, lw))
+        self._names = names
+        self._n_nt = len(names)
+        self._top = nt_id[top]
+        if self.root == "public":
+            # P(root rule is non-unary, non-ε) for a consistent grammar: Σ_r w_r Π (1 − e[X])
+            mass = 0.0
+            for (lhs, rhs), w in nonempty.items():
+                if lhs == "__root__":
+                    p = w
+                    for s in rhs:
+                        p *= 1.0 - e[s] if s in e else 1.0
+                    mass += p
+            self._log_top_norm = math.log(mass)
+            self._log_empty = _NEG_INF
+        else:
+            self._log_top_norm = 0.0
+            self._log_empty = math.log(e[self.start]) if e[self.start] > 0 else _NEG_INF
+        self._term = np.full((self._n_nt, len(self.terminals)), _NEG_INF)
+        for a, t, lw in term_rules:
+            self._term[a, t] = np.logaddexp(self._term[a, t], lw)
+        self._bin = np.array([(a, b, c) for a, b, c, _ in bin_rules], dtype=np.int64).reshape(-1, 3)
+        self._bin_logw = np.array([lw for *_, lw in bin_rules], dtype=np.float64)
+        self._bin_of = [np.flatnonzero(self._bin[:, 0] == a) for a in range(self._n_nt)]
+
+    # -- length tables ----------------------------------------------------------------------
+    def _ensure(self, n: int) -> None:
+        if n <= self._z_max:
+            return
+        z = np.full((self._n_nt, n + 1), _NEG_INF)
+        z[:, : self._log_z.shape[1]] = self._log_z
+        z[:, 1] = _logsumexp(self._term, axis=1)
+        _, b_idx, c_idx = self._bin.T if len(self._bin) else (np.zeros(0, int),) * 3
+        for ln in range(max(2, self._z_max + 1), n + 1):
+            if not len(self._bin):
+                break
+            splits = z[b_idx, 1:ln] + z[c_idx, ln - 1 : 0 : -1]  # [R, ln-1]
+            per_rule = self._bin_logw + _logsumexp(splits, axis=1)
+            for a in range(self._n_nt):
+                rs = self._bin_of[a]
+                if len(rs):
+                    z[a, ln] = _logsumexp(per_rule[rs])
+        self._log_z, self._z_max = z, n
+
+    def length_log_probs(self, max_length: int) -> np.ndarray:
+        """``log P(|w| = n)`` for ``n = 0..max_length`` (symbols, no ``END``), ``[max_length + 1]``."""
+        if max_length < 0:
+            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        self._ensure(max(max_length, 1))
+        out = self._log_z[self._top, : max_length + 1].copy() - self._log_top_norm
+        out[0] = self._log_empty
+        return out
+
+    # -- sampling ---------------------------------------------------------------------------
+    def _choices(self, a: int, n: int) -> tuple[np.ndarray, list]:
+        key = (a, n)
+        if key not in self._choice_cache:
+            logs, opts = [], []
+            if n == 1:
+                for t in np.flatnonzero(np.isfinite(self._term[a])):
+                    logs.append(self._term[a, t])
+                    opts.append(("t", int(t)))
+            else:
+                for r in self._bin_of[a]:
+                    _, b, c = self._bin[r]
+                    vals = self._bin_logw[r] + self._log_z[b, 1:n] + self._log_z[c, n - 1 : 0 : -1]
+                    for i in np.flatnonzero(np.isfinite(vals)):
+                        logs.append(vals[i])
+                        opts.append(("b", int(b), int(c), int(i) + 1))
+            if not logs:
+                raise ValueError(f"{self._names[a]} derives no string of length {n}")
+            lv = np.array(logs)
+            p = np.exp(lv - _logsumexp(lv))
+            self._choice_cache[key] = (np.cumsum(p), opts)
+        return self._choice_cache[key]
+
+    def sample_given_length(self, rng: np.random.Generator, n: int) -> list[int]:
+        """One string of exactly ``n`` symbols (terminal indices) drawn from ``p(w | |w| = n)``."""
+        if n == 0:
+            if self._log_empty == _NEG_INF:
+                raise ValueError("the grammar generates no empty string")
+            return []
+        self._ensure(n)
+        if not np.isfinite(self._log_z[self._top, n]):
+            raise ValueError(f"the grammar generates no string of length {n}")
+        out: list[int] = []
+        todo = [(self._top, n)]
+        while todo:
+            a, ln = todo.pop()
+            cdf, opts = self._choices(a, ln)
+            o = opts[min(int(np.searchsorted(cdf, rng.random() * cdf[-1], side="right")), len(opts) - 1)]
+            if o[0] == "t":
+                out.append(o[1])
+            else:
+                _, b, c, i = o
+                todo.append((c, ln - i))
+                todo.append((b, i))
+        return out
+
+    # -- inside probabilities ---------------------------------------------------------------
+    def log_prob(self, word: Sequence[int]) -> float:
+        """``log p(w)`` of a string of terminal indices (``-inf`` if not generated); CKY in log
+        space over the rewritten grammar, ``O(n^3 · rules)``."""
+        n = len(word)
+        if n == 0:
+            return self._log_empty
+        for pos, t in enumerate(word):
+            if not 0 <= int(t) < len(self.terminals):
+                raise ValueError(f"unknown terminal index {t!r} at position {pos}")
+        chart = np.full((n + 1, n, self._n_nt), _NEG_INF)  # [span length, start, A]
+        chart[1] = self._term[:, np.asarray(word, dtype=np.int64)].T
+        if len(self._bin):
+            _, b_idx, c_idx = self._bin.T
+            for s in range(2, n + 1):
+                k = np.arange(1, s)[:, None]
+                i = np.arange(n - s + 1)[None, :]
+                left = chart[k, i][..., b_idx]  # [s-1, m, R]
+                right = chart[s - k, i + k][..., c_idx]
+                per_rule = self._bin_logw + _logsumexp(left + right, axis=0)  # [m, R]
+                for a in range(self._n_nt):
+                    rs = self._bin_of[a]
+                    if len(rs):
+                        chart[s, : n - s + 1, a] = _logsumexp(per_rule[:, rs], axis=1)
+        return float(chart[n, 0, self._top] - self._log_top_norm)
+
+
+def _is_unary(rhs: tuple[str, ...], nonterminals: Sequence[str]) -> bool:
+    return len(rhs) == 1 and rhs[0] in nonterminals
+
+
+class Earley:
+    """Earley recogniser of a CFG (weights ignored) with nullable completion (Aycock & Horspool),
+    incremental over a prefix: gives membership and the exact set of terminals that can follow
+    any prefix (the next-token oracle of any context-free language)."""
+
+    def __init__(self, grammar: PCFG) -> None:
+        self.g = grammar
+        self.rules = [(r.lhs, r.rhs) for r in grammar.rules]
+        self.by_lhs: dict[str, list[int]] = defaultdict(list)
+        for i, (lhs, _) in enumerate(self.rules):
+            self.by_lhs[lhs].append(i)
+        self.nullable = {a for a, p in grammar.null_prob.items() if p > 0}
+        if grammar.root == "public":
+            raise ValueError("Earley recognises the grammar as written; use root='paper'")
+        self.start = "__start__"
+        self.rules.append((self.start, (grammar.start,)))
+        self.by_lhs[self.start] = [len(self.rules) - 1]
+        self.nts = set(grammar.nonterminals) | {self.start}
+
+    def _closure(self, items: set, chart: list[set], pos: int) -> set:
+        agenda = list(items)
+        while agenda:
+            r, d, o = agenda.pop()
+            lhs, rhs = self.rules[r]
+            if d < len(rhs):
+                s = rhs[d]
+                if s in self.nts:
+                    for r2 in self.by_lhs[s]:
+                        it = (r2, 0, pos)
+                        if it not in items:
+                            items.add(it)
+                            agenda.append(it)
+                    if s in self.nullable:
+                        it = (r, d + 1, o)
+                        if it not in items:
+                            items.add(it)
+                            agenda.append(it)
+            else:  # complete
+                src = items if o == pos else chart[o]
+                for r2, d2, o2 in list(src):
+                    rhs2 = self.rules[r2][1]
+                    if d2 < len(rhs2) and rhs2[d2] == lhs:
+                        it = (r2, d2 + 1, o2)
+                        if it not in items:
+                            items.add(it)
+                            agenda.append(it)
+        return items
+
+    def charts(self, word: Sequence[str]) -> list[set]:
+        """Earley sets ``0..len(word)``; stops early (shorter list) once a set is empty."""
+        chart: list[set] = []
+        chart.append(self._closure({(self.by_lhs[self.start][0], 0, 0)}, chart, 0))
+        for pos, t in enumerate(word, start=1):
+            scanned = set()
+            for r, d, o in chart[-1]:
+                rhs = self.rules[r][1]
+                if d < len(rhs) and rhs[d] == t:
+                    scanned.add((r, d + 1, o))
+            if not scanned:
+                chart.append(set())
+                break
+            chart.append(self._closure(scanned, chart, pos))
+        return chart
+
+    def expected(self, items: set) -> tuple[set[str], bool]:
+        """Terminals that can come next, and whether the prefix is itself a complete string."""
+        nxt = set()
+        done = False
+        for r, d, o in items:
+            lhs, rhs = self.rules[r]
+            if d < len(rhs) and rhs[d] not in self.nts:
+                nxt.add(rhs[d])
+            if lhs == self.start and d == len(rhs) and o == 0:
+                done = True
+        return nxt, done
+
+    def recognizes(self, word: Sequence[str]) -> bool:
+        ch = self.charts(word)
+        return len(ch) == len(word) + 1 and self.expected(ch[-1])[1]
