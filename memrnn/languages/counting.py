@@ -15,7 +15,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from memrnn.languages.automata import CounterMachine, anbn_counter_machine, anbncn_counter_machine
+from memrnn.languages.automata import (
+    DPDA,
+    EMPTY,
+    NOOP,
+    POP,
+    CounterMachine,
+    anbn_counter_machine,
+    anbncn_counter_machine,
+    push,
+)
 from memrnn.languages.base import Language, Lengths
 from memrnn.languages.pcfg import cont
 
@@ -75,6 +84,16 @@ class CountingLanguage(Language):
     @property
     def machine(self) -> CounterMachine:
         return (anbn_counter_machine if self.blocks == 2 else anbncn_counter_machine)(self.min_n)
+
+    def pda(self) -> DPDA:
+        """The DPDA of ``a^n b^n`` (two blocks only; ``a^n b^n c^n`` is not context-free)."""
+        if self.blocks != 2:
+            raise ValueError(f"{self} is not context-free: it has no PDA (use .machine)")
+        t = [("A", "a", "*", "A", push("x")), ("A", "b", "x", "B", POP), ("B", "b", "x", "B", POP)]
+        t.append(("B", "END", EMPTY, "acc", NOOP))
+        if self.min_n == 0:
+            t.append(("A", "END", EMPTY, "acc", NOOP))
+        return DPDA(["A", "B", "acc"], self.symbols, ["x"], t, "A", ["acc"])
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)

@@ -13,6 +13,7 @@ from typing import Literal
 
 import numpy as np
 
+from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
 from memrnn.languages.base import Language, Lengths
 from memrnn.languages.pcfg import PCFG, Earley, cont
 
@@ -219,6 +220,14 @@ class DyckN(_StackOracle, GrammarLanguage):
     def __repr__(self) -> str:
         return f"DyckN(n={self.n}, p={self.p}, q={self.q})"
 
+    def pda(self) -> DPDA:
+        """The DPDA (input: the symbols, ``END`` included): push each open bracket, pop on its
+        close, accept on ``END`` with an empty stack."""
+        t = [("q", o, "*", "q", push(o)) for o, _ in self.pairs]
+        t += [("q", c, o, "q", POP) for o, c in self.pairs]
+        t.append(("q", "END", EMPTY, "acc", NOOP))
+        return DPDA(["q", "acc"], self.symbols, [o for o, _ in self.pairs], t, "q", ["acc"])
+
     __str__ = __repr__
 
     def _start(self):
@@ -255,6 +264,14 @@ class MarkedReversal(_StackOracle, GrammarLanguage):
         return f"{type(self).__name__}(mean_length={self.mean_length})"
 
     __str__ = __repr__
+
+    def pda(self) -> DPDA:
+        """The DPDA: push the first half, switch at the marker, pop matching symbols."""
+        t = [("P", x, "*", "P", push(x)) for x in self.alphabet]
+        t.append(("P", self.marker, "*", "Q", NOOP))
+        t += [("Q", x, x, "Q", POP) for x in self.alphabet]
+        t.append(("Q", "END", EMPTY, "acc", NOOP))
+        return DPDA(["P", "Q", "acc"], self.symbols, self.alphabet, t, "P", ["acc"])
 
     def _start(self):
         return ((), False)
@@ -369,6 +386,13 @@ class DuSellDyck(_StackOracle, GrammarLanguage):
 
     _start = DyckN._start
     _step = DyckN._step
+
+    def pda(self) -> DPDA:
+        """As Dyck-n's, from a start state that rejects the empty string."""
+        t = [(q, o, "*", "q", push(o)) for o, _ in self.pairs for q in ("q0", "q")]
+        t += [("q", c, o, "q", POP) for o, c in self.pairs]
+        t.append(("q", "END", EMPTY, "acc", NOOP))
+        return DPDA(["q0", "q", "acc"], self.symbols, [o for o, _ in self.pairs], t, "q0", ["acc"])
 
     def _options(self, st):
         return {o for o, _ in self.pairs} | ({self._close_of[st[-1]]} if st else set()), st == ()
