@@ -45,7 +45,9 @@ class LRTrace:
             none (Algorithm 4's zero vector).
         shift: ``ρ``, ``[T + 1]``: always 1 for an LR(1) automaton.
         output: ``Y``, ``[T + 1]``: 1 iff, after the reductions of step t (before shifting
-            ``x_t``), the stack is one accepting nonterminal, i.e. ``w_<t`` is accepted.
+            ``x_t``), the stack is one accepting nonterminal (section 3.2's teacher signal).
+            This is ``w_<t ∈ L`` whenever ``x_t`` is ``#`` or a viable continuation; after a
+            symbol that kills the word, reductions made for it may differ (JSON: ``s ]``).
         num_actions: ``[T + 1]`` actions per step, the terminating one included.
         stacks: ``stacks[t]``: the stack before step t's reductions, after each action, and
             after the shift (bottom first), for replay checks.
