@@ -7,11 +7,31 @@ from memrnn.data.datamodule import (
     StringDataset,
     collate_generator,
 )
+from memrnn.data.presets import PRESETS, SplitPreset, get_preset
+from memrnn.data.tasks import (
+    AcceptorDataModule,
+    CopyTask,
+    RepeatCopyTask,
+    ReversalTask,
+    TransductionDataModule,
+    collate_acceptor,
+    collate_transduction,
+)
 
 __all__ = [
     "IGNORE_INDEX",
+    "PRESETS",
+    "AcceptorDataModule",
+    "CopyTask",
     "EpochShuffleSampler",
     "FormalLanguageDataModule",
+    "RepeatCopyTask",
+    "ReversalTask",
+    "SplitPreset",
     "StringDataset",
+    "TransductionDataModule",
+    "collate_acceptor",
     "collate_generator",
+    "collate_transduction",
+    "get_preset",
 ]

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memrnn.languages.base import Language, Lengths
+from memrnn.data.presets import get_preset
+from memrnn.languages.base import Language, Lengths, LengthSampling
 
 IGNORE_INDEX = -100
 SPLITS = ("train", "val", "test")
@@ -20,28 +21,47 @@ SPLITS = ("train", "val", "test")
 
 class StringDataset(Dataset):
     """Complete strings of a language with the exact per-token log-probabilities of the
-    distribution they were drawn from (``ref_logprob``, natural log, one per token)."""
+    distribution they were drawn from (``ref_logprob``, natural log, one per token) and,
+    optionally, the set of allowed next symbols at every position (``next_sets``)."""
 
-    def __init__(self, strings: list[list[int]], ref_logprobs: list[np.ndarray], lengths: Lengths) -> None:
-        self.strings, self.ref_logprobs, self.lengths = strings, ref_logprobs, lengths
+    def __init__(
+        self,
+        strings: list[list[int]],
+        ref_logprobs: list[np.ndarray],
+        lengths: Lengths,
+        next_sets: list[list[frozenset[int]]] | None = None,
+    ) -> None:
+        self.strings, self.ref_logprobs, self.lengths, self.next_sets = (
+            strings,
+            ref_logprobs,
+            lengths,
+            next_sets,
+        )
 
     def __len__(self) -> int:
         return len(self.strings)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        return {"ids": self.strings[i], "ref_logprob": self.ref_logprobs[i]}
+        item = {"ids": self.strings[i], "ref_logprob": self.ref_logprobs[i]}
+        if self.next_sets is not None:
+            item["next_set"] = self.next_sets[i]
+        return item
 
     @property
     def num_tokens(self) -> int:
         return sum(len(s) for s in self.strings)
 
 
-def collate_generator(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str, Tensor]:
+def collate_generator(
+    items: Sequence[dict[str, Any]], bos_id: int, num_symbols: int | None = None
+) -> dict[str, Tensor]:
     """Right-pad a batch for next-token prediction.
 
     Returns ``input [B, T]`` (``BOS`` then the string without its ``END``), ``target [B, T]``
     (the string, ``END`` last; ``-100`` at padding), ``mask [B, T]`` bool, ``ref_logprob [B, T]``
     float64 (0 at padding) and ``lengths [B]``; ``T`` is the longest string, ``END`` counted.
+    With next sets in the items (and ``num_symbols``), also ``next_set [B, T, num_symbols]``
+    bool: Suzgun et al.'s multi-hot targets (all False at padding).
     """
     lengths = torch.tensor([len(it["ids"]) for it in items], dtype=torch.long)
     batch, steps = len(items), int(lengths.max()) if items else 0
@@ -56,7 +76,16 @@ def collate_generator(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str,
         tgt[b, :n] = ids
         ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
     mask = torch.arange(steps)[None, :] < lengths[:, None]
-    return {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
+    out = {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
+    if items and "next_set" in items[0]:
+        if num_symbols is None:
+            raise ValueError("collating next sets needs num_symbols")
+        sets = torch.zeros(batch, steps, num_symbols, dtype=torch.bool)
+        for b, it in enumerate(items):
+            for t, allowed in enumerate(it["next_set"]):
+                sets[b, t, list(allowed)] = True
+        out["next_set"] = sets
+    return out
 
 
 class EpochShuffleSampler(Sampler[int]):
@@ -84,11 +113,20 @@ class FormalLanguageDataModule(L.LightningDataModule):
 
     Args:
         language: a ``memrnn.languages.Language`` (in YAML: ``class_path`` + ``init_args``).
-        train_size, val_size, test_size: number of strings per split.
+        train_size, val_size, test_size: number of strings per split (None: the preset's, else
+            2000, 500, 500).
         train_lengths: ``(min, max)`` lengths (``END`` counted) of train and val strings; None
-            takes the language's default (for Dyck-(k,m), Table 2 of seed 000).
+            takes the preset's, else the language's default (Dyck-(k,m): seed 000 Table 2).
         test_lengths: the length-generalization window of the test split; None takes the
-            language's default (longer than training).
+            preset's, else the language's default (longer than training).
+        preset: a named split from :mod:`memrnn.data.presets` (``hewitt``, ``suzgun``, ``rsm``,
+            ``dusell``, ``weiss``); it fills the arguments left at None.
+        length_sampling: ``"natural"`` (the distribution restricted to the window) or
+            ``"uniform"`` (length uniform over the window, then the string given its length,
+            scored against ``log p(w | length)``).
+        test_per_length: draw this many test strings for every possible length of the test
+            window instead of ``test_size`` strings (DuSell & Chiang's 100 per length).
+        next_sets: add Suzgun et al.'s multi-hot ``next_set`` targets to every batch.
         batch_size: strings per training batch; eval_batch_size for val/test (default: same).
         seed: every split is drawn from its own stream ``(seed, split)``, so changing one
             split's size never changes another split.
@@ -100,30 +138,47 @@ class FormalLanguageDataModule(L.LightningDataModule):
     def __init__(
         self,
         language: Language,
-        train_size: int = 2000,
-        val_size: int = 500,
-        test_size: int = 500,
+        train_size: int | None = None,
+        val_size: int | None = None,
+        test_size: int | None = None,
         train_lengths: tuple[int, int] | None = None,
         test_lengths: tuple[int, int] | None = None,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
+        preset: str | None = None,
+        length_sampling: LengthSampling | None = None,
+        test_per_length: int | None = None,
+        next_sets: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(language, Language):
             raise ValueError(f"language must be a memrnn.languages.Language, got {type(language).__name__}")
+        p = get_preset(preset) if preset is not None else None
+        train_size = train_size if train_size is not None else p.train_size if p else 2000
+        val_size = val_size if val_size is not None else p.val_size if p else 500
+        test_size = test_size if test_size is not None else p.test_size if p else 500
         for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
             if v < 0:
                 raise ValueError(f"{name} must be >= 0, got {v}")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.length_sampling = length_sampling or (p.length_sampling if p else "natural")
+        if self.length_sampling not in ("natural", "uniform"):
+            raise ValueError(f"length_sampling must be 'natural' or 'uniform', got {self.length_sampling!r}")
+        self.test_per_length = (
+            test_per_length if test_per_length is not None else (p.test_per_length if p else None)
+        )
+        if self.test_per_length is not None and self.test_per_length < 1:
+            raise ValueError(f"test_per_length must be >= 1, got {self.test_per_length}")
         self.save_hyperparameters()
-        self.language = language
+        self.language, self.next_sets = language, next_sets
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
+        p_train, p_test = p.windows(language) if p else (None, None)
         self.windows: dict[str, Lengths] = {
-            "train": tuple(train_lengths) if train_lengths else language.default_lengths("train"),
-            "test": tuple(test_lengths) if test_lengths else language.default_lengths("test"),
+            "train": tuple(train_lengths or p_train or language.default_lengths("train")),
+            "test": tuple(test_lengths or p_test or language.default_lengths("test")),
         }
         self.windows["val"] = self.windows["train"]
         self.batch_size = batch_size
@@ -144,10 +199,19 @@ class FormalLanguageDataModule(L.LightningDataModule):
     def build_split(self, split: str) -> StringDataset:
         """Sample one split (deterministic in ``seed``)."""
         rng = np.random.default_rng([self.seed, SPLITS.index(split)])
-        window = self.windows[split]
-        strings = self.language.sample_many(self.sizes[split], rng, window)
-        refs = [self.language.token_log_probs(s, window) for s in strings]
-        return StringDataset(strings, refs, window)
+        window, lang, mode = self.windows[split], self.language, self.length_sampling
+        if split == "test" and self.test_per_length:
+            strings = [
+                lang.sample_given_length(rng, n)
+                for n in lang.lengths_in(window)
+                for _ in range(self.test_per_length)
+            ]
+            mode = "uniform"  # each string is scored given its length
+        else:
+            strings = lang.sample_many(self.sizes[split], rng, window, mode)
+        refs = [lang.reference_log_probs(s, window, mode) for s in strings]
+        sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
+        return StringDataset(strings, refs, window, sets)
 
     def setup(self, stage: str | None = None) -> None:
         wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
@@ -164,7 +228,7 @@ class FormalLanguageDataModule(L.LightningDataModule):
             ds,
             batch_size=self.batch_size if train else self.eval_batch_size,
             sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
-            collate_fn=partial(collate_generator, bos_id=bos),
+            collate_fn=partial(collate_generator, bos_id=bos, num_symbols=self.language.num_symbols),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )

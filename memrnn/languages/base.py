@@ -190,11 +190,12 @@ class Language(ABC):
 
     def sample_negative(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
         """A string *not* in the language, ``END`` last.  Default: the length of a positive
-        sample, symbols uniform over the alphabet, redrawn until rejected (languages override
-        this with their papers' negatives)."""
-        n = len(self.sample(rng, lengths))
-        for _ in range(10_000):
-            w = [int(x) for x in rng.integers(0, self.end_id, size=n - 1)] + [self.end_id]
-            if not self.accepts(w):
-                return w
-        raise ValueError(f"{self}: no negative of length {n} found in 10,000 uniform draws")
+        sample, symbols uniform over the alphabet, redrawn until rejected (50 tries per length,
+        then a new length); languages override this with their papers' negatives."""
+        for _ in range(200):
+            n = len(self.sample(rng, lengths))
+            for _ in range(50):
+                w = [int(x) for x in rng.integers(0, self.end_id, size=n - 1)] + [self.end_id]
+                if not self.accepts(w):
+                    return w
+        raise ValueError(f"{self}: no negative found in 10,000 uniform draws at sampled lengths in {lengths}")
