@@ -101,6 +101,13 @@ class CountingLanguage(Language):
             return False
         return self.machine.accepts([self.symbols[i] for i in ids[:-1]])
 
+    def accepts_prefixes(self, ids: Sequence[int]) -> list[bool]:
+        """Linear-time per-prefix membership (one pass of the counter machine)."""
+        body = [t for t in self.check_ids(ids) if t != self.end_id]
+        accept = self.machine.accepting
+        return [c is not None and (c[0], tuple(x == 0 for x in c[1])) in accept
+                for c in self.machine.run([self.symbols[t] for t in body])]  # fmt: skip
+
     def _parse_prefix(self, ids: list[int]) -> tuple[int, list[int]] | None:
         """``(n, counts so far)`` for a viable prefix, or None."""
         counts = [0] * self.blocks

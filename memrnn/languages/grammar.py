@@ -165,6 +165,15 @@ class _StackOracle:
                 return False
         return self._options(st)[1]
 
+    def accepts_prefixes(self, ids: Sequence[int]) -> list[bool]:
+        body = [t for t in self.check_ids(ids) if t != self.end_id]  # type: ignore[attr-defined]
+        out, st = [], self._start()
+        for t in [*body, None]:
+            out.append(st is not None and self._options(st)[1])
+            if t is not None and st is not None:
+                st = self._step(st, self.symbols[t])  # type: ignore[attr-defined]
+        return out
+
     def allowed_next_all(self, ids: Sequence[int]) -> list[frozenset[int]]:
         ids = self.check_ids(ids)  # type: ignore[attr-defined]
         index = {s: i for i, s in enumerate(self.symbols)}  # type: ignore[attr-defined]
@@ -405,6 +414,11 @@ class DuSellDyck(_StackOracle, GrammarLanguage):
         out = super().allowed_next_all(ids)
         if out:
             out[0] = out[0] - {self.end_id}
+        return out
+
+    def accepts_prefixes(self, ids: Sequence[int]) -> list[bool]:
+        out = super().accepts_prefixes(ids)
+        out[0] = False  # the empty string is not in this language
         return out
 
 

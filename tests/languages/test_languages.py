@@ -288,3 +288,15 @@ def test_bad_input_is_named(name):
         language.accepts([99])
     with pytest.raises(ValueError, match="length window"):
         language.sample_many(1, np.random.default_rng(0), (5, 2))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fast_prefix_membership_equals_the_definition(name):
+    from memrnn.languages.base import Language
+
+    language = lang(name)
+    rng = np.random.default_rng(1)
+    window = (1, 30) if name != "hardest_cfl" else (7, 20)
+    window = window if language.lengths_in(window) else language.default_lengths("train")
+    for w in [*language.sample_many(3, rng, window), language.sample_negative(rng, window)]:
+        assert language.accepts_prefixes(w) == Language.accepts_prefixes(language, w), language.decode(w)
