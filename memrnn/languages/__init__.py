@@ -4,20 +4,14 @@ from memrnn.languages.automata import DFA, DPDA, PFSA, CounterMachine, dyck1_pda
 from memrnn.languages.base import Language, Lengths, LengthSampling
 from memrnn.languages.counting import AnBn, AnBnCn, CountingLanguage
 from memrnn.languages.dyck import ACCEPT, REJECT, DyckKM
-from memrnn.languages.grammar import (
-    DuSellDyck,
-    DyckN,
-    GrammarLanguage,
-    HardestCFL,
-    JsonLite,
-    MarkedReversal,
-    PaddedReversal,
-    Palindrome,
-    UnmarkedReversal,
-)
+from memrnn.languages.dyck_n import DuSellDyck, DyckN
+from memrnn.languages.grammar import GrammarLanguage
+from memrnn.languages.hardest import HardestCFL
+from memrnn.languages.json_lite import JsonLite
 from memrnn.languages.lr import LRAutomaton, LRTrace, latch_automaton, table1_automaton
 from memrnn.languages.pcfg import PCFG, Earley
 from memrnn.languages.regular import Latch, PFSALanguage
+from memrnn.languages.reversal import MarkedReversal, PaddedReversal, Palindrome, UnmarkedReversal
 
 __all__ = [
     "ACCEPT",

@@ -33,6 +33,22 @@ class Language(ABC):
         super().__init_subclass__(**kwargs)
         allow_in_checkpoints(cls)  # data modules save their language in checkpoints
 
+    def __new__(cls, *args, **kwargs):
+        obj = super().__new__(cls)
+        obj._init_args = (args, kwargs)
+        return obj
+
+    def __getstate__(self) -> dict:
+        # A language pickles as its constructor arguments, rebuilt on load: checkpoints stay
+        # small and load under torch's weights_only unpickler (no grammar tables or caches).
+        args, kwargs = getattr(self, "_init_args", ((), {}))
+        return {"_init_args": (list(args), dict(kwargs))}
+
+    def __setstate__(self, state: dict) -> None:
+        args, kwargs = state["_init_args"]
+        self._init_args = (tuple(args), kwargs)
+        self.__init__(*args, **kwargs)
+
     @property
     def num_symbols(self) -> int:
         """Size of the output alphabet (``END`` included)."""

@@ -300,3 +300,21 @@ def test_fast_prefix_membership_equals_the_definition(name):
     window = window if language.lengths_in(window) else language.default_lengths("train")
     for w in [*language.sample_many(3, rng, window), language.sample_negative(rng, window)]:
         assert language.accepts_prefixes(w) == Language.accepts_prefixes(language, w), language.decode(w)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_languages_round_trip_through_weights_only_checkpoints(name):
+    import io
+
+    import torch
+
+    language = lang(name)
+    buf = io.BytesIO()
+    torch.save({"language": language}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=True)["language"]
+    assert type(loaded) is type(language) and repr(loaded) == repr(language)
+    w = language.sample(
+        np.random.default_rng(0), (7, 30) if name == "hardest_cfl" else language.default_lengths("train")
+    )
+    assert loaded.log_prob(w) == language.log_prob(w) and loaded.accepts(w)
