@@ -273,9 +273,23 @@ class PCFG:
         self._term = np.full((self._n_nt, len(self.terminals)), _NEG_INF)
         for a, t, lw in term_rules:
             self._term[a, t] = np.logaddexp(self._term[a, t], lw)
+        bin_rules.sort(key=lambda r: r[0])  # grouped by lhs, for the grouped log-sum-exp
         self._bin = np.array([(a, b, c) for a, b, c, _ in bin_rules], dtype=np.int64).reshape(-1, 3)
         self._bin_logw = np.array([lw for *_, lw in bin_rules], dtype=np.float64)
         self._bin_of = [np.flatnonzero(self._bin[:, 0] == a) for a in range(self._n_nt)]
+        lhs = self._bin[:, 0]
+        self._group_starts = np.flatnonzero(np.r_[True, lhs[1:] != lhs[:-1]]) if len(lhs) else np.zeros(0, int)
+        self._group_lhs = lhs[self._group_starts] if len(lhs) else np.zeros(0, int)
+        self._group_of_rule = np.cumsum(np.r_[False, lhs[1:] != lhs[:-1]]) if len(lhs) else np.zeros(0, int)
+
+    def _grouped_logsumexp(self, values: np.ndarray) -> np.ndarray:
+        """Log-sum-exp of ``values [M, R]`` over the rules of each lhs -> ``[M, groups]``,
+        shifting each group by its own maximum (no underflow across nonterminals)."""
+        top = np.maximum.reduceat(values, self._group_starts, axis=1)
+        top = np.where(np.isfinite(top), top, 0.0)
+        with np.errstate(divide="ignore"):
+            summed = np.add.reduceat(np.exp(values - top[:, self._group_of_rule]), self._group_starts, axis=1)
+            return np.log(summed) + top
 
     # -- length tables ----------------------------------------------------------------------
     def _ensure(self, n: int) -> None:
@@ -290,10 +304,7 @@ class PCFG:
                 break
             splits = z[b_idx, 1:ln] + z[c_idx, ln - 1 : 0 : -1]  # [R, ln-1]
             per_rule = self._bin_logw + _logsumexp(splits, axis=1)
-            for a in range(self._n_nt):
-                rs = self._bin_of[a]
-                if len(rs):
-                    z[a, ln] = _logsumexp(per_rule[rs])
+            z[self._group_lhs, ln] = self._grouped_logsumexp(per_rule[None, :])[0]
         self._log_z, self._z_max = z, n
 
     def length_log_probs(self, max_length: int) -> np.ndarray:
@@ -371,10 +382,7 @@ class PCFG:
                 left = chart[k, i][..., b_idx]  # [s-1, m, R]
                 right = chart[s - k, i + k][..., c_idx]
                 per_rule = self._bin_logw + _logsumexp(left + right, axis=0)  # [m, R]
-                for a in range(self._n_nt):
-                    rs = self._bin_of[a]
-                    if len(rs):
-                        chart[s, : n - s + 1, a] = _logsumexp(per_rule[:, rs], axis=1)
+                chart[s][: n - s + 1, self._group_lhs] = self._grouped_logsumexp(per_rule)
         return float(chart[n, 0, self._top] - self._log_top_norm)
 
 
