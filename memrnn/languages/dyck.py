@@ -40,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 
+from memrnn.languages.automata import DFA
 from memrnn.languages.base import Language, Lengths
 
 ACCEPT = "accept"
@@ -125,6 +126,25 @@ class DyckKM(Language):
                     seen[nxt] = None
                     queue.append(nxt)
         return list(seen)
+
+    def dfa(self) -> DFA:
+        """Appendix B's automaton as a :class:`~memrnn.languages.automata.DFA` over the symbol
+        names: one state per reachable stack (named by its ids, e.g. ``"0,1"``; ``""`` is the
+        empty stack) plus ``"accept"`` (after ``END``); missing moves are the reject state."""
+
+        def name(state: tuple[int, ...]) -> str:
+            return ",".join(map(str, state))
+
+        stacks = self.reachable_states()
+        trans = []
+        for st in stacks:
+            for tok in range(self.num_symbols):
+                nxt = self.transition(st, tok)
+                if nxt == ACCEPT:
+                    trans.append((name(st), self.symbols[tok], ACCEPT))
+                elif isinstance(nxt, tuple):
+                    trans.append((name(st), self.symbols[tok], name(nxt)))
+        return DFA([*map(name, stacks), ACCEPT], self.symbols, trans, name(()), [ACCEPT])
 
     def accepts(self, ids: Sequence[int]) -> bool:
         """Whether ``ids`` (ending with ``END``) is in Dyck-(k,m)."""

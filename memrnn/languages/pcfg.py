@@ -278,7 +278,9 @@ class PCFG:
         self._bin_logw = np.array([lw for *_, lw in bin_rules], dtype=np.float64)
         self._bin_of = [np.flatnonzero(self._bin[:, 0] == a) for a in range(self._n_nt)]
         lhs = self._bin[:, 0]
-        self._group_starts = np.flatnonzero(np.r_[True, lhs[1:] != lhs[:-1]]) if len(lhs) else np.zeros(0, int)
+        self._group_starts = (
+            np.flatnonzero(np.r_[True, lhs[1:] != lhs[:-1]]) if len(lhs) else np.zeros(0, int)
+        )
         self._group_lhs = lhs[self._group_starts] if len(lhs) else np.zeros(0, int)
         self._group_of_rule = np.cumsum(np.r_[False, lhs[1:] != lhs[:-1]]) if len(lhs) else np.zeros(0, int)
 

@@ -287,3 +287,16 @@ def test_lr_validation():
         table1_automaton("anbn").parse(["z"])
     with pytest.raises(ValueError, match="unknown Table 1 automaton"):
         table1_automaton("dyck9")
+
+
+@pytest.mark.parametrize(("k", "m"), [(1, 3), (2, 3), (3, 2)])
+def test_dyck_km_dfa_object_agrees_with_the_language(k, m):
+    from memrnn.languages import DyckKM
+
+    language = DyckKM(k, m)
+    dfa = language.dfa()
+    assert len(dfa.states) == sum(k**i for i in range(m + 1)) + 1
+    for n in range(8):
+        for w in itertools.product(range(2 * k), repeat=n):
+            ids = [*w, language.end_id]
+            assert dfa.accepts([language.symbols[i] for i in ids]) == language.accepts(ids)
