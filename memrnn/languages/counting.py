@@ -189,15 +189,18 @@ class CountingLanguage(Language):
         ids = self.check_ids(ids)
         n_lo, n_hi = self._ns(lengths)
         out = np.full(len(ids), -math.inf)
-        for t, tok in enumerate(ids):
-            allowed = self.allowed_next(ids[:t])
-            if tok not in allowed:
-                break
-            counts = [ids[:t].count(j) for j in range(self.blocks)]
-            if any(counts[1:]):  # past the first block: determined
+        # a member is valid throughout (one linear check); otherwise find its first bad token
+        valid = (
+            len(ids)
+            if self.accepts(ids)
+            else next((t for t in range(len(ids)) if ids[t] not in self.allowed_next(ids[:t])), len(ids))
+        )
+        first_block = next((t for t, tok in enumerate(ids) if tok != 0), len(ids))
+        for t, tok in enumerate(ids[:valid]):
+            if t > first_block:  # past the first block: determined
                 out[t] = 0.0
                 continue
-            i = counts[0]
+            i = t  # a^i read so far
             here = self._log_tail(i, n_lo, n_hi)
             if tok == 0:
                 out[t] = self._log_tail(i + 1, n_lo, n_hi) - here
