@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
@@ -12,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memrnn.data.presets import get_preset
+from memrnn.data.presets import SplitPreset, get_preset
 from memrnn.languages.base import Language, Lengths, LengthSampling
 
 IGNORE_INDEX = -100
@@ -108,7 +109,90 @@ class EpochShuffleSampler(Sampler[int]):
         return self.n
 
 
-class FormalLanguageDataModule(L.LightningDataModule):
+class SplitDataModule(L.LightningDataModule, ABC):
+    """Train/val/test splits built once, each deterministic in ``(seed, split)``, with the
+    shared loader plumbing: an epoch-seeded shuffle for training (exact resumes; DDP shards
+    it), plain order for evaluation.  Subclasses build a split and name their collate."""
+
+    def __init__(self, batch_size: int, eval_batch_size: int | None, seed: int, num_workers: int) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        self.seed, self.num_workers = seed, num_workers
+        self.datasets: dict[str, Dataset] = {}
+
+    @abstractmethod
+    def build_split(self, split: str) -> Dataset:
+        """Sample one split (deterministic in ``seed``)."""
+
+    @abstractmethod
+    def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
+        """The (picklable) function that turns a list of items into a batch."""
+
+    def setup(self, stage: str | None = None) -> None:
+        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
+        for split in wanted.get(stage, SPLITS) if stage else SPLITS:
+            if split not in self.datasets:
+                self.datasets[split] = self.build_split(split)
+
+    def _loader(self, split: str, *, train: bool) -> DataLoader:
+        if split not in self.datasets:  # an empty split is a valid, falsy dataset
+            self.datasets[split] = self.build_split(split)
+        ds = self.datasets[split]
+        return DataLoader(
+            ds,
+            batch_size=self.batch_size if train else self.eval_batch_size,
+            sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
+            collate_fn=self.collate_fn(),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", train=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", train=False)
+
+
+def resolve_splits(
+    language: Language,
+    preset: str | None,
+    sizes: dict[str, int | None],
+    train_lengths: Lengths | None,
+    test_lengths: Lengths | None,
+    length_sampling: str | None,
+) -> tuple[SplitPreset | None, dict[str, int], dict[str, Lengths], str]:
+    """Explicit arguments, else the preset's, else the defaults (2000/500/500 strings, the
+    language's windows, natural length sampling).  Returns ``(preset, sizes, windows, mode)``."""
+    if not isinstance(language, Language):
+        raise ValueError(f"language must be a memrnn.languages.Language, got {type(language).__name__}")
+    p = get_preset(preset) if preset is not None else None
+    fallback = {"train": 2000, "val": 500, "test": 500}
+    out = {}
+    for split in SPLITS:
+        v = sizes[split]
+        v = v if v is not None else getattr(p, f"{split}_size") if p else fallback[split]
+        if v < 0:
+            raise ValueError(f"{split}_size must be >= 0, got {v}")
+        out[split] = v
+    p_train, p_test = p.windows(language) if p else (None, None)
+    windows: dict[str, Lengths] = {
+        "train": tuple(train_lengths or p_train or language.default_lengths("train")),
+        "test": tuple(test_lengths or p_test or language.default_lengths("test")),
+    }
+    windows["val"] = windows["train"]
+    mode = length_sampling or (p.length_sampling if p else "natural")
+    if mode not in ("natural", "uniform"):
+        raise ValueError(f"length_sampling must be 'natural' or 'uniform', got {mode!r}")
+    return p, out, windows, mode
+
+
+class FormalLanguageDataModule(SplitDataModule):
     """Train/val/test strings of ``language``, sampled deterministically from ``seed``.
 
     Args:
@@ -152,21 +236,11 @@ class FormalLanguageDataModule(L.LightningDataModule):
         test_per_length: int | None = None,
         next_sets: bool = False,
     ) -> None:
-        super().__init__()
-        if not isinstance(language, Language):
-            raise ValueError(f"language must be a memrnn.languages.Language, got {type(language).__name__}")
-        p = get_preset(preset) if preset is not None else None
-        train_size = train_size if train_size is not None else p.train_size if p else 2000
-        val_size = val_size if val_size is not None else p.val_size if p else 500
-        test_size = test_size if test_size is not None else p.test_size if p else 500
-        for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
-            if v < 0:
-                raise ValueError(f"{name} must be >= 0, got {v}")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.length_sampling = length_sampling or (p.length_sampling if p else "natural")
-        if self.length_sampling not in ("natural", "uniform"):
-            raise ValueError(f"length_sampling must be 'natural' or 'uniform', got {self.length_sampling!r}")
+        super().__init__(batch_size, eval_batch_size, seed, num_workers)
+        sizes = {"train": train_size, "val": val_size, "test": test_size}
+        p, self.sizes, self.windows, self.length_sampling = resolve_splits(
+            language, preset, sizes, train_lengths, test_lengths, length_sampling
+        )
         self.test_per_length = (
             test_per_length if test_per_length is not None else (p.test_per_length if p else None)
         )
@@ -174,17 +248,6 @@ class FormalLanguageDataModule(L.LightningDataModule):
             raise ValueError(f"test_per_length must be >= 1, got {self.test_per_length}")
         self.save_hyperparameters()
         self.language, self.next_sets = language, next_sets
-        self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        p_train, p_test = p.windows(language) if p else (None, None)
-        self.windows: dict[str, Lengths] = {
-            "train": tuple(train_lengths or p_train or language.default_lengths("train")),
-            "test": tuple(test_lengths or p_test or language.default_lengths("test")),
-        }
-        self.windows["val"] = self.windows["train"]
-        self.batch_size = batch_size
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.seed, self.num_workers = seed, num_workers
-        self.datasets: dict[str, StringDataset] = {}
 
     @property
     def vocab_size(self) -> int:
@@ -213,31 +276,5 @@ class FormalLanguageDataModule(L.LightningDataModule):
         sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
         return StringDataset(strings, refs, window, sets)
 
-    def setup(self, stage: str | None = None) -> None:
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
-        for split in wanted.get(stage, SPLITS) if stage else SPLITS:
-            if split not in self.datasets:
-                self.datasets[split] = self.build_split(split)
-
-    def _loader(self, split: str, *, train: bool) -> DataLoader:
-        if split not in self.datasets:  # an empty split is a valid, falsy dataset
-            self.datasets[split] = self.build_split(split)
-        ds = self.datasets[split]
-        bos = self.language.bos_id
-        return DataLoader(
-            ds,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
-            collate_fn=partial(collate_generator, bos_id=bos, num_symbols=self.language.num_symbols),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
+    def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
+        return partial(collate_generator, bos_id=self.language.bos_id, num_symbols=self.language.num_symbols)

@@ -6,23 +6,24 @@ Generator tasks (next token, next-allowed sets) are :class:`FormalLanguageDataMo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, Literal
 
-import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from memrnn.core.serialization import allow_in_checkpoints
-from memrnn.data.datamodule import SPLITS, EpochShuffleSampler
+from memrnn.data.datamodule import SPLITS, SplitDataModule, resolve_splits
 from memrnn.data.presets import get_preset
 from memrnn.languages.base import Language, Lengths, LengthSampling
 
 
 class ListDataset(Dataset):
+    """A list of ready items."""
+
     def __init__(self, items: list[dict[str, Any]]) -> None:
         self.items = items
 
@@ -55,53 +56,7 @@ def collate_acceptor(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str, 
     return {"input": inp, "mask": mask, "prefix_label": prefix, "label": label, "lengths": lengths}
 
 
-class _SplitModule(L.LightningDataModule):
-    """Shared loader plumbing: splits built once, deterministic in ``(seed, split)``."""
-
-    def __init__(self, batch_size: int, eval_batch_size: int | None, seed: int, num_workers: int) -> None:
-        super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
-        self.seed, self.num_workers = seed, num_workers
-        self.datasets: dict[str, ListDataset] = {}
-
-    def build_split(self, split: str) -> ListDataset:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, Tensor]:  # pragma: no cover
-        raise NotImplementedError
-
-    def setup(self, stage: str | None = None) -> None:
-        wanted = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",), "predict": ("test",)}
-        for split in wanted.get(stage, SPLITS) if stage else SPLITS:
-            if split not in self.datasets:
-                self.datasets[split] = self.build_split(split)
-
-    def _loader(self, split: str, *, train: bool) -> DataLoader:
-        if split not in self.datasets:
-            self.datasets[split] = self.build_split(split)
-        ds = self.datasets[split]
-        return DataLoader(
-            ds,
-            batch_size=self.batch_size if train else self.eval_batch_size,
-            sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
-            collate_fn=self.collate,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader("train", train=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader("val", train=False)
-
-    def test_dataloader(self) -> DataLoader:
-        return self._loader("test", train=False)
-
-
-class AcceptorDataModule(_SplitModule):
+class AcceptorDataModule(SplitDataModule):
     """Positive and negative strings of ``language`` with acceptance labels.
 
     Args:
@@ -136,24 +91,15 @@ class AcceptorDataModule(_SplitModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
-        if not isinstance(language, Language):
-            raise ValueError(f"language must be a memrnn.languages.Language, got {type(language).__name__}")
         if not 0 <= negative_fraction <= 1:
             raise ValueError(f"negative_fraction must be in [0, 1], got {negative_fraction}")
-        p = get_preset(preset) if preset is not None else None
+        sizes = {"train": train_size, "val": val_size, "test": test_size}
+        if preset is not None and test_size is None and not get_preset(preset).test_size:
+            sizes["test"] = 1000  # a preset counted per length (dusell): a fixed-size acceptor test set
+        p, self.sizes, self.windows, self.length_sampling = resolve_splits(
+            language, preset, sizes, train_lengths, test_lengths, length_sampling
+        )
         self.language, self.negative_fraction = language, negative_fraction
-        self.sizes = {
-            "train": train_size if train_size is not None else p.train_size if p else 2000,
-            "val": val_size if val_size is not None else p.val_size if p else 500,
-            "test": test_size if test_size is not None else (p.test_size or 1000) if p else 500,
-        }
-        p_train, p_test = p.windows(language) if p else (None, None)
-        self.windows: dict[str, Lengths] = {
-            "train": tuple(train_lengths or p_train or language.default_lengths("train")),
-            "test": tuple(test_lengths or p_test or language.default_lengths("test")),
-        }
-        self.windows["val"] = self.windows["train"]
-        self.length_sampling = length_sampling or (p.length_sampling if p else "natural")
         self.test_set = test_set or (p.extra.get("test_set", "sampled") if p else "sampled")
         if self.test_set not in ("sampled", "near_miss"):
             raise ValueError(f"test_set must be 'sampled' or 'near_miss', got {self.test_set!r}")
@@ -184,8 +130,8 @@ class AcceptorDataModule(_SplitModule):
         items = [self._item(w) for w in pos + neg]
         return ListDataset([items[i] for i in order])
 
-    def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, Tensor]:
-        return collate_acceptor(items, self.language.bos_id)
+    def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
+        return partial(collate_acceptor, bos_id=self.language.bos_id)
 
 
 # -- transduction ---------------------------------------------------------------------------------
@@ -293,7 +239,7 @@ def collate_transduction(items: Sequence[dict[str, np.ndarray]]) -> dict[str, Te
     return out
 
 
-class TransductionDataModule(_SplitModule):
+class TransductionDataModule(SplitDataModule):
     """Train/val/test sequences of a transduction task (:class:`CopyTask`,
     :class:`RepeatCopyTask`, :class:`ReversalTask`); seed 002's protocol is 100 + 100."""
 
@@ -329,8 +275,8 @@ class TransductionDataModule(_SplitModule):
             sample = self.task.sample
         return ListDataset([sample(rng, split) for _ in range(self.sizes[split])])
 
-    def collate(self, items: Sequence[dict[str, Any]]) -> dict[str, Tensor]:
-        return collate_transduction(items)
+    def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
+        return collate_transduction
 
 
 for _cls in (CopyTask, RepeatCopyTask, ReversalTask):

@@ -146,6 +146,27 @@ class Language(ABC):
             raise ValueError(f"length window must satisfy 0 <= min <= max, got {tuple(lengths)}")
         return lo, hi
 
+    def window_log_mass(self, lengths: Lengths) -> float:
+        """``log P(|w| in window)`` under the unrestricted distribution."""
+        lo, hi = self._check_window(lengths)
+        lp = self.length_log_probs(hi)[lo:]
+        finite = lp[np.isfinite(lp)]
+        if not len(finite):
+            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
+        top = finite.max()
+        return float(top + math.log(np.exp(finite - top).sum()))
+
+    def sample_length(self, rng: np.random.Generator, lengths: Lengths | None) -> int:
+        """A length from the generating distribution's length law restricted to the window."""
+        if lengths is None:
+            raise ValueError(f"{self}: sampling needs a length window (lengths=(min, max), END counted)")
+        lo, hi = self._check_window(lengths)
+        lp = self.length_log_probs(hi)[lo:]
+        if not np.isfinite(lp).any():
+            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
+        p = np.exp(lp - lp[np.isfinite(lp)].max())
+        return lo + int(rng.choice(len(p), p=p / p.sum()))
+
     def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
         """One string of exactly ``length`` tokens (``END`` counted) from ``p(w | |w| = length)``."""
         return self.sample(rng, (length, length))

@@ -10,6 +10,7 @@ Lengths count every token *including* ``END`` (as for Dyck-(k,m)): a paper's "le
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Literal
 
@@ -64,25 +65,8 @@ class GrammarLanguage(Language):
             out[1:] = self.grammar.length_log_probs(max_length - 1)
         return out
 
-    def _window_log_mass(self, lengths: Lengths) -> float:
-        lo, hi = self._check_window(lengths)
-        lp = self.length_log_probs(hi)[lo:]
-        finite = lp[np.isfinite(lp)]
-        if not len(finite):
-            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
-        top = finite.max()
-        return float(top + math.log(np.exp(finite - top).sum()))
-
     def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
-        if lengths is None:
-            raise ValueError(f"{self}: sampling needs a length window (lengths=(min, max), END counted)")
-        lo, hi = self._check_window(lengths)
-        lp = self.length_log_probs(hi)[lo:]
-        if not np.isfinite(lp).any():
-            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
-        p = np.exp(lp - lp[np.isfinite(lp)].max())
-        n = lo + int(rng.choice(len(p), p=p / p.sum()))
-        return self.sample_given_length(rng, n)
+        return self.sample_given_length(rng, self.sample_length(rng, lengths))
 
     def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
         if length < 1:
@@ -98,7 +82,7 @@ class GrammarLanguage(Language):
             if not lo <= len(ids) <= hi:
                 return -math.inf
         lp = self.grammar.log_prob(ids[:-1])
-        return lp - self._window_log_mass(lengths) if lengths is not None and lp > -math.inf else lp
+        return lp - self.window_log_mass(lengths) if lengths is not None and lp > -math.inf else lp
 
     # -- membership and oracles -------------------------------------------------------------------
     def _names(self, ids: Sequence[int]) -> list[str]:
@@ -137,18 +121,21 @@ class GrammarLanguage(Language):
         return sets[: len(ids)]
 
 
-class StackOracle:
+class StackOracle(ABC):
     """Linear-time membership and next sets for a deterministic language given as a function
     ``step(state, symbol) -> state | None`` and ``options(state) -> (next symbols, can end)``."""
 
-    def _start(self):  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def _start(self):
+        """The state before any symbol."""
 
-    def _step(self, state, sym: str):  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def _step(self, state, sym: str):
+        """The state after ``sym``, or None once the word is dead."""
 
-    def _options(self, state) -> tuple[set[str], bool]:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def _options(self, state) -> tuple[set[str], bool]:
+        """Symbols that may follow, and whether the word may end here."""
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)  # type: ignore[attr-defined]

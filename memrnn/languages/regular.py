@@ -99,14 +99,7 @@ class PFSALanguage(Language):
         return out
 
     def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
-        if lengths is None:
-            raise ValueError(f"{self}: sampling needs a length window")
-        lo, hi = self._check_window(lengths)
-        lp = self.length_log_probs(hi)[lo:]
-        if not np.isfinite(lp).any():
-            raise ValueError(f"{self} has no string with a length in {tuple(lengths)}")
-        p = np.exp(lp - lp[np.isfinite(lp)].max())
-        return self.sample_given_length(rng, lo + int(rng.choice(len(p), p=p / p.sum())))
+        return self.sample_given_length(rng, self.sample_length(rng, lengths))
 
     def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
         if length < 1:
