@@ -1,7 +1,7 @@
 """Formal languages: automata, samplers, membership, next-token oracles, exact probabilities."""
 
 from memrnn.languages.automata import DFA, DPDA, PFSA, CounterMachine, dyck1_pda
-from memrnn.languages.base import Language, Lengths, LengthSampling
+from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations
 from memrnn.languages.counting import AnBn, AnBnCn, CountingLanguage
 from memrnn.languages.dyck import ACCEPT, REJECT, DyckKM
 from memrnn.languages.dyck_n import DuSellDyck, DyckN
@@ -42,6 +42,7 @@ __all__ = [
     "PaddedReversal",
     "Palindrome",
     "UnmarkedReversal",
+    "bracket_annotations",
     "dyck1_pda",
     "latch_automaton",
     "table1_automaton",

@@ -28,6 +28,10 @@ class Language(ABC):
     """
 
     symbols: tuple[str, ...]
+    #: for bracket languages (opens ``0..k-1``, closes ``k..2k-1``, ``END = 2k``): ``k``, and the
+    #: depth bound (None: unbounded).  Enables :func:`bracket_annotations` and Hewitt's metric.
+    bracket_types: int | None = None
+    bracket_bound: int | None = None
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -236,3 +240,28 @@ class Language(ABC):
                 if not self.accepts(w):
                     return w
         raise ValueError(f"{self}: no negative found in 10,000 uniform draws at sampled lengths in {lengths}")
+
+
+def bracket_annotations(language: Language, ids: Sequence[int]) -> dict[str, np.ndarray]:
+    """Per-token facts Hewitt's bracket-closing metric needs, for a bracket language:
+    ``distance[t]`` = ``t − (position of the matching open)`` at a close bracket, else 0;
+    ``depth[t]`` = stack depth before token ``t``; ``full[t]`` = depth at the language's bound.
+    Each ``[len(ids)]``.  Raises ``ValueError`` for non-bracket languages or unbalanced input."""
+    k = language.bracket_types
+    if k is None:
+        raise ValueError(f"{language} is not a bracket language (bracket_types is None)")
+    ids = language.check_ids(ids)
+    n = len(ids)
+    distance, depth = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    stack: list[tuple[int, int]] = []
+    for t, tok in enumerate(ids):
+        depth[t] = len(stack)
+        if tok < k:
+            stack.append((tok, t))
+        elif tok < 2 * k:
+            if not stack or stack[-1][0] != tok - k:
+                raise ValueError(f"close bracket id {tok} at position {t} does not match the stack")
+            distance[t] = t - stack.pop()[1]
+    bound = language.bracket_bound
+    full = depth == bound if bound is not None else np.zeros(n, dtype=bool)
+    return {"distance": distance, "depth": depth, "full": full}

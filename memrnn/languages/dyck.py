@@ -67,6 +67,7 @@ class DyckKM(Language):
         if truncation not in ("hewitt", "rejection"):
             raise ValueError(f"truncation must be 'hewitt' or 'rejection', got {truncation!r}")
         self.k, self.m, self.truncation = k, m, truncation
+        self.bracket_types, self.bracket_bound = k, m
         self.symbols = (*[f"({i}" for i in range(k)], *[f"{i})" for i in range(k)], "END")
 
     def __repr__(self) -> str:

@@ -27,6 +27,7 @@ class DyckN(StackOracle, GrammarLanguage):
         if not (p > 0 and q >= 0 and p + q < 1):
             raise ValueError(f"need 0 < p, 0 <= q, p + q < 1; got p={p}, q={q}")
         self.n, self.p, self.q = n, p, q
+        self.bracket_types = n
         self.pairs = bracket_pairs(n)
         rules = [("S", (o, "S", c), p / n) for o, c in self.pairs] + [
             ("S", ("S", "S"), q),
@@ -78,6 +79,7 @@ class DuSellDyck(StackOracle, GrammarLanguage):
     ) -> None:
         s, t = cont(mean_bracket_splits), cont(mean_nesting_depth - 1)
         self.n, self.root = n, root
+        self.bracket_types = n
         self.mean_bracket_splits, self.mean_nesting_depth = mean_bracket_splits, mean_nesting_depth
         self.pairs = bracket_pairs(n)
         rules = [("S", ("S", "T"), s), ("S", ("T",), 1 - s)]
