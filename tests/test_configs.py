@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from memrnn.core import MemoryLayer
-from memrnn.data import FormalLanguageDataModule
-from memrnn.lit import GeneratorModule
+from memrnn.data.datamodule import SplitDataModule
+from memrnn.lit import SequenceModule
 from memrnn.lit.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +36,11 @@ def test_config_instantiates_through_the_cli(path, tmp_path):
         run=False,
         default_config_files=[DEFAULTS],
     )
-    assert isinstance(cli.model, GeneratorModule) and isinstance(cli.model.layer, MemoryLayer)
-    assert isinstance(cli.datamodule, FormalLanguageDataModule)
+    assert isinstance(cli.model, SequenceModule) and isinstance(cli.model.layer, MemoryLayer)
+    assert isinstance(cli.datamodule, SplitDataModule)
     assert cli.model.vocab_size == cli.datamodule.vocab_size  # linked, not typed by the user
     assert cli.model.num_symbols == cli.datamodule.num_symbols
+    assert cli.model.hparams.bracket_types == cli.datamodule.bracket_types
 
 
 def test_print_config_shows_the_resolved_layer(tmp_path):

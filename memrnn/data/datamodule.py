@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from memrnn.data.presets import SplitPreset, get_preset
-from memrnn.languages.base import Language, Lengths, LengthSampling
+from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations
 
 IGNORE_INDEX = -100
 SPLITS = ("train", "val", "test")
@@ -23,7 +23,8 @@ SPLITS = ("train", "val", "test")
 class StringDataset(Dataset):
     """Complete strings of a language with the exact per-token log-probabilities of the
     distribution they were drawn from (``ref_logprob``, natural log, one per token) and,
-    optionally, the set of allowed next symbols at every position (``next_sets``)."""
+    optionally, the set of allowed next symbols at every position (``next_sets``) and bracket
+    annotations (``annotations``: ``distance``, ``depth``, ``full`` per token)."""
 
     def __init__(
         self,
@@ -31,13 +32,10 @@ class StringDataset(Dataset):
         ref_logprobs: list[np.ndarray],
         lengths: Lengths,
         next_sets: list[list[frozenset[int]]] | None = None,
+        annotations: list[dict[str, np.ndarray]] | None = None,
     ) -> None:
-        self.strings, self.ref_logprobs, self.lengths, self.next_sets = (
-            strings,
-            ref_logprobs,
-            lengths,
-            next_sets,
-        )
+        self.strings, self.ref_logprobs, self.lengths = strings, ref_logprobs, lengths
+        self.next_sets, self.annotations = next_sets, annotations
 
     def __len__(self) -> int:
         return len(self.strings)
@@ -46,6 +44,8 @@ class StringDataset(Dataset):
         item = {"ids": self.strings[i], "ref_logprob": self.ref_logprobs[i]}
         if self.next_sets is not None:
             item["next_set"] = self.next_sets[i]
+        if self.annotations is not None:
+            item.update(self.annotations[i])
         return item
 
     @property
@@ -62,7 +62,9 @@ def collate_generator(
     (the string, ``END`` last; ``-100`` at padding), ``mask [B, T]`` bool, ``ref_logprob [B, T]``
     float64 (0 at padding) and ``lengths [B]``; ``T`` is the longest string, ``END`` counted.
     With next sets in the items (and ``num_symbols``), also ``next_set [B, T, num_symbols]``
-    bool: Suzgun et al.'s multi-hot targets (all False at padding).
+    bool: Suzgun et al.'s multi-hot targets (all False at padding).  With bracket annotations
+    (:func:`memrnn.languages.bracket_annotations`), also ``distance``, ``depth`` (−1 at
+    padding) and ``full``, each ``[B, T]``.
     """
     lengths = torch.tensor([len(it["ids"]) for it in items], dtype=torch.long)
     batch, steps = len(items), int(lengths.max()) if items else 0
@@ -78,6 +80,16 @@ def collate_generator(
         ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
     mask = torch.arange(steps)[None, :] < lengths[:, None]
     out = {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
+    for key, fill, dtype in (
+        ("distance", 0, torch.long),
+        ("depth", -1, torch.long),
+        ("full", False, torch.bool),
+    ):
+        if items and key in items[0]:  # bracket annotations for Hewitt's metric, [B, T]
+            buf = torch.full((batch, steps), fill, dtype=dtype)
+            for b, it in enumerate(items):
+                buf[b, : len(it[key])] = torch.as_tensor(it[key], dtype=dtype)
+            out[key] = buf
     if items and "next_set" in items[0]:
         if num_symbols is None:
             raise ValueError("collating next sets needs num_symbols")
@@ -259,6 +271,11 @@ class FormalLanguageDataModule(SplitDataModule):
         """Output classes: the language's symbols, ``END`` included."""
         return self.language.num_symbols
 
+    @property
+    def bracket_types(self) -> int | None:
+        """``k`` of a bracket language, else None (linked into the model's metrics)."""
+        return self.language.bracket_types
+
     def build_split(self, split: str) -> StringDataset:
         """Sample one split (deterministic in ``seed``)."""
         rng = np.random.default_rng([self.seed, SPLITS.index(split)])
@@ -274,7 +291,8 @@ class FormalLanguageDataModule(SplitDataModule):
             strings = lang.sample_many(self.sizes[split], rng, window, mode)
         refs = [lang.reference_log_probs(s, window, mode) for s in strings]
         sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
-        return StringDataset(strings, refs, window, sets)
+        ann = [bracket_annotations(lang, s) for s in strings] if lang.bracket_types is not None else None
+        return StringDataset(strings, refs, window, sets, ann)
 
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
         return partial(collate_generator, bos_id=self.language.bos_id, num_symbols=self.language.num_symbols)

@@ -109,7 +109,16 @@ class AcceptorDataModule(SplitDataModule):
 
     @property
     def vocab_size(self) -> int:
+        """Input ids: the language's symbols and ``BOS``."""
         return self.language.input_vocab_size
+
+    @property
+    def num_symbols(self) -> int:
+        return self.language.num_symbols
+
+    @property
+    def bracket_types(self) -> int | None:
+        return None  # no next-token predictions to score
 
     def _item(self, w: list[int]) -> dict[str, Any]:
         lang = self.language

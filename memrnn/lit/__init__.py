@@ -3,6 +3,16 @@
 from memrnn.lit.callbacks import CrossEntropyReport
 from memrnn.lit.generator import GeneratorModule
 from memrnn.lit.loggers import WandbLogger
-from memrnn.lit.metrics import CrossEntropyGap
+from memrnn.lit.metrics import AcceptorAccuracy, BracketClosingAccuracy, CrossEntropyGap, NextSetAccuracy
+from memrnn.lit.sequence import SequenceModule
 
-__all__ = ["CrossEntropyGap", "CrossEntropyReport", "GeneratorModule", "WandbLogger"]
+__all__ = [
+    "AcceptorAccuracy",
+    "BracketClosingAccuracy",
+    "CrossEntropyGap",
+    "CrossEntropyReport",
+    "GeneratorModule",
+    "NextSetAccuracy",
+    "SequenceModule",
+    "WandbLogger",
+]

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from lightning.pytorch.cli import LightningCLI
 
-from memrnn.data.datamodule import FormalLanguageDataModule
-from memrnn.lit.generator import GeneratorModule
+from memrnn.data.datamodule import SplitDataModule
+from memrnn.lit.sequence import SequenceModule
 
 
 class MemrnnCLI(LightningCLI):
@@ -19,6 +19,7 @@ class MemrnnCLI(LightningCLI):
         # so they do not appear in --print_config).
         parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
         parser.link_arguments("data.num_symbols", "model.init_args.num_symbols", apply_on="instantiate")
+        parser.link_arguments("data.bracket_types", "model.init_args.bracket_types", apply_on="instantiate")
 
 
 def build_cli(
@@ -35,8 +36,8 @@ def build_cli(
     """
     defaults = {"default_config_files": [str(p) for p in default_config_files]}
     return MemrnnCLI(
-        GeneratorModule,
-        FormalLanguageDataModule,
+        SequenceModule,
+        SplitDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         args=list(args) if args is not None else None,

@@ -1,0 +1,266 @@
+"""One LightningModule for every objective: generator (next token), next-allowed-set prediction
+(Suzgun et al.'s multi-hot targets) and acceptor (a label per prefix, or at each string's own
+end), alone or combined with coefficients.  Embedding -> any MemoryLayer -> one head per
+objective."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import Perplexity
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.data.datamodule import IGNORE_INDEX
+from memrnn.lit.metrics import AcceptorAccuracy, BracketClosingAccuracy, CrossEntropyGap, NextSetAccuracy
+
+OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
+#: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
+NEEDS = {
+    "generator": ("target",),
+    "next_set": ("next_set",),
+    "acceptor_end": ("label", "lengths"),
+    "acceptor_prefix": ("prefix_label",),
+}
+
+
+def acceptor_end_logits(logits: Tensor, lengths: Tensor) -> Tensor:
+    """``logits [B, T]`` read at each sequence's own last position ``lengths − 1`` -> ``[B]``
+    (never the padded end)."""
+    return logits.gather(1, (lengths - 1).clamp_min(0)[:, None].to(logits.device))[:, 0]
+
+
+class SequenceModule(L.LightningModule):
+    """A sequence model over a formal language, trained on one or several objectives.
+
+    ``h = layer(E · x)``; heads: ``generator`` logits ``[B, T, num_symbols]`` (masked
+    cross-entropy; seed 000 Definitions 2–3), ``next_set`` logits ``[B, T, num_symbols]``
+    (binary cross-entropy against the allowed-next multi-hot set), ``acceptor`` logit
+    ``[B, T]`` (binary cross-entropy against the per-prefix label, or at each string's own end).
+
+    Args:
+        layer: a callable of the embedding size returning a ``MemoryLayer`` (YAML:
+            ``class_path`` with ``init_args`` that omit ``input_size``).
+        vocab_size, num_symbols: linked from the data module.
+        embedding_dim: size of the token embedding.
+        objectives: ``{name: coefficient}`` over ``generator``, ``next_set``, ``acceptor_end``,
+            ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
+        lr, weight_decay: Adam.
+        lr_decay: multiply the learning rate by this factor whenever ``lr_monitor`` fails to
+            improve (``ReduceLROnPlateau``, patience 0, as seed 000 H.3).
+        lr_monitor: the metric the schedule watches (default ``val/ce`` with the generator
+            objective, else ``val/loss``).  Gradient clipping is the Trainer's
+            ``gradient_clip_val``.
+        bracket_types: ``k`` of a bracket language (linked from the data): adds Hewitt's
+            bracket-closing metric to validation and test.
+
+    Validation/test log, per objective: ``ce``, ``ce_exact``, ``ce_gap``, ``acc``, ``ppl``
+    (+ ``closing``, ``closing_error`` and the side constraints for bracket languages);
+    ``next_set_token``, ``next_set_sequence``; ``accept_end``, ``accept_prefix``.
+    """
+
+    def __init__(
+        self,
+        layer: Callable[[int], MemoryLayer],
+        vocab_size: int,
+        num_symbols: int,
+        embedding_dim: int = 16,
+        objectives: Mapping[str, float] | None = None,
+        lr: float = 1e-2,
+        weight_decay: float = 0.0,
+        lr_decay: float | None = None,
+        lr_monitor: str | None = None,
+        bracket_types: int | None = None,
+    ) -> None:
+        super().__init__()
+        objectives = dict(objectives or {"generator": 1.0})
+        for name, coef in objectives.items():
+            if name not in OBJECTIVES:
+                raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+            if not coef > 0:
+                raise ValueError(f"objective {name!r} needs a positive coefficient, got {coef}")
+        if not objectives:
+            raise ValueError("objectives must name at least one objective")
+        if num_symbols < 1 or vocab_size < num_symbols:
+            raise ValueError(f"need 1 <= num_symbols <= vocab_size, got {num_symbols=} {vocab_size=}")
+        if embedding_dim < 1:
+            raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
+        if lr_decay is not None and not 0 < lr_decay < 1:
+            raise ValueError(f"lr_decay must lie in (0, 1), got {lr_decay}")
+        self.save_hyperparameters()
+        self.objectives = objectives
+        self.lr_monitor = lr_monitor or ("val/ce" if "generator" in objectives else "val/loss")
+        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        self.layer = layer(embedding_dim)
+        if not isinstance(self.layer, MemoryLayer):
+            raise ValueError(f"layer must build a memrnn MemoryLayer, got {type(self.layer).__name__}")
+        h = self.layer.output_size
+        self.vocab_size, self.num_symbols = vocab_size, num_symbols
+        self.heads = nn.ModuleDict()
+        if "generator" in objectives:
+            self.heads["generator"] = nn.Linear(h, num_symbols)
+        if "next_set" in objectives:
+            self.heads["next_set"] = nn.Linear(h, num_symbols)
+        if {"acceptor_end", "acceptor_prefix"} & set(objectives):
+            self.heads["acceptor"] = nn.Linear(h, 1)
+        for split in ("val", "test"):
+            metrics = nn.ModuleDict()
+            if "generator" in objectives:
+                metrics["acc"] = MulticlassAccuracy(num_symbols, average="micro", ignore_index=IGNORE_INDEX)
+                metrics["ppl"] = Perplexity(ignore_index=IGNORE_INDEX)
+                metrics["gap"] = CrossEntropyGap()
+                if bracket_types is not None:
+                    metrics["closing"] = BracketClosingAccuracy(bracket_types)
+            if "next_set" in objectives:
+                metrics["next_set"] = NextSetAccuracy()
+            if "acceptor" in self.heads:
+                metrics["accept"] = AcceptorAccuracy()
+            setattr(self, f"{split}_metrics", metrics)
+
+    @property
+    def readout(self) -> nn.Linear:
+        """The generator head (``GeneratorModule``'s name for it)."""
+        return self.heads["generator"]
+
+    # -- forward and losses ---------------------------------------------------------------------
+    def encode(self, input_ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``."""
+        bad = (input_ids < 0) | (input_ids >= self.vocab_size)
+        if bool(bad.any()):  # one host sync per batch
+            raise ValueError(
+                f"unknown token id {int(input_ids[bad][0])}; the model has ids 0..{self.vocab_size - 1}"
+            )
+        hidden, _ = self.layer(self.embedding(input_ids), mask=mask)
+        return hidden
+
+    def heads_out(self, input_ids: Tensor, mask: Tensor | None = None) -> dict[str, Tensor]:
+        """Every head's logits: ``generator``/``next_set`` ``[B, T, num_symbols]``,
+        ``acceptor`` ``[B, T]``."""
+        hidden = self.encode(input_ids, mask)
+        out = {name: head(hidden) for name, head in self.heads.items()}
+        if "acceptor" in out:
+            out["acceptor"] = out["acceptor"][..., 0]
+        return out
+
+    def forward(self, input_ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The first objective's logits (generator: ``[B, T, num_symbols]``)."""
+        out = self.heads_out(input_ids, mask)
+        return out[next(iter(self.heads))]
+
+    def losses(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """Each objective's mean loss on ``batch``."""
+        mask = batch["mask"]
+        losses = {}
+        for name in self.objectives:
+            missing = [k for k in NEEDS[name] if k not in batch]
+            if missing:
+                raise ValueError(
+                    f"objective {name!r} needs batch keys {missing}; this data module gives {sorted(batch)}"
+                    + (" (set next_sets: true on the data module)" if name == "next_set" else "")
+                )
+            if name == "generator":
+                logits = out["generator"]
+                losses[name] = F.cross_entropy(
+                    logits.flatten(0, 1), batch["target"].flatten(), ignore_index=IGNORE_INDEX
+                )
+            elif name == "next_set":
+                per = F.binary_cross_entropy_with_logits(
+                    out["next_set"], batch["next_set"].to(out["next_set"].dtype), reduction="none"
+                ).mean(-1)
+                losses[name] = (per * mask).sum() / mask.sum().clamp_min(1)
+            elif name == "acceptor_end":
+                last = acceptor_end_logits(out["acceptor"], batch["lengths"])
+                losses[name] = F.binary_cross_entropy_with_logits(last, batch["label"].to(last.dtype))
+            else:
+                per = F.binary_cross_entropy_with_logits(
+                    out["acceptor"], batch["prefix_label"].to(out["acceptor"].dtype), reduction="none"
+                )
+                losses[name] = (per * mask).sum() / mask.sum().clamp_min(1)
+        return losses
+
+    def _total(self, losses: Mapping[str, Tensor]) -> Tensor:
+        return sum(self.objectives[k] * v for k, v in losses.items())
+
+    # -- steps ----------------------------------------------------------------------------------
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        losses = self.losses(batch, self.heads_out(batch["input"], batch["mask"]))
+        loss = self._total(losses)
+        n = int(batch["mask"].shape[0])
+        self.log("train/loss", loss, prog_bar=True, batch_size=n)
+        if len(losses) > 1:
+            self.log_dict({f"train/loss_{k}": v for k, v in losses.items()}, batch_size=n)
+        return loss
+
+    def _eval_step(self, batch: dict[str, Tensor], split: str) -> None:
+        out = self.heads_out(batch["input"], batch["mask"])
+        losses = self.losses(batch, out)
+        n = int(batch["mask"].shape[0])
+        self.log(f"{split}/loss", self._total(losses), batch_size=n, sync_dist=True)
+        m = getattr(self, f"{split}_metrics")
+        if "generator" in self.objectives:
+            logits, target = out["generator"], batch["target"]
+            m["acc"].update(logits.flatten(0, 1), target.flatten())
+            m["ppl"].update(logits.float(), target)
+            m["gap"].update(logits, target, batch["ref_logprob"])
+            if "closing" in m and "distance" in batch:
+                m["closing"].update(logits, target, batch["distance"], batch["depth"], batch["full"])
+        if "next_set" in m:
+            m["next_set"].update(out["next_set"], batch["next_set"], batch["mask"])
+        if "accept" in m:
+            m["accept"].update(
+                out["acceptor"], batch["prefix_label"], batch["label"], batch["mask"], batch["lengths"]
+            )
+
+    def _eval_epoch_end(self, split: str) -> None:
+        m = getattr(self, f"{split}_metrics")
+        logs: dict[str, Tensor] = {}
+        for name, metric in m.items():
+            if not metric.update_called:
+                continue
+            value = metric.compute()
+            if name in ("acc", "ppl"):
+                logs[f"{split}/{name}"] = value
+            elif name in ("gap", "closing"):
+                logs.update({f"{split}/{k}": v for k, v in value.items()})
+            else:
+                prefix = {"next_set": "next_set_", "accept": "accept_"}[name]
+                logs.update({f"{split}/{prefix}{k}": v for k, v in value.items()})
+            metric.reset()
+        shown = {f"val/{k}" for k in ("ce_gap", "accept_end", "next_set_sequence")}
+        for key, value in logs.items():
+            self.log(key, value.float(), prog_bar=key in shown)
+
+    def _eval_epoch_start(self, split: str) -> None:
+        # A previous trainer.validate() ran under inference_mode and may have left inference
+        # tensors in the metric states; resetting re-creates ordinary tensors.
+        for metric in getattr(self, f"{split}_metrics").values():
+            metric.reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._eval_epoch_start("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._eval_epoch_start("test")
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def configure_optimizers(self):
+        opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        if self.hparams.lr_decay is None:
+            return opt
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=self.hparams.lr_decay, patience=0)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": self.lr_monitor}}

@@ -1,0 +1,89 @@
+"""SequenceModule: objective switching, masked acceptor gathering, clear errors, the
+bracket-closing metric in validation."""
+
+from __future__ import annotations
+
+import functools
+
+import lightning as L
+import pytest
+import torch
+
+from memrnn.data import AcceptorDataModule, FormalLanguageDataModule
+from memrnn.data.tasks import collate_acceptor
+from memrnn.languages import AnBn, DyckKM, DyckN
+from memrnn.layers import LSTMLayer
+from memrnn.lit import SequenceModule
+
+
+def model_for(dm, objectives, **kw):
+    torch.manual_seed(0)
+    return SequenceModule(
+        functools.partial(LSTMLayer, hidden_size=8), vocab_size=dm.vocab_size, num_symbols=dm.num_symbols,
+        objectives=objectives, bracket_types=dm.bracket_types, **kw,
+    )  # fmt: skip
+
+
+def fit_and_validate(tmp_path, model, dm):
+    t = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  enable_checkpointing=False, default_root_dir=tmp_path, limit_train_batches=3)  # fmt: skip
+    t.fit(model, datamodule=dm)
+    return {k: float(v) for k, v in t.callback_metrics.items()}
+
+
+@pytest.mark.parametrize(
+    ("objectives", "expected"),
+    [
+        ({"generator": 1.0}, {"val/ce_gap", "val/closing", "val/close_on_empty_ok", "val/acc"}),
+        ({"next_set": 1.0}, {"val/next_set_token", "val/next_set_sequence"}),
+        ({"generator": 1.0, "next_set": 0.5}, {"val/ce_gap", "val/next_set_sequence", "train/loss_next_set"}),
+    ],
+)
+def test_generator_and_next_set_objectives(tmp_path, objectives, expected):
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=24, val_size=16, test_size=8, train_lengths=(1, 21),
+                                  batch_size=8, next_sets=True)  # fmt: skip
+    logs = fit_and_validate(tmp_path, model_for(dm, objectives), dm)
+    assert expected <= set(logs), sorted(logs)
+    assert all(torch.isfinite(torch.tensor(v)) for v in logs.values())
+
+
+@pytest.mark.parametrize("objective", ["acceptor_end", "acceptor_prefix"])
+def test_acceptor_objectives(tmp_path, objective):
+    dm = AcceptorDataModule(
+        AnBn(), train_size=24, val_size=16, test_size=8, train_lengths=(3, 21), batch_size=8
+    )
+    logs = fit_and_validate(tmp_path, model_for(dm, {objective: 1.0}), dm)
+    assert {"val/accept_end", "val/accept_prefix", "val/loss"} <= set(logs)
+
+
+def test_padded_acceptor_batch_gives_each_sequences_own_loss():
+    lang = DyckN(1)
+    dm = AcceptorDataModule(lang, train_size=6, val_size=0, test_size=0, train_lengths=(2, 15), batch_size=6)
+    items = dm.build_split("train").items
+    assert len({len(it["body"]) for it in items}) > 1  # really padded
+    model = model_for(dm, {"acceptor_end": 1.0, "acceptor_prefix": 1.0}).double()
+    batch = collate_acceptor(items, lang.bos_id)
+    together = model.losses(batch, model.heads_out(batch["input"], batch["mask"]))
+    ends, prefix_sum, prefix_n = [], 0.0, 0
+    for it in items:
+        one = collate_acceptor([it], lang.bos_id)
+        alone = model.losses(one, model.heads_out(one["input"], one["mask"]))
+        ends.append(alone["acceptor_end"])
+        prefix_sum += alone["acceptor_prefix"] * one["mask"].sum()
+        prefix_n += int(one["mask"].sum())
+    assert torch.allclose(together["acceptor_end"], torch.stack(ends).mean(), atol=1e-12)
+    assert torch.allclose(together["acceptor_prefix"], prefix_sum / prefix_n, atol=1e-12)
+
+
+def test_bad_objectives_and_missing_batch_keys_are_named():
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
+    with pytest.raises(ValueError, match="unknown objective 'acceptor'"):
+        model_for(dm, {"acceptor": 1.0})
+    with pytest.raises(ValueError, match="positive coefficient"):
+        model_for(dm, {"generator": 0.0})
+    model = model_for(dm, {"next_set": 1.0})
+    batch = next(iter(dm.train_dataloader()))
+    with pytest.raises(
+        ValueError, match=r"objective 'next_set' needs batch keys \['next_set'\].*next_sets: true"
+    ):
+        model.losses(batch, model.heads_out(batch["input"], batch["mask"]))
