@@ -7,6 +7,16 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 
+@pytest.fixture(autouse=True)
+def _restore_environment():
+    """wandb.init writes WANDB_SERVICE (its in-process service socket) and WANDB_MODE into
+    os.environ; a later subprocess (train.py) would inherit them and talk to a dead service."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture
 def gen() -> torch.Generator:
     """A seeded generator, so each test owns its randomness."""

@@ -1,9 +1,15 @@
 """Lightning modules, metrics, callbacks, loggers and the CLI."""
 
-from memrnn.lit.callbacks import CrossEntropyReport
+from memrnn.lit.callbacks import CrossEntropyReport, LengthCurves
 from memrnn.lit.generator import GeneratorModule
 from memrnn.lit.loggers import WandbLogger
-from memrnn.lit.metrics import AcceptorAccuracy, BracketClosingAccuracy, CrossEntropyGap, NextSetAccuracy
+from memrnn.lit.metrics import (
+    AcceptorAccuracy,
+    BracketClosingAccuracy,
+    CrossEntropyGap,
+    NextSetAccuracy,
+    PerLengthStats,
+)
 from memrnn.lit.sequence import SequenceModule
 
 __all__ = [
@@ -12,7 +18,9 @@ __all__ = [
     "CrossEntropyGap",
     "CrossEntropyReport",
     "GeneratorModule",
+    "LengthCurves",
     "NextSetAccuracy",
+    "PerLengthStats",
     "SequenceModule",
     "WandbLogger",
 ]

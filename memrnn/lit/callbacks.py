@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
+
+from memrnn.lit.loggers import WandbLogger
 
 
 class CrossEntropyReport(L.Callback):
@@ -32,3 +37,68 @@ class CrossEntropyReport(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._print(trainer, "test")
+
+
+class LengthCurves(L.Callback):
+    """Length generalization from one evaluation run: after each validation and test epoch,
+    take the module's per-length curves (``SequenceModule.length_curves``) and
+
+    * write ``<log dir>/length_curves_<split>.csv`` (one row per string length),
+    * log them to W&B as a table ``<split>/length_curve`` and a line plot of ``metric`` against
+      the length (``<split>/length_plot``), when a :class:`~memrnn.lit.WandbLogger` is attached,
+    * keep them in ``self.curves[split]``.
+
+    Args:
+        splits: which evaluations to report (``"val"``, ``"test"``).
+        metric: the curve plotted (default: ``ce_gap`` for generators, ``accept_end`` for
+            acceptors, ``next_set_sequence`` for next-set models, whichever exists first).
+    """
+
+    def __init__(self, splits: tuple[str, ...] = ("val", "test"), metric: str | None = None) -> None:
+        for s in splits:
+            if s not in ("val", "test"):
+                raise ValueError(f"splits must be 'val' and/or 'test', got {s!r}")
+        self.splits, self.metric = tuple(splits), metric
+        self.curves: dict[str, dict[str, list[float]]] = {}
+
+    def _report(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:
+        if split not in self.splits or trainer.sanity_checking or not hasattr(pl_module, "length_curves"):
+            return
+        curves = pl_module.length_curves(split)
+        if not curves:
+            return
+        self.curves[split] = curves
+        if not trainer.is_global_zero:
+            return
+        columns = list(curves)
+        rows = list(zip(*(curves[c] for c in columns), strict=True))
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with open(out_dir / f"length_curves_{split}.csv", "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(columns)
+            writer.writerows(rows)
+        metric = self.metric or next(
+            (m for m in ("ce_gap", "accept_end", "next_set_sequence") if m in curves), columns[-1]
+        )
+        if metric not in curves:
+            raise ValueError(f"no per-length curve {metric!r}; available: {columns[2:]}")
+        for logger in trainer.loggers:
+            if isinstance(logger, WandbLogger):
+                import wandb
+
+                table = wandb.Table(columns=columns, data=[list(r) for r in rows])
+                plot = wandb.plot.line(table, "length", metric, title=f"{split}: {metric} by length")
+                logger.experiment.log(
+                    {
+                        f"{split}/length_curve": table,
+                        f"{split}/length_plot": plot,
+                        "trainer/global_step": trainer.global_step,
+                    }
+                )
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._report(trainer, pl_module, "val")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._report(trainer, pl_module, "test")

@@ -175,3 +175,33 @@ class AcceptorAccuracy(Metric):
             "end": self.end_ok / self.ends.clamp_min(1),
             "prefix": self.prefix_ok / self.prefixes.clamp_min(1),
         }
+
+
+class PerLengthStats(Metric):
+    """Sums of per-string statistics bucketed by string length, for length-generalization
+    curves out of one evaluation run.  ``update(stats [B, S], lengths [B])`` adds each row to
+    its length's bucket (lengths above ``max_length`` go to the last bucket); ``compute()``
+    returns the ``[max_length + 1, S]`` float64 sums and ``[max_length + 1]`` string counts.
+    Sum-reduced: exact under DDP."""
+
+    full_state_update = False
+
+    def __init__(self, names: tuple[str, ...], max_length: int = 1024, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.names, self.max_length = tuple(names), max_length
+        self.add_state(
+            "sums", torch.zeros(max_length + 1, len(self.names), dtype=torch.float64), dist_reduce_fx="sum"
+        )
+        self.add_state("counts", torch.zeros(max_length + 1, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, stats: Tensor, lengths: Tensor) -> None:
+        if stats.shape != (lengths.shape[0], len(self.names)):
+            raise ValueError(
+                f"stats must be [B, {len(self.names)}] for {self.names}, got {tuple(stats.shape)}"
+            )
+        idx = lengths.clamp(max=self.max_length).to(self.sums.device)
+        self.sums.index_add_(0, idx, stats.double())
+        self.counts.index_add_(0, idx, torch.ones_like(idx, dtype=torch.float64))
+
+    def compute(self) -> tuple[Tensor, Tensor]:
+        return self.sums, self.counts

@@ -16,7 +16,13 @@ from torchmetrics.text import Perplexity
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX
-from memrnn.lit.metrics import AcceptorAccuracy, BracketClosingAccuracy, CrossEntropyGap, NextSetAccuracy
+from memrnn.lit.metrics import (
+    AcceptorAccuracy,
+    BracketClosingAccuracy,
+    CrossEntropyGap,
+    NextSetAccuracy,
+    PerLengthStats,
+)
 
 OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
 #: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
@@ -57,6 +63,8 @@ class SequenceModule(L.LightningModule):
             ``gradient_clip_val``.
         bracket_types: ``k`` of a bracket language (linked from the data): adds Hewitt's
             bracket-closing metric to validation and test.
+        max_length: longest string length kept apart in the per-length curves (longer ones
+            share the last bucket).
 
     Validation/test log, per objective: ``ce``, ``ce_exact``, ``ce_gap``, ``acc``, ``ppl``
     (+ ``closing``, ``closing_error`` and the side constraints for bracket languages);
@@ -75,6 +83,7 @@ class SequenceModule(L.LightningModule):
         lr_decay: float | None = None,
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
+        max_length: int = 1024,
     ) -> None:
         super().__init__()
         objectives = dict(objectives or {"generator": 1.0})
@@ -120,6 +129,45 @@ class SequenceModule(L.LightningModule):
             if "acceptor" in self.heads:
                 metrics["accept"] = AcceptorAccuracy()
             setattr(self, f"{split}_metrics", metrics)
+            setattr(self, f"{split}_by_length", PerLengthStats(self._curve_stats(), max_length=max_length))
+        #: per-length curves of the last validation/test epoch (``length_curves()``'s output)
+        self.curves: dict[str, dict[str, list[float]]] = {}
+
+    def _curve_stats(self) -> tuple[str, ...]:
+        names = []
+        if "generator" in self.objectives:
+            names += ["nll", "nll_exact", "tokens", "correct"]
+        if "next_set" in self.objectives:
+            names += ["next_set_ok"]
+        if {"acceptor_end", "acceptor_prefix"} & set(self.objectives):
+            names += ["accept_ok"]
+        return tuple(names)
+
+    def length_curves(self, split: str) -> dict[str, list[float]]:
+        """Per string length (``END`` counted for generators, symbols + 1 for acceptors):
+        ``length``, ``count`` and, per objective, ``ce``, ``ce_gap``, ``acc`` (generator),
+        ``next_set_sequence``, ``accept_end``; computed from the last evaluation epoch."""
+        return self.curves.get(split, {})
+
+    def _finish_curves(self, split: str) -> None:
+        metric = getattr(self, f"{split}_by_length")
+        if not metric.update_called:
+            return
+        sums, counts = (t.cpu() for t in metric.compute())
+        metric.reset()
+        seen = torch.nonzero(counts).flatten()
+        col = {n: sums[seen, i] for i, n in enumerate(metric.names)}
+        out: dict[str, list[float]] = {"length": seen.tolist(), "count": counts[seen].tolist()}
+        if "nll" in col:
+            tokens = col["tokens"].clamp_min(1)
+            out["ce"] = (col["nll"] / tokens).tolist()
+            out["ce_gap"] = ((col["nll"] - col["nll_exact"]) / tokens).tolist()
+            out["acc"] = (col["correct"] / tokens).tolist()
+        if "next_set_ok" in col:
+            out["next_set_sequence"] = (col["next_set_ok"] / counts[seen]).tolist()
+        if "accept_ok" in col:
+            out["accept_end"] = (col["accept_ok"] / counts[seen]).tolist()
+        self.curves[split] = out
 
     @property
     def readout(self) -> nn.Linear:
@@ -214,6 +262,26 @@ class SequenceModule(L.LightningModule):
             m["accept"].update(
                 out["acceptor"], batch["prefix_label"], batch["label"], batch["mask"], batch["lengths"]
             )
+        getattr(self, f"{split}_by_length").update(self._per_string(batch, out), batch["lengths"])
+
+    def _per_string(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> Tensor:
+        """``[B, S]`` statistics of each string for the per-length curves (``_curve_stats``)."""
+        mask = batch["mask"]
+        cols = []
+        if "generator" in self.objectives:
+            logits, target = out["generator"], batch["target"]
+            nll = F.cross_entropy(
+                logits.transpose(1, 2).double(), target, ignore_index=IGNORE_INDEX, reduction="none"
+            )
+            cols += [nll.sum(1), -(batch["ref_logprob"].double() * mask).sum(1), mask.sum(1).double()]
+            cols.append(((logits.argmax(-1) == target) & mask).sum(1).double())
+        if "next_set" in self.objectives:
+            ok = ((out["next_set"] > 0) == batch["next_set"].bool()).all(-1) | ~mask
+            cols.append(ok.all(1).double())
+        if "acceptor" in self.heads:
+            last = acceptor_end_logits(out["acceptor"], batch["lengths"])
+            cols.append(((last > 0) == batch["label"].bool()).double())
+        return torch.stack(cols, dim=1)
 
     def _eval_epoch_end(self, split: str) -> None:
         m = getattr(self, f"{split}_metrics")
@@ -233,12 +301,14 @@ class SequenceModule(L.LightningModule):
         shown = {f"val/{k}" for k in ("ce_gap", "accept_end", "next_set_sequence")}
         for key, value in logs.items():
             self.log(key, value.float(), prog_bar=key in shown)
+        self._finish_curves(split)
 
     def _eval_epoch_start(self, split: str) -> None:
         # A previous trainer.validate() ran under inference_mode and may have left inference
         # tensors in the metric states; resetting re-creates ordinary tensors.
         for metric in getattr(self, f"{split}_metrics").values():
             metric.reset()
+        getattr(self, f"{split}_by_length").reset()
 
     def on_validation_epoch_start(self) -> None:
         self._eval_epoch_start("val")
