@@ -41,6 +41,9 @@ def test_config_instantiates_through_the_cli(path, tmp_path):
     assert cli.model.vocab_size == cli.datamodule.vocab_size  # linked, not typed by the user
     assert cli.model.num_symbols == cli.datamodule.num_symbols
     assert cli.model.hparams.bracket_types == cli.datamodule.bracket_types
+    # experiment configs add callbacks with `callbacks+:`; a plain `callbacks:` would drop the defaults'
+    names = {type(c).__name__ for c in cli.trainer.callbacks}
+    assert {"ModelCheckpoint", "LengthCurves", "CrossEntropyReport"} <= names, names
 
 
 def test_print_config_shows_the_resolved_layer(tmp_path):

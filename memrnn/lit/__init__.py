@@ -1,6 +1,6 @@
 """Lightning modules, metrics, callbacks, loggers and the CLI."""
 
-from memrnn.lit.callbacks import CrossEntropyReport, LengthCurves
+from memrnn.lit.callbacks import CountingReport, CrossEntropyReport, LengthCurves
 from memrnn.lit.generator import GeneratorModule
 from memrnn.lit.loggers import WandbLogger
 from memrnn.lit.metrics import (
@@ -15,6 +15,7 @@ from memrnn.lit.sequence import SequenceModule
 __all__ = [
     "AcceptorAccuracy",
     "BracketClosingAccuracy",
+    "CountingReport",
     "CrossEntropyGap",
     "CrossEntropyReport",
     "GeneratorModule",

@@ -102,3 +102,38 @@ class LengthCurves(L.Callback):
 
     def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._report(trainer, pl_module, "test")
+
+
+class CountingReport(L.Callback):
+    """After ``fit`` (and ``test``), sweep ``n = min_n..n_max`` with
+    :func:`memrnn.analysis.counting_sweep` on the data module's counting language: print and log
+    ``counting/first_failure`` (the first ``n`` where ``x^n`` is rejected or a ±1 neighbour
+    accepted; ``n_max + 1`` if none) and ``counting/positives_ok``, the share of ``x^n`` accepted."""
+
+    def __init__(self, n_max: int = 1000) -> None:
+        if n_max < 1:
+            raise ValueError(f"n_max must be >= 1, got {n_max}")
+        self.n_max = n_max
+        self.result = None
+
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        from memrnn.analysis.counting import counting_sweep
+        from memrnn.languages.counting import CountingLanguage
+
+        language = getattr(trainer.datamodule, "language", None)
+        if not isinstance(language, CountingLanguage) or "acceptor" not in getattr(pl_module, "heads", {}):
+            return
+        self.result = sweep = counting_sweep(pl_module, language, self.n_max)
+        first = sweep.first_failure if sweep.first_failure is not None else self.n_max + 1
+        share = sum(sweep.positive_ok) / len(sweep.positive_ok)
+        rank_zero_info(
+            f"\n[counting] {language}: x^n accepted and every ±1 neighbour rejected for n < {first} "
+            f"(swept to {self.n_max}); x^n accepted for {share:.1%} of n"
+        )
+        for logger in trainer.loggers:
+            logger.log_metrics(
+                {"counting/first_failure": first, "counting/positives_ok": share}, trainer.global_step
+            )
+
+    def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._run(trainer, pl_module)
