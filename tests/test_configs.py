@@ -63,3 +63,17 @@ def test_unknown_config_key_is_named(tmp_path):
     out = run_train("fit", "--config", str(bad), "--print_config", cwd=tmp_path)
     assert out.returncode != 0
     assert "hiden_size" in out.stderr
+
+
+def test_train_py_runs_two_process_ddp_on_cpu(tmp_path):
+    """``train.py`` with Lightning's ``ddp`` strategy (gloo, 2 processes) as a subprocess, the
+    way ECOSYSTEM.md says DDP must be tested."""
+    out = run_train(
+        "fit", "--config", str(ROOT / "configs/dyck/lstm_k2_m3.yaml"), "--trainer.strategy=ddp",
+        "--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.max_epochs=1",
+        "--data.init_args.train_size=64", "--data.init_args.val_size=32",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "difference" in out.stdout + out.stderr  # the report, printed once by rank 0
+    assert len(list((tmp_path / "runs").rglob("last.ckpt"))) == 1

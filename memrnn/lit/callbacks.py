@@ -68,11 +68,12 @@ class LengthCurves(L.Callback):
         if not curves:
             return
         self.curves[split] = curves
+        # trainer.log_dir broadcasts from rank 0: every rank must ask, or rank 0 waits forever
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
         if not trainer.is_global_zero:
             return
         columns = list(curves)
         rows = list(zip(*(curves[c] for c in columns), strict=True))
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         with open(out_dir / f"length_curves_{split}.csv", "w", newline="") as f:
             writer = csv.writer(f)
