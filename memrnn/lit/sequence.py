@@ -300,7 +300,8 @@ class SequenceModule(L.LightningModule):
             metric.reset()
         shown = {f"val/{k}" for k in ("ce_gap", "accept_end", "next_set_sequence")}
         for key, value in logs.items():
-            self.log(key, value.float(), prog_bar=key in shown)
+            # already reduced across ranks by torchmetrics; averaging equal values changes nothing
+            self.log(key, value.float(), prog_bar=key in shown, sync_dist=True)
         self._finish_curves(split)
 
     def _eval_epoch_start(self, split: str) -> None:
