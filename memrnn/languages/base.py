@@ -86,6 +86,10 @@ class Language(ABC):
             out.append(t)
         return out
 
+    def is_complete(self, ids: Sequence[int]) -> bool:
+        """Whether checked ``ids`` end with ``END`` and contain no other ``END``."""
+        return bool(ids) and ids[-1] == self.end_id and self.end_id not in ids[:-1]
+
     def encode(self, text: str) -> list[int]:
         """Whitespace-separated symbols -> ids."""
         index = {s: i for i, s in enumerate(self.symbols)}
@@ -240,6 +244,49 @@ class Language(ABC):
                 if not self.accepts(w):
                     return w
         raise ValueError(f"{self}: no negative found in 10,000 uniform draws at sampled lengths in {lengths}")
+
+
+class SymbolLanguage(Language):
+    """A language whose generator emits a string of symbols and then ``END`` (a PCFG, a PFSA):
+    default windows from the class attributes, the length law shifted by one for ``END``, and
+    sampling within a window as "draw the length, then the string given its length".
+
+    Subclasses give the symbol-level pieces: ``_symbol_length_log_probs(max_symbols)``
+    (``log P(n symbols)``, ``[max_symbols + 1]``) and ``_sample_symbols(rng, n)`` (ids)."""
+
+    train_lengths: Lengths = (1, 51)
+    test_lengths: Lengths = (51, 101)
+
+    def default_lengths(self, split: str) -> Lengths:
+        if split in ("train", "val", "validation", "dev"):
+            return self.train_lengths
+        if split == "test":
+            return self.test_lengths
+        raise ValueError(f"unknown split {split!r}; use 'train', 'val' or 'test'")
+
+    @abstractmethod
+    def _symbol_length_log_probs(self, max_symbols: int) -> np.ndarray:
+        """``log P(|w| = n)`` over symbols (no ``END``), ``n = 0..max_symbols``."""
+
+    @abstractmethod
+    def _sample_symbols(self, rng: np.random.Generator, n: int) -> list[int]:
+        """``n`` symbol ids drawn from ``p(w | |w| = n)``."""
+
+    def length_log_probs(self, max_length: int) -> np.ndarray:
+        if max_length < 0:
+            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        out = np.full(max_length + 1, -math.inf)
+        if max_length >= 1:
+            out[1:] = self._symbol_length_log_probs(max_length - 1)
+        return out
+
+    def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
+        return self.sample_given_length(rng, self.sample_length(rng, lengths))
+
+    def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
+        if length < 1:
+            raise ValueError(f"lengths count END, so they are >= 1; got {length}")
+        return [*self._sample_symbols(rng, length - 1), self.end_id]
 
 
 def bracket_annotations(language: Language, ids: Sequence[int]) -> dict[str, np.ndarray]:

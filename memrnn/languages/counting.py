@@ -97,7 +97,7 @@ class CountingLanguage(Language):
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)
-        if not ids or ids[-1] != self.end_id or self.end_id in ids[:-1]:
+        if not self.is_complete(ids):
             return False
         return self.machine.accepts([self.symbols[i] for i in ids[:-1]])
 

@@ -16,13 +16,13 @@ from typing import Literal
 
 import numpy as np
 
-from memrnn.languages.base import Language, Lengths
+from memrnn.languages.base import Lengths, SymbolLanguage
 from memrnn.languages.pcfg import PCFG, Earley
 
 Root = Literal["paper", "public"]
 
 
-class GrammarLanguage(Language):
+class GrammarLanguage(SymbolLanguage):
     """The strings of a PCFG followed by ``END``, with the PCFG's distribution.
 
     Sampling restricted to a window draws the length from the grammar's length distribution
@@ -49,33 +49,16 @@ class GrammarLanguage(Language):
             self._earley = Earley(g)
         return self._earley
 
-    def default_lengths(self, split: str) -> Lengths:
-        if split in ("train", "val", "validation", "dev"):
-            return self.train_lengths
-        if split == "test":
-            return self.test_lengths
-        raise ValueError(f"unknown split {split!r}; use 'train', 'val' or 'test'")
-
     # -- distribution ---------------------------------------------------------------------------
-    def length_log_probs(self, max_length: int) -> np.ndarray:
-        if max_length < 0:
-            raise ValueError(f"max_length must be >= 0, got {max_length}")
-        out = np.full(max_length + 1, -math.inf)
-        if max_length >= 1:
-            out[1:] = self.grammar.length_log_probs(max_length - 1)
-        return out
+    def _symbol_length_log_probs(self, max_symbols: int) -> np.ndarray:
+        return self.grammar.length_log_probs(max_symbols)
 
-    def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
-        return self.sample_given_length(rng, self.sample_length(rng, lengths))
-
-    def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
-        if length < 1:
-            raise ValueError(f"lengths count END, so they are >= 1; got {length}")
-        return [*self.grammar.sample_given_length(rng, length - 1), self.end_id]
+    def _sample_symbols(self, rng: np.random.Generator, n: int) -> list[int]:
+        return self.grammar.sample_given_length(rng, n)
 
     def log_prob(self, ids: Sequence[int], lengths: Lengths | None = None) -> float:
         ids = self.check_ids(ids)
-        if not ids or ids[-1] != self.end_id or self.end_id in ids[:-1]:
+        if not self.is_complete(ids):
             return -math.inf
         if lengths is not None:
             lo, hi = self._check_window(lengths)
@@ -90,7 +73,7 @@ class GrammarLanguage(Language):
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)
-        if not ids or ids[-1] != self.end_id or self.end_id in ids[:-1]:
+        if not self.is_complete(ids):
             return False
         return self.earley.recognizes(self._names(ids[:-1]))
 
@@ -139,7 +122,7 @@ class StackOracle(ABC):
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)  # type: ignore[attr-defined]
-        if not ids or ids[-1] != self.end_id or self.end_id in ids[:-1]:  # type: ignore[attr-defined]
+        if not self.is_complete(ids):  # type: ignore[attr-defined]
             return False
         st = self._start()
         for t in ids[:-1]:

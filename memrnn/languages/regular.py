@@ -9,18 +9,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from memrnn.languages.automata import PFSA
-from memrnn.languages.base import Language, Lengths
+from memrnn.languages.base import Lengths, SymbolLanguage
 
 
-class PFSALanguage(Language):
+class PFSALanguage(SymbolLanguage):
     """The strings of a deterministic PFSA followed by ``END`` (its final probability).
 
     ``token_log_probs`` is exact, also within a length window (a backward table over
     (position, state) conditions each step on ending inside the window).
     """
-
-    train_lengths: Lengths = (1, 51)
-    test_lengths: Lengths = (51, 101)
 
     def __init__(self, pfsa: PFSA) -> None:
         self.pfsa = pfsa
@@ -29,19 +26,12 @@ class PFSALanguage(Language):
     def __repr__(self) -> str:
         return f"PFSALanguage({self.pfsa!r})"
 
-    def default_lengths(self, split: str) -> Lengths:
-        if split in ("train", "val", "validation", "dev"):
-            return self.train_lengths
-        if split == "test":
-            return self.test_lengths
-        raise ValueError(f"unknown split {split!r}; use 'train', 'val' or 'test'")
-
     def _run(self, ids: Sequence[int]) -> list[str | None]:
         return self.pfsa.dfa.run([self.symbols[i] for i in ids])
 
     def accepts(self, ids: Sequence[int]) -> bool:
         ids = self.check_ids(ids)
-        if not ids or ids[-1] != self.end_id or self.end_id in ids[:-1]:
+        if not self.is_complete(ids):
             return False
         q = self._run(ids[:-1])[-1]
         return q is not None and self.pfsa.final.get(q, 0.0) > 0
@@ -55,11 +45,12 @@ class PFSALanguage(Language):
             return frozenset()
         return frozenset(int(i) for i in np.flatnonzero(np.isfinite(self.pfsa.next_log_probs(q))))
 
-    def length_log_probs(self, max_length: int) -> np.ndarray:
-        out = np.full(max_length + 1, -math.inf)
-        if max_length >= 1:
-            out[1:] = self.pfsa.length_log_probs(max_length - 1)
-        return out
+    def _symbol_length_log_probs(self, max_symbols: int) -> np.ndarray:
+        return self.pfsa.length_log_probs(max_symbols)
+
+    def _sample_symbols(self, rng: np.random.Generator, n: int) -> list[int]:
+        index = {s: i for i, s in enumerate(self.symbols)}
+        return [index[a] for a in self.pfsa.sample_given_length(rng, n)]
 
     def _beta(self, lengths: Lengths) -> np.ndarray:
         """``log β[t, q]``: probability that from state q after t tokens the string ends with a
@@ -97,15 +88,6 @@ class PFSALanguage(Language):
                 break
             q = self.pfsa.dfa.delta[(q, self.symbols[tok])]
         return out
-
-    def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
-        return self.sample_given_length(rng, self.sample_length(rng, lengths))
-
-    def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
-        if length < 1:
-            raise ValueError(f"lengths count END, so they are >= 1; got {length}")
-        index = {s: i for i, s in enumerate(self.symbols)}
-        return [index[a] for a in self.pfsa.sample_given_length(rng, length - 1)] + [self.end_id]
 
 
 class Latch(PFSALanguage):
