@@ -171,6 +171,28 @@ class SplitDataModule(L.LightningDataModule, ABC):
         return self._loader("test", train=False)
 
 
+class LanguageDataModule(SplitDataModule):
+    """A split data module over ``self.language``: the vocabulary sizes and the bracket count
+    that ``train.py`` links into the model."""
+
+    language: Language
+
+    @property
+    def vocab_size(self) -> int:
+        """Input ids: the language's symbols and ``BOS``."""
+        return self.language.input_vocab_size
+
+    @property
+    def num_symbols(self) -> int:
+        """Output classes: the language's symbols, ``END`` included."""
+        return self.language.num_symbols
+
+    @property
+    def bracket_types(self) -> int | None:
+        """``k`` of a bracket language, else None (linked into the model's metrics)."""
+        return self.language.bracket_types
+
+
 def resolve_splits(
     language: Language,
     preset: str | None,
@@ -204,7 +226,7 @@ def resolve_splits(
     return p, out, windows, mode
 
 
-class FormalLanguageDataModule(SplitDataModule):
+class FormalLanguageDataModule(LanguageDataModule):
     """Train/val/test strings of ``language``, sampled deterministically from ``seed``.
 
     Args:
@@ -260,21 +282,6 @@ class FormalLanguageDataModule(SplitDataModule):
             raise ValueError(f"test_per_length must be >= 1, got {self.test_per_length}")
         self.save_hyperparameters()
         self.language, self.next_sets = language, next_sets
-
-    @property
-    def vocab_size(self) -> int:
-        """Input ids: the language's symbols and ``BOS``."""
-        return self.language.input_vocab_size
-
-    @property
-    def num_symbols(self) -> int:
-        """Output classes: the language's symbols, ``END`` included."""
-        return self.language.num_symbols
-
-    @property
-    def bracket_types(self) -> int | None:
-        """``k`` of a bracket language, else None (linked into the model's metrics)."""
-        return self.language.bracket_types
 
     def build_split(self, split: str) -> StringDataset:
         """Sample one split (deterministic in ``seed``)."""

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from memrnn.core.serialization import allow_in_checkpoints
-from memrnn.data.datamodule import SPLITS, SplitDataModule, resolve_splits
+from memrnn.data.datamodule import SPLITS, LanguageDataModule, SplitDataModule, resolve_splits
 from memrnn.data.presets import get_preset
 from memrnn.languages.base import Language, Lengths, LengthSampling
 
@@ -56,7 +56,7 @@ def collate_acceptor(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str, 
     return {"input": inp, "mask": mask, "prefix_label": prefix, "label": label, "lengths": lengths}
 
 
-class AcceptorDataModule(SplitDataModule):
+class AcceptorDataModule(LanguageDataModule):
     """Positive and negative strings of ``language`` with acceptance labels.
 
     Args:
@@ -106,15 +106,6 @@ class AcceptorDataModule(SplitDataModule):
         if self.test_set == "near_miss" and not hasattr(language, "near_miss_test_set"):
             raise ValueError(f"test_set='near_miss' needs a counting language, got {language}")
         self.save_hyperparameters()
-
-    @property
-    def vocab_size(self) -> int:
-        """Input ids: the language's symbols and ``BOS``."""
-        return self.language.input_vocab_size
-
-    @property
-    def num_symbols(self) -> int:
-        return self.language.num_symbols
 
     @property
     def bracket_types(self) -> int | None:

@@ -115,5 +115,7 @@ def test_acceptor_accuracy_reads_each_sequence_at_its_own_end():
     out = m.compute()
     assert out["end"].item() == 1.0
     assert out["prefix"].item() == pytest.approx(5 / 6)  # only (1, 1): logit 4 vs label 0 is wrong
-    # the padded end would have given the wrong answer for the second row
-    assert (logits[1, -1] > 0).item() is False
+    # reading the padded end instead (as if both had length 4) gets the second row wrong
+    padded = AcceptorAccuracy()
+    padded.update(logits, prefix, label, torch.ones_like(mask), torch.tensor([4, 4]))
+    assert padded.compute()["end"].item() == 0.5
