@@ -40,7 +40,7 @@ from typing import Literal
 
 import numpy as np
 
-from memrnn.languages.automata import DFA
+from memrnn.languages.automata import DFA, DPDA, EMPTY, NOOP, POP, push
 from memrnn.languages.base import Language, Lengths
 
 ACCEPT = "accept"
@@ -146,6 +146,22 @@ class DyckKM(Language):
                 elif isinstance(nxt, tuple):
                     trans.append((name(st), self.symbols[tok], name(nxt)))
         return DFA([*map(name, stacks), ACCEPT], self.symbols, trans, name(()), [ACCEPT])
+
+    def pda(self) -> DPDA:
+        """A DPDA for Dyck-(k,m) (input: the symbols, ``END`` included) whose state ``d<i>`` is the
+        depth: push each open bracket (not at depth ``m``: no move, the string is rejected), pop
+        on its close, accept on ``END`` at depth 0."""
+        opens = [self.symbols[self.open_id(i)] for i in range(self.k)]
+        closes = [self.symbols[self.close_id(i)] for i in range(self.k)]
+        depth = [f"d{d}" for d in range(self.m + 1)]
+        t = [(depth[d], o, "*", depth[d + 1], push(o)) for d in range(self.m) for o in opens]
+        t += [
+            (depth[d], c, o, depth[d - 1], POP)
+            for d in range(1, self.m + 1)
+            for o, c in zip(opens, closes, strict=True)
+        ]
+        t.append((depth[0], "END", EMPTY, ACCEPT, NOOP))
+        return DPDA([*depth, ACCEPT], self.symbols, opens, t, depth[0], [ACCEPT])
 
     def accepts(self, ids: Sequence[int]) -> bool:
         """Whether ``ids`` (ending with ``END``) is in Dyck-(k,m)."""

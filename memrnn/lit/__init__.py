@@ -1,6 +1,15 @@
 """Lightning modules, metrics, callbacks, loggers and the CLI."""
 
-from memrnn.lit.callbacks import CountingReport, CrossEntropyReport, LengthCurves
+from memrnn.lit.callbacks import (
+    Comparison,
+    CountingReport,
+    CrossEntropyReport,
+    LengthCurves,
+    LinearProbe,
+    ModelComparison,
+    ProgressBar,
+    TraceComparison,
+)
 from memrnn.lit.generator import GeneratorModule
 from memrnn.lit.loggers import WandbLogger
 from memrnn.lit.metrics import (
@@ -15,13 +24,18 @@ from memrnn.lit.sequence import SequenceModule
 __all__ = [
     "AcceptorAccuracy",
     "BracketClosingAccuracy",
+    "Comparison",
     "CountingReport",
     "CrossEntropyGap",
     "CrossEntropyReport",
     "GeneratorModule",
     "LengthCurves",
+    "LinearProbe",
+    "ModelComparison",
     "NextSetAccuracy",
     "PerLengthStats",
+    "ProgressBar",
     "SequenceModule",
+    "TraceComparison",
     "WandbLogger",
 ]

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import csv
+import sys
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
+from matplotlib.figure import Figure
 
 from memrnn.lit.loggers import WandbLogger
 
@@ -39,70 +48,181 @@ class CrossEntropyReport(L.Callback):
         self._print(trainer, "test")
 
 
-class LengthCurves(L.Callback):
+@dataclass
+class Comparison:
+    """What a :class:`ModelComparison` found: ``metrics`` (logged as ``<split>/<key>/<name>``),
+    ``figures`` (saved as PNG under ``<log dir>/figures/`` and logged to W&B as images) and
+    ``tables`` (``{name: {column: values}}``, saved as ``<log dir>/<name>_<split>.csv`` and
+    logged to W&B as tables ``<split>/<name>``)."""
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    figures: dict[str, Figure] = field(default_factory=dict)
+    tables: dict[str, dict[str, list]] = field(default_factory=dict)
+
+
+class ModelComparison(L.Callback, ABC):
+    """Base of the callbacks that compare a trained model with a reference (the exact
+    distribution, the language's automaton, a construction's weights).
+
+    After every ``every_n_epochs``-th validation epoch (never during the sanity check) and after
+    each test epoch in ``splits``, :meth:`compare` computes a :class:`Comparison` on rank 0; the
+    base logs its numbers to every logger, writes figures and tables under the log directory and,
+    with a :class:`~memrnn.lit.WandbLogger`, logs them as ``wandb.Image`` and ``wandb.Table``.
+    The last result per split stays in ``self.results``.
+
+    Subclasses implement :meth:`compare`; :meth:`wandb_extras` may add W&B-only objects.
+    """
+
+    #: prefix of the logged metric names: ``<split>/<key>/<name>``
+    key: str = "compare"
+
+    def __init__(
+        self, splits: Sequence[str] = ("val", "test"), every_n_epochs: int = 1, figures: bool = True
+    ) -> None:
+        for s in splits:
+            if s not in ("val", "test"):
+                raise ValueError(f"splits must be 'val' and/or 'test', got {s!r}")
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        self.splits, self.every_n_epochs, self.figures = tuple(splits), every_n_epochs, figures
+        self.results: dict[str, Comparison] = {}
+
+    @abstractmethod
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        """The comparison after an evaluation of ``split`` (None: nothing to report).  Runs on
+        rank 0 only, so it must not call collectives."""
+
+    def wandb_extras(self, comparison: Comparison, split: str) -> dict[str, Any]:
+        """Extra objects to log to W&B with the comparison (default: none)."""
+        return {}
+
+    def _due(self, trainer: L.Trainer, split: str) -> bool:
+        if split not in self.splits or trainer.sanity_checking:
+            return False
+        return split == "test" or (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    def _run(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:
+        if not self._due(trainer, split):
+            return
+        # trainer.log_dir broadcasts from rank 0: every rank must ask, or rank 0 waits forever
+        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        if not trainer.is_global_zero:
+            return
+        was_training = pl_module.training
+        pl_module.eval()
+        try:
+            with torch.no_grad():
+                result = self.compare(trainer, pl_module, split)
+        finally:
+            pl_module.train(was_training)
+        if result is None:
+            return
+        self.results[split] = result
+        self._publish(trainer, result, split, out_dir)
+
+    def _publish(self, trainer: L.Trainer, result: Comparison, split: str, out_dir: Path) -> None:
+        step = trainer.global_step
+        if result.metrics:
+            named = {f"{split}/{self.key}/{k}": float(v) for k, v in result.metrics.items()}
+            for logger in trainer.loggers:
+                logger.log_metrics(named, step)
+            rank_zero_info(f"[{split}] " + ", ".join(f"{k} {v:.4g}" for k, v in named.items()))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name, columns in result.tables.items():
+            with open(out_dir / f"{name}_{split}.csv", "w", newline="") as f:
+                writer = csv.writer(f)
+                writer.writerow(list(columns))
+                writer.writerows(zip(*columns.values(), strict=True))
+        paths = {}
+        if self.figures and result.figures:
+            (out_dir / "figures").mkdir(exist_ok=True)
+            for name, fig in result.figures.items():
+                paths[name] = out_dir / "figures" / f"{split}_{name}_step{step:06d}.png"
+                fig.savefig(paths[name], dpi=100)
+        wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+        if not wandb_loggers:
+            return
+        import wandb
+
+        payload: dict[str, Any] = {}
+        for name, columns in result.tables.items():
+            rows = [list(r) for r in zip(*columns.values(), strict=True)]
+            payload[f"{split}/{name}"] = wandb.Table(columns=list(columns), data=rows)
+        for name, path in paths.items():
+            payload[f"{split}/{name}"] = wandb.Image(str(path))
+        payload.update(self.wandb_extras(result, split))
+        if payload:
+            payload["trainer/global_step"] = step
+            for logger in wandb_loggers:
+                logger.experiment.log(payload)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._run(trainer, pl_module, "val")
+
+    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._run(trainer, pl_module, "test")
+
+
+class LengthCurves(ModelComparison):
     """Length generalization from one evaluation run: after each validation and test epoch,
     take the module's per-length curves (``SequenceModule.length_curves``) and
 
-    * write ``<log dir>/length_curves_<split>.csv`` (one row per string length),
-    * log them to W&B as a table ``<split>/length_curve`` and a line plot of ``metric`` against
-      the length (``<split>/length_plot``), when a :class:`~memrnn.lit.WandbLogger` is attached,
+    * write ``<log dir>/length_curves_<split>.csv`` (one row per string length) and a plot of
+      ``metric`` against the length, ``<log dir>/figures/<split>_length_plot_step*.png``;
+    * log them to W&B as a table ``<split>/length_curves``, that figure, and an interactive line
+      plot ``<split>/length_line``, when a :class:`~memrnn.lit.WandbLogger` is attached;
     * keep them in ``self.curves[split]``.
 
     Args:
         splits: which evaluations to report (``"val"``, ``"test"``).
         metric: the curve plotted (default: ``ce_gap`` for generators, ``accept_end`` for
             acceptors, ``next_set_sequence`` for next-set models, whichever exists first).
+        every_n_epochs, figures: as :class:`ModelComparison`.
     """
 
-    def __init__(self, splits: tuple[str, ...] = ("val", "test"), metric: str | None = None) -> None:
-        for s in splits:
-            if s not in ("val", "test"):
-                raise ValueError(f"splits must be 'val' and/or 'test', got {s!r}")
-        self.splits, self.metric = tuple(splits), metric
+    key = "length"
+
+    def __init__(
+        self,
+        splits: Sequence[str] = ("val", "test"),
+        metric: str | None = None,
+        every_n_epochs: int = 1,
+        figures: bool = True,
+    ) -> None:
+        super().__init__(splits, every_n_epochs, figures)
+        self.metric = metric
         self.curves: dict[str, dict[str, list[float]]] = {}
 
-    def _report(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> None:
-        if split not in self.splits or trainer.sanity_checking or not hasattr(pl_module, "length_curves"):
-            return
-        curves = pl_module.length_curves(split)
-        if not curves:
-            return
-        self.curves[split] = curves
-        # trainer.log_dir broadcasts from rank 0: every rank must ask, or rank 0 waits forever
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
-        if not trainer.is_global_zero:
-            return
-        columns = list(curves)
-        rows = list(zip(*(curves[c] for c in columns), strict=True))
-        out_dir.mkdir(parents=True, exist_ok=True)
-        with open(out_dir / f"length_curves_{split}.csv", "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(columns)
-            writer.writerows(rows)
+    def _metric(self, curves: dict[str, list[float]]) -> str:
         metric = self.metric or next(
-            (m for m in ("ce_gap", "accept_end", "next_set_sequence") if m in curves), columns[-1]
+            (m for m in ("ce_gap", "accept_end", "next_set_sequence") if m in curves), list(curves)[-1]
         )
         if metric not in curves:
-            raise ValueError(f"no per-length curve {metric!r}; available: {columns[2:]}")
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                import wandb
+            raise ValueError(f"no per-length curve {metric!r}; available: {list(curves)[2:]}")
+        return metric
 
-                table = wandb.Table(columns=columns, data=[list(r) for r in rows])
-                plot = wandb.plot.line(table, "length", metric, title=f"{split}: {metric} by length")
-                logger.experiment.log(
-                    {
-                        f"{split}/length_curve": table,
-                        f"{split}/length_plot": plot,
-                        "trainer/global_step": trainer.global_step,
-                    }
-                )
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        if not hasattr(pl_module, "length_curves"):
+            return None
+        curves = pl_module.length_curves(split)
+        if not curves:
+            return None
+        self.curves[split] = curves
+        metric = self._metric(curves)
+        figures = {}
+        if self.figures:
+            from memrnn.analysis.plots import length_plot
 
-    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._report(trainer, pl_module, "val")
+            figures["length_plot"] = length_plot(curves, metric, title=f"{split}: {metric} by length")
+        return Comparison(figures=figures, tables={"length_curves": curves})
 
-    def on_test_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._report(trainer, pl_module, "test")
+    def wandb_extras(self, comparison: Comparison, split: str) -> dict[str, Any]:
+        import wandb
+
+        curves = comparison.tables["length_curves"]
+        metric = self._metric(curves)
+        table = wandb.Table(columns=list(curves), data=[list(r) for r in zip(*curves.values(), strict=True)])
+        return {f"{split}/length_line": wandb.plot.line(table, "length", metric, title=f"{split}: {metric}")}
 
 
 class CountingReport(L.Callback):
@@ -138,3 +258,226 @@ class CountingReport(L.Callback):
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._run(trainer, pl_module)
+
+
+class TraceComparison(ModelComparison):
+    """Base of comparisons made on the layer's internals.  Draws ``num_strings`` strings of the
+    data module's language once (seeded; lengths in ``lengths``, default the validation window),
+    feeds each as ``BOS w_1 .. w_n`` through the module's embedding and ``layer.trace``, and
+    passes the per-step internals (``[B, T, ...]``, padded positions masked) to
+    :meth:`compare_trace`.  With ``figures``, adds ``trace_heatmap``: the ``heatmap_keys`` of the
+    trace (default: every gate/diagnostic the layer reports, else its state) over time for one
+    probe string, below the reference automaton's features for it.
+
+    Args:
+        num_strings: probe strings (more than 1).
+        lengths: ``(min, max)`` string lengths, ``END`` counted.
+        seed: the probe strings' seed (the same strings every epoch).
+        heatmap_keys: trace keys drawn in the heatmap figure.
+        splits, every_n_epochs, figures: as :class:`ModelComparison` (default: validation only).
+    """
+
+    def __init__(
+        self,
+        num_strings: int = 64,
+        lengths: tuple[int, int] | None = None,
+        seed: int = 0,
+        heatmap_keys: Sequence[str] | None = None,
+        splits: Sequence[str] = ("val",),
+        every_n_epochs: int = 1,
+        figures: bool = True,
+    ) -> None:
+        super().__init__(splits, every_n_epochs, figures)
+        if num_strings < 2:
+            raise ValueError(f"num_strings must be >= 2, got {num_strings}")
+        self.num_strings, self.lengths, self.seed = num_strings, lengths, seed
+        self.heatmap_keys = tuple(heatmap_keys) if heatmap_keys is not None else None
+        self._strings: list[list[int]] | None = None
+
+    def probe_strings(self, trainer: L.Trainer) -> list[list[int]] | None:
+        """The probe strings (complete, ending with ``END``), drawn on first use."""
+        if self._strings is None:
+            dm = trainer.datamodule
+            language = getattr(dm, "language", None)
+            if language is None:
+                return None
+            lengths = self.lengths or getattr(dm, "windows", {}).get("val")
+            rng = np.random.default_rng(self.seed)
+            self._strings = [language.sample(rng, lengths) for _ in range(self.num_strings)]
+        return self._strings
+
+    @staticmethod
+    def run_trace(pl_module: L.LightningModule, language: Any, strings: Sequence[Sequence[int]]):
+        """``(trace, mask)``: the layer's ``trace`` on ``BOS w_1 .. w_n`` for each string
+        (``[B, T, ...]`` per key, ``T`` = the longest string's length) and the ``[B, T]`` mask."""
+        steps = max(len(s) for s in strings)
+        device = next(pl_module.parameters()).device
+        inp = torch.zeros(len(strings), steps, dtype=torch.long)
+        mask = torch.zeros(len(strings), steps, dtype=torch.bool)
+        for b, s in enumerate(strings):
+            inp[b, 0], inp[b, 1 : len(s)] = language.bos_id, torch.as_tensor(s[:-1])
+            mask[b, : len(s)] = True
+        inp, mask = inp.to(device), mask.to(device)
+        trace = pl_module.layer.trace(pl_module.embedding(inp), mask=mask)
+        return {k: v.detach().cpu() for k, v in trace.items()}, mask.cpu()
+
+    @abstractmethod
+    def compare_trace(
+        self, language: Any, strings: list[list[int]], trace: dict[str, torch.Tensor], mask: torch.Tensor
+    ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        """Numbers from the internals, and per-position values to draw over the heatmap of the
+        figure's string (``{name: [T]}``, may be empty)."""
+
+    #: which probe string the heatmap shows
+    figure_string: int = 0
+
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        if not hasattr(pl_module, "layer") or not hasattr(pl_module, "embedding"):
+            return None
+        strings = self.probe_strings(trainer)
+        if not strings:
+            return None
+        language = trainer.datamodule.language
+        trace, mask = self.run_trace(pl_module, language, strings)
+        metrics, decoded = self.compare_trace(language, strings, trace, mask)
+        figures = {}
+        if self.figures:
+            figures["trace_heatmap"] = self.heatmap(language, strings, trace, decoded)
+        return Comparison(metrics=metrics, figures=figures)
+
+    def heatmap(
+        self, language: Any, strings: list[list[int]], trace: dict[str, torch.Tensor], decoded
+    ) -> Figure:
+        from memrnn.analysis.plots import trace_heatmaps
+        from memrnn.analysis.reference import available_features, reference_features
+
+        b = self.figure_string
+        s = strings[b]
+        keys = self.heatmap_keys
+        if keys is None:
+            extra = [k for k in trace if k != "output" and not k.startswith("state.")]
+            keys = extra or [k for k in trace if k.startswith("state.")]
+        missing = [k for k in keys if k not in trace]
+        if missing:
+            raise ValueError(f"heatmap_keys {missing} not in the layer's trace; it has {sorted(trace)}")
+        ref = reference_features(language, s) if available_features(language) else None
+        tokens = ["BOS", *(language.symbols[t] for t in s[:-1])]
+        return trace_heatmaps(
+            {k: trace[k][b, : len(s)].numpy() for k in keys},
+            tokens,
+            reference=ref,
+            decoded=decoded,
+            title=f"{type(self).__name__}: probe string {b}",
+        )
+
+
+class LinearProbe(TraceComparison):
+    """Decode the reference automaton's configuration from the layer's state with linear maps
+    (:func:`memrnn.analysis.probe.fit_linear_probe`): after every validation, fit one probe per
+    feature (``stack_top``, ``depth``, ``state`` for a PDA language; ``counter``, ``state`` for a
+    counter language; ``state`` for a DFA) on the first half of the probe strings, score it on
+    the other half, and log ``<split>/probe/<feature>_acc`` (held-out accuracy),
+    ``<feature>_train_acc`` and, for counts, ``<feature>_r2``.
+
+    Args:
+        representation: the trace keys whose per-step values, flattened and concatenated, are
+            the probe's input; ``"state"`` (default) takes every ``state.*`` field (an LSTM's
+            ``h`` and ``c``).
+        features: which reference features (default: every one the language has).
+        train_fraction: share of the probe strings used to fit.
+        Others: as :class:`TraceComparison`.
+    """
+
+    key = "probe"
+
+    def __init__(
+        self,
+        representation: str | Sequence[str] = "state",
+        features: Sequence[str] | None = None,
+        train_fraction: float = 0.5,
+        num_strings: int = 64,
+        lengths: tuple[int, int] | None = None,
+        seed: int = 0,
+        heatmap_keys: Sequence[str] | None = None,
+        splits: Sequence[str] = ("val",),
+        every_n_epochs: int = 1,
+        figures: bool = True,
+    ) -> None:
+        super().__init__(num_strings, lengths, seed, heatmap_keys, splits, every_n_epochs, figures)
+        if not 0 < train_fraction < 1:
+            raise ValueError(f"train_fraction must lie in (0, 1), got {train_fraction}")
+        self.representation = (representation,) if isinstance(representation, str) else tuple(representation)
+        self.features = tuple(features) if features is not None else None
+        self.train_fraction = train_fraction
+        self.probes: dict[str, Any] = {}
+        self.figure_string = round(num_strings * train_fraction)  # the first held-out string
+
+    def _inputs(self, trace: dict[str, torch.Tensor]) -> torch.Tensor:
+        keys = []
+        for r in self.representation:
+            if r == "state":
+                keys += [k for k in trace if k.startswith("state.")]
+            elif r in trace:
+                keys.append(r)
+            else:
+                raise ValueError(f"representation {r!r} is not in the layer's trace; it has {sorted(trace)}")
+        b, t = next(iter(trace.values())).shape[:2]
+        return torch.cat([trace[k].reshape(b, t, -1).double() for k in keys], -1)
+
+    def compare_trace(self, language, strings, trace, mask):
+        from memrnn.analysis.probe import probe_features
+        from memrnn.analysis.reference import available_features, reference_features
+
+        have = available_features(language)
+        wanted = self.features or have
+        unknown = [f for f in wanted if f not in have]
+        if unknown:
+            raise ValueError(f"{language} has no reference features {unknown}; it has {list(have)}")
+        if not wanted:
+            raise ValueError(f"{language} has no reference automaton to probe for")
+        refs = [{k: v for k, v in reference_features(language, s).items() if k in wanted} for s in strings]
+        n_train = min(max(1, round(len(strings) * self.train_fraction)), len(strings) - 1)
+        self.figure_string = n_train
+        self.probes = probe_features(self._inputs(trace), mask, refs, n_train)
+        metrics: dict[str, float] = {}
+        for name, res in self.probes.items():
+            metrics[f"{name}_acc"] = res.accuracy
+            metrics[f"{name}_train_acc"] = res.train_accuracy
+            if res.kind == "value":
+                metrics[f"{name}_r2"] = res.r2
+        # the first held-out string's decoded values, for the figure
+        n = len(strings[n_train])
+        decoded = {k: np.asarray(r.prediction)[:n] for k, r in self.probes.items()}
+        return metrics, decoded
+
+
+class ProgressBar(TQDMProgressBar):
+    """Lightning's TQDM bar with the live metrics (``train/loss``, the validation metrics marked
+    ``prog_bar``) on a terminal; where output is not a terminal (SLURM logs, CI, pipes) the bars
+    are replaced by one line per epoch with the same metrics, so log files stay readable.
+
+    Args:
+        refresh_rate: batches between bar updates (terminal only).
+        lines: ``True`` forces one line per epoch, ``False`` forces bars; ``None`` chooses by
+            whether standard output is a terminal.
+    """
+
+    def __init__(self, refresh_rate: int = 1, lines: bool | None = None) -> None:
+        super().__init__(refresh_rate=refresh_rate)
+        self.lines = (not sys.stdout.isatty()) if lines is None else lines
+        if self.lines:
+            self.disable()
+
+    def epoch_line(self, trainer: L.Trainer, pl_module: L.LightningModule) -> str:
+        """``epoch e/E: name value, ...`` from the progress-bar metrics."""
+        metrics = {k: v for k, v in self.get_metrics(trainer, pl_module).items() if k != "v_num"}
+        total = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs >= 0 else "?"
+        cells = [f"{k} {v:.4g}" if isinstance(v, int | float) else f"{k} {v}" for k, v in metrics.items()]
+        return f"epoch {trainer.current_epoch + 1}/{total}: " + ", ".join(cells)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.lines:
+            if trainer.is_global_zero:
+                print(self.epoch_line(trainer, pl_module), flush=True)
+            return
+        super().on_train_epoch_end(trainer, pl_module)

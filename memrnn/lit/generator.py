@@ -27,6 +27,7 @@ class GeneratorModule(SequenceModule):
         lr: float = 1e-2,
         weight_decay: float = 0.0,
         lr_decay: float | None = None,
+        lr_patience: int = 0,
         bracket_types: int | None = None,
     ) -> None:
         super().__init__(
@@ -38,5 +39,6 @@ class GeneratorModule(SequenceModule):
             lr=lr,
             weight_decay=weight_decay,
             lr_decay=lr_decay,
+            lr_patience=lr_patience,
             bracket_types=bracket_types,
         )

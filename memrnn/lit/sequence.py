@@ -57,7 +57,8 @@ class SequenceModule(L.LightningModule):
             ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
         lr, weight_decay: Adam.
         lr_decay: multiply the learning rate by this factor whenever ``lr_monitor`` fails to
-            improve (``ReduceLROnPlateau``, patience 0, as seed 000 H.3).
+            improve for more than ``lr_patience`` evaluations (``ReduceLROnPlateau``; patience 0
+            is seed 000 H.3).
         lr_monitor: the metric the schedule watches (default ``val/ce`` with the generator
             objective, else ``val/loss``).  Gradient clipping is the Trainer's
             ``gradient_clip_val``.
@@ -81,6 +82,7 @@ class SequenceModule(L.LightningModule):
         lr: float = 1e-2,
         weight_decay: float = 0.0,
         lr_decay: float | None = None,
+        lr_patience: int = 0,
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
         max_length: int = 1024,
@@ -100,6 +102,8 @@ class SequenceModule(L.LightningModule):
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         if lr_decay is not None and not 0 < lr_decay < 1:
             raise ValueError(f"lr_decay must lie in (0, 1), got {lr_decay}")
+        if lr_patience < 0:
+            raise ValueError(f"lr_patience must be >= 0, got {lr_patience}")
         self.save_hyperparameters()
         self.objectives = objectives
         self.lr_monitor = lr_monitor or ("val/ce" if "generator" in objectives else "val/loss")
@@ -333,5 +337,7 @@ class SequenceModule(L.LightningModule):
         opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         if self.hparams.lr_decay is None:
             return opt
-        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, factor=self.hparams.lr_decay, patience=0)
+        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            opt, factor=self.hparams.lr_decay, patience=self.hparams.lr_patience
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": self.lr_monitor}}

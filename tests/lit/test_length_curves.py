@@ -56,13 +56,16 @@ def test_acceptor_curves_and_offline_wandb_table(tmp_path):
     logger.experiment.finish()
     run_file = next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
     run = read_offline_run(run_file)
-    row = next(r for r in run["history"] if "test/length_curve/_type" in r)  # nested keys, "/"-joined
-    assert row["test/length_curve/_type"] == "table-file" and row["test/length_curve/nrows"] == len(
+    row = next(r for r in run["history"] if "test/length_curves/_type" in r)  # nested keys, "/"-joined
+    assert row["test/length_curves/_type"] == "table-file" and row["test/length_curves/nrows"] == len(
         curves["length"]
     )
+    assert row["test/length_plot/_type"] == "image-file"  # the length-generalization figure
+    assert any(k.startswith("test/length_line") for k in row), sorted(row)  # W&B line plot
+    assert next(tmp_path.glob("figures/test_length_plot_step*.png")).stat().st_size > 1000
     assert any("test/accept_end" in r for r in run["history"])
     saved = json.loads(
-        next(run_file.parent.glob("files/media/table/test/length_curve_*.table.json")).read_text()
+        next(run_file.parent.glob("files/media/table/test/length_curves_*.table.json")).read_text()
     )
     assert saved["columns"] == ["length", "count", "accept_end"]
     assert [r[0] for r in saved["data"]] == curves["length"]
