@@ -34,7 +34,7 @@ def trace_heatmaps(
     panels = len(names) + (1 if reference else 0)
     if panels == 0:
         raise ValueError("nothing to plot: no trace quantities and no reference")
-    fig = Figure(figsize=(max(6.0, 0.18 * steps + 2), 1.0 + 1.6 * panels), layout="constrained")
+    fig = Figure(figsize=(min(16.0, max(6.0, 0.18 * steps + 2)), 1.0 + 1.6 * panels), layout="constrained")
     axes = fig.subplots(panels, 1, sharex=True, squeeze=False)[:, 0]
     row = 0
     if reference:
@@ -45,9 +45,11 @@ def trace_heatmaps(
                 label = name if values.shape[1] == 1 else f"{name}[{j}]"
                 ax.step(range(steps), values[:, j], where="mid", label=label)
             if decoded and name in decoded:
-                ax.plot(
-                    range(steps), np.asarray(decoded[name]).reshape(steps, -1), "--", label=f"{name} (probe)"
-                )
+                dec = np.asarray(decoded[name]).reshape(steps, -1)
+                for j in range(dec.shape[1]):
+                    ax.plot(
+                        range(steps), dec[:, j], "x", markersize=4, label=None if j else f"{name} (probe)"
+                    )
         ax.legend(loc="upper right", fontsize="small")
         ax.set_ylabel("reference")
         row = 1
@@ -56,10 +58,12 @@ def trace_heatmaps(
         im = ax.imshow(values, aspect="auto", interpolation="nearest", cmap="RdBu_r")
         lim = float(np.abs(values).max()) or 1.0
         im.set_clim(-lim, lim)
-        ax.set_ylabel(name)
+        ax.set_ylabel(f"{name} (unit)")
+        ax.set_yticks(range(0, values.shape[0], -(-values.shape[0] // 8)))
         fig.colorbar(im, ax=ax, pad=0.01)
-    axes[-1].set_xticks(range(steps))
-    axes[-1].set_xticklabels(tokens, rotation=90, fontsize="x-small")
+    every = max(1, -(-steps // 60))  # at most ~60 labelled ticks
+    axes[-1].set_xticks(range(0, steps, every))
+    axes[-1].set_xticklabels(list(tokens)[::every], rotation=90, fontsize="x-small")
     if title:
         fig.suptitle(title)
     return fig

@@ -245,6 +245,10 @@ class FormalLanguageDataModule(LanguageDataModule):
         test_per_length: draw this many test strings for every possible length of the test
             window instead of ``test_size`` strings (DuSell & Chiang's 100 per length).
         next_sets: add Suzgun et al.'s multi-hot ``next_set`` targets to every batch.
+        train_tokens, val_tokens, test_tokens: size a split in tokens instead (Hewitt et al.
+            count data in tokens, ``END`` included: 2e3 … 2e7 train, 20k dev, 300k test):
+            strings are drawn until their lengths add up to at least this many; overrides the
+            split's string count.
         batch_size: strings per training batch; eval_batch_size for val/test (default: same).
         seed: every split is drawn from its own stream ``(seed, split)``, so changing one
             split's size never changes another split.
@@ -269,8 +273,19 @@ class FormalLanguageDataModule(LanguageDataModule):
         length_sampling: LengthSampling | None = None,
         test_per_length: int | None = None,
         next_sets: bool = False,
+        train_tokens: int | None = None,
+        val_tokens: int | None = None,
+        test_tokens: int | None = None,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
+        self.tokens = {
+            split: n
+            for split, n in zip(SPLITS, (train_tokens, val_tokens, test_tokens), strict=True)
+            if n is not None
+        }
+        for split, n in self.tokens.items():
+            if n < 1:
+                raise ValueError(f"{split}_tokens must be >= 1, got {n}")
         sizes = {"train": train_size, "val": val_size, "test": test_size}
         p, self.sizes, self.windows, self.length_sampling = resolve_splits(
             language, preset, sizes, train_lengths, test_lengths, length_sampling
@@ -294,6 +309,14 @@ class FormalLanguageDataModule(LanguageDataModule):
                 for _ in range(self.test_per_length)
             ]
             mode = "uniform"  # each string is scored given its length
+        elif split in self.tokens:
+            strings, total = [], 0
+            while total < self.tokens[split]:
+                for w in lang.sample_many(256, rng, window, mode):
+                    if total >= self.tokens[split]:
+                        break
+                    strings.append(w)
+                    total += len(w)
         else:
             strings = lang.sample_many(self.sizes[split], rng, window, mode)
         refs = [lang.reference_log_probs(s, window, mode) for s in strings]

@@ -262,7 +262,8 @@ class CountingReport(L.Callback):
 
 class TraceComparison(ModelComparison):
     """Base of comparisons made on the layer's internals.  Draws ``num_strings`` strings of the
-    data module's language once (seeded; lengths in ``lengths``, default the validation window),
+    data module's language once (seeded; lengths uniform over ``lengths``, default the
+    validation window, where the language can sample given a length),
     feeds each as ``BOS w_1 .. w_n`` through the module's embedding and ``layer.trace``, and
     passes the per-step internals (``[B, T, ...]``, padded positions masked) to
     :meth:`compare_trace`.  With ``figures``, adds ``trace_heatmap``: the ``heatmap_keys`` of the
@@ -303,7 +304,11 @@ class TraceComparison(ModelComparison):
                 return None
             lengths = self.lengths or getattr(dm, "windows", {}).get("val")
             rng = np.random.default_rng(self.seed)
-            self._strings = [language.sample(rng, lengths) for _ in range(self.num_strings)]
+            try:  # lengths uniform over the window, so long strings are probed too
+                self._strings = language.sample_many(self.num_strings, rng, lengths, "uniform")
+            except (NotImplementedError, ValueError):
+                rng = np.random.default_rng(self.seed)
+                self._strings = language.sample_many(self.num_strings, rng, lengths)
         return self._strings
 
     @staticmethod
@@ -330,6 +335,8 @@ class TraceComparison(ModelComparison):
 
     #: which probe string the heatmap shows
     figure_string: int = 0
+    #: which reference features the heatmap draws (None: all)
+    reference_keys: tuple[str, ...] | None = None
 
     def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
         if not hasattr(pl_module, "layer") or not hasattr(pl_module, "embedding"):
@@ -361,6 +368,8 @@ class TraceComparison(ModelComparison):
         if missing:
             raise ValueError(f"heatmap_keys {missing} not in the layer's trace; it has {sorted(trace)}")
         ref = reference_features(language, s) if available_features(language) else None
+        if ref is not None and self.reference_keys is not None:
+            ref = {k: v for k, v in ref.items() if k in self.reference_keys}
         tokens = ["BOS", *(language.symbols[t] for t in s[:-1])]
         return trace_heatmaps(
             {k: trace[k][b, : len(s)].numpy() for k in keys},
@@ -437,7 +446,7 @@ class LinearProbe(TraceComparison):
             raise ValueError(f"{language} has no reference automaton to probe for")
         refs = [{k: v for k, v in reference_features(language, s).items() if k in wanted} for s in strings]
         n_train = min(max(1, round(len(strings) * self.train_fraction)), len(strings) - 1)
-        self.figure_string = n_train
+        self.figure_string, self.reference_keys = n_train, tuple(wanted)
         self.probes = probe_features(self._inputs(trace), mask, refs, n_train)
         metrics: dict[str, float] = {}
         for name, res in self.probes.items():

@@ -70,6 +70,7 @@ def test_epoch_shuffle_is_a_function_of_seed_and_epoch():
         ({"train_size": -1}, "train_size must be >= 0, got -1"),
         ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
         ({"language": "dyck"}, "must be a memrnn.languages.Language, got str"),
+        ({"val_tokens": 0}, "val_tokens must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments(kw, match):
@@ -104,3 +105,13 @@ def test_empty_split_is_built_once():
     dm = make_dm(test_size=0)
     first = dm.test_dataloader().dataset
     assert len(first) == 0 and dm.test_dataloader().dataset is first
+
+
+def test_token_budgets_size_splits_in_tokens_as_hewitt_does():
+    dm = make_dm(train_tokens=2000, test_tokens=500, seed=5)
+    train, test = dm.build_split("train"), dm.build_split("test")
+    lengths = [len(w) for w in train.strings]
+    assert sum(lengths) >= 2000 and sum(lengths) - lengths[-1] < 2000  # the first string past the budget
+    assert sum(len(w) for w in test.strings) >= 500 and all(85 <= len(w) <= 168 for w in test.strings)
+    assert len(dm.build_split("val").strings) == 20  # no budget: the string count
+    assert make_dm(train_tokens=2000, seed=5).build_split("train").strings == train.strings
