@@ -28,6 +28,7 @@ class GeneratorModule(SequenceModule):
         weight_decay: float = 0.0,
         lr_decay: float | None = None,
         lr_patience: int = 0,
+        optimizer: str = "adam",
         bracket_types: int | None = None,
     ) -> None:
         super().__init__(
@@ -40,5 +41,6 @@ class GeneratorModule(SequenceModule):
             weight_decay=weight_decay,
             lr_decay=lr_decay,
             lr_patience=lr_patience,
+            optimizer=optimizer,
             bracket_types=bracket_types,
         )

@@ -24,6 +24,12 @@ from memrnn.lit.metrics import (
     PerLengthStats,
 )
 
+OPTIMIZERS = {
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "rmsprop": torch.optim.RMSprop,
+    "sgd": torch.optim.SGD,
+}
 OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
 #: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
 NEEDS = {
@@ -55,7 +61,8 @@ class SequenceModule(L.LightningModule):
         embedding_dim: size of the token embedding.
         objectives: ``{name: coefficient}`` over ``generator``, ``next_set``, ``acceptor_end``,
             ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
-        lr, weight_decay: Adam.
+        optimizer: ``"adam"`` (default, as every seed), ``"adamw"``, ``"rmsprop"`` or ``"sgd"``.
+        lr, weight_decay: the optimizer's.
         lr_decay: multiply the learning rate by this factor whenever ``lr_monitor`` fails to
             improve for more than ``lr_patience`` evaluations (``ReduceLROnPlateau``; patience 0
             is seed 000 H.3).
@@ -83,6 +90,7 @@ class SequenceModule(L.LightningModule):
         weight_decay: float = 0.0,
         lr_decay: float | None = None,
         lr_patience: int = 0,
+        optimizer: str = "adam",
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
         max_length: int = 1024,
@@ -102,6 +110,8 @@ class SequenceModule(L.LightningModule):
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         if lr_decay is not None and not 0 < lr_decay < 1:
             raise ValueError(f"lr_decay must lie in (0, 1), got {lr_decay}")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
         if lr_patience < 0:
             raise ValueError(f"lr_patience must be >= 0, got {lr_patience}")
         self.save_hyperparameters()
@@ -334,7 +344,8 @@ class SequenceModule(L.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        opt = torch.optim.Adam(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        cls = OPTIMIZERS[self.hparams.get("optimizer", "adam")]
+        opt = cls(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         if self.hparams.lr_decay is None:
             return opt
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(

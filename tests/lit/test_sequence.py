@@ -87,3 +87,27 @@ def test_bad_objectives_and_missing_batch_keys_are_named():
         ValueError, match=r"objective 'next_set' needs batch keys \['next_set'\].*next_sets: true"
     ):
         model.losses(batch, model.heads_out(batch["input"], batch["mask"]))
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "rmsprop", "sgd"])
+def test_optimizer_and_plateau_schedule_are_configurable(name):
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
+    model = model_for(dm, {"generator": 1.0}, optimizer=name, lr=0.03, weight_decay=0.01, lr_decay=0.5,
+                      lr_patience=4)  # fmt: skip
+    conf = model.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    assert (
+        type(opt).__name__.lower() == name
+        and opt.defaults["lr"] == 0.03
+        and opt.defaults["weight_decay"] == 0.01
+    )
+    assert isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau) and sched.patience == 4
+    assert sched.factor == 0.5 and conf["lr_scheduler"]["monitor"] == "val/ce"
+
+
+def test_bad_optimizer_settings_are_named():
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
+    with pytest.raises(ValueError, match="unknown optimizer 'lbfgs'; choose from adam, adamw, rmsprop, sgd"):
+        model_for(dm, {"generator": 1.0}, optimizer="lbfgs")
+    with pytest.raises(ValueError, match="lr_patience must be >= 0, got -1"):
+        model_for(dm, {"generator": 1.0}, lr_patience=-1)
