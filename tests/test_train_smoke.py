@@ -39,6 +39,14 @@ def test_tiny_training_run_prints_the_report_and_writes_an_offline_wandb_run(tmp
     last = [h for h in run["history"] if "val/ce_gap" in h][-1]
     assert last["val/ce_gap"] == pytest.approx(gap, abs=1e-4)
     assert run["config"]["layer"] and run["config"]["train_size"] == 200
+    cli = run["config"]["cli"]  # the whole resolved config, as train.py ran it
+    assert cli["trainer"]["max_epochs"] == 2 and cli["data"]["init_args"]["train_size"] == 200
+    assert cli["model"]["init_args"]["layer"]["class_path"] == "memrnn.layers.LSTMLayer"
+    assert "memrnn.lit.LinearProbe" in [c["class_path"] for c in cli["trainer"]["callbacks"]]
+    # the probe ran (epoch 2) and its figure went to W&B
+    assert "val/probe/stack_top_acc" in logged and "val/trace_heatmap/_type" in logged
+    epochs = [ln for ln in out.stdout.splitlines() if ln.startswith("epoch ")]  # no TTY: one line each
+    assert [e.split(":")[0] for e in epochs] == ["epoch 1/2", "epoch 2/2"]
     assert list((tmp_path / "runs").rglob("last.ckpt")), "a checkpoint must be saved"
 
 

@@ -5,10 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from lightning.pytorch.cli import LightningCLI
+import lightning as L
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
 from memrnn.data.datamodule import SplitDataModule
 from memrnn.lit.sequence import SequenceModule
+
+
+class SaveConfigToLoggers(SaveConfigCallback):
+    """Write the resolved config to ``<log dir>/config.yaml`` (Lightning's behaviour) and also
+    log it to every logger as the hyper-parameter ``cli`` (on W&B: the run's config, nested as
+    in the YAML), so a dashboard shows exactly what ran."""
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        config = self.parser.dump(self.config, skip_none=False, format="json")
+        import json
+
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"cli": json.loads(config)})
 
 
 class MemrnnCLI(LightningCLI):
@@ -42,6 +56,7 @@ def build_cli(
         subclass_mode_data=True,
         args=list(args) if args is not None else None,
         run=run,
+        save_config_callback=SaveConfigToLoggers,
         save_config_kwargs={"overwrite": True},
         parser_kwargs={sub: defaults for sub in ("fit", "validate", "test", "predict")} if run else defaults,
     )
