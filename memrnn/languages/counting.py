@@ -36,14 +36,26 @@ class CountingLanguage(Language):
         letters: the block symbols (``("a", "b")`` or ``("a", "b", "c")``).
         min_n: smallest ``n`` (0 or 1).
         mean_n: mean of the geometric distribution of ``n``.
+        negative_min_count: smallest block count of a negative (None: ``min_n``).  0 lets
+            negatives have empty blocks (``b^j``, ``a^i``, ``a^i b^j`` for ``a^n b^n c^n``), as
+            the near-miss test set has; with ``min_n`` no training string starts with ``b``.
     """
 
     train_n: tuple[int, int] = (1, 100)
     test_n: tuple[int, int] = (101, 200)
 
-    def __init__(self, letters: Sequence[str], min_n: int = 1, mean_n: float = 10.0) -> None:
+    def __init__(
+        self,
+        letters: Sequence[str],
+        min_n: int = 1,
+        mean_n: float = 10.0,
+        negative_min_count: int | None = None,
+    ) -> None:
         if min_n not in (0, 1):
             raise ValueError(f"min_n must be 0 or 1, got {min_n!r}")
+        if negative_min_count is not None and negative_min_count < 0:
+            raise ValueError(f"negative_min_count must be >= 0, got {negative_min_count}")
+        self.negative_min_count = negative_min_count
         if not mean_n > min_n:
             raise ValueError(f"mean_n must exceed min_n={min_n}, got {mean_n}")
         self.letters, self.min_n, self.mean_n = tuple(letters), min_n, float(mean_n)
@@ -214,8 +226,10 @@ class CountingLanguage(Language):
     # -- Weiss et al.'s negatives and test recipe --------------------------------------------------
     def sample_negative(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
         """Weiss et al.: draw the ``k`` counts independently (uniform over the window's ``n``
-        range), redrawing until at least one differs."""
+        range, from ``negative_min_count`` when set), redrawing until at least one differs."""
         n_lo, n_hi = self._ns(lengths) if lengths is not None else (self.min_n, self.train_n[1])
+        if self.negative_min_count is not None:
+            n_lo = self.negative_min_count
         n_lo = min(n_lo, n_hi)
         for _ in range(10_000):
             counts = [int(x) for x in rng.integers(n_lo, n_hi + 1, size=self.blocks)]
@@ -246,8 +260,8 @@ class AnBn(CountingLanguage):
     train_n = (1, 100)
     test_n = (101, 200)
 
-    def __init__(self, min_n: int = 1, mean_n: float = 10.0) -> None:
-        super().__init__(("a", "b"), min_n, mean_n)
+    def __init__(self, min_n: int = 1, mean_n: float = 10.0, negative_min_count: int | None = None) -> None:
+        super().__init__(("a", "b"), min_n, mean_n, negative_min_count)
 
 
 class AnBnCn(CountingLanguage):
@@ -256,5 +270,5 @@ class AnBnCn(CountingLanguage):
     train_n = (1, 50)
     test_n = (51, 150)
 
-    def __init__(self, min_n: int = 1, mean_n: float = 10.0) -> None:
-        super().__init__(("a", "b", "c"), min_n, mean_n)
+    def __init__(self, min_n: int = 1, mean_n: float = 10.0, negative_min_count: int | None = None) -> None:
+        super().__init__(("a", "b", "c"), min_n, mean_n, negative_min_count)

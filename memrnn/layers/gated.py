@@ -146,12 +146,47 @@ class LSTMLayer(_FusedRecurrent):
     Args:
         input_size, hidden_size, num_layers, bias: as ``nn.LSTM``.
         fused: use the fused kernel in ``forward`` (the reference loop otherwise).
+        forget_bias: added to the forget gate's initial bias (Jozefowicz et al. 2015 use 1.0);
+            0 keeps torch's initialisation.
 
     ``trace`` reports ``i``, ``f``, ``o``, ``c_tilde``, ``c``, ``h``, each
     ``[B, T, num_layers, hidden_size]``.
     """
 
     _torch_cls = nn.LSTM
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        num_layers: int = 1,
+        bias: bool = True,
+        fused: bool = True,
+        forget_bias: float = 0.0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if forget_bias and not bias:
+            raise ValueError(f"forget_bias={forget_bias} needs bias=True")
+        self.forget_bias = float(forget_bias)
+        super().__init__(input_size, hidden_size, num_layers, bias, fused, device=device, dtype=dtype)
+        self._add_forget_bias()
+
+    def _add_forget_bias(self) -> None:
+        if self.forget_bias:
+            h = self.hidden_size
+            with torch.no_grad():
+                for layer in range(self.num_layers):
+                    getattr(self.rnn, f"bias_ih_l{layer}")[h : 2 * h] += self.forget_bias
+
+    def reset_parameters(self) -> None:
+        """torch's own initialisation, plus ``forget_bias`` on the forget gate's bias."""
+        super().reset_parameters()
+        self._add_forget_bias()
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
         """``h_0 = c_0 = 0``, each ``[B, num_layers, hidden_size]``."""

@@ -281,6 +281,18 @@ def test_weiss_negatives_and_near_misses():
     assert len({neg.count(0), neg.count(1), neg.count(2)}) > 1 and not three.accepts(neg)
 
 
+def test_negatives_with_empty_blocks_cover_the_near_miss_family():
+    rng = np.random.default_rng(1)
+    counts = [(w.count(0), w.count(1)) for w in (AnBn().sample_negative(rng, (3, 201)) for _ in range(3000))]
+    assert min(min(c) for c in counts) == 1  # Weiss's default: no training string starts with b
+    zero = AnBn(negative_min_count=0)
+    counts = [(w.count(0), w.count(1)) for w in (zero.sample_negative(rng, (3, 201)) for _ in range(3000))]
+    assert any(a == 0 for a, _ in counts) and any(b == 0 for _, b in counts)
+    assert all(a != b for a, b in counts) and max(max(c) for c in counts) <= 100
+    with pytest.raises(ValueError, match="negative_min_count must be >= 0, got -1"):
+        AnBnCn(negative_min_count=-1)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_bad_input_is_named(name):
     language = lang(name)

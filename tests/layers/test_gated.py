@@ -76,3 +76,17 @@ def test_float32_default_and_device_dtype_arguments():
     assert "fused=True" in repr(layer)
     with pytest.raises(ValueError, match="num_layers must be a positive integer, got 0"):
         GRULayer(2, 3, num_layers=0)
+
+
+def test_forget_bias_shifts_only_the_forget_gate_bias():
+    torch.manual_seed(0)
+    plain = LSTMLayer(3, 4, num_layers=2)
+    torch.manual_seed(0)
+    shifted = LSTMLayer(3, 4, num_layers=2, forget_bias=1.5)
+    for layer in range(2):
+        a, b = getattr(plain.rnn, f"bias_ih_l{layer}"), getattr(shifted.rnn, f"bias_ih_l{layer}")
+        torch.testing.assert_close(b - a, torch.tensor([0.0] * 4 + [1.5] * 4 + [0.0] * 8), atol=1e-6, rtol=0)
+    shifted.reset_parameters()
+    assert (shifted.rnn.bias_ih_l0[4:8] - 1.5).abs().max() <= 1 / 2  # torch's U(-1/sqrt(h), 1/sqrt(h)) + 1.5
+    with pytest.raises(ValueError, match=r"forget_bias=1\.0 needs bias=True"):
+        LSTMLayer(3, 4, bias=False, forget_bias=1.0)
