@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from memrnn.data.tasks import collate_acceptor
+from memrnn.data.datamodule import bos_inputs
 from memrnn.languages.counting import CountingLanguage
 from memrnn.lit.sequence import SequenceModule, acceptor_end_logits
 
@@ -53,13 +53,11 @@ def counting_sweep(
     verdicts = []
     for start in range(0, len(cases), batch_size):
         chunk = cases[start : start + batch_size]
-        items = []
-        for _, counts, _ in chunk:
-            body = language.string(counts)[:-1]
-            items.append({"body": body, "prefix_label": [False] * (len(body) + 1), "label": False})
-        batch = collate_acceptor(items, language.bos_id)
-        out = model.heads_out(batch["input"].to(device), batch["mask"].to(device))
-        verdicts += (acceptor_end_logits(out["acceptor"], batch["lengths"]) > 0).tolist()
+        inp, mask, lengths = bos_inputs(
+            [language.string(counts)[:-1] for _, counts, _ in chunk], language.bos_id
+        )
+        out = model.heads_out(inp.to(device), mask.to(device))
+        verdicts += (acceptor_end_logits(out["acceptor"], lengths) > 0).tolist()
     model.train(was_training)
     ns = list(range(language.min_n, n_max + 1))
     pos_ok = {n: False for n in ns}

@@ -5,6 +5,7 @@ from memrnn.data.datamodule import (
     EpochShuffleSampler,
     FormalLanguageDataModule,
     StringDataset,
+    bos_inputs,
     collate_generator,
 )
 from memrnn.data.presets import PRESETS, SplitPreset, get_preset
@@ -30,6 +31,7 @@ __all__ = [
     "SplitPreset",
     "StringDataset",
     "TransductionDataModule",
+    "bos_inputs",
     "collate_acceptor",
     "collate_generator",
     "collate_transduction",

@@ -53,6 +53,20 @@ class StringDataset(Dataset):
         return sum(len(s) for s in self.strings)
 
 
+def bos_inputs(bodies: Sequence[Sequence[int]], bos_id: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The model's input for strings ``w_1 .. w_n`` (without ``END``): ``BOS w_1 .. w_n``,
+    right-padded with 0.  Returns ``input [B, T]``, ``mask [B, T]`` bool and ``lengths [B]``
+    (``n + 1``, i.e. ``END`` counted); ``T`` is the longest."""
+    lengths = torch.tensor([len(w) + 1 for w in bodies], dtype=torch.long)
+    steps = int(lengths.max()) if len(bodies) else 0
+    inp = torch.zeros(len(bodies), steps, dtype=torch.long)
+    for b, w in enumerate(bodies):
+        inp[b, 0] = bos_id
+        inp[b, 1 : len(w) + 1] = torch.as_tensor(w, dtype=torch.long)
+    mask = torch.arange(steps)[None, :] < lengths[:, None]
+    return inp, mask, lengths
+
+
 def collate_generator(
     items: Sequence[dict[str, Any]], bos_id: int, num_symbols: int | None = None
 ) -> dict[str, Tensor]:
@@ -66,19 +80,14 @@ def collate_generator(
     (:func:`memrnn.languages.bracket_annotations`), also ``distance``, ``depth`` (−1 at
     padding) and ``full``, each ``[B, T]``.
     """
-    lengths = torch.tensor([len(it["ids"]) for it in items], dtype=torch.long)
-    batch, steps = len(items), int(lengths.max()) if items else 0
-    inp = torch.zeros(batch, steps, dtype=torch.long)
+    inp, mask, lengths = bos_inputs([it["ids"][:-1] for it in items], bos_id)
+    batch, steps = inp.shape
     tgt = torch.full((batch, steps), IGNORE_INDEX, dtype=torch.long)
     ref = torch.zeros(batch, steps, dtype=torch.float64)
     for b, it in enumerate(items):
-        ids = torch.as_tensor(it["ids"], dtype=torch.long)
-        n = ids.numel()
-        inp[b, 0] = bos_id
-        inp[b, 1:n] = ids[:-1]
-        tgt[b, :n] = ids
+        n = len(it["ids"])
+        tgt[b, :n] = torch.as_tensor(it["ids"], dtype=torch.long)
         ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
-    mask = torch.arange(steps)[None, :] < lengths[:, None]
     out = {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
     for key, fill, dtype in (
         ("distance", 0, torch.long),

@@ -16,7 +16,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from memrnn.core.serialization import allow_in_checkpoints
-from memrnn.data.datamodule import SPLITS, LanguageDataModule, SplitDataModule, resolve_splits
+from memrnn.data.datamodule import SPLITS, LanguageDataModule, SplitDataModule, bos_inputs, resolve_splits
 from memrnn.data.presets import get_preset
 from memrnn.languages.base import Language, Lengths, LengthSampling
 
@@ -42,16 +42,10 @@ def collate_acceptor(items: Sequence[dict[str, Any]], bos_id: int) -> dict[str, 
     padding), ``label [B]`` float (the whole string; read the model at ``lengths − 1``, the
     string's own end, not the padded end) and ``lengths [B]`` (symbols + 1).
     """
-    lengths = torch.tensor([len(it["body"]) + 1 for it in items], dtype=torch.long)
-    batch, steps = len(items), int(lengths.max()) if items else 0
-    inp = torch.zeros(batch, steps, dtype=torch.long)
-    prefix = torch.zeros(batch, steps)
+    inp, mask, lengths = bos_inputs([it["body"] for it in items], bos_id)
+    prefix = torch.zeros(inp.shape)
     for b, it in enumerate(items):
-        n = len(it["body"]) + 1
-        inp[b, 0] = bos_id
-        inp[b, 1:n] = torch.as_tensor(it["body"], dtype=torch.long)
-        prefix[b, :n] = torch.as_tensor(it["prefix_label"], dtype=torch.float32)
-    mask = torch.arange(steps)[None, :] < lengths[:, None]
+        prefix[b, : len(it["body"]) + 1] = torch.as_tensor(it["prefix_label"], dtype=torch.float32)
     label = torch.tensor([float(it["label"]) for it in items])
     return {"input": inp, "mask": mask, "prefix_label": prefix, "label": label, "lengths": lengths}
 

@@ -17,6 +17,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 from lightning.pytorch.utilities import rank_zero_info
 from matplotlib.figure import Figure
 
+from memrnn.data.datamodule import bos_inputs
 from memrnn.lit.loggers import WandbLogger
 
 
@@ -315,13 +316,8 @@ class TraceComparison(ModelComparison):
     def run_trace(pl_module: L.LightningModule, language: Any, strings: Sequence[Sequence[int]]):
         """``(trace, mask)``: the layer's ``trace`` on ``BOS w_1 .. w_n`` for each string
         (``[B, T, ...]`` per key, ``T`` = the longest string's length) and the ``[B, T]`` mask."""
-        steps = max(len(s) for s in strings)
         device = next(pl_module.parameters()).device
-        inp = torch.zeros(len(strings), steps, dtype=torch.long)
-        mask = torch.zeros(len(strings), steps, dtype=torch.bool)
-        for b, s in enumerate(strings):
-            inp[b, 0], inp[b, 1 : len(s)] = language.bos_id, torch.as_tensor(s[:-1])
-            mask[b, : len(s)] = True
+        inp, mask, _ = bos_inputs([s[:-1] for s in strings], language.bos_id)
         inp, mask = inp.to(device), mask.to(device)
         trace = pl_module.layer.trace(pl_module.embedding(inp), mask=mask)
         return {k: v.detach().cpu() for k, v in trace.items()}, mask.cpu()
@@ -419,7 +415,6 @@ class LinearProbe(TraceComparison):
         self.features = tuple(features) if features is not None else None
         self.train_fraction = train_fraction
         self.probes: dict[str, Any] = {}
-        self.figure_string = round(num_strings * train_fraction)  # the first held-out string
 
     def _inputs(self, trace: dict[str, torch.Tensor]) -> torch.Tensor:
         keys = []

@@ -115,3 +115,11 @@ def test_token_budgets_size_splits_in_tokens_as_hewitt_does():
     assert sum(len(w) for w in test.strings) >= 500 and all(85 <= len(w) <= 168 for w in test.strings)
     assert len(dm.build_split("val").strings) == 20  # no budget: the string count
     assert make_dm(train_tokens=2000, seed=5).build_split("train").strings == train.strings
+
+
+def test_bos_inputs_is_the_shared_input_layout():
+    from memrnn.data import bos_inputs
+
+    inp, mask, lengths = bos_inputs([[0, 1], []], bos_id=5)
+    assert inp.tolist() == [[5, 0, 1], [5, 0, 0]] and lengths.tolist() == [3, 1]
+    assert mask.tolist() == [[True, True, True], [True, False, False]]
