@@ -73,6 +73,48 @@ class DFA:
     def __repr__(self) -> str:
         return f"DFA({len(self.states)} states, alphabet={self.alphabet})"
 
+    def _key(self) -> tuple:
+        return (self.states, self.alphabet, tuple(sorted(self.delta.items())), self.start, self.accept)
+
+    def __eq__(self, other: object) -> bool:
+        """Same states (in order), alphabet, transitions, start and accepting states."""
+        return isinstance(other, DFA) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def diff(self, other: DFA) -> list[str]:
+        """Human-readable differences from ``other`` (empty when equal)."""
+        out = []
+        for name in ("states", "alphabet", "start", "accept"):
+            if getattr(self, name) != getattr(other, name):
+                out.append(f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}")
+        for key in sorted(set(self.delta) | set(other.delta)):
+            if self.delta.get(key) != other.delta.get(key):
+                out.append(f"delta{key}: {self.delta.get(key)!r} != {other.delta.get(key)!r}")
+        return out
+
+    @classmethod
+    def random(
+        cls,
+        rng: np.random.Generator,
+        num_states: int,
+        alphabet: Sequence[str] = ("a", "b"),
+        accept_fraction: float = 0.5,
+        missing_fraction: float = 0.0,
+    ) -> DFA:
+        """A random DFA: each ``δ(q, a)`` uniform over the states (absent with probability
+        ``missing_fraction``), each state accepting with probability ``accept_fraction``."""
+        states = [f"q{i}" for i in range(num_states)]
+        t = [
+            (q, a, states[int(rng.integers(num_states))])
+            for q in states
+            for a in alphabet
+            if rng.random() >= missing_fraction
+        ]
+        accept = [q for q in states if rng.random() < accept_fraction]
+        return cls(states, alphabet, t, states[0], accept)
+
     def step(self, q: str | None, a: str) -> str | None:
         """``δ(q, a)``; ``None`` for the dead state."""
         _check(a, self.a_index, "symbol", "input")
@@ -287,6 +329,28 @@ class DPDA:
 
     def __repr__(self) -> str:
         return f"DPDA({len(self.states)} states, Σ={self.alphabet}, Γ={self.stack_alphabet})"
+
+    def _key(self) -> tuple:
+        delta = tuple(sorted(self.delta.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or "")))
+        return (self.states, self.alphabet, self.stack_alphabet, delta, self.start, self.accept)
+
+    def __eq__(self, other: object) -> bool:
+        """Same states (in order), alphabets, transitions, start and accepting states."""
+        return isinstance(other, DPDA) and self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def diff(self, other: DPDA) -> list[str]:
+        """Human-readable differences from ``other`` (empty when equal)."""
+        out = []
+        for name in ("states", "alphabet", "stack_alphabet", "start", "accept"):
+            if getattr(self, name) != getattr(other, name):
+                out.append(f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}")
+        for key in sorted(set(self.delta) | set(other.delta), key=lambda k: (k[0], k[1], k[2] or "")):
+            if self.delta.get(key) != other.delta.get(key):
+                out.append(f"delta{key}: {self.delta.get(key)!r} != {other.delta.get(key)!r}")
+        return out
 
     def run(self, word: Iterable[str]) -> list[PDAStep]:
         """The transitions taken on ``word``; stops early at a missing transition (dead)."""

@@ -2,8 +2,11 @@
 
 from memrnn.layers.elman import ElmanRNN, ElmanState, JordanRNN, JordanState
 from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
+from memrnn.layers.nnpda import NNPDA, NNPDAState, StackOverflowError
+from memrnn.layers.second_order import SecondOrderRNN, SecondOrderState
 
 __all__ = [
+    "NNPDA",
     "ElmanRNN",
     "ElmanState",
     "GRULayer",
@@ -12,4 +15,8 @@ __all__ = [
     "JordanState",
     "LSTMLayer",
     "LSTMState",
+    "NNPDAState",
+    "SecondOrderRNN",
+    "SecondOrderState",
+    "StackOverflowError",
 ]

@@ -1,0 +1,130 @@
+"""The empirical form of seed 001's Theorem 3.7, and random walks through a PDA.
+
+:func:`deviation_from_ideal` runs an nnPDA and the vectorized PDA of Definition B.9 with the
+same weights in lockstep and returns, per string, ``max_t ‖Q^t − Q̄^t‖∞`` and
+``max_t sup_i ‖K^t_i − K̄^t_i‖∞`` (every cell: the window and the tail standing for all deeper
+cells), without storing the trajectories, so strings of 10^5 steps cost ``O(B·D)`` memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from memrnn.languages.automata import DPDA, EMPTY
+from memrnn.layers.nnpda import NNPDA
+from memrnn.ops.stack import ideal_stack_op, stack_overflow, stack_reading
+from memrnn.ops.tensor import third_order
+
+
+@dataclass
+class Deviation:
+    """Per string ``[B]``: ``q_err`` = max over steps of ``‖Q − Q̄‖∞``, ``stack_err`` = max over
+    steps of ``sup_i ‖K_i − K̄_i‖∞``, ``overflow`` (the ideal stack outgrew the window; the
+    errors are then meaningless), and the final ``q`` and ideal ``q_bar`` ``[B, n]``."""
+
+    q_err: Tensor
+    stack_err: Tensor
+    overflow: Tensor
+    q: Tensor
+    q_bar: Tensor
+
+
+@torch.no_grad()
+def deviation_from_ideal(layer: NNPDA, ids: Tensor, mask: Tensor | None = None) -> Deviation:
+    """Run ``layer`` (one-hot input given as ``ids [B, T]``) and its ideal PDA side by side.
+
+    The nnPDA step is the layer's own (``layer.step`` semantics, any ``action``); the ideal
+    step is Definition B.9 with the layer's weights.  Padded steps (``mask`` False) freeze
+    both.  Requires ``layer.one_hot_input``-style inputs: ids index the input slices.
+    """
+    b, steps = ids.shape
+    w = layer.weight()
+    n = layer.num_states
+    dev = w.device
+    ids = ids.to(dev)
+    state = layer.initial_state(b, device=dev, dtype=w.dtype)
+    q_bar, k_bar = state.q.clone(), state.stack.clone()
+    q_err = torch.zeros(b, dtype=w.dtype, device=dev)
+    k_err = torch.zeros(b, dtype=w.dtype, device=dev)
+    overflow = torch.zeros(b, dtype=torch.bool, device=dev)
+    mask = mask.to(dev) if mask is not None else None
+    for t in range(steps):
+        _, new, _ = layer._advance(w, state, None, ids[:, t])
+        z = third_order(w, q_bar, stack_reading(k_bar[:, 0]), tokens=ids[:, t])
+        new_q_bar = z[:, :n]
+        live = mask[:, t] if mask is not None else torch.ones(b, dtype=torch.bool, device=dev)
+        overflow |= stack_overflow(k_bar, z[:, n]) & live
+        new_k_bar = ideal_stack_op(k_bar, z[:, n], z[:, n + 1], z[:, n + 2 :])
+        lv = live[:, None]
+        state = type(state)(
+            torch.where(lv, new.q, state.q),
+            torch.where(lv[:, :, None], new.stack, state.stack),
+            torch.where(lv, new.tail, state.tail),
+        )
+        q_bar = torch.where(lv, new_q_bar, q_bar)
+        k_bar = torch.where(lv[:, :, None], new_k_bar, k_bar)
+        q_err = torch.maximum(q_err, (state.q - q_bar).abs().amax(-1))
+        cells = torch.maximum((state.stack - k_bar).abs().amax((-1, -2)), state.tail.abs().amax(-1))
+        k_err = torch.maximum(k_err, cells)
+    return Deviation(q_err, k_err, overflow, state.q, q_bar)
+
+
+def pda_walks(
+    pda: DPDA,
+    rng: np.random.Generator,
+    lengths: Sequence[int],
+    *,
+    noise: float = 0.02,
+    end: str | None = "END",
+    max_depth: int | None = None,
+    steer: bool = False,
+    mountain: bool = False,
+) -> list[list[str]]:
+    """Random strings that stay mostly inside a PDA's live configurations: each symbol is drawn
+    uniformly from those with a transition from the current (state, stack top) (from any
+    symbol with probability ``noise``, or when none is live); ``end`` is excluded from the body
+    and appended at the end.  With ``max_depth``, pushes beyond it are avoided where possible;
+    with ``steer``, pops are preferred once the remaining steps no longer exceed the stack
+    size, so bracket strings end balanced about half of the time (parity decides); with
+    ``mountain``, pushes are preferred in the first half of the body and anything else in the
+    second (``a^n b^n``, ``w $ w^R`` and deep bracket nests, accepted when nothing else
+    interferes)."""
+    body = [a for a in pda.alphabet if a != end]
+    out = []
+    for length in lengths:
+        q, stack, word = pda.start, [], []
+        steps = length - (1 if end is not None else 0)
+        for t in range(steps):
+            top = stack[-1] if stack else EMPTY
+            live = [a for a in body if (q, a, top) in pda.delta] if q is not None else []
+            if mountain and q is not None:
+                pushing = [a for a in live if pda.delta[(q, a, top)][1][0] == "push"]
+                other = [a for a in live if a not in pushing]
+                live = (pushing if 2 * t < steps - 1 else other) or live
+            if steer and steps - t <= len(stack):
+                live = [a for a in live if pda.delta[(q, a, top)][1][0] == "pop"] or live
+            if max_depth is not None and len(stack) >= max_depth:
+                live = [a for a in live if pda.delta[(q, a, top)][1][0] != "push"] or live
+            if not live or rng.random() < noise:
+                a = body[int(rng.integers(len(body)))]
+            else:
+                a = live[int(rng.integers(len(live)))]
+            word.append(a)
+            nxt = pda.delta.get((q, a, top)) if q is not None else None
+            if nxt is None:
+                q = None
+                continue
+            q, op = nxt
+            if op[0] == "push":
+                stack.append(op[1])
+            elif op[0] == "pop" and stack:
+                stack.pop()
+        if end is not None:
+            word.append(end)
+        out.append(word)
+    return out

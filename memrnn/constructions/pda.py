@@ -1,0 +1,328 @@
+"""Deterministic PDA ↔ nnPDA weights (seed 001 Definitions 3.6 and B.9, appendix E).
+
+* :func:`encode_pda`: the tensors ``W_Q, W_{p±}, W_C`` of Definition B.9 set into an
+  :class:`~memrnn.layers.NNPDA`; Theorem 3.7 says the network then stays within ε of the PDA
+  for every string once ``H`` is large enough.
+* :func:`ideal_pda_run`: the vectorized PDA of Definition B.9 itself (``Q̄, K̄``), exact.
+* :func:`extract_pda`: the rules read back from the weights, quantized at 1/2, into a
+  :class:`~memrnn.languages.DPDA`; for trained weights too.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
+from memrnn.layers.nnpda import NNPDA
+from memrnn.ops.stack import h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
+from memrnn.ops.tensor import third_order
+
+
+def _vocabulary(alphabet: Sequence[str], vocabulary: Sequence[str] | None, ignore: Iterable[str]) -> tuple:
+    vocabulary = tuple(alphabet if vocabulary is None else vocabulary)
+    ignore = set(ignore)
+    if len(set(vocabulary)) != len(vocabulary):
+        raise ValueError(f"duplicate symbols in vocabulary {vocabulary}")
+    for a in vocabulary:
+        if a not in alphabet and a not in ignore:
+            raise ValueError(
+                f"vocabulary symbol {a!r} is not in the automaton's alphabet {tuple(alphabet)}; "
+                f"list it in ignore= to give it identity transitions"
+            )
+    missing = [a for a in alphabet if a not in vocabulary]
+    if missing:
+        raise ValueError(f"the vocabulary {vocabulary} lacks the automaton's symbols {missing}")
+    return vocabulary
+
+
+@dataclass
+class EncodedPDA:
+    """An nnPDA programmed with a DPDA, with what is needed to run it on symbol strings.
+
+    Attributes:
+        layer: the :class:`~memrnn.layers.NNPDA` (one-hot input over ``vocabulary``).
+        pda: the encoded automaton.
+        vocabulary: the input symbol of each input id.
+        accept: ``[num_states]`` 1.0 on accepting states.
+    """
+
+    layer: NNPDA
+    pda: DPDA
+    vocabulary: tuple[str, ...]
+    accept: Tensor = field(repr=False)
+
+    def ids(self, words: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
+        """Right-padded input ids ``[B, T]`` and mask ``[B, T]``; an unknown symbol raises."""
+        index = {a: i for i, a in enumerate(self.vocabulary)}
+        longest = max((len(w) for w in words), default=0)
+        ids = torch.zeros(len(words), longest, dtype=torch.long)
+        for b, w in enumerate(words):
+            for t, a in enumerate(w):
+                if a not in index:
+                    raise ValueError(
+                        f"unknown symbol {a!r} in string {b} at position {t}; known: {self.vocabulary}"
+                    )
+                ids[b, t] = index[a]
+        mask = torch.arange(longest)[None] < torch.tensor([len(w) for w in words])[:, None]
+        return ids, mask
+
+    def inputs(self, ids: Tensor) -> Tensor:
+        """One-hot inputs ``[B, T, |vocabulary|]`` in the layer's dtype and device."""
+        p = self.layer.weight_q
+        return torch.nn.functional.one_hot(ids.to(p.device), len(self.vocabulary)).to(p.dtype)
+
+    def final_states(self, words: Sequence[Sequence[str]]) -> Tensor:
+        """``Q`` after each word's last symbol ``[B, num_states]``."""
+        ids, mask = self.ids(words)
+        with torch.no_grad():
+            _, state = self.layer(self.inputs(ids), mask=mask.to(self.layer.weight_q.device))
+        return state.q
+
+    def accepts(self, words: Sequence[Sequence[str]]) -> list[bool]:
+        """Acceptance read from the final ``Q``: its largest unit exceeds 1/2 and is accepting."""
+        q = self.final_states(words)
+        best = q.argmax(-1)
+        ok = (q.amax(-1) > 0.5) & (self.accept.to(q.device)[best] > 0.5)
+        return ok.tolist()
+
+
+def encode_pda(
+    pda: DPDA,
+    *,
+    sensitivity: float = 10.0,
+    depth: int = 32,
+    vocabulary: Sequence[str] | None = None,
+    ignore: Iterable[str] = (),
+    action: Literal["identity", "sigmoid", "clamp"] = "identity",
+    strict: bool = False,
+    dtype: torch.dtype = torch.float64,
+    device: torch.device | str | None = None,
+) -> EncodedPDA:
+    """The nnPDA whose weights are ``pda``'s rules (Definition B.9; appendix E for Dyck-1).
+
+    Args:
+        pda: a deterministic PDA.  Missing transitions get zero weights: the dead state is
+            ``Q = 0``.
+        sensitivity: ``H``.
+        depth: stack window (the strings run must never need more; ``strict=True`` checks).
+        vocabulary: input symbols in input-id order (default ``pda.alphabet``); e.g. a
+            language's ``symbols`` plus ``"BOS"`` to match memrnn's data modules.
+        ignore: vocabulary symbols outside ``pda.alphabet`` that leave state and stack
+            unchanged (``BOS``).
+        action: the layer's ``action`` (``identity`` is Definition 3.6).
+    """
+    vocab = _vocabulary(pda.alphabet, vocabulary, ignore)
+    t = pda.tensors()
+    n, m2, L = len(pda.states), len(pda.stack_alphabet), len(pda.stack_alphabet) + 1
+    cols = [pda.a_index.get(a) for a in vocab]
+    w_q = np.zeros((n, n, len(vocab), L))
+    w_push, w_pop = np.zeros((n, len(vocab), L)), np.zeros((n, len(vocab), L))
+    w_c = np.zeros((m2, n, len(vocab), L))
+    for k, col in enumerate(cols):
+        if col is None:  # an ignored symbol: identity on the state, no stack action
+            w_q[np.arange(n), np.arange(n), k, :] = 1.0
+            continue
+        w_q[:, :, k], w_push[:, k], w_pop[:, k], w_c[:, :, k] = (
+            t["W_Q"][:, :, col],
+            t["W_push"][:, col],
+            t["W_pop"][:, col],
+            t["W_C"][:, :, col],
+        )
+    layer = NNPDA(
+        len(vocab),
+        n,
+        m2,
+        depth=depth,
+        sensitivity=sensitivity,
+        action=action,
+        one_hot_input=True,
+        strict=strict,
+        dtype=dtype,
+        device=device,
+    )
+    with torch.no_grad():
+        for p, v in (
+            (layer.weight_q, w_q),
+            (layer.weight_push, w_push),
+            (layer.weight_pop, w_pop),
+            (layer.weight_c, w_c),
+        ):
+            p.copy_(torch.as_tensor(v))
+        layer.start.zero_()
+        layer.start[pda.q_index[pda.start]] = 1.0
+    accept = torch.tensor([1.0 if q in pda.accept else 0.0 for q in pda.states], dtype=dtype, device=device)
+    return EncodedPDA(layer, pda, vocab, accept)
+
+
+@dataclass
+class IdealRun:
+    """The vectorized PDA of Definition B.9 run on a batch: ``q [B, T+1, n]`` (``Q̄^0`` first),
+    ``stack [B, T+1, D, m2]``, ``push``, ``pop`` ``[B, T]``, ``overflow`` ``[B]`` bool."""
+
+    q: Tensor
+    stack: Tensor
+    push: Tensor
+    pop: Tensor
+    overflow: Tensor
+
+
+def ideal_pda_run(layer: NNPDA, ids: Tensor, mask: Tensor | None = None, keep: bool = True) -> IdealRun:
+    """Definition B.9 with the layer's weights, exactly: ``Q̄^{t+1} = W_Q(R̄^t, I^{t+1}) Q̄^t``,
+    ``p̄± = W_{p±}(...)``, ``C̄ = W_C(...)``, ``K̄^{t+1} = π̄ K̄^t`` (no ``h_H``).
+
+    Args:
+        layer: an nnPDA with ideal (0/1) weights, e.g. from :func:`encode_pda`.
+        ids: input ids ``[B, T]``; mask: ``[B, T]`` right padding (padded steps freeze).
+        keep: store every step (else only the last, in ``q[:, -1]``, ``stack[:, -1]``).
+    """
+    b, steps = ids.shape
+    w = layer.weight().detach()
+    n = layer.num_states
+    q = layer.start.detach().expand(b, -1).clone()
+    stack = torch.zeros(b, layer.depth, layer.stack_symbols, dtype=w.dtype, device=w.device)
+    qs, stacks, pushes, pops = [q], [stack], [], []
+    overflow = torch.zeros(b, dtype=torch.bool, device=w.device)
+    for t in range(steps):
+        z = third_order(w, q, stack_reading(stack[:, 0]), tokens=ids[:, t])
+        p_push, p_pop = z[:, n], z[:, n + 1]
+        live = mask[:, t] if mask is not None else torch.ones(b, dtype=torch.bool, device=w.device)
+        overflow |= stack_overflow(stack, p_push) & live
+        new_q = z[:, :n]
+        new_stack = ideal_stack_op(stack, p_push, p_pop, z[:, n + 2 :])
+        q = torch.where(live[:, None], new_q, q)
+        stack = torch.where(live[:, None, None], new_stack, stack)
+        pushes.append(torch.where(live, p_push, 0))
+        pops.append(torch.where(live, p_pop, 0))
+        if keep:
+            qs.append(q)
+            stacks.append(stack)
+    if not keep:
+        qs, stacks = [qs[0], q], [stacks[0], stack]
+    return IdealRun(
+        torch.stack(qs, 1),
+        torch.stack(stacks, 1),
+        torch.stack(pushes, 1) if pushes else torch.zeros(b, 0),
+        torch.stack(pops, 1) if pops else torch.zeros(b, 0),
+        overflow,
+    )
+
+
+def _quantized_rules(layer: NNPDA, q_codes: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The layer's step at idealized points: every state code ``[S, n]`` × input id × ideal
+    reading ``e_l``.  Returns ``next q [S, m1, L, n]``, ``p+``, ``p−`` ``[S, m1, L]``,
+    ``C [S, m1, L, m2]`` (after the layer's activations)."""
+    w = layer.weight().detach()
+    n, m1, L = layer.num_states, layer.input_size, layer.stack_symbols + 1
+    s_count = q_codes.shape[0]
+    j, k, l = torch.meshgrid(torch.arange(s_count), torch.arange(m1), torch.arange(L), indexing="ij")
+    j, k, l = j.flatten(), k.flatten(), l.flatten()
+    reading = torch.eye(L, dtype=w.dtype, device=w.device)[l]
+    with torch.no_grad():
+        z = third_order(w, q_codes[j].to(w), reading, tokens=k.to(w.device))
+        q = h_sigmoid(z[:, :n] - 0.5, layer.sensitivity)
+        act = layer._act
+        out = (q, act(z[:, n]), act(z[:, n + 1]), act(z[:, n + 2 :]))
+    shape = (s_count, m1, L)
+    return tuple(o.reshape(*shape, *o.shape[1:]).cpu() for o in out)  # type: ignore[return-value]
+
+
+def _op(p_push: float, p_pop: float, c: Tensor, stack_alphabet: Sequence[str], threshold: float):
+    if p_push > threshold and p_push >= p_pop:
+        return push(stack_alphabet[int(c.argmax())])
+    if p_pop > threshold:
+        return POP
+    return NOOP
+
+
+def extract_pda(
+    layer: NNPDA,
+    *,
+    alphabet: Sequence[str],
+    stack_alphabet: Sequence[str],
+    states: Sequence[str] | None = None,
+    start: str | None = None,
+    accept: Iterable[str] | Callable[[Tensor], bool] = (),
+    ignore: Iterable[str] = (),
+    method: Literal["basis", "reachable"] = "basis",
+    threshold: float = 0.5,
+) -> DPDA:
+    """Read a DPDA back from an nnPDA's weights.
+
+    The layer's own step is evaluated at idealized points (one-hot state, input and stack
+    reading) and quantized: the next state is the largest unit of ``Q`` if it exceeds
+    ``threshold`` (else the transition is missing: dead); the operation is push(argmax ``C``)
+    if ``p+ > threshold`` (and ``p+ ≥ p−``), pop if ``p− > threshold``, else no-op.
+
+    Args:
+        layer: the nnPDA (encoded or trained).
+        alphabet: the input symbol of each input id.  ``ignore``: ids to leave out (``BOS``).
+        stack_alphabet: names of the ``m2`` stack symbols.
+        states: names of the ``n`` state units (``method="basis"``; default ``q0, q1, ...``).
+        start: the start state's name (default: the unit on in ``layer.start``).
+        accept: accepting state names, or (for ``"reachable"``) a predicate on a state code.
+        method: ``"basis"`` reads every one-hot state (exact inverse of :func:`encode_pda`);
+            ``"reachable"`` explores from ``layer.start``, state codes being ``Q`` rounded at
+            ``threshold`` (for trained networks whose states need not be one-hot); states are
+            named ``s0, s1, ...`` in breadth-first order.
+    """
+    if len(alphabet) != layer.input_size:
+        raise ValueError(
+            f"alphabet has {len(alphabet)} symbols but the layer has input_size={layer.input_size}"
+        )
+    if len(stack_alphabet) != layer.stack_symbols:
+        raise ValueError(
+            f"stack_alphabet has {len(stack_alphabet)} symbols but the layer has stack_symbols={layer.stack_symbols}"
+        )
+    ignore = set(ignore)
+    keep = [k for k, a in enumerate(alphabet) if a not in ignore]
+    tops = [*stack_alphabet, EMPTY]
+    n = layer.num_states
+    if method == "basis":
+        names = list(states) if states is not None else [f"q{i}" for i in range(n)]
+        if len(names) != n:
+            raise ValueError(f"states has {len(names)} names but the layer has num_states={n}")
+        codes = torch.eye(n)
+        nxt, pp, pm, cc = _quantized_rules(layer, codes)
+        rules = []
+        for j, k, l in itertools.product(range(n), keep, range(len(tops))):
+            q = nxt[j, k, l]
+            if float(q.max()) > threshold:
+                op = _op(float(pp[j, k, l]), float(pm[j, k, l]), cc[j, k, l], stack_alphabet, threshold)
+                rules.append((names[j], alphabet[k], tops[l], names[int(q.argmax())], op))
+        start_name = start if start is not None else names[int(layer.start.argmax())]
+        acc = [a for a in names if (accept(codes[names.index(a)]) if callable(accept) else a in set(accept))]
+        return DPDA(names, [alphabet[k] for k in keep], stack_alphabet, rules, start_name, acc)
+    if method != "reachable":
+        raise ValueError(f"unknown method {method!r}; choose 'basis' or 'reachable'")
+    start_code = (layer.start.detach().cpu() > threshold).to(torch.float64)
+    codes, index, rules, frontier = [start_code], {tuple(start_code.tolist()): 0}, [], [0]
+    while frontier:
+        batch = torch.stack([codes[i] for i in frontier])
+        nxt, pp, pm, cc = _quantized_rules(layer, batch)
+        new_frontier = []
+        for f, j in enumerate(frontier):
+            for k, l in itertools.product(keep, range(len(tops))):
+                code = (nxt[f, k, l] > threshold).to(torch.float64)
+                if not bool(code.any()):
+                    continue
+                key = tuple(code.tolist())
+                if key not in index:
+                    index[key] = len(codes)
+                    codes.append(code)
+                    new_frontier.append(index[key])
+                op = _op(float(pp[f, k, l]), float(pm[f, k, l]), cc[f, k, l], stack_alphabet, threshold)
+                rules.append((f"s{j}", alphabet[k], tops[l], f"s{index[key]}", op))
+        frontier = new_frontier
+    names = [f"s{i}" for i in range(len(codes))]
+    if callable(accept):
+        acc = [names[i] for i, c in enumerate(codes) if accept(c)]
+    else:
+        acc = [a for a in accept if a in names]
+    return DPDA(names, [alphabet[k] for k in keep], stack_alphabet, rules, "s0", acc)
