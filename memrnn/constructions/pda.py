@@ -19,7 +19,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
+from memrnn.languages.base import Language
 from memrnn.layers.nnpda import NNPDA
 from memrnn.ops.stack import h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
 from memrnn.ops.tensor import third_order
@@ -326,3 +328,85 @@ def extract_pda(
     else:
         acc = [a for a in accept if a in names]
     return DPDA(names, [alphabet[k] for k in keep], stack_alphabet, rules, "s0", acc)
+
+
+class PDAInitializedNNPDA(NNPDA):
+    """An :class:`~memrnn.layers.NNPDA` initialized with a language's PDA, optionally
+    perturbed, for training from prior knowledge (seed 001 section 5: programmed weights plus
+    small random values) from a config.
+
+    The input vocabulary is memrnn's: the language's ``symbols`` then ``BOS`` (identity
+    transitions), one-hot (``SequenceModule(embedding="one_hot")``), so ``input_size`` must be
+    ``language.input_vocab_size``.
+
+    Args:
+        input_size: linked from the module (the one-hot vocabulary size).
+        language: a language with a ``pda()`` (Dyck-n, a^n b^n, palindromes, JSON-lite, ...).
+        noise: add ``uniform(−noise, noise)`` to every weight (seeded by ``seed``).
+        extra_states: state units beyond the PDA's (zero weights before the noise).
+        Others: as :class:`~memrnn.layers.NNPDA` (``action`` defaults to ``"sigmoid"``, which
+        keeps ``p±`` and ``C`` in ``[0, 1]`` during training).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        language: Language,
+        noise: float = 0.0,
+        seed: int = 0,
+        extra_states: int = 0,
+        depth: int = 64,
+        sensitivity: float = 10.0,
+        learn_sensitivity: bool = False,
+        action: Literal["identity", "sigmoid", "clamp"] = "sigmoid",
+        strict: bool = False,
+        output: Literal["state_and_reading", "state"] = "state_and_reading",
+    ) -> None:
+        pda = language.pda()
+        vocab = [*language.symbols, "BOS"]
+        if input_size != len(vocab):
+            raise ValueError(
+                f"PDAInitializedNNPDA reads one-hot tokens: input_size must be {len(vocab)} "
+                f"({language} symbols + BOS), got {input_size}; use SequenceModule(embedding='one_hot')"
+            )
+        if noise < 0 or extra_states < 0:
+            raise ValueError(f"noise and extra_states must be >= 0, got {noise} and {extra_states}")
+        n = len(pda.states) + extra_states
+        super().__init__(
+            input_size,
+            n,
+            len(pda.stack_alphabet),
+            depth=depth,
+            sensitivity=sensitivity,
+            learn_sensitivity=learn_sensitivity,
+            action=action,
+            one_hot_input=True,
+            strict=strict,
+            output=output,
+        )
+        enc = encode_pda(pda, vocabulary=vocab, ignore=["BOS"], depth=depth, dtype=torch.float64)
+        k = len(pda.states)
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for mine, theirs in (
+                (self.weight_q, enc.layer.weight_q),
+                (self.weight_push, enc.layer.weight_push),
+                (self.weight_pop, enc.layer.weight_pop),
+                (self.weight_c, enc.layer.weight_c),
+            ):
+                mine.zero_()
+                if mine.dim() == 4 and mine is self.weight_q:
+                    mine[:k, :k] = theirs
+                elif mine.dim() == 4:
+                    mine[:, :k] = theirs
+                else:
+                    mine[:k] = theirs
+                mine.add_(
+                    noise * (2 * torch.rand(mine.shape, generator=gen, dtype=torch.float64) - 1).to(mine)
+                )
+            self.start.zero_()
+            self.start[pda.q_index[pda.start]] = 1.0
+        self.pda, self.vocabulary = pda, tuple(vocab)
+
+
+allow_in_checkpoints(PDAInitializedNNPDA)

@@ -8,6 +8,7 @@ from memrnn.lit.callbacks import (
     LinearProbe,
     ModelComparison,
     ProgressBar,
+    StackActions,
     TraceComparison,
 )
 from memrnn.lit.generator import GeneratorModule
@@ -36,6 +37,7 @@ __all__ = [
     "PerLengthStats",
     "ProgressBar",
     "SequenceModule",
+    "StackActions",
     "TraceComparison",
     "WandbLogger",
 ]

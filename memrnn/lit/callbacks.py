@@ -61,6 +61,18 @@ class Comparison:
     tables: dict[str, dict[str, list]] = field(default_factory=dict)
 
 
+def run_dir(trainer: L.Trainer, log_dir: Path) -> Path:
+    """The run's own directory.  ``trainer.log_dir`` is the W&B logger's ``save_dir``, shared by
+    every run; Lightning puts a W&B run's checkpoints under ``save_dir/<project>/<run id>``, and
+    so do the comparison callbacks (rank 0 only: the run id exists there)."""
+    from lightning.pytorch.loggers import WandbLogger as LightningWandb
+
+    logger = trainer.logger
+    if isinstance(logger, LightningWandb) and logger.version:
+        return log_dir / str(logger.name) / str(logger.version)
+    return log_dir
+
+
 class ModelComparison(L.Callback, ABC):
     """Base of the callbacks that compare a trained model with a reference (the exact
     distribution, the language's automaton, a construction's weights).
@@ -109,6 +121,7 @@ class ModelComparison(L.Callback, ABC):
         out_dir = Path(trainer.log_dir or trainer.default_root_dir)
         if not trainer.is_global_zero:
             return
+        out_dir = run_dir(trainer, out_dir)
         was_training = pl_module.training
         pl_module.eval()
         try:
@@ -453,6 +466,133 @@ class LinearProbe(TraceComparison):
         n = len(strings[n_train])
         decoded = {k: np.asarray(r.prediction)[:n] for k, r in self.probes.items()}
         return metrics, decoded
+
+
+def _op_codes(push: torch.Tensor, pop: torch.Tensor) -> torch.Tensor:
+    """Quantized stack actions: 1 push (``p+ > 1/2`` and ``p+ ≥ p−``), −1 pop (``p− > 1/2``),
+    0 no-op; the rule :func:`memrnn.constructions.extract_pda` uses."""
+    is_push = (push > 0.5) & (push >= pop)
+    return torch.where(is_push, 1, torch.where(pop > 0.5, -1, 0))
+
+
+class StackActions(TraceComparison):
+    """Compare an nnPDA's learned stack actions with the language's PDA on probe strings
+    (seed 001), and extract the PDA the network implements.
+
+    After every ``every_n_epochs``-th validation: the layer's ``trace`` gives ``push`` (``p+``),
+    ``pop`` (``p−``) and ``push_vector`` (``C``) at every step of ``BOS w_1 .. w_n``; they are
+    quantized at 1/2 and compared with the PDA's operation at the same step (``BOS``: no-op).
+    Logged as ``<split>/stack/``: ``action_acc`` (all steps), ``push_acc``, ``pop_acc``,
+    ``noop_acc`` (per PDA action), ``symbol_acc`` (pushed symbol, argmax ``C``, under the best
+    matching of the layer's stack symbols to the PDA's) and ``extracted_states``: the size of the
+    PDA read back from the weights (:func:`~memrnn.constructions.extract_pda`, reachable
+    states).  The extracted rules are the table ``extracted_pda`` (CSV and W&B) and stay in
+    ``self.extracted``; the heatmap draws the PDA's and the layer's action codes (+1 push,
+    −1 pop, 0 no-op) above ``push``, ``pop`` and ``push_vector``.
+
+    Needs a layer whose ``trace`` reports ``push``/``pop``/``push_vector`` (``NNPDA``) and a
+    language with a ``pda()``.  Arguments as :class:`TraceComparison`.
+    """
+
+    key = "stack"
+
+    def __init__(
+        self,
+        num_strings: int = 64,
+        lengths: tuple[int, int] | None = None,
+        seed: int = 0,
+        heatmap_keys: Sequence[str] | None = ("push", "pop", "push_vector"),
+        splits: Sequence[str] = ("val",),
+        every_n_epochs: int = 1,
+        figures: bool = True,
+    ) -> None:
+        super().__init__(num_strings, lengths, seed, heatmap_keys, splits, every_n_epochs, figures)
+        self.extracted: Any = None
+
+    def heatmap(self, language, strings, trace, decoded) -> Figure:
+        """The PDA's action codes (steps) and the layer's (crosses) above the layer's
+        ``push``, ``pop`` and ``push_vector`` for one probe string."""
+        from memrnn.analysis.plots import trace_heatmaps
+        from memrnn.analysis.reference import Feature
+
+        b, s = self.figure_string, strings[self.figure_string]
+        keys = self.heatmap_keys or ("push", "pop", "push_vector")
+        return trace_heatmaps(
+            {k: trace[k][b, : len(s)].numpy() for k in keys},
+            ["BOS", *(language.symbols[t] for t in s[:-1])],
+            reference={"action": Feature("class", decoded["pda_action"])},
+            decoded={"action": decoded["layer_action"]},
+            title=f"StackActions: probe string {b} (+1 push, -1 pop, 0 no-op; x: the layer)",
+        )
+
+    def compare_trace(self, language, strings, trace, mask):
+        if not hasattr(language, "pda"):
+            raise ValueError(f"StackActions needs a language with a PDA; {language} has none")
+        missing = [k for k in ("push", "pop", "push_vector") if k not in trace]
+        if missing:
+            raise ValueError(
+                f"StackActions needs a layer that traces {missing} (an NNPDA); it has {sorted(trace)}"
+            )
+        pda = language.pda()
+        got = _op_codes(trace["push"], trace["pop"])
+        sym = trace["push_vector"].argmax(-1)
+        ref_ops, ref_syms = torch.zeros_like(got), torch.full_like(got, -1)
+        for b, s in enumerate(strings):
+            for t, step in enumerate(pda.run([language.symbols[i] for i in s[:-1]]), start=1):
+                kind = step.op[0]
+                ref_ops[b, t] = 1 if kind == "push" else -1 if kind == "pop" else 0
+                if kind == "push":
+                    ref_syms[b, t] = pda.g_index[step.op[1]]
+        real = mask.bool()
+        metrics = {"action_acc": float((got == ref_ops)[real].float().mean())}
+        for name, code in (("push", 1), ("pop", -1), ("noop", 0)):
+            sel = real & (ref_ops == code)
+            if bool(sel.any()):
+                metrics[f"{name}_acc"] = float((got == ref_ops)[sel].float().mean())
+        both = real & (ref_ops == 1) & (got == 1)
+        m2 = trace["push_vector"].shape[-1]
+        if bool(both.any()) and m2 == len(pda.stack_alphabet):
+            import itertools
+
+            best = max(
+                float((torch.tensor(perm)[sym[both]] == ref_syms[both]).float().mean())
+                for perm in itertools.permutations(range(m2))
+            )
+            metrics["symbol_acc"] = best
+        n = len(strings[self.figure_string])
+        decoded = {
+            "pda_action": ref_ops[self.figure_string, :n].numpy().astype(float),
+            "layer_action": got[self.figure_string, :n].numpy().astype(float),
+        }
+        return metrics, decoded
+
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        result = super().compare(trainer, pl_module, split)
+        if result is None:
+            return None
+        from memrnn.constructions import extract_pda
+
+        layer, language = pl_module.layer, trainer.datamodule.language
+        vocab = [*language.symbols, "BOS"]
+        if layer.input_size == len(vocab) and getattr(layer, "one_hot_input", False):
+            pda = extract_pda(
+                layer,
+                alphabet=vocab,
+                stack_alphabet=[f"k{i}" for i in range(layer.stack_symbols)],
+                ignore=["BOS"],
+                method="reachable",
+            )
+            self.extracted = pda
+            result.metrics["extracted_states"] = float(len(pda.states))
+            rows = sorted(pda.delta.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))
+            result.tables["extracted_pda"] = {
+                "state": [k[0] for k, _ in rows],
+                "symbol": [k[1] for k, _ in rows],
+                "top": [k[2] or "EMPTY" for k, _ in rows],
+                "next": [v[0] for _, v in rows],
+                "op": [v[1][0] + (f"({v[1][1]})" if v[1][1] else "") for _, v in rows],
+            }
+        return result
 
 
 class ProgressBar(TQDMProgressBar):

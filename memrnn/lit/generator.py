@@ -23,13 +23,14 @@ class GeneratorModule(SequenceModule):
         layer: Callable[[int], MemoryLayer],
         vocab_size: int,
         num_symbols: int,
-        embedding_dim: int = 16,
+        embedding_dim: int | None = None,
         lr: float = 1e-2,
         weight_decay: float = 0.0,
         lr_decay: float | None = None,
         lr_patience: int = 0,
         optimizer: str = "adam",
         bracket_types: int | None = None,
+        embedding: str = "learned",
     ) -> None:
         super().__init__(
             layer,
@@ -43,4 +44,5 @@ class GeneratorModule(SequenceModule):
             lr_patience=lr_patience,
             optimizer=optimizer,
             bracket_types=bracket_types,
+            embedding=embedding,
         )

@@ -58,7 +58,10 @@ class SequenceModule(L.LightningModule):
         layer: a callable of the embedding size returning a ``MemoryLayer`` (YAML:
             ``class_path`` with ``init_args`` that omit ``input_size``).
         vocab_size, num_symbols: linked from the data module.
-        embedding_dim: size of the token embedding.
+        embedding_dim: size of the learned token embedding (default 16).
+        embedding: ``"learned"`` (default) or ``"one_hot"``: the layer reads one-hot token
+            vectors of size ``vocab_size`` (a frozen identity embedding; leave
+            ``embedding_dim`` out), as tensor RNNs and the nnPDA expect (seed 001).
         objectives: ``{name: coefficient}`` over ``generator``, ``next_set``, ``acceptor_end``,
             ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
         optimizer: ``"adam"`` (default, as every seed), ``"adamw"``, ``"rmsprop"`` or ``"sgd"``.
@@ -84,7 +87,7 @@ class SequenceModule(L.LightningModule):
         layer: Callable[[int], MemoryLayer],
         vocab_size: int,
         num_symbols: int,
-        embedding_dim: int = 16,
+        embedding_dim: int | None = None,
         objectives: Mapping[str, float] | None = None,
         lr: float = 1e-2,
         weight_decay: float = 0.0,
@@ -94,6 +97,7 @@ class SequenceModule(L.LightningModule):
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
         max_length: int = 1024,
+        embedding: str = "learned",
     ) -> None:
         super().__init__()
         objectives = dict(objectives or {"generator": 1.0})
@@ -106,6 +110,16 @@ class SequenceModule(L.LightningModule):
             raise ValueError("objectives must name at least one objective")
         if num_symbols < 1 or vocab_size < num_symbols:
             raise ValueError(f"need 1 <= num_symbols <= vocab_size, got {num_symbols=} {vocab_size=}")
+        if embedding not in ("learned", "one_hot"):
+            raise ValueError(f"unknown embedding {embedding!r}; choose 'learned' or 'one_hot'")
+        if embedding == "one_hot":
+            if embedding_dim not in (None, vocab_size):
+                raise ValueError(
+                    f"embedding='one_hot' feeds vocab_size={vocab_size} features; embedding_dim="
+                    f"{embedding_dim} would be ignored (leave it out)"
+                )
+            embedding_dim = vocab_size
+        embedding_dim = 16 if embedding_dim is None else embedding_dim
         if embedding_dim < 1:
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
         if lr_decay is not None and not 0 < lr_decay < 1:
@@ -117,7 +131,10 @@ class SequenceModule(L.LightningModule):
         self.save_hyperparameters()
         self.objectives = objectives
         self.lr_monitor = lr_monitor or ("val/ce" if "generator" in objectives else "val/loss")
-        self.embedding = nn.Embedding(vocab_size, embedding_dim)
+        if embedding == "one_hot":  # a frozen identity: the layer sees one-hot token vectors
+            self.embedding = nn.Embedding.from_pretrained(torch.eye(vocab_size), freeze=True)
+        else:
+            self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.layer = layer(embedding_dim)
         if not isinstance(self.layer, MemoryLayer):
             raise ValueError(f"layer must build a memrnn MemoryLayer, got {type(self.layer).__name__}")

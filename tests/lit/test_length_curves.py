@@ -62,7 +62,10 @@ def test_acceptor_curves_and_offline_wandb_table(tmp_path):
     )
     assert row["test/length_plot/_type"] == "image-file"  # the length-generalization figure
     assert any(k.startswith("test/length_line") for k in row), sorted(row)  # W&B line plot
-    assert next(tmp_path.glob("figures/test_length_plot_step*.png")).stat().st_size > 1000
+    # the run's own directory, beside its checkpoints: save_dir/<project>/<run id>
+    run_dir = tmp_path / "memrnn-test" / logger.version
+    assert next(run_dir.glob("figures/test_length_plot_step*.png")).stat().st_size > 1000
+    assert (run_dir / "length_curves_test.csv").exists()
     assert any("test/accept_end" in r for r in run["history"])
     saved = json.loads(
         next(run_file.parent.glob("files/media/table/test/length_curves_*.table.json")).read_text()
