@@ -54,7 +54,7 @@ def deviation_from_ideal(layer: NNPDA, ids: Tensor, mask: Tensor | None = None) 
     overflow = torch.zeros(b, dtype=torch.bool, device=dev)
     mask = mask.to(dev) if mask is not None else None
     for t in range(steps):
-        _, new, _ = layer._advance(w, state, None, ids[:, t])
+        _, new, _ = layer._advance(w, state, None, ids[:, t], diagnostics=False)
         z = third_order(w, q_bar, stack_reading(k_bar[:, 0]), tokens=ids[:, t])
         new_q_bar = z[:, :n]
         live = mask[:, t] if mask is not None else torch.ones(b, dtype=torch.bool, device=dev)

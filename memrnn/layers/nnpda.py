@@ -167,17 +167,24 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         return z.clamp(0.0, 1.0)
 
     def _advance(
-        self, weight: Tensor, state: NNPDAState, x_t: Tensor | None, ids_t: Tensor | None
+        self,
+        weight: Tensor,
+        state: NNPDAState,
+        x_t: Tensor | None,
+        ids_t: Tensor | None,
+        diagnostics: bool = True,
     ) -> tuple[Tensor, NNPDAState, dict[str, Tensor]]:
         n = self.num_states
         reading = stack_reading(state.stack[:, 0])
         z = third_order(weight, state.q, reading, x=x_t, tokens=ids_t)
         q = h_sigmoid(z[:, :n] - 0.5, self.sensitivity)
         p_push, p_pop, push_vector = self._act(z[:, n]), self._act(z[:, n + 1]), self._act(z[:, n + 2 :])
-        overflow = stack_overflow(state.stack, p_push)
+        overflow = stack_overflow(state.stack, p_push) if diagnostics or self.strict else None
         stack, tail = stack_op(state.stack, state.tail, p_push, p_pop, push_vector, self.sensitivity)
         new = NNPDAState(q, stack, tail)
         y = q if self.output == "state" else torch.cat([q, stack_reading(stack[:, 0])], -1)
+        if not diagnostics:
+            return y, new, {} if overflow is None else {"overflow": overflow}
         diag = {
             "push": p_push,
             "pop": p_pop,
@@ -210,9 +217,9 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
 
     def step(self, x_t: Tensor, state: NNPDAState) -> tuple[Tensor, NNPDAState]:
         """``x_t [B, input_size]`` -> ``(y [B, output_size], next state)``."""
-        y, new, diag = self._advance(self.weight(), state, *self._ids_or_x(x_t))
+        y, new, diag = self._advance(self.weight(), state, *self._ids_or_x(x_t), diagnostics=False)
         if self.strict:
-            self._raise_overflow(diag["overflow"] > 0)
+            self._raise_overflow(diag["overflow"])
         return y, new
 
     def trace_step(self, x_t: Tensor, state: NNPDAState) -> tuple[Tensor, NNPDAState, dict[str, Tensor]]:
@@ -244,9 +251,9 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
                 return v, None
 
         def step(v: Tensor, st: NNPDAState) -> tuple[Tensor, NNPDAState]:
-            y, new, diag = self._advance(weight, st, *split(v))
+            y, new, diag = self._advance(weight, st, *split(v), diagnostics=False)
             if self.strict:
-                flags.append(diag["overflow"] > 0)
+                flags.append(diag["overflow"])
             return y, new
 
         y, state, _ = self._loop(seq, state, mask, with_trace=False, step=step)

@@ -4,9 +4,15 @@
   ``z_i = Σ_jk W_ijk s_j x_k``;
 * third order (seed 001 Definition 3.6): ``z_o = Σ_jkl W_ojkl q_j x_k r_l``.
 
-The input ``x`` is either dense ``[B, m]`` or given by token ids ``[B]`` (a one-hot input);
-for ids the input slice ``W[..., k]`` is indexed rather than multiplied by a one-hot vector,
-so a step costs ``O(B·out·n)`` (second order) instead of ``O(B·out·n·m)``.
+The input ``x`` is either dense ``[B, m]`` or given by token ids ``[B]`` (a one-hot input),
+and no one-hot vector is ever multiplied.  For ids there are two exact ways, chosen by size:
+
+* ``m ≥ 4·B`` (a large vocabulary): index each row's input slice ``W[..., k_b]`` and multiply,
+  ``O(B·out·n)`` work, but ``B`` weight slices are copied and the backward pass scatters them;
+* otherwise: contract the state first in one matrix product ``[B, n] × [n, out·m]`` and gather
+  column ``k_b`` of the result, ``O(B·out·n·m)`` flops in one GEMM, which is faster for small
+  vocabularies (measured on CPU, float32, B = 32: 4x faster at n = 128, m = 8, equal at
+  m = 4B; ``benchmarks/nnpda_speed.py``).
 """
 
 from __future__ import annotations
@@ -41,10 +47,13 @@ def second_order(
         raise ValueError("give exactly one of x (dense input) and tokens (ids of a one-hot input)")
     if tokens is not None:
         _check_tokens(tokens)
-        slices = weight.permute(2, 0, 1)[tokens]  # [B, out, n]: the input slice W[:, :, k_b]
-        return torch.bmm(slices, state[:, :, None])[:, :, 0]
+        if m >= 4 * tokens.shape[0]:
+            slices = weight.permute(2, 0, 1)[tokens]  # [B, out, n]: the input slice W[:, :, k_b]
+            return torch.bmm(slices, state[:, :, None])[:, :, 0]
     # contract the state first: one [B, n] x [n, out*m] matrix product, then the input.
     by_state = (state @ weight.permute(1, 0, 2).reshape(n, out * m)).view(-1, out, m)
+    if tokens is not None:
+        return by_state.gather(2, tokens[:, None, None].expand(-1, out, 1))[:, :, 0]
     return torch.bmm(by_state, x[:, :, None])[:, :, 0]
 
 
@@ -83,9 +92,12 @@ def third_order(
     qr = (state[:, :, None] * reading[:, None, :]).reshape(-1, n * L)  # [B, n*L]
     if tokens is not None:
         _check_tokens(tokens)
-        slices = weight.permute(2, 0, 1, 3).reshape(m, out, n * L)[tokens]  # [B, out, n*L]
-        return torch.bmm(slices, qr[:, :, None])[:, :, 0]
+        if m >= 4 * tokens.shape[0]:
+            slices = weight.permute(2, 0, 1, 3).reshape(m, out, n * L)[tokens]  # [B, out, n*L]
+            return torch.bmm(slices, qr[:, :, None])[:, :, 0]
     by_state = (qr @ weight.permute(1, 3, 0, 2).reshape(n * L, out * m)).view(-1, out, m)
+    if tokens is not None:
+        return by_state.gather(2, tokens[:, None, None].expand(-1, out, 1))[:, :, 0]
     return torch.bmm(by_state, x[:, :, None])[:, :, 0]
 
 

@@ -101,31 +101,41 @@ def test_encoded_pda_agrees_with_the_runner_on_every_short_string(name, dtype):
     )
 
 
-def long_strings(pda, rng, count, max_len):
+def long_strings(pda, rng, count, max_len, mountains=1 / 3):
+    """Random walks (steered to close at the end) and, a share ``mountains`` of them, strings
+    that push for half their length then pop (depth ~ length / 2), some with rare noise."""
     lengths = [int(x) for x in rng.integers(max_len // 2, max_len + 1, size=count)]
-    third = count // 3
+    deep = max(2, round(count * mountains))
     end = "END" if "END" in pda.alphabet else "e"
     return (
-        pda_walks(pda, rng, lengths[:third], steer=True, noise=0, end=end)
-        + pda_walks(pda, rng, lengths[third : 2 * third], mountain=True, noise=0, end=end)
-        + pda_walks(pda, rng, lengths[2 * third :], mountain=True, steer=True, noise=1 / max_len, end=end)
+        pda_walks(pda, rng, lengths[: count - deep], steer=True, noise=0, end=end)
+        + pda_walks(pda, rng, lengths[count - deep : count - deep // 2], mountain=True, noise=0, end=end)
+        + pda_walks(pda, rng, lengths[count - deep // 2 :], mountain=True, steer=True, noise=1 / max_len, end=end)
     )
 
 
-def check_long(name, count, max_len, dtype, sensitivity=10.0):
+def check_long(name, count, max_len, dtype, sensitivity=10.0, mountains=1 / 3, chunk=100):
+    """The encoded PDA classifies every string as the runner does and stays within 0.01 of the
+    ideal PDA at every step; strings run in chunks of similar stack depth (the window is sized
+    per chunk, so shallow walks do not pay for deep mountains)."""
     pda = PDAS[name]()
     rng = np.random.default_rng(7)
-    words = long_strings(pda, rng, count, max_len)
+    words = long_strings(pda, rng, count, max_len, mountains)
+    depth = [max((len(s.stack) for s in pda.run(w)), default=0) for w in words]
     want = torch.tensor([pda.accepts(w) for w in words])
     assert want.any() and (~want).any()
-    enc = encode_pda(pda, sensitivity=sensitivity, depth=max_len, dtype=dtype)
-    ids, mask = enc.ids(words)
-    dev = deviation_from_ideal(enc.layer, ids, mask)
-    assert not dev.overflow.any()
-    got = (dev.q.amax(-1) > 0.5) & (enc.accept[dev.q.argmax(-1)] > 0.5)
-    assert (got == want).all(), f"{int((got != want).sum())} of {count} strings disagree"
-    # Theorem 3.7 at H = 10: every state and every stack cell within 0.01 of the ideal, at every step
-    assert dev.q_err.max() < 0.01 and dev.stack_err.max() < 0.01
+    order = sorted(range(count), key=depth.__getitem__)
+    for start in range(0, count, chunk):
+        rows = order[start : start + chunk]
+        enc = encode_pda(pda, sensitivity=sensitivity, depth=depth[rows[-1]] + 1, dtype=dtype)
+        ids, mask = enc.ids([words[i] for i in rows])
+        dev = deviation_from_ideal(enc.layer, ids, mask)
+        assert not dev.overflow.any()
+        got = (dev.q.amax(-1) > 0.5) & (enc.accept[dev.q.argmax(-1)] > 0.5)
+        bad = int((got != want[rows]).sum())
+        assert bad == 0, f"{bad} of {len(rows)} strings disagree"
+        # Theorem 3.7 at H = 10: every state and every stack cell within 0.01 of the ideal, at every step
+        assert dev.q_err.max() < 0.01 and dev.stack_err.max() < 0.01
 
 
 @pytest.mark.parametrize("name", list(PDAS))
@@ -137,7 +147,7 @@ def test_encoded_pda_agrees_on_long_random_strings(name):
 @pytest.mark.parametrize("name", list(PDAS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_encoded_pda_agrees_on_1000_random_strings_up_to_length_10_000(name, dtype):
-    check_long(name, 1000, 10_000, dtype)
+    check_long(name, 1000, 10_000, dtype, mountains=0.05)
 
 
 @pytest.mark.parametrize("name", [*PDAS, "json_lite"])

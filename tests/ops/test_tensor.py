@@ -49,3 +49,19 @@ def test_exactly_one_input_kind():
         second_order(w, s)
     with pytest.raises(ValueError, match="integer"):
         second_order(w, s, tokens=torch.zeros(1))
+
+
+@pytest.mark.parametrize("vocab", [3, 40])  # 40 >= 4 * batch: the indexed-slice branch
+def test_both_one_hot_strategies_equal_the_dense_contraction(vocab, gen):
+    w2 = torch.randn(4, 3, vocab, generator=gen, dtype=D64, requires_grad=True)
+    w3 = torch.randn(5, 3, vocab, 2, generator=gen, dtype=D64, requires_grad=True)
+    s = torch.randn(6, 3, generator=gen, dtype=D64)
+    r = torch.rand(6, 2, generator=gen, dtype=D64)
+    ids = torch.randint(0, vocab, (6,), generator=gen)
+    hot = F.one_hot(ids, vocab).to(D64)
+    a, b = second_order(w2, s, tokens=ids), second_order(w2, s, x=hot)
+    torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    torch.testing.assert_close(*(torch.autograd.grad(v.sum(), w2)[0] for v in (a, b)), atol=1e-12, rtol=0)
+    a, b = third_order(w3, s, r, tokens=ids), third_order(w3, s, r, x=hot)
+    torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    torch.testing.assert_close(*(torch.autograd.grad(v.sum(), w3)[0] for v in (a, b)), atol=1e-12, rtol=0)
