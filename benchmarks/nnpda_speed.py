@@ -50,7 +50,9 @@ def main() -> None:
     ids = torch.randint(0, args.vocab, (args.batch, args.steps), device=dev)
     x = F.one_hot(ids, args.vocab).float()
     tokens = args.batch * args.steps
-    print(f"device {dev}, batch {args.batch}, steps {args.steps}, vocab {args.vocab}, torch {torch.__version__}")
+    print(
+        f"device {dev}, batch {args.batch}, steps {args.steps}, vocab {args.vocab}, torch {torch.__version__}"
+    )
     print(f"{'layer':34} {'state':>5} {'tok/s':>10} {'LSTM tok/s':>11} {'ratio':>6}")
     for n in args.sizes:
         lstm = torch.nn.LSTM(args.vocab, n, batch_first=True).to(dev)

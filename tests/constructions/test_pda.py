@@ -110,7 +110,9 @@ def long_strings(pda, rng, count, max_len, mountains=1 / 3):
     return (
         pda_walks(pda, rng, lengths[: count - deep], steer=True, noise=0, end=end)
         + pda_walks(pda, rng, lengths[count - deep : count - deep // 2], mountain=True, noise=0, end=end)
-        + pda_walks(pda, rng, lengths[count - deep // 2 :], mountain=True, steer=True, noise=1 / max_len, end=end)
+        + pda_walks(
+            pda, rng, lengths[count - deep // 2 :], mountain=True, steer=True, noise=1 / max_len, end=end
+        )
     )
 
 
