@@ -64,12 +64,12 @@ def main() -> None:
         base = tokens_per_second(run_lstm, tokens, dev, args.repeats)
         layers = {
             "SecondOrderRNN one-hot": SecondOrderRNN(args.vocab, n, one_hot_input=True),
-            "SecondOrderRNN dense": SecondOrderRNN(args.vocab, n),
+            "SecondOrderRNN dense": SecondOrderRNN(args.vocab, n, one_hot_input=False),
             f"NNPDA one-hot (m2={args.stack_symbols}, D={args.depth})": NNPDA(
                 args.vocab, n, args.stack_symbols, depth=args.depth, action="sigmoid", one_hot_input=True
             ),
             f"NNPDA dense (m2={args.stack_symbols}, D={args.depth})": NNPDA(
-                args.vocab, n, args.stack_symbols, depth=args.depth, action="sigmoid"
+                args.vocab, n, args.stack_symbols, depth=args.depth, action="sigmoid", one_hot_input=False
             ),
         }
         for name, layer in layers.items():

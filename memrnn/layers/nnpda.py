@@ -23,7 +23,7 @@ from torch import Tensor, nn
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.second_order import SensitivityMixin, one_hot_ids, positive_int
+from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
 from memrnn.ops.tensor import third_order
 
@@ -65,8 +65,8 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             ``[0, 1]``, within ``h_H(−1/2)`` of the ideal values for encoded weights);
             ``"clamp"`` clips ``z`` to ``[0, 1]``.  The paper specifies only the first; it
             does not discuss training, nor ``p+ + p− ≤ 1``.
-        one_hot_input: inputs are one-hot (checked once per ``forward``); steps index the input
-            slice of the weights and no gradient flows to ``x``.
+        one_hot_input: ``None`` (default, auto), ``True`` (inputs must be one-hot; no gradient
+            to ``x``) or ``False`` (always dense), as for :class:`SecondOrderRNN`.
         strict: raise :class:`StackOverflowError`, naming the step and batch row, when a push
             (``p+ > 1/2``) meets a full window (``‖K_{D−1}‖∞ > 1/2``).  Otherwise the bottom
             cell is dropped and ``trace`` reports ``overflow``.
@@ -87,7 +87,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         sensitivity: float = 10.0,
         learn_sensitivity: bool = False,
         action: Action = "identity",
-        one_hot_input: bool = False,
+        one_hot_input: bool | None = None,
         strict: bool = False,
         output: Literal["state_and_reading", "state"] = "state_and_reading",
         *,
@@ -114,7 +114,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         )
         self.action, self.one_hot_input, self.strict, self.output = (
             action,
-            bool(one_hot_input),
+            one_hot_input,
             strict,
             output,
         )
@@ -196,7 +196,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         return y, new, diag
 
     def _ids_or_x(self, x_t: Tensor) -> tuple[Tensor | None, Tensor | None]:
-        if self.one_hot_input:
+        if self.one_hot_input is True:
             return None, one_hot_ids(x_t, None, type(self).__name__)
         return x_t, None
 
@@ -239,8 +239,9 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             return x.new_zeros(x.shape[0], 0, self.output_size), state
         weight = self.weight()
         flags: list[Tensor] = []
-        if self.one_hot_input:
-            seq = one_hot_ids(x, mask, type(self).__name__)[..., None]
+        ids = input_ids(x, mask, self.one_hot_input, type(self).__name__)
+        if ids is not None:
+            seq = ids[..., None]
 
             def split(v: Tensor) -> tuple[Tensor | None, Tensor | None]:
                 return None, v[:, 0]
@@ -270,17 +271,3 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         if self.strict and "overflow" in out:
             self._raise_overflow(out["overflow"] > 0)
         return out
-
-
-register_layer(
-    "nnpda_onehot",
-    tiny={
-        "input_size": 3,
-        "num_states": 3,
-        "stack_symbols": 2,
-        "depth": 4,
-        "action": "sigmoid",
-        "one_hot_input": True,
-    },
-    cls=NNPDA,
-)

@@ -20,15 +20,18 @@ from memrnn.ops.stack import h_sigmoid
 from memrnn.ops.tensor import second_order
 
 
+def _one_hot_rows(x: Tensor, mask: Tensor | None) -> Tensor:
+    ok = ((x == 0) | (x == 1)).all(-1) & (x.sum(-1) == 1)
+    return ok if mask is None else ok | ~mask
+
+
 def one_hot_ids(x: Tensor, mask: Tensor | None, layer: str) -> Tensor:
     """Ids ``[B, T]`` (or ``[B]``) of a one-hot input ``x [B, T, m]`` (or ``[B, m]``).
 
     Raises ``ValueError`` naming the row and step of the first real position that is not a
     one-hot vector (padded positions, where ``mask`` is False, may hold anything).
     """
-    ok = ((x == 0) | (x == 1)).all(-1) & (x.sum(-1) == 1)
-    if mask is not None:
-        ok = ok | ~mask
+    ok = _one_hot_rows(x, mask)
     if not bool(ok.all()):
         where = (~ok).nonzero()[0].tolist()
         at = f"row {where[0]}, step {where[1]}" if len(where) == 2 else f"row {where[0]}"
@@ -37,6 +40,20 @@ def one_hot_ids(x: Tensor, mask: Tensor | None, layer: str) -> Tensor:
             f"{x[tuple(where)].tolist()}"
         )
     return x.argmax(-1)
+
+
+def input_ids(x: Tensor, mask: Tensor | None, mode: bool | None, layer: str) -> Tensor | None:
+    """The ids of ``x`` when the indexed one-hot path applies, else ``None`` (dense path).
+
+    ``mode=True``: ``x`` must be one-hot (error otherwise); ``False``: always dense; ``None``
+    (auto): ids when ``x`` is exactly one-hot at every real position and needs no gradient
+    (the two paths compute the same numbers; only the dense one gives ``x`` a gradient).
+    """
+    if mode is True:
+        return one_hot_ids(x, mask, layer)
+    if mode is False or x.requires_grad or x.shape[-1] == 0:
+        return None
+    return x.argmax(-1) if bool(_one_hot_rows(x, mask).all()) else None
 
 
 def positive_int(name: str, value: int) -> None:
@@ -75,9 +92,11 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         sensitivity: ``H`` of ``h_H`` (1 is the plain logistic sigmoid).
         learn_sensitivity: make ``H`` a parameter.
         bias: learn ``b`` (else ``b = 0``).
-        one_hot_input: inputs are one-hot vectors (checked; an error names the first row and
-            step that is not); each step then indexes ``W[:, :, k]`` instead of contracting
-            with ``x``, and no gradient flows to ``x``.
+        one_hot_input: ``None`` (default, auto): ``forward`` takes the indexed path
+            (:mod:`memrnn.ops.tensor`) when the input is exactly one-hot and needs no gradient,
+            else the dense contraction; ``True``: inputs must be one-hot (an error names the
+            first row and step that is not), and no gradient flows to ``x``; ``False``: always
+            dense.
 
     Parameters / buffers: ``weight`` ``W [n, n, m]`` (next unit, current unit, input, as
     ``W_i^{jk}`` of Definition A.3); ``bias`` ``[n]``; ``sensitivity``; ``start`` ``s^0 [n]``
@@ -91,7 +110,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         sensitivity: float = 1.0,
         learn_sensitivity: bool = False,
         bias: bool = True,
-        one_hot_input: bool = False,
+        one_hot_input: bool | None = None,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -100,7 +119,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size, self.output_size = input_size, hidden_size, hidden_size
-        self.one_hot_input = bool(one_hot_input)
+        self.one_hot_input = one_hot_input
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty(hidden_size, hidden_size, input_size, **fk))
         self.bias = nn.Parameter(torch.empty(hidden_size, **fk)) if bias else None
@@ -137,7 +156,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
 
     def step(self, x_t: Tensor, state: SecondOrderState) -> tuple[Tensor, SecondOrderState]:
         """``x_t [B, input_size]`` -> ``s^{t+1} [B, hidden_size]``."""
-        if self.one_hot_input:
+        if self.one_hot_input is True:
             s = self._advance(state, None, one_hot_ids(x_t, None, type(self).__name__))
         else:
             s = self._advance(state, x_t, None)
@@ -147,11 +166,11 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         self, x: Tensor, state: SecondOrderState | None = None, mask: Tensor | None = None
     ) -> tuple[Tensor, SecondOrderState]:
         """Fast path for one-hot inputs: the ids are checked and extracted once for the whole
-        sequence (one host sync), then each step indexes the input slice of ``W``."""
+        sequence (one host sync), then each step uses the indexed contraction."""
         state, mask = self.check_inputs(x, state, mask)
-        if not self.one_hot_input or x.shape[1] == 0:
+        ids = None if x.shape[1] == 0 else input_ids(x, mask, self.one_hot_input, type(self).__name__)
+        if ids is None:
             return super().forward(x, state, mask)
-        ids = one_hot_ids(x, mask, type(self).__name__)
 
         def step(ids_t: Tensor, st: SecondOrderState) -> tuple[Tensor, SecondOrderState]:
             s = self._advance(st, None, ids_t[:, 0])
@@ -159,8 +178,3 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
 
         y, state, _ = self._loop(ids[..., None], state, mask, with_trace=False, step=step)
         return y, state
-
-
-register_layer(
-    "second_order_onehot", tiny={"input_size": 3, "hidden_size": 4, "one_hot_input": True}, cls=SecondOrderRNN
-)

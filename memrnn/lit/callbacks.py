@@ -574,7 +574,7 @@ class StackActions(TraceComparison):
 
         layer, language = pl_module.layer, trainer.datamodule.language
         vocab = [*language.symbols, "BOS"]
-        if layer.input_size == len(vocab) and getattr(layer, "one_hot_input", False):
+        if layer.input_size == len(vocab) and hasattr(layer, "stack_symbols"):
             pda = extract_pda(
                 layer,
                 alphabet=vocab,

@@ -1,25 +1,34 @@
 """The MemoryLayer contract (DESIGN.md "Tests" 1–3), run over every registered layer."""
 
 import copy
+import inspect
 
 import pytest
 import torch
 
-from memrnn.core import MemoryLayer, create_layer, list_layers, state_leaves, state_map
+from memrnn.core import MemoryLayer, create_layer, layer_class, list_layers, state_leaves, state_map
 from tests.conftest import assert_close_tree
 
-LAYERS = list_layers()
+BASE_LAYERS = list_layers()
+# layers with an indexed one-hot input path run the suite a second time on one-hot inputs
+# ("<name>+one_hot"): the fast forward then takes the indexed path, the reference loop the dense one
+LAYERS = BASE_LAYERS + [
+    f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
+]
 TOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
 def make(name, dtype=torch.float64, seed=0):
+    base, _, kind = name.partition("+")
     torch.manual_seed(seed)
-    return create_layer(name).to(dtype)
+    layer = create_layer(base).to(dtype)
+    layer.test_one_hot = kind == "one_hot"
+    return layer
 
 
 def inputs(layer, gen, batch=3, steps=7, dtype=torch.float64):
     """Random inputs; one-hot rows for layers built with ``one_hot_input=True``."""
-    if getattr(layer, "one_hot_input", False):
+    if getattr(layer, "test_one_hot", False):
         ids = torch.randint(0, layer.input_size, (batch, steps), generator=gen)
         return torch.nn.functional.one_hot(ids, layer.input_size).to(dtype)
     return torch.randn(batch, steps, layer.input_size, generator=gen, dtype=dtype)
@@ -27,7 +36,7 @@ def inputs(layer, gen, batch=3, steps=7, dtype=torch.float64):
 
 def differentiable_inputs(layer):
     """One-hot inputs are ids: no gradient flows to them, and gradcheck may not perturb them."""
-    return not getattr(layer, "one_hot_input", False)
+    return not getattr(layer, "test_one_hot", False)
 
 
 def random_state(layer, batch, gen, dtype=torch.float64):
