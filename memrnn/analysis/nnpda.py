@@ -15,10 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from memrnn.constructions.pda import ideal_step
+from memrnn.core.state import state_where
 from memrnn.languages.automata import DPDA, EMPTY
 from memrnn.layers.nnpda import NNPDA
-from memrnn.ops.stack import ideal_stack_op, stack_overflow, stack_reading
-from memrnn.ops.tensor import third_order
 
 
 @dataclass
@@ -44,7 +44,6 @@ def deviation_from_ideal(layer: NNPDA, ids: Tensor, mask: Tensor | None = None) 
     """
     b, steps = ids.shape
     w = layer.weight()
-    n = layer.num_states
     dev = w.device
     ids = ids.to(dev)
     state = layer.initial_state(b, device=dev, dtype=w.dtype)
@@ -55,19 +54,11 @@ def deviation_from_ideal(layer: NNPDA, ids: Tensor, mask: Tensor | None = None) 
     mask = mask.to(dev) if mask is not None else None
     for t in range(steps):
         _, new, _ = layer._advance(w, state, None, ids[:, t], diagnostics=False)
-        z = third_order(w, q_bar, stack_reading(k_bar[:, 0]), tokens=ids[:, t])
-        new_q_bar = z[:, :n]
+        new_q_bar, new_k_bar, _, _, over = ideal_step(w, layer.num_states, q_bar, k_bar, ids[:, t])
         live = mask[:, t] if mask is not None else torch.ones(b, dtype=torch.bool, device=dev)
-        overflow |= stack_overflow(k_bar, z[:, n]) & live
-        new_k_bar = ideal_stack_op(k_bar, z[:, n], z[:, n + 1], z[:, n + 2 :])
-        lv = live[:, None]
-        state = type(state)(
-            torch.where(lv, new.q, state.q),
-            torch.where(lv[:, :, None], new.stack, state.stack),
-            torch.where(lv, new.tail, state.tail),
-        )
-        q_bar = torch.where(lv, new_q_bar, q_bar)
-        k_bar = torch.where(lv[:, :, None], new_k_bar, k_bar)
+        overflow |= over & live
+        state = state_where(live, new, state)
+        q_bar, k_bar = state_where(live, (new_q_bar, new_k_bar), (q_bar, k_bar))
         q_err = torch.maximum(q_err, (state.q - q_bar).abs().amax(-1))
         cells = torch.maximum((state.stack - k_bar).abs().amax((-1, -2)), state.tail.abs().amax(-1))
         k_err = torch.maximum(k_err, cells)

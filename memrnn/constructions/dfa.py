@@ -10,7 +10,6 @@ which is Omlin & Giles's ``+H`` weights and ``−H/2`` bias in seed 001's notati
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from memrnn.constructions.pda import _vocabulary
+from memrnn.constructions._common import accepting, check_vocabulary, state_graph, symbol_ids
 from memrnn.languages.automata import DFA
 from memrnn.layers.second_order import SecondOrderRNN
 from memrnn.ops.stack import h_sigmoid
@@ -38,19 +37,9 @@ class EncodedDFA:
 
     def accepts(self, words: Sequence[Sequence[str]]) -> list[bool]:
         """Acceptance read from the final state: its largest unit exceeds 1/2 and is accepting."""
-        index = {a: i for i, a in enumerate(self.vocabulary)}
-        longest = max((len(w) for w in words), default=0)
-        ids = torch.zeros(len(words), longest, dtype=torch.long)
-        for b, w in enumerate(words):
-            for t, a in enumerate(w):
-                if a not in index:
-                    raise ValueError(
-                        f"unknown symbol {a!r} in string {b} at position {t}; known: {self.vocabulary}"
-                    )
-                ids[b, t] = index[a]
-        mask = torch.arange(longest)[None] < torch.tensor([len(w) for w in words])[:, None]
+        ids, mask = symbol_ids(words, self.vocabulary)
         p = self.layer.weight
-        x = torch.nn.functional.one_hot(ids, len(self.vocabulary)).to(p)
+        x = torch.nn.functional.one_hot(ids.to(p.device), len(self.vocabulary)).to(p.dtype)
         with torch.no_grad():
             _, state = self.layer(x, mask=mask.to(p.device))
         s = state.s
@@ -72,7 +61,7 @@ def encode_dfa(
         dfa: missing transitions give zero columns (the dead state is ``s = 0``).
         sensitivity: ``H``; vocabulary, ignore: as for :func:`encode_pda`.
     """
-    vocab = _vocabulary(dfa.alphabet, vocabulary, ignore)
+    vocab = check_vocabulary(dfa.alphabet, vocabulary, ignore)
     t = dfa.transition_tensor()
     n = len(dfa.states)
     w = np.zeros((n, n, len(vocab)))
@@ -129,43 +118,16 @@ def extract_dfa(
             s = h_sigmoid(z, layer.sensitivity)
         return s.reshape(s_count, layer.input_size, n).cpu()
 
-    if method == "basis":
-        names = list(states) if states is not None else [f"q{i}" for i in range(n)]
-        if len(names) != n:
-            raise ValueError(f"states has {len(names)} names but the layer has hidden_size={n}")
-        codes = torch.eye(n, dtype=torch.float64)
-        nxt = successors(codes)
-        rules = [
-            (names[j], alphabet[k], names[int(nxt[j, k].argmax())])
-            for j, k in itertools.product(range(n), keep)
-            if float(nxt[j, k].max()) > threshold
-        ]
-        start_name = start if start is not None else names[int(layer.start.argmax())]
-        acc = [a for i, a in enumerate(names) if (accept(codes[i]) if callable(accept) else a in set(accept))]
-        return DFA(names, [alphabet[k] for k in keep], rules, start_name, acc)
-    if method != "reachable":
-        raise ValueError(f"unknown method {method!r}; choose 'basis' or 'reachable'")
-    start_code = (layer.start.detach().cpu() > threshold).to(torch.float64)
-    codes, index, rules, frontier = [start_code], {tuple(start_code.tolist()): 0}, [], [0]
-    while frontier:
-        nxt = successors(torch.stack([codes[i] for i in frontier]))
-        new_frontier = []
-        for f, j in enumerate(frontier):
-            for k in keep:
-                code = (nxt[f, k] > threshold).to(torch.float64)
-                if not bool(code.any()):
-                    continue
-                key = tuple(code.tolist())
-                if key not in index:
-                    index[key] = len(codes)
-                    codes.append(code)
-                    new_frontier.append(index[key])
-                rules.append((f"s{j}", alphabet[k], f"s{index[key]}"))
-        frontier = new_frontier
-    names = [f"s{i}" for i in range(len(codes))]
-    acc = (
-        [names[i] for i, c in enumerate(codes) if accept(c)]
-        if callable(accept)
-        else [a for a in accept if a in names]
+    names, codes, edges = state_graph(
+        lambda codes: successors(codes)[:, keep],
+        layer.start,
+        method=method,
+        threshold=threshold,
+        names=states,
     )
-    return DFA(names, [alphabet[k] for k in keep], rules, "s0", acc)
+    rules = [(names[j], alphabet[keep[move]], names[dst]) for j, move, dst in edges]
+    if method == "basis":
+        start_name = start if start is not None else names[int(layer.start.argmax())]
+    else:
+        start_name = names[0]
+    return DFA(names, [alphabet[k] for k in keep], rules, start_name, accepting(names, codes, accept))

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -19,29 +18,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from memrnn.constructions._common import accepting, check_vocabulary, state_graph, symbol_ids
 from memrnn.core.serialization import allow_in_checkpoints
+from memrnn.core.state import state_where
 from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
 from memrnn.languages.base import Language
 from memrnn.layers.nnpda import NNPDA
-from memrnn.ops.stack import h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
+from memrnn.ops.stack import action_codes, h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
 from memrnn.ops.tensor import third_order
-
-
-def _vocabulary(alphabet: Sequence[str], vocabulary: Sequence[str] | None, ignore: Iterable[str]) -> tuple:
-    vocabulary = tuple(alphabet if vocabulary is None else vocabulary)
-    ignore = set(ignore)
-    if len(set(vocabulary)) != len(vocabulary):
-        raise ValueError(f"duplicate symbols in vocabulary {vocabulary}")
-    for a in vocabulary:
-        if a not in alphabet and a not in ignore:
-            raise ValueError(
-                f"vocabulary symbol {a!r} is not in the automaton's alphabet {tuple(alphabet)}; "
-                f"list it in ignore= to give it identity transitions"
-            )
-    missing = [a for a in alphabet if a not in vocabulary]
-    if missing:
-        raise ValueError(f"the vocabulary {vocabulary} lacks the automaton's symbols {missing}")
-    return vocabulary
 
 
 @dataclass
@@ -62,18 +46,7 @@ class EncodedPDA:
 
     def ids(self, words: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
         """Right-padded input ids ``[B, T]`` and mask ``[B, T]``; an unknown symbol raises."""
-        index = {a: i for i, a in enumerate(self.vocabulary)}
-        longest = max((len(w) for w in words), default=0)
-        ids = torch.zeros(len(words), longest, dtype=torch.long)
-        for b, w in enumerate(words):
-            for t, a in enumerate(w):
-                if a not in index:
-                    raise ValueError(
-                        f"unknown symbol {a!r} in string {b} at position {t}; known: {self.vocabulary}"
-                    )
-                ids[b, t] = index[a]
-        mask = torch.arange(longest)[None] < torch.tensor([len(w) for w in words])[:, None]
-        return ids, mask
+        return symbol_ids(words, self.vocabulary)
 
     def inputs(self, ids: Tensor) -> Tensor:
         """One-hot inputs ``[B, T, |vocabulary|]`` in the layer's dtype and device."""
@@ -120,7 +93,7 @@ def encode_pda(
             unchanged (``BOS``).
         action: the layer's ``action`` (``identity`` is Definition 3.6).
     """
-    vocab = _vocabulary(pda.alphabet, vocabulary, ignore)
+    vocab = check_vocabulary(pda.alphabet, vocabulary, ignore)
     t = pda.tensors()
     n, m2, L = len(pda.states), len(pda.stack_alphabet), len(pda.stack_alphabet) + 1
     cols = [pda.a_index.get(a) for a in vocab]
@@ -175,9 +148,28 @@ class IdealRun:
     overflow: Tensor
 
 
+def ideal_step(
+    weight: Tensor, num_states: int, q: Tensor, stack: Tensor, ids_t: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One step of the vectorized PDA of Definition B.9 (equations 4–5, no ``h_H``):
+    ``Q̄' = W_Q(R̄, I) Q̄`` and ``K̄' = π̄(p̄+, p̄−, C̄) K̄`` with the contractions of ``weight``
+    (:meth:`~memrnn.layers.NNPDA.weight`'s layout).
+
+    Args:
+        q: ``Q̄ [B, n]``; stack: ``K̄ [B, D, m2]``; ids_t: input ids ``[B]``.
+
+    Returns:
+        ``(Q̄', K̄', p̄+ [B], p̄− [B], overflow [B])``, ``overflow`` where the push meets a full window.
+    """
+    z = third_order(weight, q, stack_reading(stack[:, 0]), tokens=ids_t)
+    n = num_states
+    p_push, p_pop = z[:, n], z[:, n + 1]
+    overflow = stack_overflow(stack, p_push)
+    return z[:, :n], ideal_stack_op(stack, p_push, p_pop, z[:, n + 2 :]), p_push, p_pop, overflow
+
+
 def ideal_pda_run(layer: NNPDA, ids: Tensor, mask: Tensor | None = None, keep: bool = True) -> IdealRun:
-    """Definition B.9 with the layer's weights, exactly: ``Q̄^{t+1} = W_Q(R̄^t, I^{t+1}) Q̄^t``,
-    ``p̄± = W_{p±}(...)``, ``C̄ = W_C(...)``, ``K̄^{t+1} = π̄ K̄^t`` (no ``h_H``).
+    """Definition B.9 with the layer's weights, exactly (:func:`ideal_step` at every step).
 
     Args:
         layer: an nnPDA with ideal (0/1) weights, e.g. from :func:`encode_pda`.
@@ -186,20 +178,15 @@ def ideal_pda_run(layer: NNPDA, ids: Tensor, mask: Tensor | None = None, keep: b
     """
     b, steps = ids.shape
     w = layer.weight().detach()
-    n = layer.num_states
     q = layer.start.detach().expand(b, -1).clone()
     stack = torch.zeros(b, layer.depth, layer.stack_symbols, dtype=w.dtype, device=w.device)
     qs, stacks, pushes, pops = [q], [stack], [], []
     overflow = torch.zeros(b, dtype=torch.bool, device=w.device)
     for t in range(steps):
-        z = third_order(w, q, stack_reading(stack[:, 0]), tokens=ids[:, t])
-        p_push, p_pop = z[:, n], z[:, n + 1]
+        new_q, new_stack, p_push, p_pop, over = ideal_step(w, layer.num_states, q, stack, ids[:, t])
         live = mask[:, t] if mask is not None else torch.ones(b, dtype=torch.bool, device=w.device)
-        overflow |= stack_overflow(stack, p_push) & live
-        new_q = z[:, :n]
-        new_stack = ideal_stack_op(stack, p_push, p_pop, z[:, n + 2 :])
-        q = torch.where(live[:, None], new_q, q)
-        stack = torch.where(live[:, None, None], new_stack, stack)
+        overflow |= over & live
+        q, stack = state_where(live, (new_q, new_stack), (q, stack))
         pushes.append(torch.where(live, p_push, 0))
         pops.append(torch.where(live, p_pop, 0))
         if keep:
@@ -235,12 +222,9 @@ def _quantized_rules(layer: NNPDA, q_codes: Tensor) -> tuple[Tensor, Tensor, Ten
     return tuple(o.reshape(*shape, *o.shape[1:]).cpu() for o in out)  # type: ignore[return-value]
 
 
-def _op(p_push: float, p_pop: float, c: Tensor, stack_alphabet: Sequence[str], threshold: float):
-    if p_push > threshold and p_push >= p_pop:
-        return push(stack_alphabet[int(c.argmax())])
-    if p_pop > threshold:
-        return POP
-    return NOOP
+def _op(p_push: Tensor, p_pop: Tensor, c: Tensor, stack_alphabet: Sequence[str], threshold: float):
+    code = int(action_codes(p_push, p_pop, threshold))
+    return push(stack_alphabet[int(c.argmax())]) if code == 1 else POP if code == -1 else NOOP
 
 
 def extract_pda(
@@ -285,49 +269,27 @@ def extract_pda(
     ignore = set(ignore)
     keep = [k for k, a in enumerate(alphabet) if a not in ignore]
     tops = [*stack_alphabet, EMPTY]
-    n = layer.num_states
+
+    def successors(codes: Tensor) -> Tensor:  # moves: (kept input, stack reading) pairs
+        nxt = _quantized_rules(layer, codes)[0][:, keep]
+        return nxt.reshape(codes.shape[0], len(keep) * len(tops), -1)
+
+    names, codes, edges = state_graph(
+        successors, layer.start, method=method, threshold=threshold, names=states
+    )
+    _, pp, pm, cc = _quantized_rules(layer, codes)
+    rules = []
+    for j, move, dst in edges:
+        k, l = keep[move // len(tops)], move % len(tops)
+        op = _op(pp[j, k, l], pm[j, k, l], cc[j, k, l], stack_alphabet, threshold)
+        rules.append((names[j], alphabet[k], tops[l], names[dst], op))
     if method == "basis":
-        names = list(states) if states is not None else [f"q{i}" for i in range(n)]
-        if len(names) != n:
-            raise ValueError(f"states has {len(names)} names but the layer has num_states={n}")
-        codes = torch.eye(n)
-        nxt, pp, pm, cc = _quantized_rules(layer, codes)
-        rules = []
-        for j, k, l in itertools.product(range(n), keep, range(len(tops))):
-            q = nxt[j, k, l]
-            if float(q.max()) > threshold:
-                op = _op(float(pp[j, k, l]), float(pm[j, k, l]), cc[j, k, l], stack_alphabet, threshold)
-                rules.append((names[j], alphabet[k], tops[l], names[int(q.argmax())], op))
         start_name = start if start is not None else names[int(layer.start.argmax())]
-        acc = [a for a in names if (accept(codes[names.index(a)]) if callable(accept) else a in set(accept))]
-        return DPDA(names, [alphabet[k] for k in keep], stack_alphabet, rules, start_name, acc)
-    if method != "reachable":
-        raise ValueError(f"unknown method {method!r}; choose 'basis' or 'reachable'")
-    start_code = (layer.start.detach().cpu() > threshold).to(torch.float64)
-    codes, index, rules, frontier = [start_code], {tuple(start_code.tolist()): 0}, [], [0]
-    while frontier:
-        batch = torch.stack([codes[i] for i in frontier])
-        nxt, pp, pm, cc = _quantized_rules(layer, batch)
-        new_frontier = []
-        for f, j in enumerate(frontier):
-            for k, l in itertools.product(keep, range(len(tops))):
-                code = (nxt[f, k, l] > threshold).to(torch.float64)
-                if not bool(code.any()):
-                    continue
-                key = tuple(code.tolist())
-                if key not in index:
-                    index[key] = len(codes)
-                    codes.append(code)
-                    new_frontier.append(index[key])
-                op = _op(float(pp[f, k, l]), float(pm[f, k, l]), cc[f, k, l], stack_alphabet, threshold)
-                rules.append((f"s{j}", alphabet[k], tops[l], f"s{index[key]}", op))
-        frontier = new_frontier
-    names = [f"s{i}" for i in range(len(codes))]
-    if callable(accept):
-        acc = [names[i] for i, c in enumerate(codes) if accept(c)]
     else:
-        acc = [a for a in accept if a in names]
-    return DPDA(names, [alphabet[k] for k in keep], stack_alphabet, rules, "s0", acc)
+        start_name = names[0]
+    return DPDA(
+        names, [alphabet[k] for k in keep], stack_alphabet, rules, start_name, accepting(names, codes, accept)
+    )
 
 
 class PDAInitializedNNPDA(NNPDA):
@@ -387,23 +349,17 @@ class PDAInitializedNNPDA(NNPDA):
         enc = encode_pda(pda, vocabulary=vocab, ignore=["BOS"], depth=depth, dtype=torch.float64)
         k = len(pda.states)
         gen = torch.Generator().manual_seed(seed)
+        weights = (self.weight_q, self.weight_push, self.weight_pop, self.weight_c)
         with torch.no_grad():
-            for mine, theirs in (
-                (self.weight_q, enc.layer.weight_q),
-                (self.weight_push, enc.layer.weight_push),
-                (self.weight_pop, enc.layer.weight_pop),
-                (self.weight_c, enc.layer.weight_c),
-            ):
-                mine.zero_()
-                if mine.dim() == 4 and mine is self.weight_q:
-                    mine[:k, :k] = theirs
-                elif mine.dim() == 4:
-                    mine[:, :k] = theirs
-                else:
-                    mine[:k] = theirs
-                mine.add_(
-                    noise * (2 * torch.rand(mine.shape, generator=gen, dtype=torch.float64) - 1).to(mine)
-                )
+            for p in weights:
+                p.zero_()
+            # the PDA's k states are the first k units; the extra units start at zero
+            self.weight_q[:k, :k] = enc.layer.weight_q
+            self.weight_push[:k] = enc.layer.weight_push
+            self.weight_pop[:k] = enc.layer.weight_pop
+            self.weight_c[:, :k] = enc.layer.weight_c
+            for p in weights:
+                p.add_(noise * (2 * torch.rand(p.shape, generator=gen, dtype=torch.float64) - 1).to(p))
             self.start.zero_()
             self.start[pda.q_index[pda.start]] = 1.0
         self.pda, self.vocabulary = pda, tuple(vocab)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import sys
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -19,6 +20,7 @@ from matplotlib.figure import Figure
 
 from memrnn.data.datamodule import bos_inputs
 from memrnn.lit.loggers import WandbLogger
+from memrnn.ops.stack import action_codes
 
 
 class CrossEntropyReport(L.Callback):
@@ -468,13 +470,6 @@ class LinearProbe(TraceComparison):
         return metrics, decoded
 
 
-def _op_codes(push: torch.Tensor, pop: torch.Tensor) -> torch.Tensor:
-    """Quantized stack actions: 1 push (``p+ > 1/2`` and ``p+ ≥ p−``), −1 pop (``p− > 1/2``),
-    0 no-op; the rule :func:`memrnn.constructions.extract_pda` uses."""
-    is_push = (push > 0.5) & (push >= pop)
-    return torch.where(is_push, 1, torch.where(pop > 0.5, -1, 0))
-
-
 class StackActions(TraceComparison):
     """Compare an nnPDA's learned stack actions with the language's PDA on probe strings
     (seed 001), and extract the PDA the network implements.
@@ -534,7 +529,7 @@ class StackActions(TraceComparison):
                 f"StackActions needs a layer that traces {missing} (an NNPDA); it has {sorted(trace)}"
             )
         pda = language.pda()
-        got = _op_codes(trace["push"], trace["pop"])
+        got = action_codes(trace["push"], trace["pop"])
         sym = trace["push_vector"].argmax(-1)
         ref_ops, ref_syms = torch.zeros_like(got), torch.full_like(got, -1)
         for b, s in enumerate(strings):
@@ -552,8 +547,6 @@ class StackActions(TraceComparison):
         both = real & (ref_ops == 1) & (got == 1)
         m2 = trace["push_vector"].shape[-1]
         if bool(both.any()) and m2 == len(pda.stack_alphabet):
-            import itertools
-
             best = max(
                 float((torch.tensor(perm)[sym[both]] == ref_syms[both]).float().mean())
                 for perm in itertools.permutations(range(m2))

@@ -177,6 +177,14 @@ def stack_overflow(stack: Tensor, p_push: Tensor) -> Tensor:
     return (p_push > 0.5) & (stack[:, -1].amax(-1) > 0.5)
 
 
+def action_codes(p_push: Tensor, p_pop: Tensor, threshold: float = 0.5) -> Tensor:
+    """The quantized stack action of ``(p+, p−)`` (any shape): 1 push (``p+ > threshold`` and
+    ``p+ ≥ p−``), −1 pop (``p− > threshold``), 0 no-op; the rule PDA extraction and the
+    action-agreement callback share."""
+    is_push = (p_push > threshold) & (p_push >= p_pop)
+    return torch.where(is_push, 1, torch.where(p_pop > threshold, -1, 0))
+
+
 def stack_size(stack: Tensor) -> Tensor:
     """``[B]`` long: the number of cells from the top holding a symbol (``‖K_i‖∞ > 1/2``) before
     the first that does not: the stack size ``s`` of the idealized stack the cells encode."""

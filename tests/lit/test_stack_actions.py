@@ -67,6 +67,7 @@ def test_pda_initialized_layer_matches_the_pda_exactly(tmp_path, language):
 
 
 def test_random_nnpda_disagrees_and_errors_are_clear(tmp_path):
+    torch.manual_seed(0)
     language = AnBn()
     layer = functools.partial(NNPDA, num_states=3, stack_symbols=1, action="sigmoid", one_hot_input=True)
     cb, _ = validate(tmp_path, language, layer)
@@ -77,6 +78,12 @@ def test_random_nnpda_disagrees_and_errors_are_clear(tmp_path):
         SequenceModule(layer, 4, 3, embedding="one_hot", embedding_dim=8)
     with pytest.raises(ValueError, match="unknown embedding 'onehot'"):
         SequenceModule(layer, 4, 3, embedding="onehot")
+
+
+def test_learned_sensitivity_survives_the_initialization():
+    layer = PDAInitializedNNPDA(4, language=AnBn(), sensitivity=7.0, learn_sensitivity=True, extra_states=1)
+    assert float(layer.sensitivity) == 7.0 and layer.num_states == 4
+    assert (layer.weight_q[3] == 0).all() and (layer.weight_q[:, 3] == 0).all()
 
 
 def test_noise_perturbs_every_weight_reproducibly():
