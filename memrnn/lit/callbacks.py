@@ -490,19 +490,8 @@ class StackActions(TraceComparison):
     """
 
     key = "stack"
-
-    def __init__(
-        self,
-        num_strings: int = 64,
-        lengths: tuple[int, int] | None = None,
-        seed: int = 0,
-        heatmap_keys: Sequence[str] | None = ("push", "pop", "push_vector"),
-        splits: Sequence[str] = ("val",),
-        every_n_epochs: int = 1,
-        figures: bool = True,
-    ) -> None:
-        super().__init__(num_strings, lengths, seed, heatmap_keys, splits, every_n_epochs, figures)
-        self.extracted: Any = None
+    #: the PDA read back from the weights at the last comparison
+    extracted: Any = None
 
     def heatmap(self, language, strings, trace, decoded) -> Figure:
         """The PDA's action codes (steps) and the layer's (crosses) above the layer's
