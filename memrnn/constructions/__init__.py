@@ -1,6 +1,23 @@
 """Automata -> exact weights, and weights -> automata (extraction)."""
 
 from memrnn.constructions.dfa import EncodedDFA, encode_dfa, extract_dfa
+from memrnn.constructions.hewitt import (
+    GAMMA,
+    HewittGenerator,
+    HewittLSTM,
+    HewittSimpleRNN,
+    HewittSpec,
+    StackCodes,
+    TorchGenerator,
+    construction_sizes,
+    hewitt_constants,
+    hewitt_generator,
+    hewitt_init_,
+    hewitt_spec,
+    hewitt_units,
+    ideal_states,
+    stack_codes,
+)
 from memrnn.constructions.pda import (
     EncodedPDA,
     IdealRun,
@@ -11,13 +28,28 @@ from memrnn.constructions.pda import (
 )
 
 __all__ = [
+    "GAMMA",
     "EncodedDFA",
     "EncodedPDA",
+    "HewittGenerator",
+    "HewittLSTM",
+    "HewittSimpleRNN",
+    "HewittSpec",
     "IdealRun",
     "PDAInitializedNNPDA",
+    "StackCodes",
+    "TorchGenerator",
+    "construction_sizes",
     "encode_dfa",
     "encode_pda",
     "extract_dfa",
     "extract_pda",
+    "hewitt_constants",
+    "hewitt_generator",
+    "hewitt_init_",
+    "hewitt_spec",
+    "hewitt_units",
     "ideal_pda_run",
+    "ideal_states",
+    "stack_codes",
 ]

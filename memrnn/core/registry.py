@@ -37,6 +37,7 @@ def register_layer(name: str, *, tiny: dict[str, Any], cls: type | None = None) 
 
 def _load_builtin_layers() -> None:
     importlib.import_module("memrnn.layers")
+    importlib.import_module("memrnn.constructions")  # constructed layers (Hewitt)
 
 
 def list_layers() -> list[str]:
