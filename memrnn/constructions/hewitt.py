@@ -32,7 +32,8 @@ concatenated.  By default the layers read *compact* token features
 factorisation ``U_paper = U · F`` that keeps ``k = 100 000`` small;
 ``inputs="one_hot"`` gives the paper's one-hot inputs.
 
-Errata found while implementing (each exercised by ``tests/constructions/test_hewitt.py``):
+Errata found while implementing (``tests/constructions/test_hewitt.py`` exercises 1–4, 6 through
+the codes, 8 and 9):
 
 1. D.4/D.5 swap ``M_pop`` and ``M_push``: D.14 needs ``(M_push)_{i,j} = 2β`` iff ``i = j + k``
    (a push moves every slot one towards the bottom).
@@ -48,13 +49,13 @@ Errata found while implementing (each exercised by ``tests/constructions/test_he
 7. Lemma 5 (F.1): the full-stack partition function has one allowed symbol, not ``k``
    (``Z_f ≤ e^{ζγ/2} + 2k e^{−ζγ/2}``); the conclusion survives because a disallowed token's
    probability is then ``≤ 1/(2k + e^{ζγ})``.
+8. B.1 and section 4 count ``k^{m+1} + 1`` (and ``k^{m+1} − 1``) DFA states; there are
+   ``Σ_{i≤m} k^i = (k^{m+1} − 1)/(k − 1)`` stack states plus accept and reject.
 9. F.1 gives the Simple RNN the close rows ``ζ e_i``, but its slots hold ``e_i`` itself (no
    ``tanh``), so the allowed close gets the logit ``ζ(1 − γ/2) = 0.62ζ`` against ``ζγ/2 = 0.38ζ``
    for the allowed opens: as ``ζ`` grows the opens' probability goes to 0 and falls below ``ε``
    (at the default ζ for k = 2 it is 0.065 < ε = 1/6), so Lemma 5 fails for the Simple RNN.  Rows
    ``ζγ e_i`` restore the symmetric logits ``±ζγ/2`` of the LSTM.
-8. B.1 and section 4 count ``k^{m+1} + 1`` (and ``k^{m+1} − 1``) DFA states; there are
-   ``Σ_{i≤m} k^i = (k^{m+1} − 1)/(k − 1)`` stack states plus accept and reject.
 """
 
 from __future__ import annotations

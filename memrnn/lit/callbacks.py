@@ -577,6 +577,171 @@ class StackActions(TraceComparison):
         return result
 
 
+def _dyck_slots(language: Any, strings: Sequence[Sequence[int]], steps: int) -> torch.Tensor:
+    """``[B, steps, m]`` long: the bracket in each stack slot (bottom first, the LSTM
+    construction's layout; 0 = empty, ``i + 1`` = bracket ``i``) after ``BOS w_1 .. w_t``."""
+    k, m = language.k, language.m
+    out = torch.zeros(len(strings), steps, m, dtype=torch.long)
+    for b, s in enumerate(strings):
+        stack: list[int] = []
+        for t, tok in enumerate(s[: steps - 1], start=1):
+            if tok < k:
+                stack.append(tok)
+            elif tok < 2 * k and stack:
+                stack.pop()
+            for j, sym in enumerate(stack[:m]):
+                out[b, t, j] = sym + 1
+    return out
+
+
+class HewittComparison(TraceComparison):
+    """Compare an LSTM trained on Dyck-(k,m) with Hewitt's LSTM construction (seed 000, E.6, G.2)
+    on probe strings.
+
+    After every ``every_n_epochs``-th validation, logged as ``<split>/hewitt/``:
+
+    * ``slot{j}_h_acc``, ``slot{j}_c_acc`` and their means ``slot_h_acc``, ``slot_c_acc``: held-out
+      accuracy of a linear probe decoding stack slot ``j`` (bottom first: empty or which
+      bracket) from ``h_t`` and from ``c_t`` (fit on the first half of the probe strings).  The
+      construction stores every slot in ``c`` and only the top in ``h``.
+    * ``saturation_i``, ``_f``, ``_o``: the fraction of gate values within ``0.05`` of 0 or 1
+      (the construction: 1.0).
+    * ``match_i``, ``match_f``, ``match_o``, ``match_c``: mean absolute correlation of the
+      learned units with the construction's (``3m⌈log2 k⌉ − m`` units, the same probe strings),
+      paired one to one by an optimal assignment (:func:`~memrnn.analysis.matching.match_units`).
+
+    Figures: the default trace heatmap and ``gate_correlation`` (``|corr|`` of learned units,
+    ordered by their match, against the construction's, per gate).  Needs an LSTM layer
+    (``trace`` with ``i``, ``f``, ``o``, ``c``, ``h``) and a Dyck-(k,m) language.
+    """
+
+    key = "hewitt"
+
+    def _construction_trace(self, language: Any, strings: list[list[int]]) -> dict[str, torch.Tensor]:
+        from memrnn.constructions.hewitt import HewittGenerator, HewittLSTM
+
+        enc = "log" if language.k >= 2 else "one_hot"
+        g = HewittGenerator(HewittLSTM(k=language.k, m=language.m, encoding=enc, dtype=torch.float64))
+        inp, mask, _ = bos_inputs([s[:-1] for s in strings], language.bos_id)
+        return {k: v.detach() for k, v in g.layer.trace(g.embedding(inp), mask=mask).items()}
+
+    def compare_trace(self, language, strings, trace, mask):
+        from memrnn.analysis.matching import correlation, match_units
+        from memrnn.analysis.probe import fit_linear_probe
+
+        if not (hasattr(language, "k") and hasattr(language, "m") and language.bracket_bound == language.m):
+            raise ValueError(f"HewittComparison needs a Dyck-(k,m) language, got {language}")
+        missing = [k for k in ("i", "f", "o", "c", "h") if k not in trace]
+        if missing:
+            raise ValueError(
+                f"HewittComparison needs an LSTM layer (trace keys {missing} missing; it has {sorted(trace)})"
+            )
+        real = mask.bool()
+        top = {
+            k: trace[k][..., -1, :] if trace[k].dim() == 4 else trace[k] for k in ("i", "f", "o", "c", "h")
+        }
+        slots = _dyck_slots(language, strings, real.shape[1])
+        half = len(strings) // 2
+        tr, te = real.clone(), real.clone()
+        tr[half:], te[:half] = False, False
+        metrics: dict[str, float] = {}
+        for feat in ("h", "c"):
+            accs = []
+            for j in range(language.m):
+                y = slots[..., j]
+                res = fit_linear_probe(top[feat][tr], y[tr], top[feat][te], y[te], "class")
+                metrics[f"slot{j + 1}_{feat}_acc"] = res.accuracy
+                accs.append(res.accuracy)
+            metrics[f"slot_{feat}_acc"] = float(np.mean(accs))
+        for g in ("i", "f", "o"):
+            v = top[g][real]
+            metrics[f"saturation_{g}"] = float(((v < 0.05) | (v > 0.95)).double().mean())
+        ref = self._construction_trace(language, strings)
+        self._corr = {}
+        for g in ("i", "f", "o", "c"):
+            a = top[g][real].double().numpy()
+            b = ref[g][..., -1, :][real].numpy()
+            rows, cols, r = match_units(a, b)
+            metrics[f"match_{g}"] = float(r.mean())
+            self._corr[g] = (
+                np.abs(correlation(a, b))[rows][:, np.argsort(cols)] if len(rows) else np.zeros((0, 0))
+            )
+        return metrics, {}
+
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        result = super().compare(trainer, pl_module, split)
+        if result is not None and self.figures and getattr(self, "_corr", None):
+            import matplotlib.pyplot as plt
+
+            fig, axes = plt.subplots(1, 4, figsize=(16, 4), squeeze=False)
+            for ax, (g, c) in zip(axes[0], self._corr.items(), strict=True):
+                im = ax.imshow(c, vmin=0, vmax=1, aspect="auto", cmap="viridis")
+                ax.set_title(f"{g}: |corr| learned (rows, matched) vs construction")
+                ax.set_xlabel("construction unit")
+            axes[0, 0].set_ylabel("learned unit")
+            fig.colorbar(im, ax=axes[0, -1])
+            fig.tight_layout()
+            result.figures["gate_correlation"] = fig
+        return result
+
+
+class HewittInit(L.Callback):
+    """Start from Hewitt's construction: at the first ``setup`` (fit, validate or test; before a
+    checkpoint is restored, so resuming keeps the trained weights; never again, so a
+    ``trainer.test()`` after ``fit`` sees the trained model),
+    :func:`~memrnn.constructions.hewitt_init_` sets the module's LSTM (``layer``),
+    ``embedding`` and generator head.
+
+    Args:
+        scale: multiplies the constructed weights (``hewitt_init_``; 1 = exact, saturated).
+        encoding: ``"log"`` (``3m⌈log2 k⌉ − m`` units) or ``"one_hot"`` (``mk``).
+        k, m: default: the data module's language's.
+        freeze_embedding: keep the token features fixed (default).  The construction's input
+            weights are ``≈ λ = 52``, so the embedding's gradient is amplified ``~λ²`` times and
+            any optimizer step on it (SGD 0.5 or Adam 0.01, measured) wrecks the stack within
+            a few steps.
+    """
+
+    def __init__(
+        self,
+        scale: float = 1.0,
+        encoding: str = "log",
+        k: int | None = None,
+        m: int | None = None,
+        freeze_embedding: bool = True,
+    ) -> None:
+        self.scale, self.encoding, self.k, self.m = scale, encoding, k, m
+        self.freeze_embedding = freeze_embedding
+        self.spec = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.spec is not None:  # once: a later trainer.test() must not reset the trained weights
+            return
+        from memrnn.constructions.hewitt import hewitt_init_
+
+        language = getattr(trainer.datamodule, "language", None)
+        k = self.k if self.k is not None else getattr(language, "k", None)
+        m = self.m if self.m is not None else getattr(language, "m", None)
+        if k is None or m is None:
+            raise ValueError("HewittInit needs k and m, or a Dyck-(k,m) data module")
+        head = pl_module.heads["generator"] if "generator" in pl_module.heads else None  # noqa: SIM401 (ModuleDict)
+        self.spec = hewitt_init_(
+            pl_module.layer,
+            k,
+            m,
+            encoding=self.encoding,
+            scale=self.scale,
+            embedding=pl_module.embedding,
+            readout=head,
+        )
+        if self.freeze_embedding:
+            pl_module.embedding.weight.requires_grad_(False)
+        rank_zero_info(
+            f"HewittInit: Dyck-({k},{m}) {self.encoding} construction ({self.spec.hidden_size} units) x{self.scale}"
+            + (", token features frozen" if self.freeze_embedding else "")
+        )
+
+
 class ProgressBar(TQDMProgressBar):
     """Lightning's TQDM bar with the live metrics (``train/loss``, the validation metrics marked
     ``prog_bar``) on a terminal; where output is not a terminal (SLURM logs, CI, pipes) the bars

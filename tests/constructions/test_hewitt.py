@@ -486,3 +486,21 @@ def test_long_sampled_strings_full(arch, encoding, k, m, dtype):
     report, closing, seen = _sampled_check(arch, encoding, k, m, dtype, 100_000, 10)
     assert report.exact, report.examples
     assert closing == 1.0 and seen >= 100_000
+
+
+@pytest.mark.parametrize("k,m", [(2, 3), (3, 2), (5, 1)])
+def test_dfa_state_count_erratum_8(k, m):
+    """Appendix B.1 says k^(m+1) + 1 states; the DFA has sum_{i<=m} k^i stacks (+ accept, reject)."""
+    from memrnn.constructions import dyck_state_count
+
+    assert len(DyckKM(k, m).reachable_states()) == dyck_state_count(k, m) == (k ** (m + 1) - 1) // (k - 1)
+
+
+def test_the_papers_simple_rnn_readout_fails_erratum_9():
+    """F.1's close rows zeta*e_i (no gamma) for the Simple RNN: allowed opens fall below epsilon."""
+    k, m = 2, 3
+    g = hewitt_generator(k, m, "srnn", "one_hot", dtype=torch.float64)
+    with torch.no_grad():
+        g.readout.weight[k : 2 * k] /= GAMMA
+    report = exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 6, g.spec.constants.epsilon)
+    assert not report.exact and report.min_allowed == pytest.approx(0.065, abs=0.005)
