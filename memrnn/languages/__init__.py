@@ -1,6 +1,16 @@
 """Formal languages: automata, samplers, membership, next-token oracles, exact probabilities."""
 
-from memrnn.languages.automata import DFA, DPDA, PFSA, CounterMachine, dyck1_pda
+from memrnn.languages.automata import (
+    DFA,
+    DPDA,
+    PFSA,
+    CounterMachine,
+    anbmcnm_counter_machine,
+    anbn_counter_machine,
+    anbncn_counter_machine,
+    dyck1_counter_machine,
+    dyck1_pda,
+)
 from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations
 from memrnn.languages.counting import AnBn, AnBnCn, CountingLanguage
 from memrnn.languages.dyck import ACCEPT, REJECT, DyckKM
@@ -42,7 +52,11 @@ __all__ = [
     "PaddedReversal",
     "Palindrome",
     "UnmarkedReversal",
+    "anbmcnm_counter_machine",
+    "anbn_counter_machine",
+    "anbncn_counter_machine",
     "bracket_annotations",
+    "dyck1_counter_machine",
     "dyck1_pda",
     "latch_automaton",
     "table1_automaton",

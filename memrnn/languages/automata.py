@@ -536,3 +536,24 @@ def anbncn_counter_machine(min_n: int = 0) -> CounterMachine:
     ]
     acc = [("C", (True, True))] + ([("A", (True, True))] if min_n == 0 else [])
     return CounterMachine(2, ["A", "B", "C"], ["a", "b", "c"], t, "A", acc)
+
+
+def dyck1_counter_machine() -> CounterMachine:
+    """SKCM for Dyck-1 over ``(`` and ``)``: ``(`` increments, ``)`` decrements a non-zero
+    counter (a ``)`` on zero kills the run); accept when the counter is 0."""
+    t = [("S", "(", (None,), "S", (INC,)), ("S", ")", (False,), "S", (DEC,))]
+    return CounterMachine(1, ["S"], ["(", ")"], t, "S", [("S", (True,))])
+
+
+def anbmcnm_counter_machine() -> CounterMachine:
+    """SKCM for ``a^n b^m c^(n+m)`` (``n, m >= 0``): ``a`` and ``b`` increment, ``c`` decrements a
+    non-zero counter; the states keep the blocks in order; accept when the counter is 0."""
+    t = [
+        ("A", "a", (None,), "A", (INC,)),
+        ("A", "b", (None,), "B", (INC,)),
+        ("B", "b", (None,), "B", (INC,)),
+        ("A", "c", (False,), "C", (DEC,)),
+        ("B", "c", (False,), "C", (DEC,)),
+        ("C", "c", (False,), "C", (DEC,)),
+    ]
+    return CounterMachine(1, ["A", "B", "C"], ["a", "b", "c"], t, "A", [("A", (True,)), ("C", (True,))])

@@ -1,5 +1,6 @@
 """Memory layers; importing this module registers them (``memrnn.core.list_layers``)."""
 
+from memrnn.layers.counters import CounterLSTM, CounterLSTMState, ReLUCounter, ReLUCounterState
 from memrnn.layers.elman import ElmanRNN, ElmanState, JordanRNN, JordanState
 from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
 from memrnn.layers.nnpda import NNPDA, NNPDAState, StackOverflowError
@@ -7,6 +8,8 @@ from memrnn.layers.second_order import SecondOrderRNN, SecondOrderState
 
 __all__ = [
     "NNPDA",
+    "CounterLSTM",
+    "CounterLSTMState",
     "ElmanRNN",
     "ElmanState",
     "GRULayer",
@@ -16,6 +19,8 @@ __all__ = [
     "LSTMLayer",
     "LSTMState",
     "NNPDAState",
+    "ReLUCounter",
+    "ReLUCounterState",
     "SecondOrderRNN",
     "SecondOrderState",
     "StackOverflowError",

@@ -1,0 +1,277 @@
+"""Recurrent layers with explicit, trainable counting dimensions (seed 004, Weiss, Goldberg & Yahav
+2018, section 4).
+
+``ReLUCounter``: a controller RNN plus ``k`` counters, each two non-negative ReLU units (seed 004,
+"IRNN"): INC raises one, DEC the other, and the counter is their difference, which the
+controller reads back (COMP0 compares it with 0)::
+
+    z_t = [x_t; h_{t−1}; e_{t−1}]                      e = u⁺ − u⁻        [B, k]
+    h_t = σ(W z_t + b)                                  (eq. 2 or 3)
+    [inc_t; dec_t] = relu(W_c z_t + b_c)                [B, 2k]
+    u⁺_t = u⁺_{t−1} + inc_t,   u⁻_t = u⁻_{t−1} + dec_t
+
+``CounterLSTM``: an LSTM controller plus ``k`` counter cells with their own gates, the cell of
+eq. 12 with the exposure ``g`` of eq. 13 chosen per footnote 3 (``identity``: counters can be
+compared with each other; ``tanh``: torch's LSTM)::
+
+    z_t = [x_t; h_{t−1}; e_{t−1}]
+    i, f, c̃, o = σ, σ, tanh, σ (W z_t + b)             c_t = f c_{t−1} + i c̃,  h_t = o tanh(c_t)
+    i', f', d, o' = σ, σ, tanh, σ (W' z_t + b')         n_t = f' n_{t−1} + i' d,  e_t = o' g(n_t)
+
+Counting is ``i' = f' = 1`` with direction ``d = ±1``; resetting is ``i' = f' = 0``.  Both
+layers output ``[h_t; e_t]`` (``output_size = hidden_size + counters``); ``trace`` reports the
+counters (``counters [B, T, k]``) and their moves.  ``forward`` hoists the input projection
+out of the time loop (one matrix product for all steps), the rest of the step is the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.registry import register_layer
+from memrnn.layers.elman import ACTIVATIONS, _positive, _resolve
+
+CELL_ACTIVATIONS = {"identity": lambda x: x, "tanh": torch.tanh}
+
+
+class ReLUCounterState(NamedTuple):
+    """State of ``ReLUCounter``: ``h [B, hidden]``, ``up`` (u⁺) and ``down`` (u⁻) ``[B, counters]``."""
+
+    h: Tensor
+    up: Tensor
+    down: Tensor
+
+
+@register_layer("relu_counter", tiny={"input_size": 3, "hidden_size": 4, "counters": 2})
+class ReLUCounter(MemoryLayer[ReLUCounterState]):
+    """Controller RNN with ``counters`` ReLU counters of two units each (module docstring).
+
+    Args:
+        input_size: features of ``x_t``.
+        hidden_size: controller units.
+        counters: number of counters ``k``.
+        activation: the controller's ``σ`` (``tanh``, ``relu``, ``sigmoid``, ...).
+
+    Parameters: ``weight [hidden, input + hidden + k]``, ``bias [hidden]``,
+    ``counter_weight [2k, input + hidden + k]`` (INC rows, then DEC rows), ``counter_bias [2k]``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        counters: int = 1,
+        activation: str = "tanh",
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _positive("input_size", input_size)
+        _positive("hidden_size", hidden_size)
+        _positive("counters", counters)
+        self.activation = _resolve(activation, ACTIVATIONS, "activation")
+        self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
+        self.output_size = hidden_size + counters
+        fk = {"device": device, "dtype": dtype}
+        z = input_size + hidden_size + counters
+        self.weight = nn.Parameter(torch.empty(hidden_size, z, **fk))
+        self.bias = nn.Parameter(torch.empty(hidden_size, **fk))
+        self.counter_weight = nn.Parameter(torch.empty(2 * counters, z, **fk))
+        self.counter_bias = nn.Parameter(torch.empty(2 * counters, **fk))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform in ``±1/sqrt(hidden_size)``; counter biases at ``−0.5`` so counters start idle."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in (self.weight, self.bias, self.counter_weight):
+            nn.init.uniform_(p, -bound, bound)
+        nn.init.constant_(self.counter_bias, -0.5)
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, activation={self.activation!r}"
+        )
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ReLUCounterState:
+        """All zeros: ``h [B, hidden]``, ``up``, ``down`` ``[B, counters]``."""
+        fk = self._default_factory(device, dtype)
+        zk = torch.zeros(batch_size, self.counters, **fk)
+        return ReLUCounterState(torch.zeros(batch_size, self.hidden_size, **fk), zk, zk.clone())
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Input parts of both pre-activations: ``[.., hidden]`` and ``[.., 2k]``."""
+        n = self.input_size
+        return F.linear(x, self.weight[:, :n], self.bias), F.linear(
+            x, self.counter_weight[:, :n], self.counter_bias
+        )
+
+    def _step_parts(self, px: Tensor, pc: Tensor, state: ReLUCounterState):
+        n = self.input_size
+        rec = torch.cat([state.h, state.up - state.down], -1)
+        h = ACTIVATIONS[self.activation](px + F.linear(rec, self.weight[:, n:]))
+        moves = torch.relu(pc + F.linear(rec, self.counter_weight[:, n:]))
+        inc, dec = moves.split(self.counters, -1)
+        up, down = state.up + inc, state.down + dec
+        y = torch.cat([h, up - down], -1)
+        return y, ReLUCounterState(h, up, down), inc, dec
+
+    def trace_step(self, x_t: Tensor, state: ReLUCounterState):
+        px, pc = self._project(x_t)
+        y, new, inc, dec = self._step_parts(px, pc, state)
+        return y, new, {"inc": inc, "dec": dec, "counters": new.up - new.down}
+
+    def step(self, x_t: Tensor, state: ReLUCounterState) -> tuple[Tensor, ReLUCounterState]:
+        """``x_t [B, input]`` -> ``[h_t; e_t] [B, hidden + counters]``."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+    def forward(self, x: Tensor, state: ReLUCounterState | None = None, mask: Tensor | None = None):
+        """Fast path: both input projections for all steps at once ``[B, T, ·]``, then the loop."""
+        state, mask = self.check_inputs(x, state, mask)
+        px, pc = self._project(x)
+        pre = torch.cat([px, pc], -1)
+
+        def step(p_t: Tensor, s: ReLUCounterState):
+            y, new, _, _ = self._step_parts(p_t[:, : self.hidden_size], p_t[:, self.hidden_size :], s)
+            return y, new
+
+        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=step)
+        return y, state
+
+
+class CounterLSTMState(NamedTuple):
+    """State of ``CounterLSTM``: controller ``h``, ``c`` ``[B, hidden]``; counter cells ``n`` and
+    their exposures ``e = o' g(n)`` ``[B, counters]``."""
+
+    h: Tensor
+    c: Tensor
+    n: Tensor
+    e: Tensor
+
+
+@register_layer("counter_lstm", tiny={"input_size": 3, "hidden_size": 4, "counters": 2})
+class CounterLSTM(MemoryLayer[CounterLSTMState]):
+    """LSTM controller with ``counters`` gated counter cells (module docstring).
+
+    Args:
+        input_size: features of ``x_t``.
+        hidden_size: controller LSTM units.
+        counters: counter cells ``k``.
+        cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; seed 004
+            footnote 3: counters can be compared) or ``tanh``.
+        forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
+
+    Parameters: ``weight [4·hidden, input + hidden + k]``, ``bias [4·hidden]`` (gate order
+    ``i, f, c̃, o`` as ``nn.LSTM``); ``counter_weight [4k, input + hidden + k]``,
+    ``counter_bias [4k]`` (``i', f', d, o'``).
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        counters: int = 1,
+        cell_activation: str = "identity",
+        forget_bias: float = 1.0,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        _positive("input_size", input_size)
+        _positive("hidden_size", hidden_size)
+        _positive("counters", counters)
+        self.cell_activation = _resolve(cell_activation, CELL_ACTIVATIONS, "cell_activation")
+        self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
+        self.output_size = hidden_size + counters
+        self.forget_bias = float(forget_bias)
+        fk = {"device": device, "dtype": dtype}
+        z = input_size + hidden_size + counters
+        self.weight = nn.Parameter(torch.empty(4 * hidden_size, z, **fk))
+        self.bias = nn.Parameter(torch.empty(4 * hidden_size, **fk))
+        self.counter_weight = nn.Parameter(torch.empty(4 * counters, z, **fk))
+        self.counter_bias = nn.Parameter(torch.empty(4 * counters, **fk))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Uniform in ``±1/sqrt(hidden_size)`` (as ``nn.LSTM``), plus ``forget_bias`` on ``f'``."""
+        bound = 1.0 / math.sqrt(self.hidden_size)
+        for p in self.parameters():
+            nn.init.uniform_(p, -bound, bound)
+        with torch.no_grad():
+            self.counter_bias[self.counters : 2 * self.counters] += self.forget_bias
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, "
+            f"cell_activation={self.cell_activation!r}, forget_bias={self.forget_bias}"
+        )
+
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> CounterLSTMState:
+        """All zeros: ``h``, ``c`` ``[B, hidden]``; ``n``, ``e`` ``[B, counters]``."""
+        fk = self._default_factory(device, dtype)
+        zh, zk = torch.zeros(batch_size, self.hidden_size, **fk), torch.zeros(batch_size, self.counters, **fk)
+        return CounterLSTMState(zh, zh.clone(), zk, zk.clone())
+
+    def _project(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        n = self.input_size
+        return F.linear(x, self.weight[:, :n], self.bias), F.linear(
+            x, self.counter_weight[:, :n], self.counter_bias
+        )
+
+    def _step_parts(self, px: Tensor, pc: Tensor, state: CounterLSTMState):
+        n = self.input_size
+        rec = torch.cat([state.h, state.e], -1)
+        i, f, g, o = (px + F.linear(rec, self.weight[:, n:])).chunk(4, -1)
+        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+        c = f * state.c + i * g
+        h = o * torch.tanh(c)
+        ki, kf, kd, ko = (pc + F.linear(rec, self.counter_weight[:, n:])).chunk(4, -1)
+        ki, kf, kd, ko = torch.sigmoid(ki), torch.sigmoid(kf), torch.tanh(kd), torch.sigmoid(ko)
+        cnt = kf * state.n + ki * kd
+        e = ko * CELL_ACTIVATIONS[self.cell_activation](cnt)
+        diag = {"i": i, "f": f, "o": o, "c_tilde": g,
+                "counter_i": ki, "counter_f": kf, "counter_direction": kd, "counter_o": ko, "counters": cnt}  # fmt: skip
+        return torch.cat([h, e], -1), CounterLSTMState(h, c, cnt, e), diag
+
+    def trace_step(self, x_t: Tensor, state: CounterLSTMState):
+        px, pc = self._project(x_t)
+        return self._step_parts(px, pc, state)
+
+    def step(self, x_t: Tensor, state: CounterLSTMState) -> tuple[Tensor, CounterLSTMState]:
+        """``x_t [B, input]`` -> ``[h_t; e_t] [B, hidden + counters]``."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+    def forward(self, x: Tensor, state: CounterLSTMState | None = None, mask: Tensor | None = None):
+        """Fast path: both input projections for all steps at once, then the loop."""
+        state, mask = self.check_inputs(x, state, mask)
+        px, pc = self._project(x)
+        pre = torch.cat([px, pc], -1)
+        split = 4 * self.hidden_size
+
+        def step(p_t: Tensor, s: CounterLSTMState):
+            y, new, _ = self._step_parts(p_t[:, :split], p_t[:, split:], s)
+            return y, new
+
+        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=step)
+        return y, state
+
+
+register_layer(
+    "counter_lstm_tanh",
+    tiny={"input_size": 3, "hidden_size": 4, "counters": 2, "cell_activation": "tanh"},
+    cls=CounterLSTM,
+)
+register_layer(
+    "relu_counter_relu",
+    tiny={"input_size": 3, "hidden_size": 4, "counters": 1, "activation": "relu"},
+    cls=ReLUCounter,
+)
