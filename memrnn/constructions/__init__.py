@@ -1,5 +1,11 @@
 """Automata -> exact weights, and weights -> automata (extraction)."""
 
+from memrnn.constructions.counters import (
+    CompiledCounter,
+    CounterProgram,
+    compile_counter_machine,
+    counter_program,
+)
 from memrnn.constructions.dfa import EncodedDFA, encode_dfa, extract_dfa
 from memrnn.constructions.hewitt import (
     GAMMA,
@@ -41,6 +47,8 @@ from memrnn.constructions.pda import (
 
 __all__ = [
     "GAMMA",
+    "CompiledCounter",
+    "CounterProgram",
     "EncodedDFA",
     "EncodedPDA",
     "HewittGenerator",
@@ -53,7 +61,9 @@ __all__ = [
     "StackCodes",
     "TightnessReport",
     "TorchGenerator",
+    "compile_counter_machine",
     "construction_sizes",
+    "counter_program",
     "dyck_pfsa",
     "dyck_state_count",
     "encode_dfa",

@@ -25,7 +25,7 @@ compiles a whole :class:`~memrnn.languages.automata.CounterMachine` into one rec
    ``Δ_t = D g_t``.
 3. **Counter units lag by one step.**  ``M_j`` holds ``|c_j|`` after step ``t − 1``
    (``M_t = M_{t−1} + D g_{t−1}``), so ``|c_j|_t = M_{j,t} + (D g_t)_j`` is linear in ``h_t``.
-   ``counter_values`` reads the signed counters back.
+   ``counter_values`` reads the configuration back.
 4. **Start and reset.**  A unit ``R`` is 1 from the first step on (``1 − R`` is "nothing read
    yet": the zero initial state is the start state), a unit ``U`` is 1 right after ``BOS``;
    ``BOS`` anywhere resets the control to the start state and the counters to 0 (the LSTM closes
@@ -269,11 +269,27 @@ class CompiledCounter:
         return (logit[torch.arange(len(words)), last.to(logit.device)] > 0).tolist()
 
     @torch.no_grad()
-    def counter_values(self, h: Tensor) -> tuple[Tensor, Tensor]:
-        """Decode hidden states ``[..., units]`` into ``(state index [...] (−1: dead), signed
-        counters [..., k])``, the machine's configuration after each position."""
+    def magnitudes(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+        """The counter units' raw values ``[B, T, k]``: ``|c_j|`` after the *previous* position
+        (the units lag by one step).  Read from the cell state for the LSTMs (``h = tanh(|c|)``
+        saturates past ``|c| ≈ 18``)."""
+        x = self._inputs(ids)
+        mask = None if mask is None else mask.to(x.device)
+        if self.kind == "relu":
+            h, _ = self.layer(x, mask=mask)
+            return h[..., self.counter_units]
+        trace = self.layer.trace(x, mask=mask)
+        if self.kind == "lstm":
+            return trace["c"][..., -1, :][..., self.counter_units]
+        return trace["counters"]
+
+    @torch.no_grad()
+    def counter_values(self, ids: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The machine configuration decoded from the network after every position:
+        ``(state index [B, T] (−1: dead), signed counters [B, T, k])``."""
         prog = self.program
         ng = len(prog.guards)
+        h, _ = self.hidden(ids, mask)
         hd = h.double()
         scale = 1.0 if self.kind == "relu" else GAMMA
         g = hd[..., :ng] / scale
@@ -282,19 +298,11 @@ class CompiledCounter:
         s = g @ T.T
         u, r = hd[..., self.units.index("U")] / scale, hd[..., self.units.index("R")] / scale
         s[..., 0] += u + 1 - r
-        mag = self._magnitudes(hd) + g @ D.T
-        state = torch.where(
-            s.max(-1).values > 0.5, s.argmax(-1), torch.full_like(s[..., 0], -1, dtype=torch.long)
-        )
+        mag = self.magnitudes(ids, mask).double() + g @ D.T
+        dead = torch.full_like(s[..., 0], -1, dtype=torch.long)
+        state = torch.where(s.max(-1).values > 0.5, s.argmax(-1), dead)
         signs = torch.tensor([sg for _, sg in prog.states], dtype=torch.float64, device=h.device)
-        sign = signs[state.clamp(min=0)]
-        return state, sign * mag
-
-    def _magnitudes(self, hd: Tensor) -> Tensor:
-        m = hd[..., self.counter_units]
-        if self.kind == "lstm":
-            return torch.atanh(m.clamp(-1 + 1e-15, 1 - 1e-15))
-        return m
+        return state, signs[state.clamp(min=0)] * mag
 
     def to_torch(self) -> tuple[nn.Module, nn.Sequential]:
         """The plain torch recurrent module (``nn.RNN(nonlinearity="relu")`` or ``nn.LSTM``,

@@ -2,6 +2,7 @@
 
 from memrnn.lit.callbacks import (
     Comparison,
+    CounterProbe,
     CountingReport,
     CrossEntropyReport,
     HewittComparison,
@@ -28,6 +29,7 @@ __all__ = [
     "AcceptorAccuracy",
     "BracketClosingAccuracy",
     "Comparison",
+    "CounterProbe",
     "CountingReport",
     "CrossEntropyGap",
     "CrossEntropyReport",

@@ -685,6 +685,126 @@ class HewittComparison(TraceComparison):
         return result
 
 
+class CounterProbe(ModelComparison):
+    """Find counting dimensions in a trained layer (seed 004 Figure 1): feed one long probe string
+    (``a^1000 b^1000``, ``a^100 b^100 c^100``, or a sampled string of a PDA language), correlate
+    every unit of the layer's state (``state.*`` of its ``trace``: an LSTM's ``h`` and ``c``, a
+    GRU's ``h``) with the reference counters (``a-b``, ``b-c`` count differences; ``depth``), and
+    compare with the compiled counter machine's counting units (:mod:`memrnn.constructions.counters`,
+    LSTM, on the same string).
+
+    Logged as ``<split>/counters/``: ``best_abs_r_<ref>`` (the largest ``|r|`` over all units),
+    ``units_<ref>`` (how many units reach ``threshold``) and ``construction_abs_r_<ref>``.  Table
+    ``counter_correlations`` (one row per unit); figure ``activations``: the state over the probe
+    string with the counting units drawn bold, beside the construction's counters.
+
+    Args:
+        n: the probe's block length (default 1000 for two blocks, 100 for three).
+        threshold: ``|r|`` at which a unit counts as a counter.
+        keys: trace keys to scan (default every ``state.*``).
+        splits, every_n_epochs, figures: as :class:`ModelComparison` (default: validation, test).
+    """
+
+    key = "counters"
+
+    def __init__(
+        self,
+        n: int | None = None,
+        threshold: float = 0.99,
+        keys: Sequence[str] | None = None,
+        splits: Sequence[str] = ("val", "test"),
+        every_n_epochs: int = 1,
+        figures: bool = True,
+    ) -> None:
+        super().__init__(splits, every_n_epochs, figures)
+        if n is not None and n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
+        self.n, self.threshold = n, threshold
+        self.keys = tuple(keys) if keys is not None else None
+        self.correlations: dict[str, np.ndarray] = {}
+
+    def analyse(self, pl_module: L.LightningModule, language: Any) -> tuple[Comparison, dict[str, Any]]:
+        """The comparison for ``pl_module`` (an embedding and a layer) on ``language``, and the raw
+        material of the figure (``string``, ``trace``, ``refs``, ``construction``)."""
+        from memrnn.analysis.counting import probe_string, reference_counters, unit_correlations
+        from memrnn.languages.counting import CountingLanguage
+
+        string = probe_string(language, self.n)
+        refs = reference_counters(language, string)
+        trace, _ = TraceComparison.run_trace(pl_module, language, [string])
+        keys = self.keys or tuple(k for k in trace if k.startswith("state."))
+        missing = [k for k in keys if k not in trace]
+        if missing or not keys:
+            raise ValueError(
+                f"CounterProbe keys {missing or keys} not in the layer's trace; it has {sorted(trace)}"
+            )
+        units = {k: trace[k][0].reshape(len(string), -1).double().numpy() for k in keys}
+        self.correlations = {k: unit_correlations(u, refs) for k, u in units.items()}
+        metrics: dict[str, float] = {}
+        table: dict[str, list] = {"key": [], "unit": [], **{f"r_{r}": [] for r in refs}}
+        for k, r in self.correlations.items():
+            for u in range(r.shape[0]):
+                table["key"].append(k)
+                table["unit"].append(u)
+                for j, name in enumerate(refs):
+                    table[f"r_{name}"].append(float(r[u, j]))
+        every = np.concatenate(list(self.correlations.values()), 0)
+        for j, name in enumerate(refs):
+            metrics[f"best_abs_r_{name}"] = float(np.abs(every[:, j]).max())
+            metrics[f"units_{name}"] = float((np.abs(every[:, j]) >= self.threshold).sum())
+        construction = None
+        if isinstance(language, CountingLanguage):
+            from memrnn.constructions.counters import compile_counter_machine
+
+            cc = compile_counter_machine(language.machine, "lstm", dtype=torch.float64)
+            ids, _ = cc.ids([[language.symbols[t] for t in string[:-1]]])
+            construction = cc.magnitudes(ids)[0].double().numpy()
+            rc = unit_correlations(construction, refs)
+            for j, name in enumerate(refs):
+                metrics[f"construction_abs_r_{name}"] = float(np.abs(rc[:, j]).max())
+        raw = {"string": string, "units": units, "refs": refs, "construction": construction}
+        return Comparison(metrics=metrics, tables={"counter_correlations": table}), raw
+
+    def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
+        language = getattr(trainer.datamodule, "language", None)
+        if language is None or not hasattr(pl_module, "layer") or not hasattr(pl_module, "embedding"):
+            return None
+        result, raw = self.analyse(pl_module, language)
+        if self.figures:
+            result.figures["activations"] = self.figure(language, raw)
+        return result
+
+    def figure(self, language: Any, raw: dict[str, Any]) -> Figure:
+        """Seed 004 Figure 1: the state over the probe string, counters bold; the construction's."""
+        import matplotlib.pyplot as plt
+
+        key = "state.c" if "state.c" in raw["units"] else next(iter(raw["units"]))
+        units, r = raw["units"][key], np.abs(self.correlations[key]).max(1)
+        panels = 2 if raw["construction"] is not None else 1
+        fig, axes = plt.subplots(1, panels, figsize=(7 * panels, 3.5), squeeze=False)
+        ax = axes[0, 0]
+        for u in range(units.shape[1]):
+            bold = r[u] >= self.threshold
+            ax.plot(units[:, u], lw=2.0 if bold else 0.7, label=f"unit {u} |r|={r[u]:.3f}" if bold else None)
+        ax.set_title(f"learned {key} on the probe ({len(raw['string']) - 1} symbols)")
+        ax.set_xlabel("position")
+        if (r >= self.threshold).any():
+            ax.legend(fontsize=7)
+        if raw["construction"] is not None:
+            ax = axes[0, 1]
+            for j in range(raw["construction"].shape[1]):
+                ax.plot(raw["construction"][:, j], lw=2.0, label=f"counter {j}")
+            for name, v in raw["refs"].items():
+                ax.plot(v, ls=":", color="k", lw=1.0, label=f"#{name}")
+            ax.set_title("compiled LSTM counters (|c|, one step behind) and references")
+            ax.set_xlabel("position")
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
+
+
 class HewittInit(L.Callback):
     """Start from Hewitt's construction: at the first ``setup`` (fit, validate or test; before a
     checkpoint is restored, so resuming keeps the trained weights; never again, so a

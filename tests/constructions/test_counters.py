@@ -197,8 +197,7 @@ def test_counter_values_decode_the_configuration(kind):
     for _ in range(20):
         w = [str(x) for x in rng.choice(list("abc"), size=12)]
         ids, _ = cc.ids([w])
-        h, _ = cc.hidden(ids)
-        state, counters = cc.counter_values(h[0])
+        state, counters = (v[0] for v in cc.counter_values(ids))
         for t, conf in enumerate(m.run(w)):  # position t (BOS = 0) holds the configuration after t symbols
             if conf is None:
                 assert int(state[t]) == -1
@@ -206,6 +205,15 @@ def test_counter_values_decode_the_configuration(kind):
             q, c = conf
             assert cc.program.states[int(state[t])][0] == q
             assert counters[t].tolist() == pytest.approx(list(c), abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_long_counts_decode_past_tanh_saturation(kind):
+    cc = compile_counter_machine("anbn", kind, dtype=torch.float64)
+    ids, _ = cc.ids([["a"] * 300 + ["b"] * 120])
+    _, counters = cc.counter_values(ids)
+    want = [min(t, 300) - max(0, t - 300) for t in range(421)]
+    assert counters[0, :, 0].tolist() == pytest.approx(want, abs=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)
