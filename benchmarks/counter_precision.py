@@ -14,9 +14,11 @@ a second pass reads b's from all of them at once.
 Models:
 * ``relu``: ``compile_counter_machine("anbn", "relu")`` (8 units, MLP readout).
 * ``lstm``: ``compile_counter_machine("anbn", "lstm")`` (g = tanh, 8 units, MLP readout).
-* ``tanh``: one tanh unit ``u ← tanh(u + w)`` on a, ``tanh(u − w)`` on b (seed 004 section 4:
-  "counting within a tanh"), accept iff ``|u| < w/2``; the best ``w`` of 10^-1 … 10^-12 is
-  reported.
+* ``tanh w=…``: one tanh unit ``u ← tanh(u + w)`` on a, ``tanh(u − w)`` on b (seed 004 section 4:
+  "counting within a tanh"), accept iff ``|u| < w/2``, for w = 0.1, 0.01, 0.001, and the best
+  ``w`` of 10^-1 … 10^-12 (``tanh best``).  Near 0 a float ``tanh`` *is* the identity
+  (``tanh x == x`` once ``x²/3`` is below half an ulp), so a tiny ``w`` counts exactly until
+  ``n·w`` leaves that region, at the price of a readout that resolves ``w/2``.
 * ``gru``: footnote 4's GRU counter: two units set to 1 by BOS (``z = 0``, ``h̃ = 1``), halved by
   their symbol (``z = 1/2``, ``h̃ = 0``), held otherwise (``z = 1``); the most favourable readout,
   exact equality of the two units.
@@ -36,7 +38,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from memrnn.constructions.counters import compile_counter_machine  # noqa: E402
+from memrnn.constructions.counters import compile_counter_machine
 
 A, B, BOS = 0, 1, 2
 CHUNK = 8192
@@ -83,7 +85,7 @@ def _cat(states: list):
 def failures(rnn: nn.RNNBase, readout: Callable[[Tensor], Tensor], ns: list[int]) -> dict[int, bool]:
     """``{n: True if a^n b^n or a neighbour is misclassified}``."""
     n_top = max(ns) + 1
-    y0, state = rnn(_one_hot(BOS, 1, 1, rnn.weight_ih_l0.dtype))
+    _, state = rnn(_one_hot(BOS, 1, 1, rnn.weight_ih_l0.dtype))
     record = {m for n in ns for m in (n - 1, n, n + 1) if m >= 0}
     after_a = _run(rnn, A, state, n_top, record)
     rows, plan = [], []  # (n, a-offset) per start row
@@ -92,14 +94,20 @@ def failures(rnn: nn.RNNBase, readout: Callable[[Tensor], Tensor], ns: list[int]
             if n + da >= 0:
                 rows.append(after_a[n + da])
                 plan.append((n, da))
-    verdicts = _run(rnn, B, _cat(rows), n_top + 1, {m for n in ns for m in (n - 1, n, n + 1) if m >= 0}, readout)
+    verdicts = _run(
+        rnn, B, _cat(rows), n_top + 1, {m for n in ns for m in (n - 1, n, n + 1) if m >= 0}, readout
+    )
     bad = dict.fromkeys(ns, False)
     for r, (n, da) in enumerate(plan):
-        for db in ((-1, 0, 1) if da == 0 else (0,)):
+        for db in (-1, 0, 1) if da == 0 else (0,):
             m = n + db
             if m < 0:
                 continue
-            accepted = bool(readout(rows[r][0][-1] if isinstance(rows[r], tuple) else rows[r][-1])[0]) if m == 0 else bool(verdicts[m][r])
+            accepted = (
+                bool(readout(rows[r][0][-1] if isinstance(rows[r], tuple) else rows[r][-1])[0])
+                if m == 0
+                else bool(verdicts[m][r])
+            )
             if accepted != (da == 0 and db == 0):
                 bad[n] = True
     return bad
@@ -123,7 +131,9 @@ def first_failure(rnn, readout, n_max: int) -> int | None:
     while fail - last_ok > 1:
         cand = list(range(last_ok + 1, fail))
         if len(cand) > 256:
-            cand = sorted({round(last_ok + (fail - last_ok) * i / 257) for i in range(1, 257)} - {last_ok, fail})
+            cand = sorted(
+                {round(last_ok + (fail - last_ok) * i / 257) for i in range(1, 257)} - {last_ok, fail}
+            )
         bad = failures(rnn, readout, cand)
         hit = [n for n in cand if bad[n]]
         if hit:
@@ -171,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
-    for name in ("relu", "lstm", "tanh", "gru"):
+    names = ("relu", "lstm", "tanh w=0.1", "tanh w=0.01", "tanh w=0.001", "tanh best", "gru")
+    for name in names:
         for dname in args.dtypes:
             dt = DTYPES[dname]
             t0 = time.perf_counter()
@@ -179,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                 fail, note = first_failure(*compiled(name, dt), args.n_max), ""
             elif name == "gru":
                 fail, note = first_failure(*gru_counter(dt), args.n_max), "exact-equality readout"
+            elif name != "tanh best":
+                fail, note = first_failure(*tanh_counter(float(name.split("=")[1]), dt), args.n_max), ""
             else:
                 best = None
                 for e in range(1, 13):
@@ -188,14 +201,19 @@ def main(argv: list[str] | None = None) -> int:
                 fail, note = best[0], f"best w = 1e-{best[1]}"
             rows.append((name, dname, fail, note, time.perf_counter() - t0))
             shown = f"> {args.n_max:,}" if fail is None else f"{fail:,}"
-            print(f"{name:5s} {dname:9s} first failing n: {shown:>12s}  {note}  ({rows[-1][4]:.1f} s)", flush=True)
+            print(
+                f"{name:12s} {dname:9s} first failing n: {shown:>12s}  {note}  ({rows[-1][4]:.1f} s)",
+                flush=True,
+            )
     print("\n| model | " + " | ".join(args.dtypes) + " |")
     print("| --- |" + " --- |" * len(args.dtypes))
-    for name in ("relu", "lstm", "tanh", "gru"):
+    for name in names:
         cells = []
         for dname in args.dtypes:
             r = next(r for r in rows if r[0] == name and r[1] == dname)
-            cells.append((f"> {args.n_max:,}" if r[2] is None else f"{r[2]:,}") + (f" ({r[3]})" if r[3] else ""))
+            cells.append(
+                (f"> {args.n_max:,}" if r[2] is None else f"{r[2]:,}") + (f" ({r[3]})" if r[3] else "")
+            )
         print(f"| {name} | " + " | ".join(cells) + " |")
     return 0
 
