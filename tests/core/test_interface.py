@@ -162,11 +162,16 @@ def test_fast_path_equals_reference_loop_with_gradients(name, dtype, gen):
 def test_gradients_reach_every_parameter(name, gen):
     layer = make(name).train()
     x = inputs(layer, gen)
+    frozen = not any(p.requires_grad for p in layer.parameters())  # reservoirs: buffers only
+    if frozen:
+        x.requires_grad_(True)  # then the gradient must reach the inputs
     y, s = layer(x)
     (y.pow(2).sum() + sum(t.pow(2).sum() for t in state_leaves(s))).backward()
     missing = [n for n, p in layer.named_parameters() if p.requires_grad and p.grad is None]
     assert not missing
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters())
+    if frozen:
+        assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
 
 
 @pytest.mark.parametrize("name", LAYERS)
