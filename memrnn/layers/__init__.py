@@ -2,6 +2,7 @@
 
 from memrnn.layers.counters import CounterLSTM, CounterLSTMState, ReLUCounter, ReLUCounterState
 from memrnn.layers.elman import ElmanRNN, ElmanState, JordanRNN, JordanState
+from memrnn.layers.esn import EchoStateNetwork
 from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
 from memrnn.layers.nnpda import NNPDA, NNPDAState, StackOverflowError
 from memrnn.layers.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout, SVMClassifier
@@ -20,6 +21,7 @@ __all__ = [
     "NNPDA",
     "CounterLSTM",
     "CounterLSTMState",
+    "EchoStateNetwork",
     "ElmanRNN",
     "ElmanState",
     "GRULayer",

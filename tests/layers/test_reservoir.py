@@ -178,3 +178,28 @@ def test_svm_classifier(gen):
         SVMClassifier().fit(x, torch.ones(200, dtype=torch.long)).predict(x[:3]),
         torch.ones(3, dtype=torch.long),
     )
+
+
+def test_esn_readout_is_the_closed_form_on_the_states(gen):
+    from memrnn.layers.esn import EchoStateNetwork
+    from memrnn.ops.ridge import ridge_reference
+
+    res = Reservoir(3, 20, "rand", seed=1, dtype=torch.float64)
+    x = torch.randn(4, 15, 3, generator=gen, dtype=torch.float64)
+    y = torch.randn(4, 15, 2, generator=gen, dtype=torch.float64)
+    mask = torch.arange(15)[None] < torch.tensor([15, 9, 4, 12])[:, None]
+    esn = EchoStateNetwork(res, 2, alpha=0.1, washout=2)
+    esn.partial_fit(x[:2], y[:2], mask[:2])  # two batches
+    esn.partial_fit(x[2:], y[2:], mask[2:])
+    esn.solve()
+    h, _ = res(x, mask=mask)
+    keep = mask.clone()
+    keep[:, :2] = False
+    w, b = ridge_reference(h[keep], y[keep], 0.1)
+    torch.testing.assert_close(esn.weight, w, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(esn.bias, b, atol=1e-9, rtol=1e-9)
+    out = esn(x, mask)
+    torch.testing.assert_close(out[mask], h[mask] @ w.T + b)
+    assert (out[~mask] == 0).all()
+    with pytest.raises(ValueError, match="targets must be"):
+        esn.partial_fit(x, y[..., :1])
