@@ -31,7 +31,9 @@ class EchoStateNetwork(nn.Module):
     def __init__(self, reservoir: Reservoir, output_size: int, alpha: float = 1e-6, washout: int = 0) -> None:
         super().__init__()
         if output_size < 1 or alpha < 0 or washout < 0:
-            raise ValueError(f"need output_size >= 1, alpha >= 0, washout >= 0; got {output_size}, {alpha}, {washout}")
+            raise ValueError(
+                f"need output_size >= 1, alpha >= 0, washout >= 0; got {output_size}, {alpha}, {washout}"
+            )
         self.reservoir, self.output_size, self.alpha, self.washout = reservoir, output_size, alpha, washout
         self.register_buffer("weight", torch.zeros(output_size, reservoir.units, dtype=torch.float64))
         self.register_buffer("bias", torch.zeros(output_size, dtype=torch.float64))
@@ -47,7 +49,9 @@ class EchoStateNetwork(nn.Module):
         h, _ = self.reservoir(x, mask=mask)
         y = y[..., None] if y.dim() == 2 else y
         if y.shape[:2] != h.shape[:2] or y.shape[2] != self.output_size:
-            raise ValueError(f"targets must be [{h.shape[0]}, {h.shape[1]}, {self.output_size}], got {tuple(y.shape)}")
+            raise ValueError(
+                f"targets must be [{h.shape[0]}, {h.shape[1]}, {self.output_size}], got {tuple(y.shape)}"
+            )
         keep = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device) if mask is None else mask.clone()
         keep[:, : self.washout] = False
         if self._stats is None:
