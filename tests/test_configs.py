@@ -29,7 +29,11 @@ def test_there_are_experiment_configs():
     assert any(p.name == "lstm_k2_m3.yaml" for p in CONFIGS)
 
 
-@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+RSM_CONFIGS = [p for p in CONFIGS if p.parent.name == "rsm"]
+SEQUENCE_CONFIGS = [p for p in CONFIGS if p.parent.name != "rsm"]
+
+
+@pytest.mark.parametrize("path", SEQUENCE_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_config_instantiates_through_the_cli(path, tmp_path):
     cli = build_cli(
         ["--config", str(path), f"--trainer.logger.init_args.save_dir={tmp_path}"],
@@ -44,6 +48,26 @@ def test_config_instantiates_through_the_cli(path, tmp_path):
     # experiment configs add callbacks with `callbacks+:`; a plain `callbacks:` would drop the defaults'
     names = {type(c).__name__ for c in cli.trainer.callbacks}
     assert {"ModelCheckpoint", "LengthCurves", "CrossEntropyReport"} <= names, names
+
+
+@pytest.mark.parametrize("path", RSM_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_rsm_config_instantiates_through_the_cli(path, tmp_path):
+    """Seed 002's configs: a closed-form RSMModule; the task of model and data agree; plain
+    ``callbacks:`` (no optimizer, so no LearningRateMonitor) and no gradient clipping."""
+    from memrnn.lit import RSMDataModule, RSMModule
+
+    cli = build_cli(
+        ["--config", str(path), f"--trainer.logger.init_args.save_dir={tmp_path}"],
+        run=False,
+        default_config_files=[DEFAULTS],
+    )
+    assert isinstance(cli.model, RSMModule) and isinstance(cli.datamodule, RSMDataModule)
+    assert cli.model.task == cli.datamodule.task and path.stem.endswith(cli.model.task)
+    assert path.stem.startswith(cli.model.hparams.reservoir)
+    assert cli.model.hparams.vocab_size == cli.datamodule.vocab_size
+    names = {type(c).__name__ for c in cli.trainer.callbacks}
+    assert "ModelCheckpoint" in names and "LearningRateMonitor" not in names, names
+    assert cli.trainer.gradient_clip_val is None and cli.trainer.max_epochs == 1
 
 
 def test_print_config_shows_the_resolved_layer(tmp_path):

@@ -23,6 +23,7 @@ from memrnn.lit.metrics import (
     NextSetAccuracy,
     PerLengthStats,
 )
+from memrnn.lit.rsm import RSMDataModule, RSMModule
 from memrnn.lit.sequence import SequenceModule
 
 __all__ = [
@@ -42,6 +43,8 @@ __all__ = [
     "NextSetAccuracy",
     "PerLengthStats",
     "ProgressBar",
+    "RSMDataModule",
+    "RSMModule",
     "SequenceModule",
     "StackActions",
     "TraceComparison",

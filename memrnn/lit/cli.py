@@ -8,9 +8,6 @@ from pathlib import Path
 import lightning as L
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 
-from memrnn.data.datamodule import SplitDataModule
-from memrnn.lit.sequence import SequenceModule
-
 
 class SaveConfigToLoggers(SaveConfigCallback):
     """Write the resolved config to ``<log dir>/config.yaml`` (Lightning's behaviour) and also
@@ -26,7 +23,10 @@ class SaveConfigToLoggers(SaveConfigCallback):
 
 
 class MemrnnCLI(LightningCLI):
-    """LightningCLI with the data module's vocabulary linked into the model."""
+    """LightningCLI with the data module's vocabulary linked into the model.  Any
+    LightningModule / LightningDataModule is accepted by ``class_path`` (memrnn's: SequenceModule
+    with a SplitDataModule, RSMModule with RSMDataModule); the model must take ``vocab_size``,
+    ``num_symbols`` and ``bracket_types`` and the data module must provide them."""
 
     def add_arguments_to_parser(self, parser) -> None:
         # The sizes follow from the language; users never set them (they are derived values,
@@ -50,8 +50,8 @@ def build_cli(
     """
     defaults = {"default_config_files": [str(p) for p in default_config_files]}
     return MemrnnCLI(
-        SequenceModule,
-        SplitDataModule,
+        L.LightningModule,
+        L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
         args=list(args) if args is not None else None,

@@ -1,0 +1,92 @@
+"""RSMModule / RSMDataModule: seed 002's reservoir stack machine fitted in closed form through a
+Lightning Trainer and through ``train.py``."""
+
+import lightning as L
+import pytest
+import torch
+
+from memrnn.lit import RSMDataModule, RSMModule
+from memrnn.lit.rsm import predictions_error, task_data, task_items
+from memrnn.lit.wandb_files import read_offline_run
+from tests.test_configs import ROOT, run_train
+
+
+def trainer(tmp_path, **kw):
+    return L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, **kw,
+    )  # fmt: skip
+
+
+def test_fit_then_test_in_one_trainer(tmp_path):
+    dm = RSMDataModule("dyck1", train_size=100, val_size=10, test_size=10)
+    model = RSMModule("dyck1", "crj", units=64)
+    tr = trainer(tmp_path, num_sanity_val_steps=2)  # the sanity check runs before the fit
+    tr.fit(model, dm)
+    assert model.fitted
+    assert tr.callback_metrics["val/mae"] == tr.callback_metrics["val/loss"]
+    assert float(tr.callback_metrics["val/mae"]) < 0.01
+    assert float(tr.callback_metrics["train/pairs"]) > 40  # one pair per Algorithm 4 step at least
+    (res,) = tr.test(model, dm, verbose=False)
+    assert res["test/mae"] < 0.01 and res["test/inner_limit_hits"] == 0
+    # the logged error is predictions_error on the test batch
+    batch = next(iter(dm.test_dataloader()))
+    direct = predictions_error("dyck1", model.machine.run(batch["x"], batch["lengths"]).outputs, batch)
+    assert res["test/mae"] == pytest.approx(direct["mae"])
+
+
+def test_validation_draws_from_the_test_distribution():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    val = task_items("dyck2", "val", 50, rng)
+    train = task_items("dyck2", "train", 50, rng)
+    assert min(map(len, val)) >= 50 and max(map(len, train)) <= 50
+    with pytest.raises(ValueError, match="'dev'"):
+        task_items("dyck2", "dev", 5, rng)
+
+
+def test_checkpoint_round_trip_with_torch_and_sklearn_classifiers(tmp_path):
+    pytest.importorskip("sklearn")
+    batch = task_data("anbn", "test", 10, seed=3)
+    for classifier in ("default", "svm"):
+        dm = RSMDataModule("anbn", train_size=30, val_size=5, test_size=5)
+        model = RSMModule("anbn", "rand", units=32, classifier=classifier)
+        tr = trainer(tmp_path, num_sanity_val_steps=0)
+        tr.fit(model, dm)
+        path = tmp_path / f"{classifier}.ckpt"
+        tr.save_checkpoint(path)
+        loaded = RSMModule.load_from_checkpoint(path)
+        assert loaded.fitted
+        a = model.machine.run(batch["x"], batch["lengths"]).outputs
+        b = loaded.machine.run(batch["x"], batch["lengths"]).outputs
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="'dyck4'"):
+        RSMModule("dyck4")
+    with pytest.raises(ValueError, match="vocab_size=3"):
+        RSMModule("dyck2", vocab_size=3)
+    with pytest.raises(ValueError, match="train_size must be >= 1, got 0"):
+        RSMDataModule("dyck2", train_size=0)
+    with pytest.raises(ValueError, match="task 'dyck2' but the data module serves 'anbn'"):
+        trainer(tmp_path).fit(RSMModule("dyck2", units=16), RSMDataModule("anbn", train_size=5))
+    with pytest.raises(RuntimeError, match="val before any training batch"):
+        trainer(tmp_path).validate(RSMModule("dyck1", units=16), RSMDataModule("dyck1", val_size=2))
+
+
+def test_train_py_fits_an_rsm_config_and_logs_the_error(tmp_path):
+    out = run_train(
+        "fit", "--config", str(ROOT / "configs/rsm/crj_dyck2.yaml"), "--data.init_args.train_size=100",
+        "--data.init_args.val_size=10", "--model.init_args.units=64",
+        f"--trainer.logger.init_args.save_dir={tmp_path / 'runs'}", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "epoch 1/1: val/mae 0" in out.stdout, out.stdout[-2000:]
+    (run_file,) = (tmp_path / "runs" / "wandb").rglob("*.wandb")
+    run = read_offline_run(run_file)
+    val = [h for h in run["history"] if "val/mae" in h]
+    assert len(val) == 1 and val[0]["val/mae"] < 0.01 and val[0]["val/inner_limit_hits"] == 0
+    assert run["config"]["cli"]["model"]["init_args"]["reservoir"] == "crj"
+    assert len(list((tmp_path / "runs").rglob("last.ckpt"))) == 1
