@@ -113,6 +113,12 @@ def main() -> None:
     ap.add_argument("--gru-repeats", type=int, default=3)
     ap.add_argument("--gru-updates", type=int, default=2000)
     ap.add_argument("--classifier", default="default", choices=["default", "svm", "ridge", "logistic"])
+    ap.add_argument(
+        "--negatives",
+        type=float,
+        default=0.0,
+        help="share of near-miss non-words in the language tasks' train and test sets (paper: 0)",
+    )
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="runs/rsm_tables")
     args = ap.parse_args()
@@ -120,14 +126,15 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
-    keys = ["task", "model", "repeat", "mae", "mae_copy", "seconds", "limit_hits"]
+    keys = ["task", "model", "repeat", "mae", "mae_copy", "word_accuracy", "seconds", "limit_hits"]
     f = open(out / "results.csv", "w", newline="")  # noqa: SIM115 - written row by row
     w = csv.DictWriter(f, keys)
     w.writeheader()
     for task in args.tasks:
         for r in range(args.repeats):
-            train = task_data(task, "train", 100, seed=r)
-            test = task_data(task, "test", 100, seed=r)
+            neg = args.negatives if task in LANGUAGE_TASKS else 0.0
+            train = task_data(task, "train", 100, seed=r, negative_fraction=neg)
+            test = task_data(task, "test", 100, seed=r, negative_fraction=neg)
             for model in args.models:
                 if model == "gru" and r >= args.gru_repeats:
                     continue
@@ -144,6 +151,7 @@ def main() -> None:
                 print(
                     f"{task:12s} {model:9s} rep {r}: mae {res['mae']:.4f}"
                     + (f" (copy phase {res['mae_copy']:.4f})" if "mae_copy" in res else "")
+                    + (f" word accuracy {res['word_accuracy']:.3f}" if "word_accuracy" in res else "")
                     + f"  {secs:.1f}s",
                     flush=True,
                 )
@@ -173,6 +181,18 @@ def summary(rows: list[dict], args: argparse.Namespace) -> str:
             mu, sd = _stats(vals)
             mark = "**" if mu < 0.01 and sd < 0.01 else ""
             cells.append(f"{mark}{mu:.3f} ± {sd:.3f}{mark} [{PAPER_MAE[m][t]:.2f}]")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines.append(
+        f"\nWord accuracy (the verdict at each word's end), mean; near misses: {args.negatives:.0%}\n"
+    )
+    lines.append("| model | " + " | ".join(tasks) + " |")
+    lines.append("|---" * (len(tasks) + 1) + "|")
+    for m in models:
+        cells = []
+        for t in tasks:
+            vals = [row["word_accuracy"] for row in rows if row["model"] == m and row["task"] == t]
+            vals = [v for v in vals if v is not None]
+            cells.append(f"{statistics.fmean(vals):.3f}" if vals else "")
         lines.append(f"| {m} | " + " | ".join(cells) + " |")
     lines.append("\nSeconds per repeat (train + test), mean ± std; [paper, 2017 laptop]\n")
     lines.append("| model | " + " | ".join(tasks) + " |")

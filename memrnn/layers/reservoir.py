@@ -84,14 +84,23 @@ def crj_weights(
     jump_length: int = 2,
     input_weight: float = 1.0,
     *,
+    sign_order: Literal["neurons", "inputs"] = "neurons",
     dtype: torch.dtype = torch.float64,
 ) -> tuple[Tensor, Tensor]:
     """The cycle reservoir with jumps: returns ``(U [units, input_size], W [units, units])``.
 
     ``W[i, i−1] = W[0, m−1] = w_c``; ``W[i, (i+l) mod m] = W[(i+l) mod m, i] = w_j`` for
     ``i = 0, l, 2l, … < m − l``; ``U[r, c] = ±v`` with the sign of π's ``(r·n + c)``-th digit
-    (``0–4 → −``, ``5–9 → +``).  ``jump_length = 0`` gives the plain cycle (SCR).
+    (``0–4 → −``, ``5–9 → +``; ``sign_order="neurons"``, REFERENCES.md's row-by-row reading)
+    or of its ``(c·m + r)``-th digit (``"inputs"``: each input's column is a run of digits).
+    ``jump_length = 0`` gives the plain cycle (SCR).
+
+    With few neurons the reading matters: for ``m = 5, n = 3`` (seed 002's a^n b^n example)
+    the row-by-row reading gives inputs 2 and 3 the same column ``(−, +, +, +, +)``, so the
+    reservoir cannot tell them apart; the ``"inputs"`` reading gives three distinct columns.
     """
+    if sign_order not in ("neurons", "inputs"):
+        raise ValueError(f"sign_order must be 'neurons' or 'inputs', got {sign_order!r}")
     if units < 1 or input_size < 1:
         raise ValueError(f"units and input_size must be >= 1, got {units}, {input_size}")
     if jump_length < 0:
@@ -105,7 +114,8 @@ def crj_weights(
         for i in range(0, units - jump_length, jump_length):
             j = (i + jump_length) % units
             W[i, j] = W[j, i] = jump_weight
-    digits = torch.tensor(pi_digits(units * input_size), dtype=dtype).view(units, input_size)
+    digits = torch.tensor(pi_digits(units * input_size), dtype=dtype)
+    digits = digits.view(units, input_size) if sign_order == "neurons" else digits.view(input_size, units).T
     U = torch.where(digits >= 5, 1.0, -1.0).to(dtype) * input_weight
     return U, W
 
@@ -188,7 +198,8 @@ class Reservoir(MemoryLayer[ReservoirState]):
             (then ``order = units // input_size``, and ``output_size`` is ``order · input_size``).
         kind: ``rand``, ``crj`` or ``ldn``.
         spectral_radius, input_scaling: ``rand``.
-        cycle_weight, jump_weight, jump_length, input_weight: ``crj`` (w_c, w_j, l, v).
+        cycle_weight, jump_weight, jump_length, input_weight: ``crj`` (w_c, w_j, l, v);
+            sign_order: how π's digits fill U (:func:`crj_weights`).
         order, theta: ``ldn`` (q per channel, window θ in steps).
         leak: ``α`` in ``(0, 1]``.
         activation: ``tanh`` or ``identity``; default ``tanh`` except ``identity`` for ``ldn``.
@@ -210,6 +221,7 @@ class Reservoir(MemoryLayer[ReservoirState]):
         jump_weight: float = 0.5,
         jump_length: int = 2,
         input_weight: float = 1.0,
+        sign_order: Literal["neurons", "inputs"] = "neurons",
         order: int | None = None,
         theta: float = 20.0,
         leak: float = 1.0,
@@ -221,6 +233,8 @@ class Reservoir(MemoryLayer[ReservoirState]):
         super().__init__()
         if not isinstance(input_size, int) or input_size < 1:
             raise ValueError(f"input_size must be a positive int, got {input_size!r}")
+        if sign_order not in ("neurons", "inputs"):
+            raise ValueError(f"sign_order must be 'neurons' or 'inputs', got {sign_order!r}")
         if kind not in ("rand", "crj", "ldn"):
             raise ValueError(f"unknown reservoir kind {kind!r}; choose 'rand', 'crj' or 'ldn'")
         if kind == "ldn":
@@ -248,6 +262,7 @@ class Reservoir(MemoryLayer[ReservoirState]):
         self.spectral_radius, self.input_scaling = spectral_radius, input_scaling
         self.cycle_weight, self.jump_weight, self.jump_length = cycle_weight, jump_weight, jump_length
         self.input_weight_scale, self.order, self.theta = input_weight, order, theta
+        self.sign_order = sign_order
         self.leak, self.activation_name, self.seed = leak, activation, seed
         self.activation = RESERVOIR_ACTIVATIONS[activation]
         factory = {"device": device, "dtype": dtype or torch.get_default_dtype()}
@@ -266,7 +281,13 @@ class Reservoir(MemoryLayer[ReservoirState]):
             return random_weights(m, n, self.spectral_radius, self.input_scaling, generator=gen)
         if self.kind == "crj":
             return crj_weights(
-                m, n, self.cycle_weight, self.jump_weight, self.jump_length, self.input_weight_scale
+                m,
+                n,
+                self.cycle_weight,
+                self.jump_weight,
+                self.jump_length,
+                self.input_weight_scale,
+                sign_order=self.sign_order,
             )
         assert self.order is not None
         Ad, bd = legendre_discrete(self.order, self.theta)
@@ -289,6 +310,8 @@ class Reservoir(MemoryLayer[ReservoirState]):
                 f", cycle_weight={self.cycle_weight}, jump_weight={self.jump_weight}, "
                 f"jump_length={self.jump_length}, input_weight={self.input_weight_scale}"
             )
+            if self.sign_order != "neurons":
+                s += f", sign_order={self.sign_order!r}"
         else:
             s += f", order={self.order}, theta={self.theta}"
         if self.leak != 1:

@@ -86,11 +86,45 @@ def sample_words(
     return out
 
 
-def task_items(task: str, split: str, size: int, rng: np.random.Generator) -> list[Any]:
+def near_misses(task: str, words: list[list[str]], rng: np.random.Generator) -> list[list[str]]:
+    """One non-word per word: the word with one symbol replaced by another terminal, redrawn
+    until the task's LR(1) automaton rejects it (a word of the same length that fails late
+    as often as early, unlike a uniformly random string)."""
+    automaton = table1_automaton(task)
+    out = []
+    for w in words:
+        for _ in range(1000):
+            i = int(rng.integers(len(w)))
+            others = [a for a in automaton.terminals if a != w[i]]
+            v = [*w[:i], others[int(rng.integers(len(others)))], *w[i + 1 :]]
+            if not automaton.accepts(v):
+                out.append(v)
+                break
+        else:
+            raise RuntimeError(
+                f"no one-symbol near miss of {''.join(w)!r} is rejected by the {task} automaton"
+            )
+    return out
+
+
+def task_items(
+    task: str, split: str, size: int, rng: np.random.Generator, negative_fraction: float = 0.0
+) -> list[Any]:
     """``size`` raw items: words (lists of symbols) or copy samples.  ``val`` draws from the
-    test distribution (longer words, more repeats), so validation measures generalization."""
+    test distribution (longer words, more repeats), so validation measures generalization.
+
+    ``negative_fraction`` (languages only): that share of the items are near misses
+    (:func:`near_misses`), the rest words.  Seed 002 samples words only (0.0); then an RSM
+    whose ``c_out`` just fires on the end step scores zero error while accepting every
+    non-word, which the near misses expose."""
     if split not in ("train", "val", "test"):
         raise ValueError(f"unknown split {split!r}; choose train, val or test")
+    if not 0.0 <= negative_fraction <= 1.0:
+        raise ValueError(f"negative_fraction must be in [0, 1], got {negative_fraction}")
+    if negative_fraction and task not in LANGUAGE_TASKS:
+        raise ValueError(
+            f"negative_fraction needs a language task ({', '.join(LANGUAGE_TASKS)}), got {task!r}"
+        )
     window = "train" if split == "train" else "test"
     if task == "copy":
         t = CopyTask(bits=8, max_length=20)
@@ -99,7 +133,9 @@ def task_items(task: str, split: str, size: int, rng: np.random.Generator) -> li
         t = RepeatCopyTask(bits=8, max_length=10, max_repeats=10, test_max_repeats=20)
         return [t.sample(rng, window) for _ in range(size)]
     lengths = TEST_LENGTHS if window == "test" else TRAIN_LENGTHS
-    return sample_words(task_language(task), rng, size, lengths)
+    n_neg = round(size * negative_fraction)
+    words = sample_words(task_language(task), rng, size, lengths)
+    return words[: size - n_neg] + near_misses(task, words[size - n_neg :], rng)
 
 
 def task_batch(task: str, items: list[Any]) -> dict[str, Any]:
@@ -115,10 +151,10 @@ def task_batch(task: str, items: list[Any]) -> dict[str, Any]:
     return {**b, "x": b["ids"], "score_mask": steps}
 
 
-def task_data(task: str, split: str, size: int, seed: int) -> dict[str, Any]:
+def task_data(task: str, split: str, size: int, seed: int, negative_fraction: float = 0.0) -> dict[str, Any]:
     """``task_batch`` of ``size`` fresh items (seeded by ``(seed, split)``)."""
     rng = np.random.default_rng([seed, ("train", "val", "test").index(split), 2002])
-    return task_batch(task, task_items(task, split, size, rng))
+    return task_batch(task, task_items(task, split, size, rng, negative_fraction))
 
 
 def task_shape(task: str) -> dict[str, Any]:
@@ -243,7 +279,9 @@ def make_esn(
 
 def predictions_error(task: str, pred: Tensor, batch: dict[str, Any]) -> dict[str, float]:
     """Seed 002's error: mean ``|ŷ − y|`` over the scored outputs (``mae``); copy tasks also
-    ``mae_copy`` (the copy phase only).  ``pred``: ``[B, T+1, L]`` or ``[B, T+1]``."""
+    ``mae_copy`` (the copy phase only); languages also ``word_accuracy`` (the share of
+    sequences whose verdict on the whole word, the output of the end step, is right).
+    ``pred``: ``[B, T+1, L]`` or ``[B, T+1]``."""
     y = batch["outputs"].to(torch.float64)
     pred = pred.to(torch.float64)
     if not is_copy(task):
@@ -252,6 +290,9 @@ def predictions_error(task: str, pred: Tensor, batch: dict[str, Any]) -> dict[st
     out = {"mae": float(err[batch["score_mask"]].mean())}
     if is_copy(task):
         out["mae_copy"] = float(err[batch["copy_mask"]].mean())
+    else:
+        rows = torch.arange(len(y))
+        out["word_accuracy"] = float((err[rows, batch["lengths"]] < 0.5).double().mean())
     return out
 
 
@@ -264,7 +305,8 @@ def fit_machine(machine: ReservoirStackMachine, batch: dict[str, Any]) -> Reserv
 # -- Lightning -------------------------------------------------------------------------------------
 class RSMDataModule(L.LightningDataModule):
     """Seed 002's data: ``train_size`` / ``val_size`` / ``test_size`` items of ``task`` (100 each
-    in the paper), one batch per split (the fit is closed-form)."""
+    in the paper), one batch per split (the fit is closed-form).  ``negative_fraction``: the
+    share of near-miss non-words in every split (languages; see :func:`task_items`)."""
 
     def __init__(
         self,
@@ -273,13 +315,16 @@ class RSMDataModule(L.LightningDataModule):
         val_size: int = 100,
         test_size: int = 100,
         seed: int = 0,
+        negative_fraction: float = 0.0,
     ) -> None:
         super().__init__()
         check_task(task)
+        if negative_fraction:
+            task_items(task, "train", 0, np.random.default_rng(0), negative_fraction)  # validates
         for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
-        self.task, self.seed = task, seed
+        self.task, self.seed, self.negative_fraction = task, seed, negative_fraction
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.save_hyperparameters()
 
@@ -298,7 +343,7 @@ class RSMDataModule(L.LightningDataModule):
 
     def _loader(self, split: str) -> DataLoader:
         rng = np.random.default_rng([self.seed, ("train", "val", "test").index(split), 2002])
-        items = task_items(self.task, split, self.sizes[split], rng)
+        items = task_items(self.task, split, self.sizes[split], rng, self.negative_fraction)
         return DataLoader(
             ListDataset([items]), batch_size=None, collate_fn=lambda it: task_batch(self.task, it)
         )

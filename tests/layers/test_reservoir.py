@@ -39,6 +39,21 @@ def test_crj_worked_values():
     torch.testing.assert_close(U, torch.tensor([[-v, -v, -v, -v], [v, v, -v, v]], dtype=torch.float64))
 
 
+def test_crj_sign_orders_for_seed_002s_five_neuron_example():
+    """π = 3.14159 26535 89793: row by row (REFERENCES.md) the 5×3 matrix's columns 2 and 3
+    coincide; input by input they are three runs of five digits."""
+    U, _ = crj_weights(5, 3)
+    assert torch.equal(U[:, 1], U[:, 2]) and U[:, 1].tolist() == [-1, 1, 1, 1, 1]
+    U, _ = crj_weights(5, 3, sign_order="inputs")
+    assert U.T.tolist() == [[-1, -1, -1, -1, 1], [1, -1, 1, 1, -1], [1, 1, 1, 1, 1]]
+    layer = Reservoir(3, 5, "crj", sign_order="inputs", dtype=torch.float64)
+    assert torch.equal(layer.input_weight, U) and "sign_order='inputs'" in repr(layer)
+    with pytest.raises(ValueError, match="'cols'"):
+        crj_weights(5, 3, sign_order="cols")
+    with pytest.raises(ValueError, match="'cols'"):
+        Reservoir(3, 5, "crj", sign_order="cols")
+
+
 def test_crj_layer_uses_the_construction():
     layer = Reservoir(
         4, 5, "crj", cycle_weight=0.7, jump_weight=0.9, jump_length=2, input_weight=0.7, dtype=torch.float64

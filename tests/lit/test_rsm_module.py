@@ -90,3 +90,37 @@ def test_train_py_fits_an_rsm_config_and_logs_the_error(tmp_path):
     assert len(val) == 1 and val[0]["val/mae"] < 0.01 and val[0]["val/inner_limit_hits"] == 0
     assert run["config"]["cli"]["model"]["init_args"]["reservoir"] == "crj"
     assert len(list((tmp_path / "runs").rglob("last.ckpt"))) == 1
+
+
+def test_near_misses_and_word_accuracy():
+    import numpy as np
+
+    from memrnn.languages.lr import table1_automaton
+    from memrnn.lit.rsm import near_misses, sample_words, task_language
+
+    rng = np.random.default_rng(1)
+    for task in ("dyck2", "anbn", "palindrome", "json"):
+        auto = table1_automaton(task)
+        words = sample_words(task_language(task), rng, 20, (1, 30))
+        misses = near_misses(task, words, rng)
+        for w, v in zip(words, misses, strict=True):
+            assert auto.accepts(w) and not auto.accepts(v) and len(v) == len(w)
+            assert sum(a != b for a, b in zip(w, v, strict=True)) == 1
+    data = task_data("anbn", "test", 10, seed=0, negative_fraction=0.3)
+    auto = table1_automaton("anbn")
+    verdicts = data["outputs"][torch.arange(10), data["lengths"]].tolist()
+    assert verdicts.count(0) == 3 and verdicts.count(1) == 7
+    assert all(auto.parse(["ab"[i] for i in data["x"][b, : data["lengths"][b]].tolist()]).accepted == bool(verdicts[b]) for b in range(10))  # fmt: skip
+    # a predictor that only fires on the end step: zero error on words, wrong on every near miss
+    end_only = torch.zeros(data["outputs"].shape)
+    end_only[torch.arange(10), data["lengths"]] = 1
+    err = predictions_error("anbn", end_only, data)
+    assert err["word_accuracy"] == pytest.approx(0.7)
+    words_only = task_data("anbn", "test", 10, seed=0)
+    end_only = torch.zeros(words_only["outputs"].shape)
+    end_only[torch.arange(10), words_only["lengths"]] = 1
+    assert predictions_error("anbn", end_only, words_only) == {"mae": 0.0, "word_accuracy": 1.0}
+    with pytest.raises(ValueError, match=r"negative_fraction must be in \[0, 1\], got 1.5"):
+        task_data("anbn", "train", 5, seed=0, negative_fraction=1.5)
+    with pytest.raises(ValueError, match=r"needs a language task .* got 'copy'"):
+        RSMDataModule("copy", negative_fraction=0.5)
