@@ -45,6 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from memrnn.core import create_layer, list_layers
 
 SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
+# One layer per family (variants that share a kernel, and the slow reference loops, only with
+# ``--layers all``).
+DEFAULT_LAYERS = (
+    "elman", "jordan", "lstm", "gru", "hewitt_lstm", "hewitt_srnn", "second_order", "nnpda",
+    "relu_counter", "counter_lstm", "reservoir_rand", "reservoir_crj", "reservoir_ldn",
+)  # fmt: skip
 SCALING_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096)
 INPUT_SIZE = 16  # input features for the layers whose input size is free
 
@@ -97,7 +103,10 @@ class SavedBytes:
         self._ctx.__exit__(*exc)
 
 
-def median_time(fn: Callable[[], object], device: str, min_reps: int = 3, max_reps: int = 20) -> float:
+def median_time(fn: Callable[[], object], device: str, max_reps: int = 20) -> float:
+    """Median seconds of ``fn`` after one warm-up call: repeats until 0.3 s have passed (at
+    least 3; at least 1 when one call takes over 1 s)."""
+
     def once() -> float:
         if device == "cuda":
             torch.cuda.synchronize()
@@ -108,9 +117,9 @@ def median_time(fn: Callable[[], object], device: str, min_reps: int = 3, max_re
         return time.perf_counter() - t0
 
     first = once()  # warm-up
-    budget = 0.2 if first < 0.5 else 0.0  # slow cases: just min_reps
+    min_reps = 1 if first > 1.0 else 3
     times: list[float] = []
-    while len(times) < min_reps or (sum(times) < budget and len(times) < max_reps):
+    while len(times) < min_reps or (sum(times) < 0.3 and len(times) < max_reps):
         times.append(once())
     return statistics.median(times)
 
@@ -283,7 +292,8 @@ def plot_scaling(rows: list[dict], lengths, path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", nargs="+", default=None, help="registered names (default: all)")
+    ap.add_argument("--layers", nargs="+", default=None,
+                    help="registered names, or 'all' (default: one per family)")  # fmt: skip
     ap.add_argument("--devices", nargs="+", default=None, help="default: cpu, and cuda when present")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
@@ -296,7 +306,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    names = args.layers or list_layers()
+    names = list_layers() if args.layers == ["all"] else args.layers or list(DEFAULT_LAYERS)
     unknown = sorted(set(names) - set(list_layers()))
     if unknown:
         raise SystemExit(f"unknown layer(s) {unknown}; registered: {', '.join(list_layers())}")

@@ -250,19 +250,45 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         y, new, _ = self.trace_step(x_t, state)
         return y, new
 
+    def merged_weights(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The controller and the counter cells as one ``(hidden + k)``-unit LSTM: input weight
+        ``[4(H+k), input]``, recurrent weight ``[4(H+k), H+k]`` and bias ``[4(H+k)]``, gate
+        blocks ``i, f, c̃, o`` each ordered ``[controller; counters]`` (the recurrent input
+        ``[h; e]`` is the merged hidden state)."""
+        H, k, n = self.hidden_size, self.counters, self.input_size
+        w = torch.cat([self.weight.view(4, H, -1), self.counter_weight.view(4, k, -1)], 1)
+        b = torch.cat([self.bias.view(4, H), self.counter_bias.view(4, k)], 1)
+        w = w.reshape(4 * (H + k), -1)
+        return w[:, :n], w[:, n:], b.reshape(-1)
+
     def forward(self, x: Tensor, state: CounterLSTMState | None = None, mask: Tensor | None = None):
-        """Fast path: both input projections for all steps at once, then the loop."""
+        """Fast path (same numbers as the reference ``step``): the controller and the counter
+        cells merged into one ``(H+k)``-unit LSTM step (:meth:`merged_weights`), the input
+        projection for all steps in one matrix product, then per step one ``addmm`` and six
+        elementwise operations."""
         state, mask = self.check_inputs(x, state, mask)
-        px, pc = self._project(x)
-        pre = torch.cat([px, pc], -1)
-        split = 4 * self.hidden_size
+        H, k = self.hidden_size, self.counters
+        w_in, w_rec, b = self.merged_weights()
+        pre = F.linear(x, w_in, b)  # [B, T, 4(H+k)]
+        w_rec_t = w_rec.t()
+        identity = self.cell_activation == "identity"
 
-        def step(p_t: Tensor, s: CounterLSTMState):
-            y, new, _ = self._step_parts(p_t[:, :split], p_t[:, split:], s)
-            return y, new
+        def step(p_t: Tensor, hc: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+            h, c = hc
+            gates = torch.addmm(p_t, h, w_rec_t)
+            act = torch.sigmoid(gates)
+            i, f, _, o = act.chunk(4, 1)
+            g = torch.tanh(gates[:, 2 * (H + k) : 3 * (H + k)])
+            c = torch.addcmul(f * c, i, g)
+            exposed = torch.tanh(c)
+            if identity:
+                exposed = torch.cat([exposed[:, :H], c[:, H:]], 1)
+            h = o * exposed
+            return h, (h, c)
 
-        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=step)
-        return y, state
+        hc = (torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1))
+        y, (h, c), _ = self._loop(pre, hc, mask, with_trace=False, step=step)  # type: ignore[arg-type]
+        return y, CounterLSTMState(h[:, :H], c[:, :H], c[:, H:], h[:, H:])
 
 
 register_layer(

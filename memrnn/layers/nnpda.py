@@ -20,15 +20,120 @@ from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int
+from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int, use_buckets
+from memrnn.ops.buckets import TokenBuckets, final_by_length
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
 from memrnn.ops.tensor import third_order
 
 Action = Literal["identity", "sigmoid", "clamp"]
 ACTIONS = ("identity", "sigmoid", "clamp")
+
+
+def _reading_grad(top: Tensor, g_reading: Tensor) -> Tensor:
+    """Backward of :func:`stack_reading` ``R = (K_0, 1 − max K_0)``: ``∂/∂K_0 [B, m2]``, the
+    max's gradient split evenly over ties (as ``torch.amax``)."""
+    m2 = top.shape[-1]
+    at_max = (top == top.amax(-1, keepdim=True)).to(top.dtype)
+    return g_reading[:, :m2] - g_reading[:, m2:] * at_max / at_max.sum(-1, keepdim=True)
+
+
+class _NNPDASequence(torch.autograd.Function):
+    """Definition 3.6 over a whole one-hot sequence with hand-written backpropagation through time.
+
+    Forward, per step: ``R^t``, ``z = W[·,·,k_t,·] (Q^t ⊗ R^t)`` as one bucketed ``bmm``
+    (:class:`memrnn.ops.buckets.TokenBuckets`), ``Q^{t+1} = h_H(z_Q − 1/2)``, the actions and
+    ``π(p+, p−, C)`` as three ``addcmul`` over the shifted windows of ``[C; K; tail]``
+    (one buffer per step), with no autograd graph.  Returns every state: ``Q [B, T+1, n]``,
+    ``K [B, T+1, D, m2]``, ``tail [B, T+1, m2]`` (index 0: the initial state).  Backward: the
+    transposed step by hand (the mix as ``bmm``s, the ``h_H`` derivatives, the reading's
+    max), ``∂W`` once per sequence.  ``H`` is a constant here (a learned ``H`` takes the
+    autograd path).  Equal to the reference loop (``tests/layers/test_fast_paths.py``)."""
+
+    @staticmethod
+    def forward(ctx, weight, sensitivity, q0, stack0, tail0, buckets, action):  # type: ignore[override]
+        O, n, m1, L = weight.shape
+        B, D, m2 = stack0.shape
+        T = buckets.slots.shape[0]
+        H = float(sensitivity)
+        wk = weight.permute(2, 1, 3, 0).reshape(m1, n * L, O)  # wk[k, j·L + l, o] = W[o, j, k, l]
+        mix = weight.new_tensor([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]])  # (p+, p−) -> mix weights
+        e1 = weight.new_tensor([0.0, 1.0, 0.0])
+        Q = q0.new_empty(B, T + 1, n)
+        P = stack0.new_zeros(B, T + 1, D + 2, m2)  # [C_{t+1}; K^t; tail^t] per step
+        Z = q0.new_empty(B, T, O)
+        Wmix = q0.new_empty(B, T, 3)
+        Q[:, 0], P[:, 0, 1 : D + 1], P[:, 0, D + 1] = q0, stack0, tail0
+        q, const = q0, q0.new_full((1, 1, 1), -H / 2)
+        for t in range(T):
+            Pt = P[:, t]
+            r = stack_reading(Pt[:, 1])
+            z = buckets.contract(t, (q[:, :, None] * r[:, None, :]).reshape(B, n * L), wk)
+            Z[:, t] = z
+            q = torch.sigmoid(z[:, :n] * H - H / 2)
+            a = z[:, n:]
+            if action == "sigmoid":
+                a = torch.sigmoid(a * H - H / 2)
+            elif action == "clamp":
+                a = a.clamp(0.0, 1.0)
+            Pt[:, 0] = a[:, 2:]
+            w = torch.addmm(e1, a[:, :2], mix)  # (p+, 1 − p+ − p−, p−) [B, 3]
+            Wmix[:, t] = w
+            wh = (w * H)[:, :, None, None]
+            mixed = torch.addcmul(const, Pt[:, 1 : D + 1], wh[:, 1])  # H·(mix − 1/2)
+            mixed.addcmul_(Pt[:, :D], wh[:, 0]).addcmul_(Pt[:, 2:], wh[:, 2])
+            P[:, t + 1, 1 : D + 1] = torch.sigmoid(mixed)
+            P[:, t + 1, D + 1] = torch.sigmoid(Pt[:, D + 1] * H - H / 2)
+            Q[:, t + 1] = q
+        ctx.buckets, ctx.action, ctx.H = buckets, action, H
+        ctx.save_for_backward(weight, Q, P, Z, Wmix)
+        return Q, P[:, :, 1 : D + 1], P[:, :, D + 1]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, gQ, gK, gtail):  # type: ignore[override]
+        weight, Q, P, Z, Wmix = ctx.saved_tensors
+        buckets: TokenBuckets = ctx.buckets
+        H, action = ctx.H, ctx.action
+        sig_back = torch.ops.aten.sigmoid_backward
+        O, n, m1, L = weight.shape
+        B, T1, D2, m2 = P.shape
+        T, D = T1 - 1, D2 - 2
+        wkt = weight.permute(2, 0, 1, 3).reshape(m1, O, n * L)  # [m1, O, n·L]
+        mix_t = weight.new_tensor([[1.0, 0.0], [-1.0, -1.0], [0.0, 1.0]])
+        GZ = torch.empty_like(Z)
+        gq, gs, gt = gQ[:, T], gK[:, T], gtail[:, T]
+        for t in range(T, 0, -1):
+            Pt, w, z, q = P[:, t - 1], Wmix[:, t - 1], Z[:, t - 1], Q[:, t - 1]
+            gmix = (sig_back(gs, P[:, t, 1 : D + 1]) * H).reshape(B, D * m2, 1)
+            windows = [Pt[:, i : i + D].reshape(B, 1, D * m2) for i in range(3)]  # above, K, below
+            gw = torch.cat([torch.bmm(v, gmix)[:, 0] for v in windows], 1)  # ∂/∂(p+, 1 − p+ − p−, p−)
+            G = torch.bmm(w[:, :, None], gmix.view(B, 1, D * m2)).view(B, 3, D, m2)
+            g_stack = G[:, 1]
+            g_stack[:, :-1] += G[:, 0, 1:]
+            g_stack[:, 1:] += G[:, 2, :-1]
+            g_tail = sig_back(gt, P[:, t, D + 1]) * H + G[:, 2, -1]
+            ga = torch.cat([gw @ mix_t, G[:, 0, 0]], 1)
+            if action == "sigmoid":
+                ga = sig_back(ga, torch.sigmoid(z[:, n:] * H - H / 2)) * H
+            elif action == "clamp":
+                ga = ga * ((z[:, n:] >= 0) & (z[:, n:] <= 1)).to(ga.dtype)
+            gz = torch.cat([sig_back(gq, Q[:, t]) * H, ga], 1)
+            GZ[:, t - 1] = gz
+            top = Pt[:, 1]
+            gqr = buckets.contract(t - 1, gz, wkt).view(B, n, L)
+            g_stack[:, 0] += _reading_grad(top, (gqr * q[:, :, None]).sum(1))
+            gq = gQ[:, t - 1] + (gqr * stack_reading(top)[:, None, :]).sum(-1)
+            gs = gK[:, t - 1] + g_stack
+            gt = gtail[:, t - 1] + g_tail
+        R = stack_reading(P[:, :-1, 1])  # [B, T, L]
+        QR = (Q[:, :-1, :, None] * R[:, :, None, :]).reshape(B, T, n * L)
+        dwk = buckets.weight_grad(QR, GZ)  # [m1, n·L, O]
+        grad_w = dwk.view(m1, n, L, O).permute(3, 1, 0, 2)
+        return grad_w, None, gq, gs, gt, None, None
 
 
 class NNPDAState(NamedTuple):
@@ -71,6 +176,9 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             (``p+ > 1/2``) meets a full window (``‖K_{D−1}‖∞ > 1/2``).  Otherwise the bottom
             cell is dropped and ``trace`` reports ``overflow``.
         output: ``"state_and_reading"`` (default) or ``"state"``.
+        fused: one-hot sequences run as one :class:`_NNPDASequence` (bucketed contraction,
+            hand-written backward; the default) unless ``strict`` or a learned ``H`` asks for the
+            step-by-step path under autograd; ``False`` always takes that path.  Same numbers.
 
     Parameters (index order as in the paper: output, state ``j``, input ``k``, reading ``l``):
     ``weight_q`` ``(W_Q)_i^{jkl}`` ``[n, n, m1, m2+1]``, ``weight_push`` / ``weight_pop``
@@ -90,6 +198,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         one_hot_input: bool | None = None,
         strict: bool = False,
         output: Literal["state_and_reading", "state"] = "state_and_reading",
+        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -112,11 +221,12 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             stack_symbols,
             depth,
         )
-        self.action, self.one_hot_input, self.strict, self.output = (
+        self.action, self.one_hot_input, self.strict, self.output, self.fused = (
             action,
             one_hot_input,
             strict,
             output,
+            fused,
         )
         self.output_size = num_states + (stack_symbols + 1 if output == "state_and_reading" else 0)
         n, m1, L = num_states, input_size, stack_symbols + 1
@@ -141,7 +251,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         return (
             f"{self.input_size}, num_states={self.num_states}, stack_symbols={self.stack_symbols}, "
             f"depth={self.depth}, sensitivity={float(self.sensitivity):g}, action={self.action!r}, "
-            f"one_hot_input={self.one_hot_input}, strict={self.strict}, output={self.output!r}"
+            f"one_hot_input={self.one_hot_input}, strict={self.strict}, output={self.output!r}, fused={self.fused}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> NNPDAState:
@@ -240,6 +350,10 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         weight = self.weight()
         flags: list[Tensor] = []
         ids = input_ids(x, mask, self.one_hot_input, type(self).__name__)
+        if ids is not None and self.fused and not self.strict and not self.sensitivity.requires_grad:
+            buckets = TokenBuckets(ids, self.input_size)
+            if use_buckets(buckets, x.shape[0]):
+                return self._fused(weight, buckets, state, mask)
         if ids is not None:
             seq = ids[..., None]
 
@@ -262,6 +376,21 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             f = torch.stack(flags, 1)
             self._raise_overflow(f if mask is None else f & mask)
         return y, state
+
+    def _fused(
+        self, weight: Tensor, buckets: TokenBuckets, state: NNPDAState, mask: Tensor | None
+    ) -> tuple[Tensor, NNPDAState]:
+        """:class:`_NNPDASequence`, then the outputs and each row's final state (right padding:
+        the state after the row's last real step)."""
+        Q, K, tails = _NNPDASequence.apply(
+            weight, self.sensitivity, state.q, state.stack, state.tail, buckets, self.action
+        )
+        y = Q[:, 1:] if self.output == "state" else torch.cat([Q[:, 1:], stack_reading(K[:, 1:, 0])], -1)
+        lengths = None
+        if mask is not None:
+            y, lengths = y * mask[..., None], mask.sum(1)
+        final = NNPDAState(*(final_by_length(v, lengths) for v in (Q, K, tails)))
+        return y, final
 
     def trace(
         self, x: Tensor, state: NNPDAState | None = None, mask: Tensor | None = None

@@ -1,0 +1,75 @@
+"""Token buckets: the input-indexed contractions of higher-order RNNs at the cost of the symbols
+actually read.
+
+A second- or third-order layer with a one-hot input ``k`` multiplies each row by its own weight
+slice: ``z_b = v_b W[k_b]`` with ``W [m, d_in, d_out]`` (``v`` is the state, or the state ⊗
+stack reading).  The dense way computes ``v_b W[k]`` for every ``k`` and keeps one (``m``
+times the work); gathering the slices copies ``B`` weight matrices per step.  Buckets instead
+place row ``b`` in slot ``rank_b`` of bucket ``k_b`` (``rank_b``: how many earlier rows read the
+same symbol at that step), multiply all buckets in one ``bmm`` ``[m, c, d_in] × [m, d_in, d_out]``
+(``c``: the largest bucket over the sequence) and read the rows back: ``m·c·d_in·d_out``
+multiply-adds per step instead of ``B·m·d_in·d_out`` (``c ≤ B``; about ``B/m`` for balanced
+symbols).  The ids are known for the whole sequence, so the slots are computed once.
+
+The weight gradient needs no per-step work: ``dW[k] = Σ_{(b,t): k_bt = k} v_btᵀ g_bt`` is one
+matrix product per symbol over the whole sequence (:meth:`TokenBuckets.weight_grad`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+class TokenBuckets:
+    """Bucket slots of the ids ``[B, T]`` (values in ``[0, m)``, checked by the caller).
+
+    Attributes: ``slots [T, B]`` (flat slot ``k_b·c + rank_b`` of each row at each step),
+    ``capacity`` ``c``, ``num_symbols`` ``m``.
+    """
+
+    def __init__(self, ids: Tensor, num_symbols: int) -> None:
+        if ids.dim() != 2:
+            raise ValueError(f"ids must be [batch, time], got shape {tuple(ids.shape)}")
+        self.ids, self.num_symbols = ids, num_symbols
+        B, T = ids.shape
+        if B == 0 or T == 0:
+            self.capacity, self.slots = 1, ids.new_zeros(T, B)
+            return
+        tm = ids.t()  # [T, B]
+        one_hot = torch.nn.functional.one_hot(tm, num_symbols)  # [T, B, m]
+        rank = one_hot.cumsum(1).gather(2, tm[..., None])[..., 0] - 1  # [T, B]
+        self.capacity = int(rank.max()) + 1  # the one host sync
+        self.slots = tm * self.capacity + rank
+
+    def contract(self, t: int, v: Tensor, weight: Tensor) -> Tensor:
+        """``z_b = v_b @ weight[k_bt]`` for step ``t``: ``v [B, d_in]``, ``weight [m, d_in, d_out]``
+        -> ``[B, d_out]``."""
+        m, d_in, d_out = weight.shape
+        buf = v.new_zeros(m * self.capacity, d_in).index_copy_(0, self.slots[t], v)
+        out = torch.bmm(buf.view(m, self.capacity, d_in), weight)
+        return out.view(m * self.capacity, d_out).index_select(0, self.slots[t])
+
+    def weight_grad(self, v: Tensor, g: Tensor) -> Tensor:
+        """``dW [m, d_in, d_out]`` with ``dW[k] = Σ_{(b,t): k_bt = k} v_btᵀ g_bt`` for ``v [B, T,
+        d_in]``, ``g [B, T, d_out]`` (one matrix product per symbol that occurs)."""
+        d_in, d_out = v.shape[-1], g.shape[-1]
+        flat = self.ids.reshape(-1)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=self.num_symbols).tolist()
+        vs = v.reshape(-1, d_in).index_select(0, order).split(counts)
+        gs = g.reshape(-1, d_out).index_select(0, order).split(counts)
+        out = v.new_zeros(self.num_symbols, d_in, d_out)
+        for k, (vk, gk) in enumerate(zip(vs, gs, strict=True)):
+            if len(vk):
+                torch.mm(vk.t(), gk, out=out[k])
+        return out
+
+
+def final_by_length(states: Tensor, lengths: Tensor | None) -> Tensor:
+    """``states [B, T+1, ...]`` (initial state first) -> each row's state after its last real
+    step ``[B, ...]`` (``lengths None``: the last)."""
+    if lengths is None:
+        return states[:, -1]
+    idx = lengths.view(-1, *([1] * (states.dim() - 1))).expand(-1, 1, *states.shape[2:])
+    return states.gather(1, idx)[:, 0]

@@ -1,0 +1,160 @@
+"""Fast paths equal the reference loops: outputs, final states and every gradient (parameters,
+initial state, learned sensitivity), with right padding, in float64 (to rounding) and float32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.layers import NNPDA, CounterLSTM, SecondOrderRNN
+from memrnn.layers.nnpda import NNPDAState
+from memrnn.layers.second_order import SecondOrderState
+from memrnn.ops.buckets import TokenBuckets
+
+TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
+
+
+def _loss(y, state):
+    w = torch.linspace(-1, 1, y.shape[-1], dtype=y.dtype)
+    return (y * w).sum() + sum((v**2).sum() for v in state)
+
+
+def _compare(fast, ref, x, state, mask, dtype):
+    out = []
+    for model, inp in ((fast, x), (ref, x)):
+        y, s = model(inp, state, mask)
+        grads = torch.autograd.grad(_loss(y, s), [*state, *model.parameters()])
+        out.append((y, s, grads))
+    (y1, s1, g1), (y2, s2, g2) = out
+    tol = TOL[dtype]
+    torch.testing.assert_close(y1, y2, atol=tol, rtol=tol)
+    for a, b in zip(s1, s2, strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, atol=tol * 10, rtol=tol * 10)
+
+
+def _mask(B, T, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, T + 1, (B,), generator=g)
+    lengths[0] = T
+    return torch.arange(T)[None] < lengths[:, None]
+
+
+def test_buckets_contract_and_weight_grad():
+    g = torch.Generator().manual_seed(1)
+    B, T, m, d_in, d_out = 9, 5, 4, 3, 2
+    ids = torch.randint(0, m, (B, T), generator=g)
+    ids[:, 2] = 1  # one symbol at every row: a full bucket
+    w = torch.randn(m, d_in, d_out, generator=g, dtype=torch.float64)
+    v = torch.randn(B, T, d_in, generator=g, dtype=torch.float64)
+    gr = torch.randn(B, T, d_out, generator=g, dtype=torch.float64)
+    bk = TokenBuckets(ids, m)
+    assert bk.capacity == B
+    for t in range(T):
+        expect = torch.stack([v[b, t] @ w[ids[b, t]] for b in range(B)])
+        torch.testing.assert_close(bk.contract(t, v[:, t], w), expect)
+    dw = torch.zeros_like(w)
+    for b in range(B):
+        for t in range(T):
+            dw[ids[b, t]] += torch.outer(v[b, t], gr[b, t])
+    torch.testing.assert_close(bk.weight_grad(v, gr), dw)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("learn", [False, True])
+def test_second_order_fused_equals_reference(dtype, learn):
+    torch.manual_seed(0)
+    B, T, m, n = 16, 9, 5, 7
+    fast = SecondOrderRNN(m, n, sensitivity=2.0, learn_sensitivity=learn, dtype=dtype)
+    ref = SecondOrderRNN(
+        m, n, sensitivity=2.0, learn_sensitivity=learn, fused=False, one_hot_input=False, dtype=dtype
+    )
+    ref.load_state_dict(fast.state_dict())
+    ids = torch.randint(0, m, (B, T))
+    x = F.one_hot(ids, m).to(dtype)
+    s0 = SecondOrderState(torch.rand(B, n, dtype=dtype, requires_grad=True))
+    _compare(fast, ref, x, s0, _mask(B, T), dtype)
+    _compare(fast, ref, x, s0, None, dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
+@pytest.mark.parametrize("output", ["state_and_reading", "state"])
+def test_nnpda_fused_equals_reference(dtype, action, output):
+    torch.manual_seed(0)
+    B, T, m1, n, m2, D = 24, 8, 3, 4, 2, 5
+    kw = {"depth": D, "sensitivity": 3.0, "action": action, "output": output, "dtype": dtype}
+    fast = NNPDA(m1, n, m2, **kw)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.uniform_(-0.3, 0.8)  # actions across the clamp's kinks and the sigmoid's range
+    ref = NNPDA(m1, n, m2, fused=False, one_hot_input=False, **kw)
+    ref.load_state_dict(fast.state_dict())
+    x = F.one_hot(torch.randint(0, m1, (B, T)), m1).to(dtype)
+    cells = torch.rand(B, D, m2, dtype=dtype) * (torch.rand(B, D, 1) > 0.4)  # exact zeros: ties
+    state = NNPDAState(
+        torch.rand(B, n, dtype=dtype).requires_grad_(),
+        cells.requires_grad_(),
+        torch.zeros(B, m2, dtype=dtype, requires_grad=True),
+    )
+    _compare(fast, ref, x, state, _mask(B, T), dtype)
+    _compare(fast, ref, x, state, None, dtype)
+
+
+def test_nnpda_fused_path_is_taken_and_falls_back():
+    """Fused by default for one-hot input; strict mode and a learned H take the autograd path
+    (which still agrees)."""
+    torch.manual_seed(0)
+    x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).double()
+    fast = NNPDA(3, 4, 2, depth=8, dtype=torch.float64)
+    y, _ = fast(x)
+    seq_nodes = {type(n).__name__ for n in _graph_nodes(fast(x)[0])}
+    assert any("NNPDASequence" in name for name in seq_nodes)
+    strict = NNPDA(3, 4, 2, depth=8, strict=True, dtype=torch.float64)
+    strict.load_state_dict(fast.state_dict())
+    torch.testing.assert_close(strict(x)[0], y)
+    assert not any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(strict(x)[0]))
+
+
+def _graph_nodes(t):
+    seen, todo = [], [t.grad_fn]
+    while todo:
+        n = todo.pop()
+        if n is None or n in seen:
+            continue
+        seen.append(n)
+        todo.extend(f for f, _ in n.next_functions)
+    return seen
+
+
+@pytest.mark.parametrize("activation", ["identity", "tanh"])
+def test_counter_lstm_merged_step_equals_reference(activation):
+    torch.manual_seed(0)
+    dtype = torch.float64
+    layer = CounterLSTM(3, 5, counters=2, cell_activation=activation, dtype=dtype)
+    x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
+    st = layer.initial_state(6, dtype=dtype)
+    st = type(st)(*(torch.randn_like(v).requires_grad_() for v in st))
+    mask = _mask(6, 7)
+    res = []
+    for fwd in (layer.forward, lambda *a: MemoryLayer.forward(layer, *a)):
+        y, s = fwd(x, st, mask)
+        res.append((y, s, torch.autograd.grad(_loss(y, s), [x, *st, *layer.parameters()])))
+    (y1, s1, g1), (y2, s2, g2) = res
+    torch.testing.assert_close(y1, y2)
+    for a, b in zip([*s1, *g1], [*s2, *g2], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_fused_paths_on_cuda_match_cpu():
+    torch.manual_seed(0)
+    x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).float()
+    for layer in (NNPDA(3, 4, 2, depth=8), SecondOrderRNN(3, 4)):
+        y_cpu, _ = layer(x)
+        y_gpu, _ = layer.cuda()(x.cuda())
+        torch.testing.assert_close(y_gpu.cpu(), y_cpu, atol=1e-5, rtol=1e-5)
