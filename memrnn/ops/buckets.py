@@ -36,9 +36,13 @@ class TokenBuckets:
         if B == 0 or T == 0:
             self.capacity, self.slots = 1, ids.new_zeros(T, B)
             return
-        tm = ids.t()  # [T, B]
-        one_hot = torch.nn.functional.one_hot(tm, num_symbols)  # [T, B, m]
-        rank = one_hot.cumsum(1).gather(2, tm[..., None])[..., 0] - 1  # [T, B]
+        tm = ids.t().contiguous()  # [T, B]
+        # rank of each row among the rows reading the same symbol at that step, by a stable sort
+        # per step (O(T·B) memory whatever the vocabulary)
+        ordered, order = torch.sort(tm, dim=1, stable=True)
+        first = torch.searchsorted(ordered, ordered)  # index of each symbol's first row
+        positions = torch.arange(B, device=ids.device).expand(T, B)
+        rank = torch.empty_like(tm).scatter_(1, order, positions - first)
         self.capacity = int(rank.max()) + 1  # the one host sync
         self.slots = tm * self.capacity + rank
 
