@@ -165,49 +165,42 @@ def _stats(vals: list[float]) -> tuple[float, float]:
     return statistics.fmean(vals), (statistics.stdev(vals) if len(vals) > 1 else 0.0)
 
 
+def _table(rows: list[dict], models: list[str], tasks: list[str], key: str, cell) -> list[str]:
+    """A markdown table, one row per model and one column per task; ``cell(model, task,
+    values)`` formats the non-missing ``row[key]`` values of that model and task."""
+    lines = ["| model | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for m in models:
+        cells = []
+        for t in tasks:
+            vals = [r[key] for r in rows if r["model"] == m and r["task"] == t and r[key] is not None]
+            cells.append(cell(m, t, vals) if vals else "")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _mae_cell(m: str, t: str, vals: list[float]) -> str:
+    mu, sd = _stats(vals)
+    mark = "**" if mu < 0.01 and sd < 0.01 else ""
+    return f"{mark}{mu:.3f} ± {sd:.3f}{mark} [{PAPER_MAE[m][t]:.2f}]"
+
+
+def _seconds_cell(m: str, t: str, vals: list[float]) -> str:
+    mu, sd = _stats(vals)
+    paper = PAPER_SECONDS.get(m, {}).get(t)
+    return f"{mu:.2f} ± {sd:.2f}" + (f" [{paper}]" if paper else "")
+
+
 def summary(rows: list[dict], args: argparse.Namespace) -> str:
     tasks = [t for t in (*NTM_TASKS, *LANGUAGE_TASKS) if t in args.tasks]
     models = [m for m in MODELS if m in args.models]
     lines = [f"Mean absolute test error ± std (repeats: {args.repeats}, GRU {args.gru_repeats}); [paper]\n"]
-    lines.append("| model | " + " | ".join(tasks) + " |")
-    lines.append("|---" * (len(tasks) + 1) + "|")
-    for m in models:
-        cells = []
-        for t in tasks:
-            vals = [row["mae"] for row in rows if row["model"] == m and row["task"] == t]
-            if not vals:
-                cells.append("")
-                continue
-            mu, sd = _stats(vals)
-            mark = "**" if mu < 0.01 and sd < 0.01 else ""
-            cells.append(f"{mark}{mu:.3f} ± {sd:.3f}{mark} [{PAPER_MAE[m][t]:.2f}]")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += _table(rows, models, tasks, "mae", _mae_cell)
     lines.append(
         f"\nWord accuracy (the verdict at each word's end), mean; near misses: {args.negatives:.0%}\n"
     )
-    lines.append("| model | " + " | ".join(tasks) + " |")
-    lines.append("|---" * (len(tasks) + 1) + "|")
-    for m in models:
-        cells = []
-        for t in tasks:
-            vals = [row["word_accuracy"] for row in rows if row["model"] == m and row["task"] == t]
-            vals = [v for v in vals if v is not None]
-            cells.append(f"{statistics.fmean(vals):.3f}" if vals else "")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += _table(rows, models, tasks, "word_accuracy", lambda m, t, v: f"{statistics.fmean(v):.3f}")
     lines.append("\nSeconds per repeat (train + test), mean ± std; [paper, 2017 laptop]\n")
-    lines.append("| model | " + " | ".join(tasks) + " |")
-    lines.append("|---" * (len(tasks) + 1) + "|")
-    for m in models:
-        cells = []
-        for t in tasks:
-            vals = [row["seconds"] for row in rows if row["model"] == m and row["task"] == t]
-            if not vals:
-                cells.append("")
-                continue
-            mu, sd = _stats(vals)
-            paper = PAPER_SECONDS.get(m, {}).get(t)
-            cells.append(f"{mu:.2f} ± {sd:.2f}" + (f" [{paper}]" if paper else ""))
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += _table(rows, models, tasks, "seconds", _seconds_cell)
     if "gru" in models and "ldn-rsm" in models:
         ratios = []
         for t in tasks:
