@@ -21,7 +21,8 @@ compared with each other; ``tanh``: torch's LSTM)::
 Counting is ``i' = f' = 1`` with direction ``d = ±1``; resetting is ``i' = f' = 0``.  Both
 layers output ``[h_t; e_t]`` (``output_size = hidden_size + counters``); ``trace`` reports the
 counters (``counters [B, T, k]``) and their moves.  ``forward`` hoists the input projection
-out of the time loop (one matrix product for all steps), the rest of the step is the reference.
+out of the time loop (one matrix product for all steps) and runs the recurrence as one
+autograd Function with hand-written backpropagation through time (:mod:`memrnn.ops.bptt`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from torch import Tensor, nn
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.elman import ACTIVATIONS, _positive, _resolve
+from memrnn.ops.bptt import CounterRNNSequence, LSTMSequence
+from memrnn.ops.buckets import final_by_length
 
 CELL_ACTIVATIONS = {"identity": lambda x: x, "tanh": torch.tanh}
 
@@ -57,6 +60,8 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         hidden_size: controller units.
         counters: number of counters ``k``.
         activation: the controller's ``σ`` (``tanh``, ``relu``, ``sigmoid``, ...).
+        fused: ``forward`` runs :class:`memrnn.ops.bptt.CounterRNNSequence` (the default);
+            ``False``: the reference step loop under autograd.  Same numbers either way.
 
     Parameters: ``weight [hidden, input + hidden + k]``, ``bias [hidden]``,
     ``counter_weight [2k, input + hidden + k]`` (INC rows, then DEC rows), ``counter_bias [2k]``.
@@ -68,6 +73,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         hidden_size: int,
         counters: int = 1,
         activation: str = "tanh",
+        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -78,6 +84,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         _positive("counters", counters)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
+        self.fused = bool(fused)
         self.output_size = hidden_size + counters
         fk = {"device": device, "dtype": dtype}
         z = input_size + hidden_size + counters
@@ -96,7 +103,8 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, activation={self.activation!r}"
+            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, activation={self.activation!r}, "
+            f"fused={self.fused}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ReLUCounterState:
@@ -133,17 +141,27 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         return y, new
 
     def forward(self, x: Tensor, state: ReLUCounterState | None = None, mask: Tensor | None = None):
-        """Fast path: both input projections for all steps at once ``[B, T, ·]``, then the loop."""
+        """Fast path (same numbers as the reference ``step``, to rounding): both input projections
+        for all steps in one matrix product ``[B, T, hidden + 2k]``, then
+        :class:`memrnn.ops.bptt.CounterRNNSequence` (no autograd graph per step, hand-written
+        backpropagation through time); ``fused=False``: the reference loop."""
+        if not self.fused:
+            return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
-        px, pc = self._project(x)
-        pre = torch.cat([px, pc], -1)
-
-        def step(p_t: Tensor, s: ReLUCounterState):
-            y, new, _, _ = self._step_parts(p_t[:, : self.hidden_size], p_t[:, self.hidden_size :], s)
-            return y, new
-
-        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=step)
-        return y, state
+        n, H, k = self.input_size, self.hidden_size, self.counters
+        w = torch.cat([self.weight, self.counter_weight], 0)  # [H + 2k, input + H + k]
+        b = torch.cat([self.bias, self.counter_bias])
+        r0 = torch.cat([state.h, state.up - state.down], 1)
+        act = ACTIVATIONS[self.activation]
+        rs, moves = CounterRNNSequence.apply(x, w[:, :n], b, w[:, n:], r0, H, act)
+        y = rs[:, 1:]
+        if mask is not None:
+            y = y.masked_fill(~mask[..., None], 0)
+            moves = moves.masked_fill(~mask[..., None], 0)
+        r = final_by_length(rs, None if mask is None else mask.sum(1))
+        up = state.up + moves[..., :k].sum(1)
+        down = state.down + moves[..., k:].sum(1)
+        return y, ReLUCounterState(r[:, :H], up, down)
 
 
 class CounterLSTMState(NamedTuple):
@@ -167,6 +185,8 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; seed 004
             footnote 3: counters can be compared) or ``tanh``.
         forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
+        fused: ``forward`` runs :class:`memrnn.ops.bptt.LSTMSequence` (the default); ``False``:
+            the reference step loop under autograd.  Same numbers either way.
 
     Parameters: ``weight [4·hidden, input + hidden + k]``, ``bias [4·hidden]`` (gate order
     ``i, f, c̃, o`` as ``nn.LSTM``); ``counter_weight [4k, input + hidden + k]``,
@@ -180,6 +200,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         counters: int = 1,
         cell_activation: str = "identity",
         forget_bias: float = 1.0,
+        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -190,6 +211,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         _positive("counters", counters)
         self.cell_activation = _resolve(cell_activation, CELL_ACTIVATIONS, "cell_activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
+        self.fused = bool(fused)
         self.output_size = hidden_size + counters
         self.forget_bias = float(forget_bias)
         fk = {"device": device, "dtype": dtype}
@@ -211,7 +233,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, counters={self.counters}, "
-            f"cell_activation={self.cell_activation!r}, forget_bias={self.forget_bias}"
+            f"cell_activation={self.cell_activation!r}, forget_bias={self.forget_bias}, fused={self.fused}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> CounterLSTMState:
@@ -262,32 +284,29 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         return w[:, :n], w[:, n:], b.reshape(-1)
 
     def forward(self, x: Tensor, state: CounterLSTMState | None = None, mask: Tensor | None = None):
-        """Fast path (same numbers as the reference ``step``): the controller and the counter
-        cells merged into one ``(H+k)``-unit LSTM step (:meth:`merged_weights`), the input
-        projection for all steps in one matrix product, then per step one ``addmm`` and six
-        elementwise operations."""
+        """Fast path (same numbers as the reference ``step``, to rounding): the controller and the
+        counter cells merged into one ``(H+k)``-unit LSTM (:meth:`merged_weights`), the input
+        projection for all steps in one matrix product, then :class:`memrnn.ops.bptt.LSTMSequence`
+        (no autograd graph per step, hand-written backpropagation through time);
+        ``fused=False``: the reference loop."""
+        if not self.fused:
+            return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         H, k = self.hidden_size, self.counters
+        N = H + k
         w_in, w_rec, b = self.merged_weights()
-        pre = F.linear(x, w_in, b)  # [B, T, 4(H+k)]
-        w_rec_t = w_rec.t()
-        identity = self.cell_activation == "identity"
-
-        def step(p_t: Tensor, hc: tuple[Tensor, Tensor]) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-            h, c = hc
-            gates = torch.addmm(p_t, h, w_rec_t)
-            act = torch.sigmoid(gates)
-            i, f, _, o = act.chunk(4, 1)
-            g = torch.tanh(gates[:, 2 * (H + k) : 3 * (H + k)])
-            c = torch.addcmul(f * c, i, g)
-            exposed = torch.tanh(c)
-            if identity:
-                exposed = torch.cat([exposed[:, :H], c[:, H:]], 1)
-            h = o * exposed
-            return h, (h, c)
-
-        hc = (torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1))
-        y, (h, c), _ = self._loop(pre, hc, mask, with_trace=False, step=step)  # type: ignore[arg-type]
+        order = [3, 0, 1, 2]  # i, f, c̃, o -> o, i, f, c̃ (LSTMSequence's order: sigmoids first)
+        w_in = w_in.view(4, N, -1)[order].reshape(4 * N, -1)
+        w_rec = w_rec.view(4, N, N)[order].reshape(4 * N, N)
+        b = b.view(4, N)[order].reshape(-1)
+        h0, c0 = torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1)
+        tanh_units = N if self.cell_activation == "tanh" else H
+        hs, cs = LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+        y = hs[:, 1:]
+        lengths = None
+        if mask is not None:
+            y, lengths = y.masked_fill(~mask[..., None], 0), mask.sum(1)
+        h, c = final_by_length(hs, lengths), final_by_length(cs, lengths)
         return y, CounterLSTMState(h[:, :H], c[:, :H], c[:, H:], h[:, H:])
 
 

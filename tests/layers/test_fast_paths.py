@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from memrnn.core.layer import MemoryLayer
-from memrnn.layers import NNPDA, CounterLSTM, SecondOrderRNN
+from memrnn.layers import NNPDA, CounterLSTM, ReLUCounter, SecondOrderRNN
 from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
 from memrnn.ops.buckets import TokenBuckets
@@ -130,22 +130,54 @@ def _graph_nodes(t):
     return seen
 
 
-@pytest.mark.parametrize("activation", ["identity", "tanh"])
-def test_counter_lstm_merged_step_equals_reference(activation):
+COUNTER_CASES = [
+    (CounterLSTM, {"cell_activation": "identity"}),
+    (CounterLSTM, {"cell_activation": "tanh"}),
+    *((ReLUCounter, {"activation": a}) for a in ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear")),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("cls", "kwargs"), COUNTER_CASES)
+def test_counter_sequences_equal_reference(cls, kwargs, dtype):
+    """LSTMSequence / CounterRNNSequence against the reference step loop: outputs, final states
+    and gradients for the input, every initial state leaf and every parameter, with and without
+    right padding."""
     torch.manual_seed(0)
-    dtype = torch.float64
-    layer = CounterLSTM(3, 5, counters=2, cell_activation=activation, dtype=dtype)
+    layer = cls(3, 5, counters=2, dtype=dtype, **kwargs)
     x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
     st = layer.initial_state(6, dtype=dtype)
-    st = type(st)(*(torch.randn_like(v).requires_grad_() for v in st))
-    mask = _mask(6, 7)
-    res = []
-    for fwd in (layer.forward, lambda *a: MemoryLayer.forward(layer, *a)):
-        y, s = fwd(x, st, mask)
-        res.append((y, s, torch.autograd.grad(_loss(y, s), [x, *st, *layer.parameters()])))
-    (y1, s1, g1), (y2, s2, g2) = res
-    torch.testing.assert_close(y1, y2)
-    for a, b in zip([*s1, *g1], [*s2, *g2], strict=True):
+    st = type(st)(*(torch.randn_like(v).abs().requires_grad_() for v in st))
+    tol = TOL[dtype]
+    for mask in (None, _mask(6, 7)):
+        res = []
+        for fwd in (layer.forward, lambda *a: MemoryLayer.forward(layer, *a)):
+            y, s = fwd(x, st, mask)
+            res.append((y, s, torch.autograd.grad(_loss(y, s), [x, *st, *layer.parameters()])))
+        (y1, s1, g1), (y2, s2, g2) = res
+        torch.testing.assert_close(y1, y2, atol=tol, rtol=tol)
+        for a, b in zip([*s1, *g1], [*s2, *g2], strict=True):
+            torch.testing.assert_close(a, b, atol=tol * 10, rtol=tol * 10)
+
+
+@pytest.mark.parametrize(("cls", "kwargs"), COUNTER_CASES[::2])
+def test_counter_sequences_partial_graphs(cls, kwargs):
+    """Only the outputs used, only the final state used, an input without gradient, T = 0, and
+    ``fused=False`` (the reference loop) give what the reference gives."""
+    torch.manual_seed(1)
+    dtype = torch.float64
+    fast = cls(4, 3, counters=1, dtype=dtype, **kwargs)
+    ref = cls(4, 3, counters=1, dtype=dtype, fused=False, **kwargs)
+    ref.load_state_dict(fast.state_dict())
+    assert ref.fused is False and "fused=False" in repr(ref)
+    x = torch.randn(5, 6, 4, dtype=dtype)
+    for pick in (lambda y, s: y.sum(), lambda y, s: sum(v.sum() for v in s)):
+        grads = [torch.autograd.grad(pick(*m(x)), list(m.parameters())) for m in (fast, ref)]
+        for a, b in zip(*grads, strict=True):
+            torch.testing.assert_close(a, b)
+    y, s = fast(x[:, :0])
+    assert y.shape == (5, 0, fast.output_size)
+    for a, b in zip(s, fast.initial_state(5, dtype=dtype), strict=True):
         torch.testing.assert_close(a, b)
 
 
@@ -154,7 +186,10 @@ def test_counter_lstm_merged_step_equals_reference(activation):
 def test_fused_paths_on_cuda_match_cpu():
     torch.manual_seed(0)
     x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).float()
-    for layer in (NNPDA(3, 4, 2, depth=8), SecondOrderRNN(3, 4)):
+    for layer in (NNPDA(3, 4, 2, depth=8), SecondOrderRNN(3, 4), CounterLSTM(3, 4, 2), ReLUCounter(3, 4, 2)):
         y_cpu, _ = layer(x)
+        (g_cpu,) = torch.autograd.grad(y_cpu.square().sum(), next(layer.parameters()))
         y_gpu, _ = layer.cuda()(x.cuda())
+        (g_gpu,) = torch.autograd.grad(y_gpu.square().sum(), next(layer.parameters()))
         torch.testing.assert_close(y_gpu.cpu(), y_cpu, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(g_gpu.cpu(), g_cpu, atol=1e-4, rtol=1e-4)
