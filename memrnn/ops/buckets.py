@@ -32,6 +32,7 @@ class TokenBuckets:
         if ids.dim() != 2:
             raise ValueError(f"ids must be [batch, time], got shape {tuple(ids.shape)}")
         self.ids, self.num_symbols = ids, num_symbols
+        self._scratch: dict[tuple, Tensor] = {}
         B, T = ids.shape
         if B == 0 or T == 0:
             self.capacity, self.slots = 1, ids.new_zeros(T, B)
@@ -46,13 +47,22 @@ class TokenBuckets:
         self.capacity = int(rank.max()) + 1  # the one host sync
         self.slots = tm * self.capacity + rank
 
-    def contract(self, t: int, v: Tensor, weight: Tensor) -> Tensor:
+    def contract(self, t: int, v: Tensor, weight: Tensor, out: Tensor | None = None) -> Tensor:
         """``z_b = v_b @ weight[k_bt]`` for step ``t``: ``v [B, d_in]``, ``weight [m, d_in, d_out]``
-        -> ``[B, d_out]``."""
+        -> ``[B, d_out]`` (written into ``out`` when given).
+
+        The bucket buffer is allocated once per ``(d_in, dtype, device)`` and reused: slots no row
+        fills at this step keep stale rows, whose products are never read (rows of a matrix
+        product are independent).  Not for use under autograd (the buffer is written in place).
+        """
         m, d_in, d_out = weight.shape
-        buf = v.new_zeros(m * self.capacity, d_in).index_copy_(0, self.slots[t], v)
-        out = torch.bmm(buf.view(m, self.capacity, d_in), weight)
-        return out.view(m * self.capacity, d_out).index_select(0, self.slots[t])
+        key = (d_in, v.dtype, v.device)
+        buf = self._scratch.get(key)
+        if buf is None:
+            buf = self._scratch[key] = v.new_zeros(m * self.capacity, d_in)
+        buf.index_copy_(0, self.slots[t], v)
+        prod = torch.bmm(buf.view(m, self.capacity, d_in), weight).view(m * self.capacity, d_out)
+        return torch.index_select(prod, 0, self.slots[t], out=out)
 
     def weight_grad(self, v: Tensor, g: Tensor) -> Tensor:
         """``dW [m, d_in, d_out]`` with ``dW[k] = Σ_{(b,t): k_bt = k} v_btᵀ g_bt`` for ``v [B, T,
