@@ -22,6 +22,14 @@ the reservoirs, ``num_states`` for the nnPDA (stack depth fixed at 64), and for 
 constructions the one-hot construction with m = 4 and k = S/4 (LSTM) or S/8 (SRNN) brackets;
 its input size is fixed by k, and the nn.LSTM baseline gets the same input size and state.
 Writes ``throughput.csv``, ``scaling.csv`` and ``scaling.png`` under ``--out``.
+
+Allocator: on Linux the suite re-runs itself with glibc's ``mmap`` disabled
+(``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2**36``).  By default glibc hands every freed block
+over 32 MB back to the kernel and faults it in again, page by page, on the next call; on the
+project's VM that costs ~1 µs per 4 KB page, grows faster than T, and made every layer superlinear
+(nn.LSTM: slope 1.20 and 4.2x the page faults of the tuned heap at T = 4096).  PyTorch's CPU
+tuning guide gives the same advice (a caching allocator: jemalloc or tcmalloc).  It applies to
+the nn.LSTM baseline and the layers alike; ``--system-malloc`` measures glibc's default.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import os
 import platform
 import statistics
 import sys
@@ -290,6 +299,24 @@ def plot_scaling(rows: list[dict], lengths, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+
+def _reexec_with_heap_malloc() -> None:
+    """Run this same command again with :data:`MALLOC_ENV` (module docstring), once, on Linux."""
+    if sys.platform != "linux" or all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return
+    sys.stdout.flush()
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, **MALLOC_ENV})
+
+
+def allocator() -> str:
+    """How this process allocates, for the results header."""
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+        return "glibc heap without mmap (" + " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items()) + ")"
+    return "system malloc"
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", nargs="+", default=None,
@@ -303,7 +330,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-scaling", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--out", default="runs/benchmarks")
+    ap.add_argument("--system-malloc", action="store_true", help="keep glibc's default mmap behaviour")
     args = ap.parse_args(argv)
+    if argv is None and not args.system_malloc:
+        _reexec_with_heap_malloc()
     if args.threads:
         torch.set_num_threads(args.threads)
     names = list_layers() if args.layers == ["all"] else args.layers or list(DEFAULT_LAYERS)
@@ -316,7 +346,7 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
-          f"{torch.get_num_threads()} threads, devices {devices}")  # fmt: skip
+          f"{torch.get_num_threads()} threads, devices {devices}, {allocator()}")  # fmt: skip
     t_start = time.perf_counter()
     all_rows, all_scaling = [], []
     for device in devices:

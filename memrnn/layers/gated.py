@@ -42,13 +42,33 @@ class GRUState(NamedTuple):
     h: Tensor
 
 
+# torch's fused CPU kernels slow down per step once a sequence's workspace outgrows the caches
+# (nn.LSTM, S 64, batch 64 on the 2-core CPU: 2.9x the time for 2x the steps from T 512 to 1024);
+# running them on chunks of this many steps, the state carried over, keeps time linear in T
+# (benchmarks/results/cpu-2core.md) and changes no number (tests/layers/test_gated.py).
+FUSED_CHUNK = 256
+
+
 def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
-    """Run a fused torch RNN, batch first, with right-padded ``mask``.
+    """Run a fused torch RNN, batch first, with right-padded ``mask``, in chunks of
+    :data:`FUSED_CHUNK` steps.
 
     ``hx`` holds batch-first states ``[B, L, H]``; returns ``(y [B, T, H], final states)``,
     with zero outputs past each row's length and each row's state after its last real token
     (rows of length 0 keep their initial state).
     """
+    if x.shape[1] <= FUSED_CHUNK:
+        return _run_fused_chunk(rnn, x, hx, mask)
+    ys = []
+    masks = mask.split(FUSED_CHUNK, 1) if mask is not None else [None] * -(-x.shape[1] // FUSED_CHUNK)
+    for x_c, m_c in zip(x.split(FUSED_CHUNK, 1), masks, strict=True):
+        y, hx = _run_fused_chunk(rnn, x_c, hx, m_c)
+        ys.append(y)
+    return torch.cat(ys, 1), hx
+
+
+def _run_fused_chunk(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
+    """One call of the fused kernel (packed when ``mask`` has padding); as :func:`_run_fused`."""
     batch, steps = x.shape[:2]
     if steps == 0:
         return x.new_zeros(batch, 0, rnn.hidden_size), hx

@@ -72,7 +72,7 @@ class _NNPDASequence(torch.autograd.Function):
         Wh = q0.new_empty(T, B, 3)  # H · (p+, 1 − p+ − p−, p−)
         Q[0], P[0, :, 1 : D + 1], P[0, :, D + 1] = q0, stack0, tail0
         P[T, :, 0] = 0
-        qr = q0.new_empty(B, n, L)
+        qr, mix_buf = q0.new_empty(B, n, L), q0.new_empty(B, D, m2)
         Q_, P_, R_, Z_, W_ = Q.unbind(0), P.unbind(0), R.unbind(0), Z.unbind(0), Wh.unbind(0)
         for s in range(T):
             Ps, Ps1 = P_[s], P_[s + 1]
@@ -88,8 +88,8 @@ class _NNPDASequence(torch.autograd.Function):
                 a = a.clamp(0.0, 1.0)
             Ps[:, 0] = a[:, 2:]
             wh = torch.addmm(e1, a[:, :2], mix, out=W_[s])[:, :, None, None]
-            mixed = torch.addcmul(const, Ps[:, 1 : D + 1], wh[:, 1])  # H·(mix − 1/2)
-            mixed.addcmul_(Ps[:, :D], wh[:, 0]).addcmul_(Ps[:, 2:], wh[:, 2])
+            mixed = torch.mul(Ps[:, 1 : D + 1], wh[:, 1], out=mix_buf)
+            mixed.addcmul_(Ps[:, :D], wh[:, 0]).addcmul_(Ps[:, 2:], wh[:, 2]).sub_(H / 2)  # H·(mix − 1/2)
             torch.sigmoid(mixed, out=Ps1[:, 1 : D + 1])
             torch.sigmoid(torch.add(const, Ps[:, D + 1], alpha=H), out=Ps1[:, D + 1])
         ctx.buckets, ctx.action, ctx.H = buckets, action, H
@@ -118,7 +118,7 @@ class _NNPDASequence(torch.autograd.Function):
         windows = P.as_strided((T, B, 3, D * m2), (st[0], st[1], m2, 1)).unbind(0)
 
         def time_major(g: Tensor | None, shape: tuple[int, ...]) -> tuple[Tensor, ...]:
-            g = P.new_zeros(*shape) if g is None else g.transpose(0, 1).contiguous()
+            g = P.new_zeros(*shape) if g is None else g.transpose(0, 1)
             return g.unbind(0)
 
         gQ_, gK_, gt_ = (time_major(g, (T1, B, *sh)) for g, sh in ((gQ, (n,)), (gK, (D, m2)), (gtail, (m2,))))

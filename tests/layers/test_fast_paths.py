@@ -11,6 +11,7 @@ from memrnn.core.layer import MemoryLayer
 from memrnn.layers import NNPDA, CounterLSTM, ReLUCounter, SecondOrderRNN
 from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
+from memrnn.ops import bptt
 from memrnn.ops.buckets import TokenBuckets
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
@@ -137,12 +138,17 @@ COUNTER_CASES = [
 ]
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    ("dtype", "block"), [(torch.float64, None), (torch.float32, None), (torch.float64, 3)]
+)
 @pytest.mark.parametrize(("cls", "kwargs"), COUNTER_CASES)
-def test_counter_sequences_equal_reference(cls, kwargs, dtype):
+def test_counter_sequences_equal_reference(cls, kwargs, dtype, block, monkeypatch):
     """LSTMSequence / CounterRNNSequence against the reference step loop: outputs, final states
     and gradients for the input, every initial state leaf and every parameter, with and without
-    right padding."""
+    right padding; ``block = 3``: the backward's local derivatives in 3 blocks of 3, 3 and 1
+    steps."""
+    if block is not None:
+        monkeypatch.setattr(bptt, "BLOCK", block)
     torch.manual_seed(0)
     layer = cls(3, 5, counters=2, dtype=dtype, **kwargs)
     x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)

@@ -2,21 +2,25 @@ import pytest
 import torch
 from torch import nn
 
-from memrnn.layers import GRULayer, LSTMLayer
+from memrnn.layers import GRULayer, LSTMLayer, gated
 
 
 @pytest.mark.parametrize("cls", [LSTMLayer, GRULayer])
 @pytest.mark.parametrize(("dtype", "tol"), [(torch.float32, 1e-5), (torch.float64, 1e-10)])
 @pytest.mark.parametrize("num_layers", [1, 2])
-def test_fused_equals_gate_level_reference(cls, dtype, tol, num_layers, gen):
+@pytest.mark.parametrize(("chunk", "padded"), [(None, True), (4, True), (4, False)])
+def test_fused_equals_gate_level_reference(cls, dtype, tol, num_layers, chunk, padded, gen, monkeypatch):
     """Outputs, final state and gradients (inputs, initial state, parameters), with padding and a
-    zero-length row, 1e-5 in float32 and 1e-10 in float64."""
+    zero-length row, 1e-5 in float32 and 1e-10 in float64; ``chunk``: the fused kernel runs on
+    chunks of 4 steps (9 steps: 3 chunks, the last holding one row's last step only)."""
+    if chunk is not None:
+        monkeypatch.setattr(gated, "FUSED_CHUNK", chunk)
     torch.manual_seed(0)
     fused = cls(4, 6, num_layers=num_layers, fused=True).to(dtype)
     ref = cls(4, 6, num_layers=num_layers, fused=False).to(dtype)
     ref.load_state_dict(fused.state_dict())
     x = torch.randn(4, 9, 4, generator=gen, dtype=dtype)
-    mask = torch.arange(9)[None] < torch.tensor([9, 5, 0, 2])[:, None]
+    mask = torch.arange(9)[None] < torch.tensor([9, 5, 0, 2])[:, None] if padded else None
     s0 = fused.initial_state(4, dtype=dtype)
     s0 = type(s0)(*[t + 0.5 * torch.randn(t.shape, generator=gen, dtype=dtype) for t in s0])
     w = torch.randn(4, 9, 6, generator=gen, dtype=dtype)

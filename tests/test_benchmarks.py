@@ -1,0 +1,45 @@
+"""The benchmark entry point runs end to end on a tiny grid and writes what it promises (no
+timing is asserted: speed targets live in benchmarks/results, not in tests)."""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks import run
+
+
+def test_tiny_benchmark_writes_tables_csvs_and_plot(tmp_path, capsys):
+    run.main(["--layers", "elman", "counter_lstm", "nnpda", "--devices", "cpu", "--sizes", "16",
+              "--batches", "2", "--lengths", "8", "--scaling-lengths", "8", "16", "--out", str(tmp_path)])  # fmt: skip
+    out = capsys.readouterr().out
+    assert "| counter_lstm | 16 | 2 | 8 |" in out and "slope" in out
+    with open(tmp_path / "throughput.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["layer"] for r in rows] == ["elman", "counter_lstm", "nnpda"]
+    for r in rows:
+        assert float(r["fwdbwd_tok_s"]) > 0 and float(r["fwdbwd_ratio"]) > 0
+    with open(tmp_path / "scaling.csv") as f:
+        scaling = list(csv.DictReader(f))
+    assert {r["layer"] for r in scaling} == {"nn.LSTM", "elman", "counter_lstm", "nnpda"}
+    assert all(float(r["slope"]) > 0 for r in scaling)
+    assert (tmp_path / "scaling.png").stat().st_size > 0
+
+
+def test_unknown_layer_is_named():
+    with pytest.raises(SystemExit, match="no_such_layer"):
+        run.main(["--layers", "no_such_layer", "--quick"])
+
+
+def test_allocator_setting_is_reported(monkeypatch):
+    for k, v in run.MALLOC_ENV.items():
+        monkeypatch.setenv(k, v)
+    assert run.allocator().startswith("glibc heap without mmap")
+    run._reexec_with_heap_malloc()  # already set: returns instead of re-executing
+    monkeypatch.delenv("MALLOC_MMAP_MAX_")
+    assert run.allocator() == "system malloc"
