@@ -18,6 +18,8 @@ from torch import Tensor, nn
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
+from memrnn.ops.bptt import JordanSequence
+from memrnn.ops.buckets import final_by_length
 
 
 def heaviside(x: Tensor) -> Tensor:
@@ -169,6 +171,9 @@ class JordanRNN(MemoryLayer[JordanState]):
         activation: ``σ``, as in ``ElmanRNN``.
         output_activation: ``σ_o``: ``softmax`` (seed 003's usual choice), ``identity``
             (feed back the logits), or any hidden activation.
+        fused: ``forward`` runs :class:`memrnn.ops.bptt.JordanSequence` (input projection for
+            all steps at once, hand-written backpropagation through time; the default);
+            ``False``: the reference step loop under autograd.  Same numbers either way.
 
     Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_fb`` (U) ``[hidden, feedback]``,
     ``bias`` (b_h) ``[hidden]``, ``weight_out`` (E) ``[feedback, hidden]``.
@@ -182,6 +187,7 @@ class JordanRNN(MemoryLayer[JordanState]):
         activation: str = "tanh",
         output_activation: str = "softmax",
         bias: bool = True,
+        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -197,6 +203,7 @@ class JordanRNN(MemoryLayer[JordanState]):
         self.output_activation = _resolve(output_activation, OUTPUT_ACTIVATIONS, "output_activation")
         self.input_size, self.hidden_size, self.feedback_size = input_size, hidden_size, feedback_size
         self.output_size = hidden_size
+        self.fused = bool(fused)
         fk = {"device": device, "dtype": dtype}
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **fk))
         self.weight_fb = nn.Parameter(torch.empty(hidden_size, feedback_size, **fk))
@@ -213,7 +220,7 @@ class JordanRNN(MemoryLayer[JordanState]):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, feedback_size={self.feedback_size}, "
-            f"activation={self.activation!r}, output_activation={self.output_activation!r}"
+            f"activation={self.activation!r}, output_activation={self.output_activation!r}, fused={self.fused}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> JordanState:
@@ -232,3 +239,25 @@ class JordanRNN(MemoryLayer[JordanState]):
         """``x_t [B, input_size]`` -> ``h_t [B, hidden_size]``; state ``r_t``."""
         h, new, _ = self.trace_step(x_t, state)
         return h, new
+
+    def forward(self, x: Tensor, state: JordanState | None = None, mask: Tensor | None = None):
+        """Fast path (same numbers as the reference ``step``, to rounding): ``V x_t + b_h`` for all
+        steps in one matrix product, then :class:`memrnn.ops.bptt.JordanSequence`;
+        ``fused=False``: the reference loop."""
+        if not self.fused:
+            return super().forward(x, state, mask)
+        state, mask = self.check_inputs(x, state, mask)
+        pre = F.linear(x.transpose(0, 1), self.weight_ih, self.bias)  # [T, B, hidden]
+        hs, rs = JordanSequence.apply(
+            pre,
+            self.weight_fb,
+            self.weight_out,
+            state.r,
+            ACTIVATIONS[self.activation],
+            OUTPUT_ACTIVATIONS[self.output_activation],
+            self.output_activation,
+        )
+        y, lengths = hs.transpose(0, 1), None
+        if mask is not None:
+            y, lengths = y.masked_fill(~mask[..., None], 0), mask.sum(1)
+        return y, JordanState(final_by_length(rs.transpose(0, 1), lengths))

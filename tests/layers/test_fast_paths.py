@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from memrnn.core.layer import MemoryLayer
-from memrnn.layers import NNPDA, CounterLSTM, ReLUCounter, SecondOrderRNN
+from memrnn.layers import NNPDA, CounterLSTM, JordanRNN, ReLUCounter, SecondOrderRNN
+from memrnn.layers.elman import JordanState
 from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
 from memrnn.ops import bptt
@@ -187,12 +188,53 @@ def test_counter_sequences_partial_graphs(cls, kwargs):
         torch.testing.assert_close(a, b)
 
 
+JORDAN_CASES = [("tanh", "softmax"), ("tanh", "identity"), ("relu", "tanh"), ("heaviside", "sigmoid"),
+                 ("sigmoid", "relu"), ("saturated_linear", "saturated_linear")]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("dtype", "block"), [(torch.float64, None), (torch.float32, None), (torch.float64, 3)]
+)
+@pytest.mark.parametrize(("activation", "output_activation"), JORDAN_CASES)
+def test_jordan_sequence_equals_reference(activation, output_activation, dtype, block, monkeypatch):
+    """JordanSequence against the reference step loop: outputs, final state and gradients for
+    the input, ``r_0`` and every parameter, with and without right padding."""
+    if block is not None:
+        monkeypatch.setattr(bptt, "BLOCK", block)
+    torch.manual_seed(0)
+    kw = {"activation": activation, "output_activation": output_activation, "dtype": dtype}
+    fast, ref = JordanRNN(3, 5, 4, **kw), JordanRNN(3, 5, 4, fused=False, **kw)
+    ref.load_state_dict(fast.state_dict())
+    assert "fused=False" in repr(ref)
+    x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
+    r0 = torch.rand(6, 4, dtype=dtype, requires_grad=True)
+    tol = TOL[dtype]
+    for mask in (None, _mask(6, 7)):
+        res = []
+        for model in (fast, ref):
+            y, s = model(x, JordanState(r0), mask)
+            res.append((y, s, torch.autograd.grad(_loss(y, s), [x, r0, *model.parameters()])))
+        (y1, s1, g1), (y2, s2, g2) = res
+        torch.testing.assert_close(y1, y2, atol=tol, rtol=tol)
+        for a, b in zip([*s1, *g1], [*s2, *g2], strict=True):
+            torch.testing.assert_close(a, b, atol=tol * 10, rtol=tol * 10)
+    y, s = fast(x[:, :0], JordanState(r0))
+    assert y.shape == (6, 0, 5) and torch.equal(s.r, r0)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fused_paths_on_cuda_match_cpu():
     torch.manual_seed(0)
     x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).float()
-    for layer in (NNPDA(3, 4, 2, depth=8), SecondOrderRNN(3, 4), CounterLSTM(3, 4, 2), ReLUCounter(3, 4, 2)):
+    layers = (
+        NNPDA(3, 4, 2, depth=8),
+        SecondOrderRNN(3, 4),
+        CounterLSTM(3, 4, 2),
+        ReLUCounter(3, 4, 2),
+        JordanRNN(3, 4, 5),
+    )
+    for layer in layers:
         y_cpu, _ = layer(x)
         (g_cpu,) = torch.autograd.grad(y_cpu.square().sum(), next(layer.parameters()))
         y_gpu, _ = layer.cuda()(x.cuda())
