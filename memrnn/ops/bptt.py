@@ -130,13 +130,13 @@ class LSTMSequence(torch.autograd.Function):
             # ∂c_t; dh_dc = ∂h_t/∂c_t = o X'(c_t).
             o, i, f, g = acts[lo:hi].view(hi - lo, 4, N, B).unbind(1)
             xb = xs[lo:hi]
-            k = acts.new_empty(hi - lo, 4, N, B)
-            torch.mul(xb, o * (1 - o), out=k[:, 0])
-            torch.mul(g, i * (1 - i), out=k[:, 1])
-            torch.mul(cs[lo:hi], f * (1 - f), out=k[:, 2])
-            torch.mul(i, 1 - g * g, out=k[:, 3])
+            k = acts.new_empty(hi - lo, 4, N, B)  # σ' = σ − σ², tanh' = 1 − tanh², one pass each
+            torch.addcmul(o, o, o, value=-1, out=k[:, 0]).mul_(xb)
+            torch.addcmul(i, i, i, value=-1, out=k[:, 1]).mul_(g)
+            torch.addcmul(f, f, f, value=-1, out=k[:, 2]).mul_(cs[lo:hi])
+            torch.addcmul(i, i * g, g, value=-1, out=k[:, 3])
             dh_dc = o.clone()
-            dh_dc[:, :u] *= 1 - xb[:, :u] ** 2
+            dh_dc[:, :u].addcmul_(dh_dc[:, :u] * xb[:, :u], xb[:, :u], value=-1)
             kh_, kc_, f_, dhdc_ = k[:, 0].unbind(0), k[:, 1:].unbind(0), f.unbind(0), dh_dc.unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 j = s - lo
