@@ -12,7 +12,8 @@ Times, at num_states 64, stack symbols 4, depth 64, 16 input symbols, batch 64, 
 * ``nn.LSTM`` forward and forward+backward of the same state size, the suite's baseline.
 
 It also checks that the compiled forward gives the fused path's states (to 1e-5).  Compile time
-is reported on its own line.  The compiled step only replaces the elementwise kernels, so its
+is reported on its own line (Inductor caches compiled code on disk: the first run on a machine
+pays more).  The compiled step only replaces the elementwise kernels, so its
 forward is bounded below by the contraction, which is why it cannot reach the baseline.
 """
 
@@ -28,7 +29,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.run import median_time
+from benchmarks.run import _reexec_with_heap_malloc, allocator, median_time
 from memrnn.layers import NNPDA
 from memrnn.ops.buckets import TokenBuckets
 
@@ -59,6 +60,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--T", type=int, default=256)
     args = ap.parse_args()
+    _reexec_with_heap_malloc()  # the suite's allocator setting (benchmarks/run.py docstring)
     dev, B, T = args.device, args.batch, args.T
     n, m1, m2, D = 64, 16, 4, 64
     torch.manual_seed(0)
@@ -104,9 +106,8 @@ def main() -> None:
         t_lstm_f = median_time(lambda: lstm(x), dev)
     xg = x.clone().requires_grad_()
     t_lstm_fb = median_time(lambda: lstm(xg)[0].sum().backward(), dev)
-    print(
-        f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads; B {B}, T {T}, n {n}, depth {D}"
-    )
+    print(f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads, {allocator()}; "
+          f"B {B}, T {T}, n {n}, depth {D}")  # fmt: skip
     print(f"compile (first call, Inductor): {t_compile:.1f} s\n")
     print("| forward | ms | × fused eager |\n|---|---|---|")
     for name, t in (("nnPDA fused eager (memrnn)", t_fused), ("nnPDA compiled step + eager contraction", t_comp),
