@@ -61,7 +61,8 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         counters: number of counters ``k``.
         activation: the controller's ``σ`` (``tanh``, ``relu``, ``sigmoid``, ...).
         fused: ``forward`` runs :class:`memrnn.ops.bptt.CounterRNNSequence` (the default);
-            ``False``: the reference step loop under autograd.  Same numbers either way.
+            ``False``: the reference step loop under autograd.  Same numbers either way; the fused
+            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight [hidden, input + hidden + k]``, ``bias [hidden]``,
     ``counter_weight [2k, input + hidden + k]`` (INC rows, then DEC rows), ``counter_bias [2k]``.
@@ -186,7 +187,8 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
             footnote 3: counters can be compared) or ``tanh``.
         forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
         fused: ``forward`` runs :class:`memrnn.ops.bptt.LSTMSequence` (the default); ``False``:
-            the reference step loop under autograd.  Same numbers either way.
+            the reference step loop under autograd.  Same numbers either way; the fused
+            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight [4·hidden, input + hidden + k]``, ``bias [4·hidden]`` (gate order
     ``i, f, c̃, o`` as ``nn.LSTM``); ``counter_weight [4k, input + hidden + k]``,

@@ -173,7 +173,8 @@ class JordanRNN(MemoryLayer[JordanState]):
             (feed back the logits), or any hidden activation.
         fused: ``forward`` runs :class:`memrnn.ops.bptt.JordanSequence` (input projection for
             all steps at once, hand-written backpropagation through time; the default);
-            ``False``: the reference step loop under autograd.  Same numbers either way.
+            ``False``: the reference step loop under autograd.  Same numbers either way; the fused
+            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_fb`` (U) ``[hidden, feedback]``,
     ``bias`` (b_h) ``[hidden]``, ``weight_out`` (E) ``[feedback, hidden]``.

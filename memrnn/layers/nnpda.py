@@ -199,7 +199,8 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         output: ``"state_and_reading"`` (default) or ``"state"``.
         fused: one-hot sequences run as one :class:`_NNPDASequence` (bucketed contraction,
             hand-written backward; the default) unless ``strict`` or a learned ``H`` asks for the
-            step-by-step path under autograd; ``False`` always takes that path.  Same numbers.
+            step-by-step path under autograd; ``False`` always takes that path.  Same numbers; the
+            fused backward is first order, so second derivatives need ``False``.
 
     Parameters (index order as in the paper: output, state ``j``, input ``k``, reading ``l``):
     ``weight_q`` ``(W_Q)_i^{jkl}`` ``[n, n, m1, m2+1]``, ``weight_push`` / ``weight_pop``

@@ -160,7 +160,8 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
             dense.
         fused: one-hot sequences run as one :class:`_SecondOrderSequence` (bucketed
             contractions, hand-written backward; the default); ``False``: step by step under
-            autograd.  Same numbers either way.
+            autograd.  Same numbers either way; the fused backward is first order, so second
+            derivatives need ``False``.
 
     Parameters / buffers: ``weight`` ``W [n, n, m]`` (next unit, current unit, input, as
     ``W_i^{jk}`` of Definition A.3); ``bias`` ``[n]``; ``sensitivity``; ``start`` ``s^0 [n]``

@@ -5,11 +5,14 @@ Autograd over a per-step loop records ~15 nodes per step and replays them one by
 needs in ``[T, B, ·]`` buffers, compute the local derivatives for blocks of :data:`BLOCK` steps
 at once (a block's buffers stay in cache, so time stays linear in ``T``), and leave
 only a few fused operations and one matrix product per step in the backward loop.  The weight
-gradients are one matrix product over all steps.  Masks are the caller's business: the
+gradients are a few large matrix products (per block or per sequence).  Masks are the caller's business: the
 recurrences run over every step and the caller masks outputs and picks each row's final state
 with :func:`memrnn.ops.buckets.final_by_length` (right padding makes this exact).
 
-Both are checked against the layers' reference ``step`` loops in ``tests/layers/test_fast_paths.py``
+The backward passes are first order (``once_differentiable``: differentiating them again raises);
+the layers' ``fused=False`` runs the reference loop under autograd for second derivatives.
+
+All are checked against the layers' reference ``step`` loops in ``tests/layers/test_fast_paths.py``
 (outputs, final states and all gradients, float64 to rounding, float32, right padding).
 """
 

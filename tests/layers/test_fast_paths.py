@@ -241,3 +241,50 @@ def test_fused_paths_on_cuda_match_cpu():
         (g_gpu,) = torch.autograd.grad(y_gpu.square().sum(), next(layer.parameters()))
         torch.testing.assert_close(y_gpu.cpu(), y_cpu, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(g_gpu.cpu(), g_cpu, atol=1e-4, rtol=1e-4)
+
+
+def _fused_and_reference():
+    x = F.one_hot(torch.randint(0, 3, (4, 5)), 3).double()
+    return [
+        (
+            SecondOrderRNN(3, 4, dtype=torch.float64),
+            SecondOrderRNN(3, 4, fused=False, dtype=torch.float64),
+            x,
+        ),
+        (
+            NNPDA(3, 4, 2, depth=6, dtype=torch.float64),
+            NNPDA(3, 4, 2, depth=6, fused=False, dtype=torch.float64),
+            x,
+        ),
+        (
+            CounterLSTM(3, 4, 2, dtype=torch.float64),
+            CounterLSTM(3, 4, 2, fused=False, dtype=torch.float64),
+            x,
+        ),
+        (
+            ReLUCounter(3, 4, 2, dtype=torch.float64),
+            ReLUCounter(3, 4, 2, fused=False, dtype=torch.float64),
+            x,
+        ),
+        (JordanRNN(3, 4, 5, dtype=torch.float64), JordanRNN(3, 4, 5, fused=False, dtype=torch.float64), x),
+    ]
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_double_backward_raises_on_fused_paths_and_works_with_fused_false(case):
+    """The hand-written backward passes are first order (``once_differentiable``): a gradient
+    penalty through them raises torch's clear error, and ``fused=False`` (the reference loop under
+    autograd) is the documented way to get second derivatives."""
+    torch.manual_seed(0)
+    fast, ref, x = _fused_and_reference()[case]
+    ref.load_state_dict(fast.state_dict())
+    for model, ok in ((fast, False), (ref, True)):
+        params = [p for p in model.parameters() if p.requires_grad]
+        grads = torch.autograd.grad(model(x)[0].square().sum(), params, create_graph=True)
+        penalty = sum(g.square().sum() for g in grads)
+        if ok:
+            penalty.backward()
+            assert all(p.grad is not None for p in params)
+        else:
+            with pytest.raises(RuntimeError, match="differentiate twice"):
+                penalty.backward()
