@@ -38,7 +38,7 @@ from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.elman import ACTIVATIONS, _positive, _resolve
 from memrnn.ops.bptt import CounterRNNSequence, LSTMSequence
-from memrnn.ops.buckets import final_by_length
+from memrnn.ops.buckets import final_by_length, masked_outputs
 
 CELL_ACTIVATIONS = {"identity": lambda x: x, "tanh": torch.tanh}
 
@@ -155,11 +155,9 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         r0 = torch.cat([state.h, state.up - state.down], 1)
         act = ACTIVATIONS[self.activation]
         rs, moves = CounterRNNSequence.apply(x, w[:, :n], b, w[:, n:], r0, H, act)
-        y = rs[:, 1:]
-        if mask is not None:
-            y = y.masked_fill(~mask[..., None], 0)
-            moves = moves.masked_fill(~mask[..., None], 0)
-        r = final_by_length(rs, None if mask is None else mask.sum(1))
+        y, lengths = masked_outputs(rs[:, 1:], mask)
+        moves, _ = masked_outputs(moves, mask)
+        r = final_by_length(rs, lengths)
         up = state.up + moves[..., :k].sum(1)
         down = state.down + moves[..., k:].sum(1)
         return y, ReLUCounterState(r[:, :H], up, down)
@@ -304,10 +302,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         h0, c0 = torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1)
         tanh_units = N if self.cell_activation == "tanh" else H
         hs, cs = LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
-        y = hs[:, 1:]
-        lengths = None
-        if mask is not None:
-            y, lengths = y.masked_fill(~mask[..., None], 0), mask.sum(1)
+        y, lengths = masked_outputs(hs[:, 1:], mask)
         h, c = final_by_length(hs, lengths), final_by_length(cs, lengths)
         return y, CounterLSTMState(h[:, :H], c[:, :H], c[:, H:], h[:, H:])
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.bptt import JordanSequence
-from memrnn.ops.buckets import final_by_length
+from memrnn.ops.buckets import final_by_length, masked_outputs
 
 
 def heaviside(x: Tensor) -> Tensor:
@@ -258,7 +258,5 @@ class JordanRNN(MemoryLayer[JordanState]):
             OUTPUT_ACTIVATIONS[self.output_activation],
             self.output_activation,
         )
-        y, lengths = hs.transpose(0, 1), None
-        if mask is not None:
-            y, lengths = y.masked_fill(~mask[..., None], 0), mask.sum(1)
+        y, lengths = masked_outputs(hs.transpose(0, 1), mask)
         return y, JordanState(final_by_length(rs.transpose(0, 1), lengths))

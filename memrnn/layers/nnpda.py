@@ -25,7 +25,7 @@ from torch.autograd.function import once_differentiable
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int, use_buckets
-from memrnn.ops.buckets import TokenBuckets, final_by_length
+from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
 from memrnn.ops.tensor import third_order
 
@@ -408,9 +408,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             weight, self.sensitivity, state.q, state.stack, state.tail, buckets, self.action
         )
         y = Q[:, 1:] if self.output == "state" else torch.cat([Q[:, 1:], stack_reading(K[:, 1:, 0])], -1)
-        lengths = None
-        if mask is not None:
-            y, lengths = y * mask[..., None], mask.sum(1)
+        y, lengths = masked_outputs(y, mask)
         final = NNPDAState(*(final_by_length(v, lengths) for v in (Q, K, tails)))
         return y, final
 

@@ -17,7 +17,7 @@ from torch.autograd.function import once_differentiable
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.ops.buckets import TokenBuckets, final_by_length
+from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
 from memrnn.ops.stack import h_sigmoid
 from memrnn.ops.tensor import second_order
 
@@ -246,8 +246,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
                 states = _SecondOrderSequence.apply(
                     self.weight, self.bias, self.sensitivity, state.s, buckets
                 )
-                lengths = None if mask is None else mask.sum(1)
-                y = states[:, 1:] if mask is None else states[:, 1:] * mask[..., None]
+                y, lengths = masked_outputs(states[:, 1:], mask)
                 return y, SecondOrderState(final_by_length(states, lengths))
 
         def step(ids_t: Tensor, st: SecondOrderState) -> tuple[Tensor, SecondOrderState]:

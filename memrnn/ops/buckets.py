@@ -80,6 +80,15 @@ class TokenBuckets:
         return out
 
 
+def masked_outputs(y: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Outputs of a recurrence run over every step ``y [B, T, ...]`` with right padding ``mask
+    [B, T]``: zero past each row's end, and each row's length ``[B]`` (``None`` without a mask)
+    for :func:`final_by_length`."""
+    if mask is None:
+        return y, None
+    return y.masked_fill(~mask.view(*mask.shape, *([1] * (y.dim() - 2))), 0), mask.sum(1)
+
+
 def final_by_length(states: Tensor, lengths: Tensor | None) -> Tensor:
     """``states [B, T+1, ...]`` (initial state first) -> each row's state after its last real
     step ``[B, ...]`` (``lengths None``: the last)."""
