@@ -33,14 +33,6 @@ Action = Literal["identity", "sigmoid", "clamp"]
 ACTIONS = ("identity", "sigmoid", "clamp")
 
 
-def _reading_grad(top: Tensor, g_reading: Tensor) -> Tensor:
-    """Backward of :func:`stack_reading` ``R = (K_0, 1 − max K_0)``: ``∂/∂K_0 [B, m2]``, the
-    max's gradient split evenly over ties (as ``torch.amax``)."""
-    m2 = top.shape[-1]
-    at_max = (top == top.amax(-1, keepdim=True)).to(top.dtype)
-    return g_reading[:, :m2] - g_reading[:, m2:] * at_max / at_max.sum(-1, keepdim=True)
-
-
 class _NNPDASequence(torch.autograd.Function):
     """Definition 3.6 over a whole one-hot sequence with hand-written backpropagation through time.
 
