@@ -27,7 +27,7 @@ Allocator: on Linux the suite re-runs itself with glibc's ``mmap`` disabled
 (``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2**36``).  By default glibc hands every freed block
 over 32 MB back to the kernel and faults it in again, page by page, on the next call; on the
 project's VM that costs ~1 µs per 4 KB page, grows faster than T, and made every layer superlinear
-(nn.LSTM: slope 1.20 and 4.2x the page faults of the tuned heap at T = 4096).  PyTorch's CPU
+(nn.LSTM: slope 1.20; memrnn's lstm at T = 4096: 5.4x the page faults of the tuned heap).  PyTorch's CPU
 tuning guide gives the same advice (a caching allocator: jemalloc or tcmalloc).  It applies to
 the nn.LSTM baseline and the layers alike; ``--system-malloc`` measures glibc's default.
 """
@@ -302,9 +302,13 @@ def plot_scaling(rows: list[dict], lengths, path: Path) -> None:
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 
+def _heap_malloc_set() -> bool:
+    return all(os.environ.get(k) == v for k, v in MALLOC_ENV.items())
+
+
 def _reexec_with_heap_malloc() -> None:
     """Run this same command again with :data:`MALLOC_ENV` (module docstring), once, on Linux."""
-    if sys.platform != "linux" or all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+    if sys.platform != "linux" or _heap_malloc_set():
         return
     sys.stdout.flush()
     os.execve(sys.executable, sys.orig_argv, {**os.environ, **MALLOC_ENV})
@@ -312,7 +316,7 @@ def _reexec_with_heap_malloc() -> None:
 
 def allocator() -> str:
     """How this process allocates, for the results header."""
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()):
+    if _heap_malloc_set():
         return "glibc heap without mmap (" + " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items()) + ")"
     return "system malloc"
 
