@@ -57,7 +57,7 @@ SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
 # One layer per family (variants that share a kernel, and the slow reference loops, only with
 # ``--layers all``).
 DEFAULT_LAYERS = (
-    "elman", "jordan", "lstm", "gru", "hewitt_lstm", "hewitt_srnn", "second_order", "nnpda",
+    "elman", "jordan", "lstm", "gru", "gru_bptt", "hewitt_lstm", "hewitt_srnn", "second_order", "nnpda",
     "relu_counter", "counter_lstm", "reservoir_rand", "reservoir_crj", "reservoir_ldn",
 )  # fmt: skip
 SCALING_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096)

@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 from memrnn.core.layer import MemoryLayer
-from memrnn.layers import NNPDA, CounterLSTM, JordanRNN, ReLUCounter, SecondOrderRNN
+from memrnn.layers import NNPDA, CounterLSTM, GRULayer, JordanRNN, ReLUCounter, SecondOrderRNN
 from memrnn.layers.elman import JordanState
+from memrnn.layers.gated import GRUState
 from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
 from memrnn.ops import bptt
@@ -288,3 +289,29 @@ def test_double_backward_raises_on_fused_paths_and_works_with_fused_false(case):
         else:
             with pytest.raises(RuntimeError, match="differentiate twice"):
                 penalty.backward()
+
+
+@pytest.mark.parametrize(("num_layers", "bias", "block"), [(1, True, None), (2, True, 3), (2, False, 3)])
+def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
+    """GRULayer's CPU path (GRUSequence per layer) against the gate-level reference: outputs,
+    final state and gradients (input, initial state, parameters), padded and not, with the
+    backward's blocks split (3 steps) and without bias."""
+    if block is not None:
+        monkeypatch.setattr(bptt, "BLOCK", block)
+    torch.manual_seed(0)
+    dtype = torch.float64
+    fast = GRULayer(3, 5, num_layers=num_layers, bias=bias, bptt=True, dtype=dtype)
+    assert "bptt=True" in repr(fast)
+    ref = GRULayer(3, 5, num_layers=num_layers, bias=bias, fused=False, dtype=dtype)
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
+    h0 = torch.randn(6, num_layers, 5, dtype=dtype, requires_grad=True)
+    for mask in (None, _mask(6, 7)):
+        res = []
+        for model in (fast, ref):
+            y, s = model(x, GRUState(h0), mask)
+            res.append((y, s, torch.autograd.grad(_loss(y, s), [x, h0, *model.parameters()])))
+        (y1, s1, g1), (y2, s2, g2) = res
+        torch.testing.assert_close(y1, y2, atol=1e-10, rtol=1e-10)
+        for a, b in zip([*s1, *g1], [*s2, *g2], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-9)
