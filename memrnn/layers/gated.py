@@ -248,10 +248,10 @@ class GRULayer(_FusedRecurrent):
         input_size, hidden_size, num_layers, bias: as ``nn.GRU``.
         fused: use a fused path in ``forward`` (the reference loop otherwise).
         bptt: on CPU, run :class:`memrnn.ops.bptt.GRUSequence` (hand-written backpropagation
-            through time, first order) instead of torch's CPU GRU kernel: 2.1–2.3x faster
-            forward+backward at batch 1 / hidden 64 and batch 64 / hidden 16, equal at hidden
-            256 (``python -m benchmarks --layers gru gru_bptt``).  Off by default so that
-            results trained with torch's kernel reproduce bit for bit; CUDA always uses cuDNN.
+            through time, first order) instead of torch's CPU GRU kernel: forward+backward
+            1.9–3.1x faster at hidden 16–64 and batch 1, 1.4–2.3x at batch 64, about equal at
+            hidden 256 (``benchmarks/results/cpu-2core.md``).  Off by default so that results
+            trained with torch's kernel reproduce bit for bit; CUDA always uses cuDNN.
 
     ``trace`` reports ``r``, ``z``, ``n``, ``h``, each ``[B, T, num_layers, hidden_size]``.
     """
