@@ -47,6 +47,18 @@ def _time_major(x: Tensor) -> Tensor:
     return x.transpose(0, 1).reshape(-1, x.shape[-1])
 
 
+def _input_grads_block(gb, x, w_in, lo, hi, grad_w_in, grad_b, grad_xt) -> None:
+    """Accumulate, for steps ``lo..hi−1``, the gradients of a transposed input projection
+    ``W_in x_tᵀ + b`` from ``gb = ∂L/∂(W_in x_tᵀ + b)`` ``[hi−lo, G, B]``: into ``grad_w_in
+    [G, n]``, ``grad_b [G]`` and ``grad_xt[lo:hi]`` ``[hi−lo, n, B]`` (each skipped when None)."""
+    if grad_w_in is not None:
+        grad_w_in += torch.bmm(gb, x[:, lo:hi].transpose(0, 1)).sum(0)
+    if grad_b is not None:
+        grad_b += gb.sum((0, 2))
+    if grad_xt is not None:
+        torch.bmm(w_in.t().expand(hi - lo, -1, gb.shape[1]), gb, out=grad_xt[lo:hi])
+
+
 def _input_grads(ctx, ga: Tensor, xt: Tensor, w_in: Tensor, B: int, T: int):
     """Gradients of ``pre = x w_inᵀ + b`` from ``∂pre`` time-major ``[T·B, G]``."""
     need_x, need_w, need_b = ctx.needs_input_grad[:3]
@@ -151,12 +163,7 @@ class LSTMSequence(torch.autograd.Function):
             # the block's share of the weight and input gradients, while it is in cache
             gb = ga[lo:hi].view(hi - lo, G, B)
             grad_w_rec += torch.bmm(gb, hs[lo:hi].transpose(1, 2)).sum(0)
-            if grad_w_in is not None:
-                grad_w_in += torch.bmm(gb, x[:, lo:hi].transpose(0, 1)).sum(0)
-            if grad_b is not None:
-                grad_b += gb.sum((0, 2))
-            if grad_xt is not None:
-                torch.bmm(w_in.t().expand(hi - lo, -1, G), gb, out=grad_xt[lo:hi])
+            _input_grads_block(gb, x, w_in, lo, hi, grad_w_in, grad_b, grad_xt)
         grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
         return grad_x, grad_w_in, grad_b, grad_w_rec, g_h.t(), g_c.t(), None
 
@@ -411,11 +418,6 @@ class GRUSequence(torch.autograd.Function):
             ghb, gib = gh[lo:hi].view(hi - lo, G, B), gi[lo:hi].view(hi - lo, G, B)
             grad_w_hh += torch.bmm(ghb, hs[lo:hi].transpose(1, 2)).sum(0)
             grad_b_hh += ghb.sum((0, 2))
-            if grad_w_ih is not None:
-                grad_w_ih += torch.bmm(gib, x[:, lo:hi].transpose(0, 1)).sum(0)
-            if grad_b_ih is not None:
-                grad_b_ih += gib.sum((0, 2))
-            if grad_xt is not None:
-                torch.bmm(w_ih.t().expand(hi - lo, -1, G), gib, out=grad_xt[lo:hi])
+            _input_grads_block(gib, x, w_ih, lo, hi, grad_w_ih, grad_b_ih, grad_xt)
         grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
         return grad_x, grad_w_ih, grad_b_ih, grad_w_hh, grad_b_hh, g.t()
