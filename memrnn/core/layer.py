@@ -11,18 +11,29 @@ Conventions
 * ``forward`` in this base class is the reference loop over ``step``.  A subclass may
   override it with a fast path; the tests prove the two equal (outputs, states, gradients).
 * ``trace`` returns per-step diagnostics ``[B, T, ...]`` and never changes ``forward``.
+* A given state is checked like the inputs (type, batch, every field's shape, dtype and
+  device against ``initial_state``), by ``forward``, ``trace`` and ``step`` alike; inputs follow
+  one dtype policy, autocast included (:mod:`memrnn.core.checks`).
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.state import state_batch_size, state_stack, state_where
+from memrnn.core.checks import (
+    StateTemplate,
+    autocast_in_layer_dtype,
+    check_dtype,
+    check_features,
+    check_state,
+)
+from memrnn.core.state import state_stack, state_where
 
 S = TypeVar("S")
 
@@ -37,6 +48,17 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
 
     input_size: int
     output_size: int
+    #: ``"match"``: inputs and states must have the layer's dtype (its parameters'), else a
+    #: ``ValueError`` names both; ``"follow"``: the layer computes in the input's dtype (frozen
+    #: layers whose constant weights are cast per call).  :mod:`memrnn.core.checks`.
+    dtype_policy: ClassVar[Literal["match", "follow"]] = "match"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Guard what a subclass defines: ``step`` checks its inputs and state (the loops call
+        the unchecked ``_unchecked_step``), and ``forward``/``step``/``trace`` keep the
+        recurrence in the layer's dtype under autocast."""
+        super().__init_subclass__(**kwargs)
+        _guard(cls)
 
     # -- to implement (abstract: a subclass without them cannot be instantiated) -------------
     @abstractmethod
@@ -51,8 +73,12 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
 
     def trace_step(self, x_t: Tensor, state: S) -> tuple[Tensor, S, dict[str, Tensor]]:
         """``step`` plus diagnostics ``{name: [B, ...]}``; the default reports none."""
-        y, new = self.step(x_t, state)
+        y, new = self._unchecked_step(x_t, state)
         return y, new, {}
+
+    def _unchecked_step(self, x_t: Tensor, state: S) -> tuple[Tensor, S]:
+        """The subclass's ``step`` without the checks (set by ``__init_subclass__``)."""
+        raise NotImplementedError  # replaced on every subclass that defines step
 
     # -- shared machinery ---------------------------------------------------------------------
     def _default_factory(
@@ -68,35 +94,58 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
             dtype = ref.dtype if ref is not None and ref.is_floating_point() else torch.get_default_dtype()
         return {"device": device, "dtype": dtype}
 
+    def layer_dtype(self) -> torch.dtype | None:
+        """The floating dtype the layer computes in: its parameters' (else its buffers'), or
+        ``None`` for a layer with neither."""
+        for t in (*self.parameters(), *self.buffers()):
+            if t.is_floating_point():
+                return t.dtype
+        return None
+
+    def native_autocast(self, x: Tensor) -> bool:
+        """Whether this call runs natively under autocast (the default: no, the recurrence stays
+        in the layer's dtype; :mod:`memrnn.core.checks`)."""
+        return False
+
+    def state_template(self) -> StateTemplate:
+        """The structure of the state (type, fields, per-field shape after the batch), read once
+        from ``initial_state(1)``."""
+        template = self.__dict__.get("_state_template_cache")
+        if template is None:
+            template = StateTemplate(self.initial_state(1))
+            self.__dict__["_state_template_cache"] = template
+        return template
+
+    def check_state(self, state: Any, batch_size: int, x: Tensor) -> S:
+        """``state`` checked against ``initial_state`` for inputs ``x`` (type, batch, every
+        field's shape, dtype and device; a plain tuple of the fields is converted), or the
+        initial state when ``state`` is None.  Raises ``ValueError`` naming the field and the
+        expected layout."""
+        dtype = check_dtype(type(self).__name__, x, self.layer_dtype(), self.dtype_policy)
+        if state is None:
+            return self.initial_state(batch_size, device=x.device, dtype=dtype)
+        return check_state(
+            type(self).__name__, self.state_template(), state, batch_size, device=x.device, dtype=dtype
+        )
+
     def check_inputs(self, x: Tensor, state: S | None, mask: Tensor | None) -> tuple[S, Tensor | None]:
         """Validate ``x``, ``state`` and ``mask``; return the state to start from and the mask.
 
         Returns ``mask=None`` when every position is real, so fast paths can skip masking.
         """
-        if not isinstance(x, Tensor) or x.dim() != 3:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(
-                f"{type(self).__name__} expects inputs [batch, time, {self.input_size}], got {shape}"
-            )
-        if x.shape[-1] != self.input_size:
-            raise ValueError(
-                f"{type(self).__name__} has input_size={self.input_size} but the inputs have "
-                f"{x.shape[-1]} features (shape {tuple(x.shape)})"
-            )
+        check_features(type(self).__name__, x, self.input_size, dims=3)
         batch, steps = x.shape[0], x.shape[1]
-        if state is None:
-            state = self.initial_state(batch, device=x.device, dtype=x.dtype)
-        else:
-            b = state_batch_size(state)
-            if b is not None and b != batch:
-                raise ValueError(f"state has batch size {b} but the inputs have batch size {batch}")
+        state = self.check_state(state, batch, x)
         if mask is not None:
-            if mask.dtype != torch.bool:
-                raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
+            if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+                got = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+                raise ValueError(f"mask must be a bool tensor, got dtype {got}")
             if tuple(mask.shape) != (batch, steps):
                 raise ValueError(
                     f"mask must have shape [batch, time] = {(batch, steps)}, got {tuple(mask.shape)}"
                 )
+            if mask.device != x.device:
+                raise ValueError(f"mask is on {mask.device} but the inputs are on {x.device}")
             if steps > 1:
                 holes = mask[:, 1:] & ~mask[:, :-1]
                 if bool(holes.any()):
@@ -108,6 +157,11 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
             if bool(mask.all()):
                 mask = None
         return state, mask
+
+    def check_step(self, x_t: Tensor, state: S | None) -> S:
+        """What ``step`` checks: ``x_t [B, input_size]`` and the state, as :meth:`check_inputs`."""
+        check_features(type(self).__name__, x_t, self.input_size, dims=2)
+        return self.check_state(state, x_t.shape[0], x_t)
 
     def forward(self, x: Tensor, state: S | None = None, mask: Tensor | None = None) -> tuple[Tensor, S]:
         """Run the layer over ``x [B, T, input_size]``; returns ``(y [B, T, output_size], final_state)``.
@@ -142,7 +196,7 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         e.g. ``x`` already projected); ``with_trace`` uses ``trace_step`` instead.
         """
         batch = x.shape[0]
-        step = step or self.step
+        step = step or self._unchecked_step
         ys: list[Tensor] = []
         states: list[S] = []
         diags: list[dict[str, Tensor]] = []
@@ -172,3 +226,29 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
             for key in diags[0]:
                 extra[key] = torch.stack([d[key] for d in diags], 1)
         return outputs, state, extra
+
+
+def _guard(cls: type) -> None:
+    """Install the checks of :class:`MemoryLayer` on what ``cls`` itself defines."""
+    own = cls.__dict__
+    step_fn = own.get("step")
+    if (
+        step_fn is not None
+        and not getattr(step_fn, "_memrnn_guarded", False)
+        and not getattr(step_fn, "__isabstractmethod__", False)
+    ):
+        raw = own["step"]
+        cls._unchecked_step = raw
+
+        @functools.wraps(raw)
+        def step(self, x_t, state=None):
+            return raw(self, x_t, self.check_step(x_t, state))
+
+        step._memrnn_guarded = True  # type: ignore[attr-defined]
+        cls.step = autocast_in_layer_dtype(step)
+    for name in ("forward", "trace"):
+        if name in own and not getattr(own[name], "_memrnn_guarded", False):
+            setattr(cls, name, autocast_in_layer_dtype(own[name]))
+
+
+_guard(MemoryLayer)

@@ -133,6 +133,11 @@ class _FusedRecurrent(MemoryLayer):
     def extra_repr(self) -> str:
         return f"fused={self.fused}"
 
+    def native_autocast(self, x: Tensor) -> bool:
+        """On CUDA the fused path runs under autocast as ``nn.LSTM``/``nn.GRU`` do (cuDNN in the
+        autocast dtype); the final state is cast back to the layer's dtype."""
+        return self.fused and x.is_cuda
+
     def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
         r = self.rnn
         if r.bias:
@@ -158,7 +163,8 @@ class _FusedRecurrent(MemoryLayer):
             return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         y, final = _run_fused(self.rnn, x, tuple(state), mask)
-        return y, type(state)(*final)
+        dtype = state[0].dtype  # the layer's: under CUDA autocast cuDNN returns the autocast dtype
+        return y, type(state)(*(h.to(dtype) for h in final))
 
 
 @register_layer("lstm", tiny={"input_size": 3, "hidden_size": 5})

@@ -20,11 +20,11 @@ from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int, use_buckets
+from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
 from memrnn.ops.tensor import third_order
@@ -90,7 +90,7 @@ class _NNPDASequence(torch.autograd.Function):
         return Q.transpose(0, 1), P[:, :, 1 : D + 1].transpose(0, 1), P[:, :, D + 1].transpose(0, 1)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, gQ, gK, gtail):  # type: ignore[override]
         weight, Q, P, R, Z, Wh = ctx.saved_tensors
         buckets: TokenBuckets = ctx.buckets

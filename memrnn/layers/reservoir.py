@@ -206,8 +206,12 @@ class Reservoir(MemoryLayer[ReservoirState]):
         seed: seeds the ``rand`` draw (``None``: torch's global generator).
 
     Buffers: ``input_weight [m, n]`` (U), ``recurrent_weight [m, m]`` (W).
-    ``trace`` reports the pre-activation ``drive [B, T, m]``.
+    ``trace`` reports the pre-activation ``drive [B, T, m]``.  The weights are constants, so the
+    layer computes in the input's dtype (``dtype_policy = "follow"``; float64 inputs to a float32
+    reservoir run in float64).
     """
+
+    dtype_policy = "follow"
 
     def __init__(
         self,
@@ -341,7 +345,7 @@ class Reservoir(MemoryLayer[ReservoirState]):
         self, x_t: Tensor, state: ReservoirState
     ) -> tuple[Tensor, ReservoirState, dict[str, Tensor]]:
         drive = self.project(x_t) + state.h @ self.recurrent_weight.to(x_t.dtype).T
-        y, new = self.step(x_t, state)
+        y, new = self._unchecked_step(x_t, state)
         return y, new, {"drive": drive}
 
     def forward(

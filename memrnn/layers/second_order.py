@@ -13,10 +13,10 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
-from torch.autograd.function import once_differentiable
 
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
+from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
 from memrnn.ops.stack import h_sigmoid
 from memrnn.ops.tensor import second_order
@@ -113,7 +113,7 @@ class _SecondOrderSequence(torch.autograd.Function):
         return states
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, grad_states):  # type: ignore[override]
         weight, sensitivity, states, pre = ctx.saved_tensors
         buckets: TokenBuckets = ctx.buckets

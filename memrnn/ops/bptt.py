@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
+
+from memrnn.ops.autograd import first_order
 
 
 def _derivative(fn: Callable[[Tensor], Tensor], a: Tensor) -> Tensor:
@@ -122,7 +123,7 @@ class LSTMSequence(torch.autograd.Function):
         return hs.permute(2, 0, 1), cs.permute(2, 0, 1)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
         x, w_in, w_rec, acts, hs, cs, xs = ctx.saved_tensors
         T, G, B = acts.shape
@@ -219,7 +220,7 @@ class CounterRNNSequence(torch.autograd.Function):
         return rs.transpose(0, 1), moves.transpose(0, 1)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, grad_rs, grad_moves):  # type: ignore[override]
         xt, w_in, w_rec, pres, rs = ctx.saved_tensors
         T, B, G = pres.shape
@@ -303,7 +304,7 @@ class JordanSequence(torch.autograd.Function):
         return hs, rs
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, grad_hs, grad_rs):  # type: ignore[override]
         weight_fb, weight_out, acts, hs, rs, outs = ctx.saved_tensors
         T, B, H = acts.shape
@@ -380,7 +381,7 @@ class GRUSequence(torch.autograd.Function):
         return hs.permute(2, 0, 1)
 
     @staticmethod
-    @once_differentiable
+    @first_order
     def backward(ctx, grad_hs):  # type: ignore[override]
         x, w_ih, w_hh, acts, ghs, hs = ctx.saved_tensors
         T, G, B = acts.shape

@@ -1,0 +1,175 @@
+"""Checks every ``MemoryLayer`` applies to what it is given, and its dtype policy.
+
+* **Inputs** are floating ``[batch, time, input_size]`` (``[batch, input_size]`` for ``step``);
+  integer inputs are refused with a pointer to an embedding or one-hot vectors.
+* **Dtype policy** (one for every layer): a layer computes in its own floating dtype (the
+  dtype of its parameters, as ``torch.nn`` layers do); inputs and states of another floating
+  dtype raise a ``ValueError`` naming both.  Frozen layers whose weights are constants (the
+  reservoirs) set ``dtype_policy = "follow"`` and compute in the input's dtype instead.
+* **Autocast** (CPU or CUDA, bf16 or fp16): inputs of any floating dtype are accepted, and the
+  recurrence, its state and the fused paths' accumulation stay in the layer's dtype (float32):
+  a counter or a stack kept in bf16 stops being exact after a few hundred steps (bf16 has 8
+  significand bits: 256 + 1 rounds to 256), and fp16 overflows at 65,504.  Outputs come back in
+  the layer's dtype; the layers around it (``nn.Linear`` heads) run in the autocast dtype as
+  usual.  ``LSTMLayer``/``GRULayer`` on CUDA are the exception: cuDNN runs them in the autocast
+  dtype natively (as ``nn.LSTM``), and their final state is cast back to the layer's dtype.
+* **States** are checked like inputs: the type (the layer's state ``NamedTuple``; a plain tuple
+  or list of the fields in order is accepted and converted), the batch size, every field's
+  shape, dtype and device, each against ``initial_state``; the message names the field and
+  the expected layout.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class StateTemplate:
+    """The structure of a layer's state, read once from ``initial_state(1)``: the state type,
+    its field names, and each field's shape after the batch and whether it is floating."""
+
+    def __init__(self, example: Any) -> None:
+        self.cls = type(example)
+        self.fields: tuple[str, ...] = tuple(getattr(example, "_fields", ())) or tuple(
+            str(i) for i in range(len(example))
+        )
+        self.shapes = tuple(tuple(t.shape[1:]) for t in example)
+        self.floating = tuple(t.is_floating_point() for t in example)
+        self.dtypes = tuple(t.dtype for t in example)
+
+    def layout(self, batch: int | str = "B") -> str:
+        """``LSTMState(h [B, 1, 5], c [B, 1, 5])``."""
+        parts = [
+            f"{name} [{', '.join(str(d) for d in (batch, *shape))}]"
+            for name, shape in zip(self.fields, self.shapes, strict=True)
+        ]
+        return f"{self.cls.__name__}({', '.join(parts)})"
+
+
+def _shape(t: Any) -> str:
+    return f"[{', '.join(str(d) for d in t.shape)}]" if isinstance(t, Tensor) else type(t).__name__
+
+
+def check_state(
+    layer_name: str,
+    template: StateTemplate,
+    state: Any,
+    batch: int,
+    *,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> Any:
+    """Return ``state`` as the layer's state type after checking it against ``template``;
+    raise ``ValueError`` naming the first mismatch and the expected layout.
+
+    ``dtype`` is the dtype the layer computes in (every floating field must have it);
+    ``device`` the inputs' device.
+    """
+    expected = template.layout(batch)
+    where = f"{layer_name} expects a state {expected} (batch first; a plain tuple in this order works too)"
+    if isinstance(state, Tensor):
+        raise ValueError(
+            f"{where}; got a bare tensor of shape {_shape(state)}: wrap it as ({template.fields[0]},)"
+        )
+    if not isinstance(state, (tuple, list)):
+        raise ValueError(f"{where}; got {type(state).__name__}")
+    is_named = hasattr(state, "_fields")
+    if is_named and not isinstance(state, template.cls):
+        got = f"{type(state).__name__}({', '.join(f'{n} {_shape(t)}' for n, t in zip(state._fields, state, strict=True))})"
+        raise ValueError(f"{where}; got the state of another layer, {got}")
+    if len(state) != len(template.fields):
+        raise ValueError(f"{where}; got a {type(state).__name__} of {len(state)} fields")
+    if not is_named:
+        state = template.cls(*state)
+    for name, t, shape, floating, dt in zip(
+        template.fields, state, template.shapes, template.floating, template.dtypes, strict=True
+    ):
+        if not isinstance(t, Tensor):
+            raise ValueError(f"{where}; field {name!r} is a {type(t).__name__}, not a tensor")
+        if tuple(t.shape) != (batch, *shape):
+            if t.dim() == len(shape) + 1 and tuple(t.shape[1:]) == shape:
+                raise ValueError(
+                    f"{where}; the state has batch size {t.shape[0]} but the inputs have batch size {batch}"
+                )
+            hint = ""
+            if t.dim() == len(shape) + 1 and t.dim() >= 2 and tuple(t.shape) == (shape[0], batch, *shape[1:]):
+                hint = (
+                    " (that is torch's [num_layers, batch, hidden] layout of nn.LSTM/nn.GRU states: "
+                    "memrnn states are batch first, use .transpose(0, 1))"
+                )
+            raise ValueError(
+                f"{where}; field {name!r} has shape {_shape(t)}, expected "
+                f"[{', '.join(str(d) for d in (batch, *shape))}]{hint}"
+            )
+        want = dtype if floating else dt
+        if t.dtype != want:
+            raise ValueError(
+                f"{where}; field {name!r} has dtype {t.dtype} but the layer computes in {want} "
+                f"(convert the state, e.g. state_map(lambda t: t.to({want}), state))"
+            )
+        if t.device != device:
+            raise ValueError(f"{where}; field {name!r} is on {t.device} but the inputs are on {device}")
+    return state
+
+
+def check_features(layer_name: str, x: Any, input_size: int, *, dims: int) -> None:
+    """``x`` is a floating tensor with ``dims`` dimensions whose last one is ``input_size``."""
+    layout = "[batch, time, {}]" if dims == 3 else "[batch, {}]"
+    layout = layout.format(input_size)
+    if not isinstance(x, Tensor) or x.dim() != dims:
+        shape = _shape(x)
+        raise ValueError(f"{layer_name} expects inputs {layout}, got {shape}")
+    if x.shape[-1] != input_size:
+        raise ValueError(
+            f"{layer_name} has input_size={input_size} but the inputs have {x.shape[-1]} features "
+            f"(shape {tuple(x.shape)})"
+        )
+    if not x.is_floating_point():
+        raise ValueError(
+            f"{layer_name} reads float features {layout}, got {x.dtype} inputs: token ids need an "
+            f"embedding (nn.Embedding(vocab, {input_size})) or one-hot vectors "
+            f"(F.one_hot(ids, {input_size}).float())"
+        )
+
+
+def check_dtype(layer_name: str, x: Tensor, layer_dtype: torch.dtype | None, policy: str) -> torch.dtype:
+    """The dtype the layer computes in for inputs ``x`` (see the module docstring); raises
+    naming both dtypes when the policy is ``"match"`` and they differ."""
+    if policy == "follow" or layer_dtype is None:
+        return x.dtype
+    if x.dtype != layer_dtype and not torch.is_autocast_enabled(x.device.type):
+        raise ValueError(
+            f"{layer_name} has {layer_dtype} parameters but the inputs are {x.dtype}: convert the "
+            f"layer (layer.to({x.dtype})) or the inputs (x.to({layer_dtype})); under torch.autocast "
+            f"any floating input is accepted"
+        )
+    return layer_dtype
+
+
+def autocast_in_layer_dtype(fn: Callable) -> Callable:
+    """Wrap a layer's ``forward``/``step``/``trace(x, state, ...)``: under autocast (on ``x``'s
+    device type) run it with autocast off, ``x`` and the floating fields of a given state cast
+    to the layer's dtype (module docstring), unless the layer runs natively under autocast
+    (``layer.native_autocast(x)``)."""
+
+    @functools.wraps(fn)
+    def wrapper(self, x, state=None, *args, **kwargs):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            return fn(self, x, state, *args, **kwargs)
+        kind = x.device.type
+        if not torch.is_autocast_enabled(kind) or self.native_autocast(x):
+            return fn(self, x, state, *args, **kwargs)
+        dtype = self.layer_dtype() or torch.float32
+        if isinstance(state, (tuple, list)):
+            fields = [t.to(dtype) if isinstance(t, Tensor) and t.is_floating_point() else t for t in state]
+            state = type(state)(*fields) if hasattr(state, "_fields") else type(state)(fields)
+        with torch.autocast(kind, enabled=False):
+            return fn(self, x.to(dtype), state, *args, **kwargs)
+
+    wrapper._memrnn_guarded = True  # type: ignore[attr-defined]
+    return wrapper

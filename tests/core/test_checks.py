@@ -1,0 +1,176 @@
+"""States checked like inputs, one dtype policy, autocast: over every registered layer
+(memrnn.core.checks)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memrnn.core import create_layer, list_layers, state_leaves, state_map
+from memrnn.layers import NNPDA, ElmanRNN, LSTMLayer, Reservoir
+from tests.conftest import assert_close_tree
+
+LAYERS = list_layers()
+ONE_HOT = ("second_order", "nnpda")  # their fused paths read one-hot inputs
+
+
+def make(name, dtype=torch.float32):
+    torch.manual_seed(0)
+    return create_layer(name).to(dtype)
+
+
+def inputs(layer, gen, name, batch=3, steps=6, dtype=torch.float32):
+    if name.startswith(ONE_HOT):
+        ids = torch.randint(0, layer.input_size, (batch, steps), generator=gen)
+        return F.one_hot(ids, layer.input_size).to(dtype)
+    return torch.randn(batch, steps, layer.input_size, generator=gen, dtype=dtype)
+
+
+def other_state(name, batch):
+    """The state of a layer of another type (an LSTM's, or an Elman's for the LSTMs)."""
+    other = "elman" if isinstance(create_layer(name), LSTMLayer) else "lstm"
+    return create_layer(other).initial_state(batch)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_state_of_another_layer_type_is_refused_naming_the_expected_layout(name, gen):
+    layer = make(name)
+    x = inputs(layer, gen, name)
+    expected = type(layer.initial_state(1)).__name__
+    with pytest.raises(ValueError, match=rf"expects a state {expected}\(.*another layer"):
+        layer(x, other_state(name, 3))
+    with pytest.raises(ValueError, match=rf"expects a state {expected}\("):
+        layer.step(x[:, 0], other_state(name, 3))
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_state_fields_of_the_wrong_size_dtype_or_batch_are_refused(name, gen):
+    layer = make(name)
+    x = inputs(layer, gen, name)
+    s = layer.initial_state(3)
+    field = s._fields[-1]
+    bigger = s._replace(**{field: torch.zeros(3, *[d + 1 for d in getattr(s, field).shape[1:]])})
+    with pytest.raises(ValueError, match=rf"field '{field}' has shape \[3, "):
+        layer(x, bigger)
+    with pytest.raises(ValueError, match=rf"field '{s._fields[0]}' has dtype torch.float64 but the layer computes in torch.float32"):
+        layer(x, state_map(lambda t: t.double(), s))
+    with pytest.raises(ValueError, match="state has batch size 2 but the inputs have batch size 3"):
+        layer.step(x[:, 0], layer.initial_state(2))
+    with pytest.raises(ValueError, match="bare tensor"):
+        layer(x, state_leaves(s)[0])
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_plain_tuple_in_the_documented_order_is_accepted(name, gen):
+    layer = make(name)
+    x = inputs(layer, gen, name)
+    s0 = state_map(lambda t: t + 0.1, layer.initial_state(3))
+    y, s = layer(x, s0)
+    y2, s2 = layer(x, tuple(s0))
+    torch.testing.assert_close(y2, y, atol=0, rtol=0)
+    assert type(s2) is type(s)
+    assert_close_tree(s2, s, atol=0, what="plain tuple")
+    y3, _ = layer.step(x[:, 0], list(s0))
+    torch.testing.assert_close(y3, layer.step(x[:, 0], s0)[0], atol=0, rtol=0)
+    with pytest.raises(ValueError, match="fields"):
+        layer(x, (*s0, s0[0]))
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_step_checks_its_inputs_and_starts_from_the_initial_state(name, gen):
+    layer = make(name)
+    x = inputs(layer, gen, name)
+    with pytest.raises(ValueError, match=rf"input_size={layer.input_size}"):
+        layer.step(torch.randn(3, layer.input_size + 1), layer.initial_state(3))
+    with pytest.raises(ValueError, match=rf"\[batch, {layer.input_size}\]"):
+        layer.step(x, layer.initial_state(3))
+    y, _ = layer.step(x[:, 0], None)
+    torch.testing.assert_close(y, layer.step(x[:, 0], layer.initial_state(3))[0], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_integer_inputs_and_other_float_dtypes_get_clear_errors(name, gen):
+    layer = make(name)
+    x = inputs(layer, gen, name)
+    with pytest.raises(ValueError, match="int64 inputs: token ids need an embedding"):
+        layer(x.long())
+    with pytest.raises(ValueError, match="int64 inputs"):
+        layer.step(x[:, 0].long(), None)
+    if layer.dtype_policy == "match":
+        with pytest.raises(ValueError, match="torch.float32 parameters but the inputs are torch.float64"):
+            layer(x.double())
+        with pytest.raises(ValueError, match="torch.float32 parameters but the inputs are torch.float64"):
+            layer.step(x[:, 0].double(), None)
+    else:  # frozen weights: computes in the input's dtype
+        y, s = layer(x.double())
+        assert y.dtype == torch.float64 and all(t.dtype == torch.float64 for t in state_leaves(s))
+
+
+def test_the_reported_silent_cases_now_raise():
+    x = torch.randn(2, 4, 3)
+    with pytest.raises(ValueError, match=r"field 'stack' has shape \[2, 8, 2\], expected \[2, 4, 2\]"):
+        NNPDA(3, 3, 2, depth=4)(x, NNPDA(3, 3, 2, depth=8).initial_state(2))
+    with pytest.raises(ValueError, match=r"field 'h' has shape \[2, 1, 5\], expected \[2, 5\]"):
+        ElmanRNN(3, 5)(x, (torch.zeros(2, 1, 5),))
+    lstm = LSTMLayer(3, 5)
+    with pytest.raises(ValueError, match=r"nn.LSTM/nn.GRU states: memrnn states are batch first"):
+        lstm(x, (torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)))
+    # the documented plain (h, c) tuple, batch first
+    y, s = lstm(x, (torch.zeros(2, 1, 5), torch.zeros(2, 1, 5)))
+    assert type(s).__name__ == "LSTMState"
+
+
+def test_reservoirs_compute_in_the_input_dtype():
+    res = Reservoir(3, 5, kind="crj")
+    x = torch.randn(2, 4, 3, dtype=torch.float64)
+    y64, _ = res(x)
+    y32, _ = res(x.float())
+    assert y64.dtype == torch.float64 and y32.dtype == torch.float32
+    torch.testing.assert_close(y64.float(), y32, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
+def test_forward_and_backward_under_cpu_autocast(name, amp, gen):
+    """Under autocast the recurrence and its state stay in float32 (memrnn.core.checks); the head
+    runs in the autocast dtype; backward works inside and outside the autocast region."""
+    layer = make(name)
+    head = torch.nn.Linear(layer.output_size, 2)
+    x = inputs(layer, gen, name)
+    mask = torch.arange(6)[None] < torch.tensor([6, 4, 1])[:, None]
+    ref_y, ref_s = layer(x, mask=mask)
+    for inside in (True, False):
+        layer.zero_grad()
+        with torch.autocast("cpu", dtype=amp):
+            y, s = layer(x.to(amp), mask=mask)
+            loss = head(y).float().square().sum()
+            if inside:
+                loss.backward()
+        if not inside:
+            loss.backward()
+        assert y.dtype == torch.float32 and all(t.dtype == torch.float32 for t in state_leaves(s))
+        assert torch.isfinite(y).all() and all(torch.isfinite(t).all() for t in state_leaves(s))
+        # the inputs were rounded to the autocast dtype; the recurrence itself ran in float32
+        torch.testing.assert_close(y, layer(x.to(amp).float(), mask=mask)[0], atol=0, rtol=0)
+        assert (y - ref_y).abs().max() < 0.1
+        grads = [p.grad for p in layer.parameters() if p.requires_grad]
+        assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    with torch.autocast("cpu", dtype=amp):
+        y1, s1 = layer.step(x[:, 0].to(amp), ref_s)
+        tr = layer.trace(x.to(amp), mask=mask)
+    assert y1.dtype == torch.float32 and all(t.dtype == torch.float32 for t in state_leaves(s1))
+    torch.testing.assert_close(tr["output"], y, atol=1e-6, rtol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
+def test_forward_and_backward_under_cuda_autocast(name, amp, gen):
+    layer = make(name).cuda()
+    x = inputs(layer, gen, name).cuda()
+    with torch.autocast("cuda", dtype=amp):
+        y, s = layer(x)
+        y.float().square().sum().backward()
+    assert torch.isfinite(y).all()
+    assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in state_leaves(s))
+    assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.requires_grad)
