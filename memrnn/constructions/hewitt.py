@@ -71,6 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.checks import finite_float
 from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.layers.elman import ElmanRNN
@@ -217,14 +218,13 @@ def hewitt_constants(
     """β (default 20: ``σ(20)`` rounds to 1 in float32, and in float64 the gates miss 0/1 by
     ``2·10⁻⁹``, an error each step contracts by ``≈ 4βe^{−β}``), ``λ = 2β/γ`` unless given
     (must be ``≥ 2β/γ``), ``ζ = ln(2000k)/γ`` unless given (must exceed ``2.4/γ``)."""
-    if not beta > 0:
-        raise ValueError(f"beta must be positive, got {beta}")
-    lam = 2 * beta / GAMMA if lam is None else float(lam)
+    beta = finite_float("beta", beta, positive=True)
+    lam = 2 * beta / GAMMA if lam is None else finite_float("lam", lam)
     if lam < 2 * beta / GAMMA * (1 - 1e-12):
         raise ValueError(
             f"lam={lam} is below 2*beta/gamma = {2 * beta / GAMMA:.6g}; the gates would not saturate (E.6)"
         )
-    zeta = math.log(2000.0 * k) / GAMMA if zeta is None else float(zeta)
+    zeta = math.log(2000.0 * k) / GAMMA if zeta is None else finite_float("zeta", zeta)
     if not zeta > 2.4 / GAMMA:
         raise ValueError(f"zeta={zeta} must exceed 2.4/gamma = {2.4 / GAMMA:.6g} (F.1)")
     return HewittConstants(float(beta), lam, zeta, 1.0 / (2 * (k + 1)))

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -173,3 +174,28 @@ def autocast_in_layer_dtype(fn: Callable) -> Callable:
 
     wrapper._memrnn_guarded = True  # type: ignore[attr-defined]
     return wrapper
+
+
+# -- constructor arguments ---------------------------------------------------------------------
+def positive_int(name: str, value: Any) -> int:
+    """``value`` if it is an int >= 1 (not a bool), else ``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def finite_float(name: str, value: Any, *, positive: bool = False, nonnegative: bool = False) -> float:
+    """``float(value)`` if it is a finite real number (and > 0 or >= 0 when asked), else
+    ``ValueError`` naming ``name`` (NaN and infinities included: they make every output NaN)."""
+    if isinstance(value, bool) or (
+        not isinstance(value, (int, float)) and not (isinstance(value, Tensor) and value.numel() == 1)
+    ):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {v}")
+    if positive and not v > 0:
+        raise ValueError(f"{name} must be positive, got {v}")
+    if nonnegative and not v >= 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
+    return v

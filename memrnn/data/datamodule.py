@@ -13,8 +13,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from memrnn.core.checks import positive_int
 from memrnn.data.presets import SplitPreset, get_preset
-from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations
+from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations, check_window
 
 IGNORE_INDEX = -100
 SPLITS = ("train", "val", "test")
@@ -137,9 +138,15 @@ class SplitDataModule(L.LightningDataModule, ABC):
 
     def __init__(self, batch_size: int, eval_batch_size: int | None, seed: int, num_workers: int) -> None:
         super().__init__()
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size or batch_size
+        positive_int("batch_size", batch_size)
+        if eval_batch_size is not None:
+            positive_int("eval_batch_size", eval_batch_size)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        self.batch_size = batch_size
+        self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.seed, self.num_workers = seed, num_workers
         self.datasets: dict[str, Dataset] = {}
 
@@ -220,13 +227,13 @@ def resolve_splits(
     for split in SPLITS:
         v = sizes[split]
         v = v if v is not None else getattr(p, f"{split}_size") if p else fallback[split]
-        if v < 0:
-            raise ValueError(f"{split}_size must be >= 0, got {v}")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"{split}_size must be an int >= 0, got {v!r}")
         out[split] = v
     p_train, p_test = p.windows(language) if p else (None, None)
     windows: dict[str, Lengths] = {
-        "train": tuple(train_lengths or p_train or language.default_lengths("train")),
-        "test": tuple(test_lengths or p_test or language.default_lengths("test")),
+        "train": check_window(train_lengths or p_train or language.default_lengths("train"), "train_lengths"),
+        "test": check_window(test_lengths or p_test or language.default_lengths("test"), "test_lengths"),
     }
     windows["val"] = windows["train"]
     mode = length_sampling or (p.length_sampling if p else "natural")

@@ -7,10 +7,12 @@ input-only ``BOS`` id (``bos_id == num_symbols``) before the first token.
 
 from __future__ import annotations
 
+import functools
 import math
+import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Literal
 
 import numpy as np
 
@@ -18,6 +20,56 @@ from memrnn.core.serialization import allow_in_checkpoints
 
 Lengths = tuple[int, int]
 LengthSampling = Literal["natural", "uniform"]
+
+
+def check_rng(rng: Any) -> np.random.Generator:
+    """``rng`` if it is a ``numpy.random.Generator``, else a ``ValueError`` that says how to make
+    one (an int seed is refused: a sampler re-seeded on every call returns the same string)."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    raise ValueError(
+        f"rng must be a numpy.random.Generator, got {type(rng).__name__} {rng!r}: pass "
+        f"np.random.default_rng(seed) once and reuse it (memrnn's samplers draw from numpy, "
+        f"not torch.Generator)"
+    )
+
+
+def check_window(lengths: Any, name: str = "length window") -> Lengths:
+    """``(min, max)`` as two ints with ``0 <= min <= max``; a ``ValueError`` naming the window
+    otherwise (a float bound like 40.5 is refused, never truncated)."""
+    try:
+        lo, hi = lengths
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be (min, max), got {lengths!r}") from None
+    for v in (lo, hi):
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or v != int(v):
+            raise ValueError(f"{name} bounds must be integers (END counted), got {tuple(lengths)!r}")
+    lo, hi = int(lo), int(hi)
+    if lo < 0 or hi < lo:
+        raise ValueError(f"{name} must satisfy 0 <= min <= max, got {(lo, hi)}")
+    return lo, hi
+
+
+def _checks_rng(fn: Callable) -> Callable:
+    """Wrap a sampling method whose first argument is ``rng`` with :func:`check_rng`."""
+
+    @functools.wraps(fn)
+    def wrapper(self, rng, *args, **kwargs):
+        return fn(self, check_rng(rng), *args, **kwargs)
+
+    wrapper._checks_rng = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+_RNG_FIRST = ("sample", "sample_length", "sample_given_length", "sample_negative")
+
+
+def _guard_samplers(cls: type) -> None:
+    """Check the ``rng`` of every sampling method ``cls`` itself defines (:func:`check_rng`)."""
+    for name in _RNG_FIRST:
+        fn = cls.__dict__.get(name)
+        if fn is not None and not getattr(fn, "_checks_rng", False):
+            setattr(cls, name, _checks_rng(fn))
 
 
 class Language(ABC):
@@ -36,6 +88,7 @@ class Language(ABC):
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
         allow_in_checkpoints(cls)  # data modules save their language in checkpoints
+        _guard_samplers(cls)
 
     def __new__(cls, *args, **kwargs):
         obj = super().__new__(cls)
@@ -75,8 +128,19 @@ class Language(ABC):
 
     def check_ids(self, ids: Iterable[int]) -> list[int]:
         """Return ``ids`` as a list of ints, or raise ``ValueError`` naming an unknown id."""
+        if isinstance(ids, str):
+            raise ValueError(
+                f"expected token ids, got the string {ids!r}; {self} turns symbols into ids with "
+                f"encode({ids!r}) (symbols {', '.join(self.symbols)})"
+            )
         out = []
         for pos, tok in enumerate(ids):
+            if isinstance(tok, bool) or not (isinstance(tok, numbers.Real) or hasattr(tok, "__index__")):
+                hint = f"; encode symbols first: {self}.encode(...)" if isinstance(tok, str) else ""
+                raise ValueError(
+                    f"expected token ids, got {type(tok).__name__} {tok!r} at position {pos}; {self} has "
+                    f"ids 0..{self.num_symbols - 1} ({', '.join(self.symbols)}){hint}"
+                )
             t = int(tok)
             if t != tok or not 0 <= t < self.num_symbols:
                 raise ValueError(
@@ -149,10 +213,7 @@ class Language(ABC):
         return [n for n in range(lo, hi + 1) if np.isfinite(lp[n])]
 
     def _check_window(self, lengths: Lengths) -> Lengths:
-        lo, hi = (int(v) for v in lengths)
-        if lo < 0 or hi < lo:
-            raise ValueError(f"length window must satisfy 0 <= min <= max, got {tuple(lengths)}")
-        return lo, hi
+        return check_window(lengths)
 
     def window_log_mass(self, lengths: Lengths) -> float:
         """``log P(|w| in window)`` under the unrestricted distribution."""
@@ -193,6 +254,11 @@ class Language(ABC):
         """``n`` independent samples.  ``length_sampling="natural"``: the generating distribution
         restricted to the window; ``"uniform"``: each length drawn uniformly from the window's
         possible lengths first, then a string from ``p(w | length)`` (DuSell & Chiang)."""
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise ValueError(f"sample_many needs a number of strings n >= 0, got {n!r}")
+        rng = check_rng(rng)
+        if lengths is not None:
+            lengths = check_window(lengths)
         if length_sampling == "natural":
             return [self.sample(rng, lengths) for _ in range(n)]
         if length_sampling != "uniform":
@@ -312,3 +378,6 @@ def bracket_annotations(language: Language, ids: Sequence[int]) -> dict[str, np.
     bound = language.bracket_bound
     full = depth == bound if bound is not None else np.zeros(n, dtype=bool)
     return {"distance": distance, "depth": depth, "full": full}
+
+
+_guard_samplers(Language)

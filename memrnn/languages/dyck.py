@@ -41,7 +41,7 @@ from typing import Literal
 import numpy as np
 
 from memrnn.languages.automata import DFA, DPDA, EMPTY, NOOP, POP, push
-from memrnn.languages.base import Language, Lengths
+from memrnn.languages.base import Language, Lengths, check_window
 
 ACCEPT = "accept"
 REJECT = "reject"
@@ -192,9 +192,9 @@ class DyckKM(Language):
     def _check_lengths(self, lengths: Lengths | None) -> Lengths | None:
         if lengths is None:
             return None
-        lo, hi = (int(v) for v in lengths)
-        if lo < 1 or hi < lo:
-            raise ValueError(f"length window must satisfy 1 <= min <= max, got {tuple(lengths)}")
+        lo, hi = check_window(lengths)
+        if lo < 1:
+            raise ValueError(f"length window must satisfy 1 <= min <= max (END counted), got {(lo, hi)}")
         return lo, hi
 
     # -- the generating distribution (H.1) -------------------------------------------------------

@@ -34,9 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.elman import ACTIVATIONS, _positive, _resolve
+from memrnn.layers.elman import ACTIVATIONS, _resolve
 from memrnn.ops.bptt import CounterRNNSequence, LSTMSequence
 from memrnn.ops.buckets import final_by_length, masked_outputs
 
@@ -80,9 +81,9 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _positive("input_size", input_size)
-        _positive("hidden_size", hidden_size)
-        _positive("counters", counters)
+        positive_int("input_size", input_size)
+        positive_int("hidden_size", hidden_size)
+        positive_int("counters", counters)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
         self.fused = bool(fused)
@@ -206,14 +207,14 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _positive("input_size", input_size)
-        _positive("hidden_size", hidden_size)
-        _positive("counters", counters)
+        positive_int("input_size", input_size)
+        positive_int("hidden_size", hidden_size)
+        positive_int("counters", counters)
         self.cell_activation = _resolve(cell_activation, CELL_ACTIVATIONS, "cell_activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
         self.fused = bool(fused)
         self.output_size = hidden_size + counters
-        self.forget_bias = float(forget_bias)
+        self.forget_bias = finite_float("forget_bias", forget_bias)
         fk = {"device": device, "dtype": dtype}
         z = input_size + hidden_size + counters
         self.weight = nn.Parameter(torch.empty(4 * hidden_size, z, **fk))

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.bptt import JordanSequence
@@ -59,11 +60,6 @@ def _resolve(name: str, table: dict[str, Callable[[Tensor], Tensor]], what: str)
     return key
 
 
-def _positive(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 class ElmanState(NamedTuple):
     """State of ``ElmanRNN``: ``h [B, hidden_size]``."""
 
@@ -96,8 +92,8 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _positive("input_size", input_size)
-        _positive("hidden_size", hidden_size)
+        positive_int("input_size", input_size)
+        positive_int("hidden_size", hidden_size)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -199,7 +195,7 @@ class JordanRNN(MemoryLayer[JordanState]):
             ("hidden_size", hidden_size),
             ("feedback_size", feedback_size),
         ):
-            _positive(n, v)
+            positive_int(n, v)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.output_activation = _resolve(output_activation, OUTPUT_ACTIVATIONS, "output_activation")
         self.input_size, self.hidden_size, self.feedback_size = input_size, hidden_size, feedback_size

@@ -24,9 +24,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.elman import _positive
 from memrnn.ops.bptt import GRUSequence
 from memrnn.ops.buckets import final_by_length, masked_outputs
 
@@ -116,9 +116,9 @@ class _FusedRecurrent(MemoryLayer):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        _positive("input_size", input_size)
-        _positive("hidden_size", hidden_size)
-        _positive("num_layers", num_layers)
+        positive_int("input_size", input_size)
+        positive_int("hidden_size", hidden_size)
+        positive_int("num_layers", num_layers)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
         self.output_size = hidden_size
         self.fused = bool(fused)
@@ -195,9 +195,10 @@ class LSTMLayer(_FusedRecurrent):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
+        forget_bias = finite_float("forget_bias", forget_bias)
         if forget_bias and not bias:
             raise ValueError(f"forget_bias={forget_bias} needs bias=True")
-        self.forget_bias = float(forget_bias)
+        self.forget_bias = forget_bias
         super().__init__(input_size, hidden_size, num_layers, bias, fused, device=device, dtype=dtype)
         self._add_forget_bias()
 

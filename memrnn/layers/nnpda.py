@@ -21,9 +21,10 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, positive_int, use_buckets
+from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, use_buckets
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size

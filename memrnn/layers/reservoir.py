@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from memrnn.core.checks import finite_float
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 
@@ -253,12 +254,21 @@ class Reservoir(MemoryLayer[ReservoirState]):
             units = order * input_size
         elif units is None or not isinstance(units, int) or units < 1:
             raise ValueError(f"units must be a positive int, got {units!r}")
-        if not 0 < leak <= 1:
+        if not 0 < finite_float("leak", leak) <= 1:
             raise ValueError(f"leak must be in (0, 1], got {leak}")
-        if not theta > 0:
-            raise ValueError(f"theta must be > 0, got {theta}")
-        if spectral_radius < 0:
-            raise ValueError(f"spectral_radius must be >= 0, got {spectral_radius}")
+        theta = finite_float("theta", theta, positive=True)
+        spectral_radius = finite_float("spectral_radius", spectral_radius, nonnegative=True)
+        for name, value in (
+            ("input_scaling", input_scaling),
+            ("cycle_weight", cycle_weight),
+            ("jump_weight", jump_weight),
+            ("input_weight", input_weight),
+        ):
+            finite_float(name, value)
+        if not isinstance(jump_length, int) or isinstance(jump_length, bool) or jump_length < 0:
+            raise ValueError(f"jump_length must be an integer >= 0, got {jump_length!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
         activation = activation or ("identity" if kind == "ldn" else "tanh")
         if activation not in RESERVOIR_ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose {sorted(RESERVOIR_ACTIVATIONS)}")

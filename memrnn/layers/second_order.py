@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.autograd import first_order
@@ -58,18 +59,11 @@ def input_ids(x: Tensor, mask: Tensor | None, mode: bool | None, layer: str) -> 
     return x.argmax(-1) if bool(_one_hot_rows(x, mask).all()) else None
 
 
-def positive_int(name: str, value: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
 class SensitivityMixin:
     """``H`` as a fixed buffer or a learned parameter, and the start state ``s^0``."""
 
     def _init_sensitivity(self, sensitivity: float, learn: bool, fk: dict) -> None:
-        if not sensitivity > 0:
-            raise ValueError(f"sensitivity H must be positive, got {sensitivity}")
-        h = torch.tensor(float(sensitivity), **fk)
+        h = torch.tensor(finite_float("sensitivity H", sensitivity, positive=True), **fk)
         if learn:
             self.sensitivity = nn.Parameter(h)
         else:

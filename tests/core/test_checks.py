@@ -51,7 +51,10 @@ def test_state_fields_of_the_wrong_size_dtype_or_batch_are_refused(name, gen):
     bigger = s._replace(**{field: torch.zeros(3, *[d + 1 for d in getattr(s, field).shape[1:]])})
     with pytest.raises(ValueError, match=rf"field '{field}' has shape \[3, "):
         layer(x, bigger)
-    with pytest.raises(ValueError, match=rf"field '{s._fields[0]}' has dtype torch.float64 but the layer computes in torch.float32"):
+    with pytest.raises(
+        ValueError,
+        match=rf"field '{s._fields[0]}' has dtype torch.float64 but the layer computes in torch.float32",
+    ):
         layer(x, state_map(lambda t: t.double(), s))
     with pytest.raises(ValueError, match="state has batch size 2 but the inputs have batch size 3"):
         layer.step(x[:, 0], layer.initial_state(2))
@@ -96,9 +99,9 @@ def test_integer_inputs_and_other_float_dtypes_get_clear_errors(name, gen):
     with pytest.raises(ValueError, match="int64 inputs"):
         layer.step(x[:, 0].long(), None)
     if layer.dtype_policy == "match":
-        with pytest.raises(ValueError, match="torch.float32 parameters but the inputs are torch.float64"):
+        with pytest.raises(ValueError, match=r"torch\.float32 parameters but the inputs are torch\.float64"):
             layer(x.double())
-        with pytest.raises(ValueError, match="torch.float32 parameters but the inputs are torch.float64"):
+        with pytest.raises(ValueError, match=r"torch\.float32 parameters but the inputs are torch\.float64"):
             layer.step(x[:, 0].double(), None)
     else:  # frozen weights: computes in the input's dtype
         y, s = layer(x.double())
@@ -115,7 +118,7 @@ def test_the_reported_silent_cases_now_raise():
     with pytest.raises(ValueError, match=r"nn.LSTM/nn.GRU states: memrnn states are batch first"):
         lstm(x, (torch.zeros(1, 2, 5), torch.zeros(1, 2, 5)))
     # the documented plain (h, c) tuple, batch first
-    y, s = lstm(x, (torch.zeros(2, 1, 5), torch.zeros(2, 1, 5)))
+    _, s = lstm(x, (torch.zeros(2, 1, 5), torch.zeros(2, 1, 5)))
     assert type(s).__name__ == "LSTMState"
 
 
@@ -174,3 +177,21 @@ def test_forward_and_backward_under_cuda_autocast(name, amp, gen):
     assert torch.isfinite(y).all()
     assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in state_leaves(s))
     assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.requires_grad)
+
+
+def _float_arguments(name):
+    import inspect
+
+    from memrnn.core import layer_class
+
+    sig = inspect.signature(layer_class(name).__init__)
+    return [p for p, v in sig.parameters.items() if "float" in str(v.annotation)]
+
+
+@pytest.mark.parametrize("name", LAYERS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_hyper_parameters_are_refused_by_name(name, bad):
+    args = _float_arguments(name)
+    for arg in args:
+        with pytest.raises(ValueError, match=rf"^{arg}\b.*(finite|positive|must)"):
+            create_layer(name, **{arg: bad})
