@@ -7,8 +7,23 @@ from memrnn.languages.pcfg import PCFG, cont
 
 
 class HardestCFL(GrammarLanguage):
-    """Greibach's hardest context-free language as DuSell & Chiang sample it (REFERENCES.md):
-    terminals ``( ) [ ] , ; $``; ambiguous by design, so the oracle is Earley's."""
+    """Greibach's hardest context-free language as DuSell & Chiang sample it: terminals
+    ``( ) [ ] , ; $``; ambiguous by design, so the oracle is Earley's.
+
+    The grammar (``docs/references.md``; rule weights normalised per left-hand side, with
+    ``cont(μ) = 1 − 1/(μ+1)``, the continue-probability of a geometric count of mean ``μ``)::
+
+        S′ → R $ Q S L ;      L → L′ , U      L′ → , V L′ (c) | ε     R → U , R′
+        R′ → R′ V , (c) | ε   U → W U (u) | ε  V → W V (v) | W        W → ( | ) | [ | ] | $
+        Q → L ; R (p) | ε     S → S Q T (s) | T
+        T → ( Q S Q ) (t/2) | ( Q ) ((1−t)/2) | [ Q S Q ] (t/2) | [ Q ] ((1−t)/2)
+
+    with ``c = cont(mean_num_commas)``, ``u = cont(mean_short_filler_length)``,
+    ``v = cont(mean_long_filler_length − 1)`` (a long filler ``V`` holds at least one ``W``, so
+    its mean length is ``1 + μ``), ``p = semicolon_probability``,
+    ``s = cont(mean_bracket_splits)``, ``t = cont(mean_nesting_depth)``.  Before this was
+    fixed, ``v`` was ``cont(mean_long_filler_length)``: long fillers of mean length 3, not 2.
+    """
 
     train_lengths = (41, 81)
     test_lengths = (41, 101)
@@ -31,8 +46,13 @@ class HardestCFL(GrammarLanguage):
             mean_bracket_splits=mean_bracket_splits,
             mean_nesting_depth=mean_nesting_depth,
         )
+        if not mean_long_filler_length >= 1:
+            raise ValueError(
+                f"mean_long_filler_length must be >= 1 (V holds at least one W), got {mean_long_filler_length}"
+            )
         self.root = root
-        c, u, v = cont(mean_num_commas), cont(mean_short_filler_length), cont(mean_long_filler_length)
+        c, u = cont(mean_num_commas), cont(mean_short_filler_length)
+        v = cont(mean_long_filler_length - 1)
         s, t, sc = cont(mean_bracket_splits), cont(mean_nesting_depth), semicolon_probability
         rules = [
             ("S'", ("R", "$", "Q", "S", "L", ";"), 1.0),
