@@ -6,6 +6,12 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+# CUDA comparisons against CPU float32 references: TF32 matrix products (cuDNN's default on
+# Ampere and later) round to 10 significand bits and put 7 of them past 1e-4; tests compare
+# full float32.
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
 
 @pytest.fixture(autouse=True)
 def _restore_environment():

@@ -4,6 +4,7 @@ timing is asserted: speed targets live in benchmarks/results, not in tests)."""
 from __future__ import annotations
 
 import csv
+import math
 import sys
 from pathlib import Path
 
@@ -27,7 +28,9 @@ def test_tiny_benchmark_writes_tables_csvs_and_plot(tmp_path, capsys):
     with open(tmp_path / "scaling.csv") as f:
         scaling = list(csv.DictReader(f))
     assert {r["layer"] for r in scaling} == {"nn.LSTM", "elman", "counter_lstm", "nnpda"}
-    assert all(float(r["slope"]) > 0 for r in scaling)
+    # a fitted slope on a loaded machine can be anything (seen: -2.4 to 4.1 at these tiny sizes):
+    # only that it was computed
+    assert all(math.isfinite(float(r["slope"])) for r in scaling)
     assert (tmp_path / "scaling.png").stat().st_size > 0
 
 
