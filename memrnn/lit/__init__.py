@@ -24,6 +24,7 @@ from memrnn.lit.metrics import (
     PerLengthStats,
 )
 from memrnn.lit.rsm import RSMDataModule, RSMModule
+from memrnn.lit.runs import LearningRateMonitor, SaveRunConfig, run_dir
 from memrnn.lit.sequence import SequenceModule
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "GeneratorModule",
     "HewittComparison",
     "HewittInit",
+    "LearningRateMonitor",
     "LengthCurves",
     "LinearProbe",
     "ModelComparison",
@@ -45,8 +47,10 @@ __all__ = [
     "ProgressBar",
     "RSMDataModule",
     "RSMModule",
+    "SaveRunConfig",
     "SequenceModule",
     "StackActions",
     "TraceComparison",
     "WandbLogger",
+    "run_dir",
 ]

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from memrnn.data.datamodule import bos_inputs
 from memrnn.lit.loggers import WandbLogger
+from memrnn.lit.runs import run_dir
 from memrnn.ops.stack import action_codes
 
 
@@ -61,18 +62,6 @@ class Comparison:
     metrics: dict[str, float] = field(default_factory=dict)
     figures: dict[str, Figure] = field(default_factory=dict)
     tables: dict[str, dict[str, list]] = field(default_factory=dict)
-
-
-def run_dir(trainer: L.Trainer, log_dir: Path) -> Path:
-    """The run's own directory.  ``trainer.log_dir`` is the W&B logger's ``save_dir``, shared by
-    every run; Lightning puts a W&B run's checkpoints under ``save_dir/<project>/<run id>``, and
-    so do the comparison callbacks (rank 0 only: the run id exists there)."""
-    from lightning.pytorch.loggers import WandbLogger as LightningWandb
-
-    logger = trainer.logger
-    if isinstance(logger, LightningWandb) and logger.version:
-        return log_dir / str(logger.name) / str(logger.version)
-    return log_dir
 
 
 class ModelComparison(L.Callback, ABC):
@@ -120,10 +109,10 @@ class ModelComparison(L.Callback, ABC):
         if not self._due(trainer, split):
             return
         # trainer.log_dir broadcasts from rank 0: every rank must ask, or rank 0 waits forever
-        out_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        _ = trainer.log_dir
         if not trainer.is_global_zero:
             return
-        out_dir = run_dir(trainer, out_dir)
+        out_dir = run_dir(trainer)
         was_training = pl_module.training
         pl_module.eval()
         try:

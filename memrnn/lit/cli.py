@@ -1,39 +1,325 @@
-"""The LightningCLI behind ``train.py``."""
+"""The LightningCLI behind ``train.py``.
+
+Beyond Lightning's own CLI it keeps runs apart and honest:
+
+* every run writes its resolved config, checkpoints and figures into its own folder
+  (:mod:`memrnn.lit.runs`), also with ``--trainer.logger=false`` (then
+  ``runs/no_logger/<time>-<id>/`` unless ``--trainer.default_root_dir`` is given);
+* ``--ckpt_path`` continues the checkpoint's run: the same W&B run id (so the same run folder,
+  checkpoint folder and best-checkpoint tracking); a file that is not a checkpoint, or a
+  config whose model differs from the checkpoint's, stops the run with the difference named
+  (Lightning would silently use the checkpoint's model);
+* a run that does nothing (``limit_train_batches=0``, ``max_steps=0``, an empty split) ends
+  with a warning;
+* argument and config errors end with the one line that matters, instead of a 60-line usage;
+* third-party tips printed on every run are silenced, deliberately and by name
+  (:func:`quiet_known_noise`).
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
+import inspect
+import logging
+import math
+import os
+import re
+import sys
+import time
+import traceback
+import uuid
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, NoReturn
 
 import lightning as L
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+import torch
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+from memrnn.lit.runs import RUN_KEY, SaveRunConfig, finish_wandb
+
+#: model arguments that ``train.py`` links from the data module (never typed by users)
+LINKED = ("vocab_size", "num_symbols", "bracket_types")
+#: values of ``--ckpt_path`` that Lightning resolves itself
+SPECIAL_CKPT = ("last", "best", "hpc", "registry")
+#: the environment variable that gives a logger-less run (and its DDP workers) one folder
+RUN_STAMP = "MEMRNN_RUN_STAMP"
 
 
-class SaveConfigToLoggers(SaveConfigCallback):
-    """Write the resolved config to ``<log dir>/config.yaml`` (Lightning's behaviour) and also
-    log it to every logger as the hyper-parameter ``cli`` (on W&B: the run's config, nested as
-    in the YAML), so a dashboard shows exactly what ran."""
+def quiet_known_noise() -> None:
+    """Silence, once and by name, what third-party packages print on every run and that says
+    nothing about the run:
 
-    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        config = self.parser.dump(self.config, skip_none=False, format="json")
-        import json
+    * Lightning's advertisements "💡 Tip: … litlogger / litmodels …" (``rank_zero_info``);
+    * torch 2.13's deprecation of ``isinstance(treespec, LeafSpec)``, raised from inside
+      Lightning's ``_pytree`` helper on every fit.
+    Everything else (Lightning's warnings about the run's own settings, W&B's run folder and
+    sync command) stays.
+    """
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        log = logging.getLogger(name)
+        if not any(isinstance(f, _DropTips) for f in log.filters):
+            log.addFilter(_DropTips())
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
-        for logger in trainer.loggers:
-            logger.log_hyperparams({"cli": json.loads(config)})
+
+class _DropTips(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
+def essential_error(message: str) -> str:
+    """The one line of a jsonargparse error that says what is wrong (the deepest line of its
+    nested explanation), rewritten for the usual case of an unknown option of a class."""
+    unknown = re.search(r"Option '([^']+)' is not accepted", message)
+    if unknown:
+        name = unknown.group(1)
+        owner = re.search(r"class_path='([\w.]+)'", message[unknown.end() :])
+        if owner:
+            return _unknown_option(name, owner.group(1))
+        return f"unknown option {name!r}"
+    skip = (
+        "Given value",
+        "Subtypes:",
+        "Errors:",
+        "- Expected a <class 'NoneType'>",
+        "Does not validate against",
+    )
+    all_lines = message.splitlines()
+    lines = [ln for ln in all_lines if ln.strip() and not ln.strip().startswith(skip)]
+    if not lines:
+        return message.strip()
+    deepest = max(lines, key=lambda ln: len(ln) - len(ln.lstrip()))
+    text = re.sub(r"^- ", "", deepest.strip())
+    text = re.sub(r"(\. Got value: .*)$", "", text)  # the value follows below
+    keys = re.findall(r'Parser key "([^"]+)"', "\n".join(all_lines[: all_lines.index(deepest)]))
+    if keys and not text.startswith("Parser key"):
+        text = f"{keys[-1]}: {text}"
+    given = re.search(r"Given value: (.*)|Got value: ([^.]*)", message)
+    value = given and (given.group(1) or given.group(2))
+    if value and len(value) < 80:
+        text += f" (given: {value.strip()})"
+    return text
+
+
+def _unknown_option(name: str, class_path: str) -> str:
+    try:
+        module, _, attr = class_path.rpartition(".")
+        params = [
+            p
+            for p in inspect.signature(getattr(importlib.import_module(module), attr)).parameters
+            if p != "self"
+        ]
+    except Exception:
+        return f"{class_path} has no argument {name!r}"
+    close = difflib.get_close_matches(name, params, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"{class_path} has no argument {name!r}{hint}; its arguments: {', '.join(params)}"
+
+
+class ConciseArgumentParser(LightningArgumentParser):
+    """Lightning's parser whose errors end with the one line that matters: jsonargparse prints
+    the whole usage (50–90 lines) before a nested explanation; this prints the explanation, a
+    pointer to ``--help`` and last ``error: <what is wrong>``."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        from jsonargparse._common import debug_mode_active  # jsonargparse's own switch
+
+        if not self.exit_on_error or debug_mode_active():
+            super().error(message, ex)
+        parser = getattr(ex, "subcommand_parser", None) or self
+        prog = parser.prog.replace(" [options]", "")
+        details = message.strip()
+        if "\n" in details:
+            sys.stderr.write(
+                f"{prog}: the arguments were not accepted:\n  " + details.replace("\n", "\n  ") + "\n"
+            )
+        sys.stderr.write(f"tip: `{prog} --help` lists every option\n")
+        sys.stderr.write(f"error: {essential_error(message)}\n")
+        self.exit(2)
+
+    def stop(self, error: str, details: str = "") -> NoReturn:
+        """Exit 2 with ``details`` (if any) and then ``error: <error>`` as the last line."""
+        if details:
+            sys.stderr.write(details.rstrip() + "\n")
+        sys.stderr.write(f"error: {error}\n")
+        self.exit(2)
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a Lightning checkpoint for its hyper-parameters and run record, or stop with an
+    error that says what the file is (never torch's advice to retry with
+    ``weights_only=False``, which would run arbitrary code from an unknown file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"--ckpt_path {path}: no such file")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"--ckpt_path {path} is not a checkpoint memrnn can read ({type(e).__name__}: {first[:200]}); "
+            f"give a .ckpt file written by train.py (runs/<project>/<run id>/checkpoints/)"
+        ) from None
+    if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "pytorch-lightning_version" not in ckpt:
+        kind = f"a dict with keys {sorted(ckpt)[:6]}" if isinstance(ckpt, dict) else type(ckpt).__name__
+        raise ValueError(f"--ckpt_path {path} is not a Lightning checkpoint (it holds {kind})")
+    return ckpt
+
+
+def model_differences(config_model: Any, hparams: dict[str, Any]) -> list[str]:
+    """Where the model a config asks for differs from the one a checkpoint holds:
+    ``["model.init_args.layer.class_path: memrnn.layers.GRULayer (config) vs
+    memrnn.layers.LSTMLayer (checkpoint)", …]`` (linked sizes are not compared)."""
+    if config_model is None or not hparams:
+        return []
+    want = config_model.as_dict() if hasattr(config_model, "as_dict") else dict(config_model)
+    have = {k: v for k, v in hparams.items() if k not in ("_instantiator", "_class_path")}
+    have = {"class_path": hparams.get("_class_path", want.get("class_path")), "init_args": have}
+    out: list[str] = []
+
+    def walk(a: Any, b: Any, key: str) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in a:
+                if k in b and not (key == "model.init_args" and k in LINKED):
+                    walk(a[k], b[k], f"{key}.{k}")
+            return
+        if a != b and not (
+            isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b)
+        ):
+            out.append(f"{key}: {a!r} (config) vs {b!r} (checkpoint)")
+
+    walk(want, have, "model")
+    return out
 
 
 class MemrnnCLI(LightningCLI):
-    """LightningCLI with the data module's vocabulary linked into the model.  Any
-    LightningModule / LightningDataModule is accepted by ``class_path`` (memrnn's: SequenceModule
-    with a SplitDataModule, RSMModule with RSMDataModule); the model must take ``vocab_size``,
+    """LightningCLI with the data module's vocabulary linked into the model, one folder per run,
+    checkpoint-aware resumes and clear errors (module docstring).  Any LightningModule /
+    LightningDataModule is accepted by ``class_path`` (memrnn's: SequenceModule with a
+    SplitDataModule, RSMModule with RSMDataModule); the model must take ``vocab_size``,
     ``num_symbols`` and ``bracket_types`` and the data module must provide them."""
+
+    _ckpt_run: dict[str, Any] | None = None
 
     def add_arguments_to_parser(self, parser) -> None:
         # The sizes follow from the language; users never set them (they are derived values,
         # so they do not appear in --print_config).
-        parser.link_arguments("data.vocab_size", "model.init_args.vocab_size", apply_on="instantiate")
-        parser.link_arguments("data.num_symbols", "model.init_args.num_symbols", apply_on="instantiate")
-        parser.link_arguments("data.bracket_types", "model.init_args.bracket_types", apply_on="instantiate")
+        for name in LINKED:
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def _parse_ckpt_path(self) -> None:
+        sub = self.config.get("subcommand")
+        ckpt_path = self.config[sub].get("ckpt_path") if sub else None
+        if ckpt_path and str(ckpt_path) not in SPECIAL_CKPT:
+            try:
+                ckpt = read_checkpoint(ckpt_path)
+            except ValueError as e:
+                self.parser.stop(str(e))
+            diffs = model_differences(self.config[sub].get("model"), ckpt.get("hyper_parameters", {}))
+            if diffs:
+                self.parser.stop(
+                    f"--ckpt_path {ckpt_path} holds another model than the config asks for "
+                    f"({len(diffs)} difference(s)); first: {diffs[0]}",
+                    "differences between the config's model and the checkpoint's:\n"
+                    + "\n".join(f"  {d}" for d in diffs)
+                    + "\nLightning would run the checkpoint's model, not the config's. Pass the config the "
+                    "checkpoint was trained with (its run folder keeps it as config.yaml), or leave the model "
+                    "out of the config to take the checkpoint's.",
+                )
+            self._ckpt_run = ckpt.get(RUN_KEY)
+            if self._ckpt_run:  # continuing a run: its checkpoint folder is expected to hold files
+                warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+        super()._parse_ckpt_path()
+
+    def before_instantiate_classes(self) -> None:
+        sub = self.config.get("subcommand")
+        if not sub:
+            return
+        trainer = self.config[sub].trainer
+        logger, record = trainer.get("logger"), self._ckpt_run
+        if logger in (False, None):
+            if trainer.get("default_root_dir") is None:
+                if record and record.get("run_dir"):
+                    trainer.default_root_dir = record["run_dir"]
+                else:
+                    stamp = os.environ.setdefault(
+                        RUN_STAMP, f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+                    )
+                    trainer.default_root_dir = str(Path("runs") / "no_logger" / stamp)
+            return
+        if record:
+            self._continue_wandb_run(logger, record)
+
+    def _continue_wandb_run(self, logger: Any, record: dict[str, Any]) -> None:
+        if not str(record.get("logger", "")).endswith("WandbLogger"):
+            return
+        if not str(getattr(logger, "class_path", "")).endswith("WandbLogger"):
+            return
+        args = logger.init_args
+        if args.get("id") is None and args.get("version") is None:
+            args.id = record["version"]
+            rank_zero_info(f"--ckpt_path: continuing W&B run {record['version']} in {record['run_dir']}")
+
+    def instantiate_classes(self) -> None:
+        """Lightning's, but a bad value that a class refuses (its ``ValueError``/``TypeError``)
+        ends the run with that message as the last line, not a chained traceback through
+        jsonargparse (set ``JSONARGPARSE_DEBUG=1`` for the traceback)."""
+        try:
+            super().instantiate_classes()
+        except (ValueError, TypeError) as e:
+            from jsonargparse._common import debug_mode_active
+
+            root = e
+            while root.__cause__ is not None or root.__context__ is not None:
+                root = root.__cause__ or root.__context__
+            if debug_mode_active() or not isinstance(root, (ValueError, TypeError)):
+                raise
+            frames = [
+                f for f in traceback.extract_tb(root.__traceback__) if not f.filename.endswith("checks.py")
+            ]
+            where = frames[-1] if frames else None
+            details = (
+                f"building the config's objects failed in {where.filename}:{where.lineno} ({where.name})"
+                if where
+                else ""
+            )
+            self.parser.stop(f"{type(root).__name__}: {root}", details)
+
+    def after_instantiate_classes(self) -> None:
+        super().after_instantiate_classes()
+        trainer = getattr(self, "trainer", None)
+        for cb in getattr(trainer, "callbacks", []):
+            if isinstance(cb, SaveRunConfig):
+                cb.subcommand = self.subcommand
+
+    # -- running --------------------------------------------------------------------------------
+    def _run_subcommand(self, subcommand: str) -> None:
+        super()._run_subcommand(subcommand)
+        self._warn_if_nothing_ran(subcommand)
+
+    def _warn_if_nothing_ran(self, subcommand: str) -> None:
+        t = self.trainer
+        if subcommand == "fit" and t.global_step == 0:
+            why = f"limit_train_batches={t.limit_train_batches}, max_epochs={t.max_epochs}, max_steps={t.max_steps}"
+            if math.isfinite(t.num_training_batches):
+                why += f", train batches per epoch={t.num_training_batches}"
+            message = f"fit ran 0 optimizer steps: nothing was trained ({why})"
+        elif subcommand in ("validate", "test"):
+            counts = t.num_val_batches if subcommand == "validate" else t.num_test_batches
+            if sum(int(c) for c in counts) > 0:
+                return
+            message = f"{subcommand} ran 0 batches: nothing was evaluated (limit_{'val' if subcommand == 'validate' else 'test'}_batches or an empty split)"
+        else:
+            return
+        rank_zero_warn(message)
+        if t.is_global_zero:
+            finish_wandb(t)  # W&B's closing lines would otherwise come after the warning
+            sys.stderr.write(f"WARNING: {message}\n")
 
 
 def build_cli(
@@ -48,6 +334,7 @@ def build_cli(
     ``configs/defaults.yaml``).  With ``run=False`` there are no subcommands: the CLI only
     parses and instantiates (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
     """
+    quiet_known_noise()
     defaults = {"default_config_files": [str(p) for p in default_config_files]}
     return MemrnnCLI(
         L.LightningModule,
@@ -56,7 +343,7 @@ def build_cli(
         subclass_mode_data=True,
         args=list(args) if args is not None else None,
         run=run,
-        save_config_callback=SaveConfigToLoggers,
-        save_config_kwargs={"overwrite": True},
+        parser_class=ConciseArgumentParser,
+        save_config_callback=SaveRunConfig,
         parser_kwargs={sub: defaults for sub in ("fit", "validate", "test", "predict")} if run else defaults,
     )

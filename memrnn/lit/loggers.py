@@ -54,3 +54,5 @@ class WandbLogger(_WandbLogger):
         if kwargs.get("save_dir"):
             os.makedirs(kwargs["save_dir"], exist_ok=True)
         super().__init__(*args, offline=offline, **kwargs)
+        if self._wandb_init.get("anonymous") is None:  # W&B warns on every run that it has no effect
+            self._wandb_init.pop("anonymous", None)

@@ -54,10 +54,11 @@ def iter_records(path: str | Path) -> list[bytes]:
 
 def read_offline_run(path: str | Path) -> dict[str, Any]:
     """Summarise a run file: ``{"history": [{key: value}], "config": {key: value},
-    "summary": {key: value}, "record_types": {type: count}}`` (values decoded from JSON)."""
+    "summary": {key: value}, "record_types": {type: count}, "exit_code": int | None}`` (values
+    decoded from JSON; ``exit_code`` from the run's exit record, ``None`` if it has none)."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    out: dict[str, Any] = {"history": [], "config": {}, "summary": {}, "record_types": {}}
+    out: dict[str, Any] = {"history": [], "config": {}, "summary": {}, "record_types": {}, "exit_code": None}
     for payload in iter_records(path):
         rec = pb.Record()
         rec.ParseFromString(payload)
@@ -67,6 +68,8 @@ def read_offline_run(path: str | Path) -> dict[str, Any]:
             out["history"].append({_key(i): json.loads(i.value_json) for i in rec.history.item})
         elif kind == "config":
             out["config"].update({_key(i): json.loads(i.value_json) for i in rec.config.update})
+        elif kind == "exit":
+            out["exit_code"] = rec.exit.exit_code
         elif kind == "summary":
             out["summary"].update({_key(i): json.loads(i.value_json) for i in rec.summary.update})
     return out

@@ -1,0 +1,143 @@
+"""One folder per run, and what a run leaves in it.
+
+Every run has its own folder, the parent of Lightning's checkpoint folder:
+``<save_dir>/<project>/<run id>/`` with the W&B logger (``runs/memrnn/<id>/``), the logger's
+``<save_dir>/<name>/<version>/`` with any other, and the trainer's ``default_root_dir`` without a
+logger (``train.py`` makes that unique per run).  In it:
+
+* ``config.yaml``: the resolved config of the run (a resume or a ``test`` of the same run adds
+  ``config.<subcommand>-<n>.yaml`` beside it, never overwriting);
+* ``checkpoints/``; every checkpoint also records the run (``checkpoint["memrnn_run"]``: folder,
+  logger, W&B run id), so ``train.py … --ckpt_path`` continues the same run;
+* ``FAILED``: written when a run dies with an exception (its type, message and traceback); the
+  W&B run is finished with exit code 1, so the dashboard shows it as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import LearningRateMonitor as _LearningRateMonitor
+from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+#: the key under which checkpoints record their run
+RUN_KEY = "memrnn_run"
+
+
+def run_dir(trainer: L.Trainer) -> Path:
+    """The run's own folder (module docstring): the parent of the folder where Lightning's
+    ``ModelCheckpoint`` saves by default.  Call it on rank 0 (a W&B run id exists there)."""
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        save_dir = logger.save_dir if logger.save_dir is not None else trainer.default_root_dir
+        version = logger.version
+        version = version if isinstance(version, str) else f"version_{version}"
+        return Path(save_dir) / str(logger.name) / version
+    return Path(trainer.default_root_dir)
+
+
+def run_record(trainer: L.Trainer) -> dict[str, Any]:
+    """What a checkpoint records of its run: the folder, the logger's class and, for W&B, the
+    run id and project (rank 0)."""
+    record: dict[str, Any] = {"run_dir": str(run_dir(trainer))}
+    if trainer.loggers:
+        logger = trainer.loggers[0]
+        record["logger"] = f"{type(logger).__module__}.{type(logger).__qualname__}"
+        record["name"], record["version"] = str(logger.name), str(logger.version)
+    return record
+
+
+def finish_wandb(trainer: L.Trainer, exit_code: int = 0) -> None:
+    """Finish the W&B runs of ``trainer``'s W&B loggers now (exit code 1 marks a run failed on
+    the dashboard); a later log call would start a new run, so call this at the end."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    for logger in trainer.loggers:
+        if isinstance(logger, WandbLogger) and logger._experiment is not None:
+            logger._experiment.finish(exit_code=exit_code)
+            logger._experiment = None
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """``train.py``'s config callback: writes the resolved config into the run's own folder
+    (:func:`run_dir`; Lightning's default writes one ``config.yaml`` into the logger's shared
+    ``save_dir``, which every run overwrites), logs it to every logger as the hyper-parameter
+    ``cli`` (on W&B: the run's config, nested as in the YAML), records the run in every
+    checkpoint, and marks a run that dies (``FAILED`` in its folder, W&B exit code 1)."""
+
+    def __init__(self, parser, config, config_filename: str = "config.yaml", **_: Any) -> None:
+        super().__init__(parser, config, config_filename, save_to_log_dir=False)
+        self.subcommand: str | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        _ = trainer.log_dir  # broadcasts from rank 0: every rank must ask
+        if trainer.is_global_zero:
+            folder = run_dir(trainer)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / self.config_filename
+            if path.exists():  # a resume or a test of the same run: keep the first config
+                stem, n = f"config.{self.subcommand or stage}", 1
+                while (folder / f"{stem}-{n}.yaml").exists():
+                    n += 1
+                path = folder / f"{stem}-{n}.yaml"
+            with warnings.catch_warnings():  # jsonargparse 4.49 renamed skip_none; Lightning uses it too
+                warnings.simplefilter("ignore", DeprecationWarning)
+                self.parser.save(self.config, str(path), skip_none=False, overwrite=False, multifile=False)
+            self.save_config(trainer, pl_module, stage)
+            self.already_saved = True
+        self.already_saved = trainer.strategy.broadcast(self.already_saved)
+
+    def save_config(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        config = json.loads(self.parser.dump(self.config, skip_none=False, format="json"))
+        for logger in trainer.loggers:
+            logger.log_hyperparams({"cli": config})
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        if trainer.is_global_zero:
+            checkpoint[RUN_KEY] = run_record(trainer)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        if not trainer.is_global_zero:
+            return
+        try:
+            folder = run_dir(trainer)
+        except Exception:  # the logger itself may be what failed
+            folder = Path(trainer.default_root_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        text = "".join(traceback.format_exception(type(exception), exception, exception.__traceback__))
+        (folder / "FAILED").write_text(f"{type(exception).__name__}: {exception}\n\n{text}")
+        finish_wandb(trainer, exit_code=1)
+        rank_zero_warn(f"the run failed: marked {folder / 'FAILED'}")
+
+
+class LearningRateMonitor(_LearningRateMonitor):
+    """Lightning's ``LearningRateMonitor`` that stands aside when the trainer has no logger
+    (``--trainer.logger=false``) instead of stopping the run (Lightning raises
+    "Cannot use LearningRateMonitor callback with Trainer that has no logger")."""
+
+    def on_train_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        self._off = not trainer.loggers
+        if self._off:
+            rank_zero_info(
+                "LearningRateMonitor: the trainer has no logger, so learning rates are not recorded"
+            )
+            return
+        super().on_train_start(trainer, *args, **kwargs)
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if not getattr(self, "_off", False):
+            super().on_train_batch_start(trainer, *args, **kwargs)
+
+    def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
+        if not getattr(self, "_off", False):
+            super().on_train_epoch_start(trainer, *args, **kwargs)

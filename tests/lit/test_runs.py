@@ -1,0 +1,259 @@
+"""train.py's runs: one folder each (config, checkpoints, W&B run), resumes that continue the same
+run, the logger switched off from the command line, failures marked, do-nothing runs warned
+about, and errors that end with the line that matters (memrnn.lit.cli, memrnn.lit.runs)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from memrnn.lit.cli import build_cli, essential_error
+from memrnn.lit.wandb_files import read_offline_run
+from tests.test_configs import CONFIGS, DEFAULTS, ROOT, run_train
+
+DYCK = str(ROOT / "configs/dyck/lstm_k2_m3.yaml")
+TINY = ["--data.init_args.train_size=64", "--data.init_args.val_size=32", "--data.init_args.test_size=16"]
+
+
+def run_folders(save_dir):
+    return sorted(p for p in (save_dir / "memrnn").iterdir() if p.is_dir())
+
+
+def offline_runs(save_dir):
+    return sorted((save_dir / "wandb").glob("offline-run-*"))
+
+
+def last_line(text):
+    return [ln for ln in text.strip().splitlines() if ln.strip()][-1]
+
+
+def test_two_runs_started_at_once_keep_separate_configs_checkpoints_and_wandb_runs(tmp_path):
+    save = tmp_path / "runs"
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "train.py"),
+                "fit",
+                "--config",
+                DYCK,
+                *TINY,
+                "--trainer.max_epochs=1",
+                f"--seed_everything={seed}",
+                f"--model.init_args.lr={lr}",
+                f"--trainer.logger.init_args.save_dir={save}",
+            ],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "WANDB_MODE": "offline"},
+        )
+        for seed, lr in ((1, 0.01), (2, 0.02))
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    folders = run_folders(save)
+    assert len(folders) == 2
+    lrs = set()
+    for folder in folders:
+        config = yaml.safe_load((folder / "config.yaml").read_text())
+        lrs.add(config["model"]["init_args"]["lr"])
+        assert (folder / "checkpoints" / "last.ckpt").exists()
+        assert len(list(offline_runs(save)[0].parent.glob(f"offline-run-*-{folder.name}"))) == 1
+    assert lrs == {0.01, 0.02}
+    assert not (save / "config.yaml").exists()  # nothing shared that a run could overwrite
+
+
+def test_a_resume_continues_the_same_run_folder_wandb_run_and_best_checkpoint(tmp_path):
+    save = tmp_path / "runs"
+    common = ["--config", DYCK, *TINY, f"--trainer.logger.init_args.save_dir={save}"]
+    first = run_train("fit", *common, "--trainer.max_epochs=1", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-2000:]
+    (folder,) = run_folders(save)
+    last = folder / "checkpoints" / "last.ckpt"
+    assert torch.load(last, weights_only=True)["memrnn_run"]["version"] == folder.name
+
+    again = run_train("fit", *common, "--trainer.max_epochs=2", f"--ckpt_path={last}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert run_folders(save) == [folder]  # no second run folder
+    assert (folder / "config.yaml").exists() and (folder / "config.fit-1.yaml").exists()
+    ckpt = torch.load(last, weights_only=True)
+    assert ckpt["epoch"] == 1
+    (state,) = [v for k, v in ckpt["callbacks"].items() if k.startswith("ModelCheckpoint")]
+    best = tmp_path / state["best_model_path"]
+    assert best.parent == folder / "checkpoints" and best.exists()  # tracking carried over
+    runs = offline_runs(save)
+    assert len(runs) == 2 and all(r.name.endswith(folder.name) for r in runs)  # one W&B run id
+    epochs = [
+        h["epoch"] for h in read_offline_run(next(runs[1].glob("run-*.wandb")))["history"] if "epoch" in h
+    ]
+    assert max(epochs) == 1  # the resumed run logs epoch 2 (0-based 1)
+
+    tested = run_train("test", *common, f"--ckpt_path={last}", cwd=tmp_path)
+    assert tested.returncode == 0, tested.stderr[-2000:]
+    assert run_folders(save) == [folder] and (folder / "config.test-1.yaml").exists()
+    assert all(r.name.endswith(folder.name) for r in offline_runs(save))
+
+
+def test_logger_off_works_from_the_command_line_and_keeps_runs_apart(tmp_path):
+    out = run_train(
+        "fit", "--config", DYCK, *TINY, "--trainer.max_epochs=1", "--trainer.logger=false", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "learning rates are not recorded" in out.stdout + out.stderr
+    (folder,) = (tmp_path / "runs" / "no_logger").iterdir()
+    assert (folder / "config.yaml").exists() and (folder / "checkpoints" / "last.ckpt").exists()
+    assert not (tmp_path / "runs" / "wandb").exists()
+
+
+def test_train_py_runs_two_process_ddp_with_the_logger_off(tmp_path):
+    out = run_train(
+        "fit", "--config", DYCK, "--trainer.strategy=ddp", "--trainer.devices=2", "--trainer.accelerator=cpu",
+        "--trainer.max_epochs=1", *TINY, "--trainer.logger=false", cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    (folder,) = (tmp_path / "runs" / "no_logger").iterdir()  # both ranks agreed on one folder
+    assert len(list(folder.rglob("last.ckpt"))) == 1 and (folder / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_config_trains_and_tests_with_the_logger_off(path, tmp_path):
+    """Two training batches, one validation and one test batch of every YAML with
+    ``--trainer.logger=false`` and nothing else changed but the data sizes."""
+    data = ["--data.init_args.train_size=16", "--data.init_args.val_size=8", "--data.init_args.test_size=8"]
+    text = path.read_text()
+    if "FormalLanguageDataModule" in text:
+        data += ["--data.init_args.train_tokens=null", "--data.init_args.val_tokens=null",
+                 "--data.init_args.test_tokens=null"]  # fmt: skip
+    if "preset: dusell" in text:  # 100 test strings per length otherwise
+        data += ["--data.init_args.test_per_length=1"]
+    cli = build_cli(
+        ["--config", str(path), *data, "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}",
+         "--trainer.max_epochs=1", "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1",
+         "--trainer.limit_test_batches=1",],
+        run=False, default_config_files=[DEFAULTS],
+    )  # fmt: skip
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    cli.trainer.test(cli.model, datamodule=cli.datamodule)
+    assert not cli.trainer.loggers
+
+
+def test_a_do_nothing_run_warns_last(tmp_path):
+    out = run_train(
+        "fit",
+        "--config",
+        DYCK,
+        *TINY,
+        "--trainer.limit_train_batches=0",
+        "--trainer.logger=false",
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert last_line(out.stderr).startswith(
+        "WARNING: fit ran 0 optimizer steps: nothing was trained (limit_train_batches=0"
+    )
+    out = run_train(
+        "test",
+        "--config",
+        DYCK,
+        *TINY,
+        "--trainer.limit_test_batches=0",
+        "--trainer.logger=false",
+        cwd=tmp_path,
+    )
+    assert last_line(out.stderr).startswith("WARNING: test ran 0 batches")
+
+
+def test_a_failed_run_is_marked(tmp_path):
+    """A run that dies (here: a language whose training window holds no string) leaves FAILED in
+    its folder and a W&B run finished with exit code 1."""
+    save = tmp_path / "runs"
+    out = run_train(
+        "fit", "--config", DYCK, *TINY, "--data.init_args.train_lengths=[2, 2]",
+        f"--trainer.logger.init_args.save_dir={save}", cwd=tmp_path,
+    )  # fmt: skip
+    assert out.returncode != 0
+    (folder,) = run_folders(save)
+    assert "ValueError" in (folder / "FAILED").read_text()
+    run = read_offline_run(next(offline_runs(save)[0].glob("run-*.wandb")))
+    assert run["record_types"].get("exit")
+    assert run["exit_code"] == 1
+
+
+# -- errors that end with the line that matters (in-process: no run starts) --------------------
+def cli_error(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        build_cli(args, default_config_files=[DEFAULTS])
+    assert e.value.code == 2
+    return capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def lstm_checkpoint(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ckpt")
+    out = run_train(
+        "fit", "--config", DYCK, *TINY, "--trainer.max_epochs=1", "--trainer.logger=false", cwd=tmp
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    return next(tmp.rglob("last.ckpt"))
+
+
+def test_testing_a_checkpoint_with_another_models_config_stops_naming_the_difference(lstm_checkpoint, capsys):
+    gru = str(ROOT / "configs/dyck/gru_k2_m3.yaml")
+    err = cli_error(
+        ["test", "--config", gru, f"--ckpt_path={lstm_checkpoint}", "--trainer.logger=false"], capsys
+    )
+    assert last_line(err).startswith(
+        f"error: --ckpt_path {lstm_checkpoint} holds another model than the config asks for"
+    )
+    assert "'memrnn.layers.GRULayer' (config) vs 'memrnn.layers.LSTMLayer' (checkpoint)" in last_line(err)
+    err = cli_error(["test", "--config", DYCK, f"--ckpt_path={lstm_checkpoint}", "--model.init_args.lr=0.5",
+                     "--trainer.logger=false"], capsys)  # fmt: skip
+    assert "model.init_args.lr: 0.5 (config) vs 0.01 (checkpoint)" in last_line(err)
+
+
+def test_files_that_are_not_checkpoints_are_named(tmp_path, capsys):
+    text = tmp_path / "notes.ckpt"
+    text.write_text("not a checkpoint")
+    err = cli_error(["test", "--config", DYCK, f"--ckpt_path={text}"], capsys)
+    assert last_line(err).startswith(f"error: --ckpt_path {text} is not a checkpoint memrnn can read")
+    assert "weights_only=False" not in err
+    weights = tmp_path / "weights.pt"
+    torch.save({"weight": torch.zeros(2)}, weights)
+    err = cli_error(["test", "--config", DYCK, f"--ckpt_path={weights}"], capsys)
+    assert (
+        last_line(err)
+        == f"error: --ckpt_path {weights} is not a Lightning checkpoint (it holds a dict with keys ['weight'])"
+    )
+    err = cli_error(["test", "--config", DYCK, f"--ckpt_path={tmp_path / 'missing.ckpt'}"], capsys)
+    assert last_line(err) == f"error: --ckpt_path {tmp_path / 'missing.ckpt'}: no such file"
+
+
+def test_config_errors_end_with_the_line_that_matters(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        (ROOT / "configs/dyck/lstm_k2_m3.yaml").read_text().replace("hidden_size: 16", "hiden_size: 16")
+    )
+    err = cli_error(["fit", "--config", str(bad)], capsys)
+    assert last_line(err) == (
+        "error: memrnn.layers.LSTMLayer has no argument 'hiden_size' (did you mean 'hidden_size'?); its "
+        "arguments: input_size, hidden_size, num_layers, bias, fused, forget_bias, device, dtype"
+    )
+    assert "usage:" not in err and len(err.splitlines()) < 20
+    err = cli_error(["fit", "--config", DYCK, "--trainer.max_epochs=ten"], capsys)
+    assert last_line(err) == "error: trainer.max_epochs: Expected a <class 'int'> (given: ten)"
+    err = cli_error(["fit", "--config", DYCK, "--no_such_key=1"], capsys)
+    assert last_line(err) == "error: unrecognized arguments: --no_such_key=1"
+    # a value the class itself refuses: its message, not a chained traceback
+    err = cli_error(["fit", "--config", DYCK, "--data.init_args.batch_size=-3"], capsys)
+    assert last_line(err) == "error: ValueError: batch_size must be a positive integer, got -3"
+    assert "datamodule.py" in err and "Traceback" not in err
+
+
+def test_essential_error_picks_the_deepest_line():
+    message = 'Parser key "x":\n  Does not validate against any of the Union subtypes\n  Errors:\n    - the real problem\n  Given value: 3'
+    assert essential_error(message) == "x: the real problem (given: 3)"
