@@ -152,6 +152,12 @@ def check_dtype(layer_name: str, x: Tensor, layer_dtype: torch.dtype | None, pol
     return layer_dtype
 
 
+def exporting() -> bool:
+    """Whether ``torch.export`` is tracing (layers then take their reference loops)."""
+    is_exporting = getattr(torch.compiler, "is_exporting", None)
+    return bool(is_exporting and is_exporting())
+
+
 def autocast_in_layer_dtype(fn: Callable) -> Callable:
     """Wrap a layer's ``forward``/``step``/``trace(x, state, ...)``: under autocast (on ``x``'s
     device type) run it with autocast off, ``x`` and the floating fields of a given state cast

@@ -32,6 +32,7 @@ from memrnn.core.checks import (
     check_dtype,
     check_features,
     check_state,
+    exporting,
 )
 from memrnn.core.state import state_stack, state_where
 
@@ -135,6 +136,12 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         """
         check_features(type(self).__name__, x, self.input_size, dims=3)
         batch, steps = x.shape[0], x.shape[1]
+        if exporting() and not isinstance(steps, int):
+            raise ValueError(
+                f"{type(self).__name__} exports with a fixed sequence length: its time loop is unrolled "
+                f"over T, so T cannot be a dynamic dimension. Mark only the batch dynamic "
+                f"(dynamic_shapes={{'x': {{0: Dim('batch')}}}}) and export once per length you need"
+            )
         state = self.check_state(state, batch, x)
         if mask is not None:
             if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
@@ -248,7 +255,25 @@ def _guard(cls: type) -> None:
         cls.step = autocast_in_layer_dtype(step)
     for name in ("forward", "trace"):
         if name in own and not getattr(own[name], "_memrnn_guarded", False):
-            setattr(cls, name, autocast_in_layer_dtype(own[name]))
+            fn = own[name]
+            if name == "forward" and cls is not MemoryLayer:
+                fn = _reference_under_export(fn)
+            setattr(cls, name, autocast_in_layer_dtype(fn))
+
+
+def _reference_under_export(forward: Callable) -> Callable:
+    """Under ``torch.export`` (and ``torch.onnx.export(dynamo=True)``), run the reference loop
+    over ``step``: plain tensor operations, unrolled over the fixed sequence length, where the
+    fast paths hold hand-written autograd Functions, in-place buffers and host syncs that export
+    cannot trace."""
+
+    @functools.wraps(forward)
+    def wrapper(self, x, state=None, mask=None):
+        if exporting():
+            return MemoryLayer.forward(self, x, state, mask)
+        return forward(self, x, state, mask)
+
+    return wrapper
 
 
 _guard(MemoryLayer)

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.checks import finite_float, positive_int
+from memrnn.core.checks import exporting, finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.autograd import first_order
@@ -34,6 +34,8 @@ def one_hot_ids(x: Tensor, mask: Tensor | None, layer: str) -> Tensor:
     Raises ``ValueError`` naming the row and step of the first real position that is not a
     one-hot vector (padded positions, where ``mask`` is False, may hold anything).
     """
+    if exporting():  # no host sync can be traced: the caller promised one-hot input
+        return x.argmax(-1)
     ok = _one_hot_rows(x, mask)
     if not bool(ok.all()):
         where = (~ok).nonzero()[0].tolist()
