@@ -7,7 +7,11 @@
 # Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
 # to keep whatever torch the venv has, e.g. your CUDA build) and memrnn with its dev extra.
 # It is skipped when nothing it depends on has changed.
+# train and test run torch with one intra-op thread unless OMP_NUM_THREADS is set: at the default
+# job's sizes a second thread gains nothing on an idle 2-core machine (57 s vs 51 s) and costs 3x
+# when the other core is busy (144 s vs 49 s; README, "Quick start").
 set -euo pipefail
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 cd "$(dirname "$0")/.."
 
 PYTHON_BIN=${PYTHON:-python3}

@@ -91,7 +91,7 @@ def test_unknown_config_key_is_named(tmp_path):
 
 def test_train_py_runs_two_process_ddp_on_cpu(tmp_path):
     """``train.py`` with Lightning's ``ddp`` strategy (gloo, 2 processes) as a subprocess, the
-    way ECOSYSTEM.md says DDP must be tested."""
+    way docs/ecosystem.md says DDP must be tested."""
     out = run_train(
         "fit", "--config", str(ROOT / "configs/dyck/lstm_k2_m3.yaml"), "--trainer.strategy=ddp",
         "--trainer.devices=2", "--trainer.accelerator=cpu", "--trainer.max_epochs=1",

@@ -1,4 +1,4 @@
-"""The one interface every memory layer implements (``../shared/DESIGN.md``).
+"""The one interface every memory layer implements (``docs/design.md``).
 
 Conventions
 -----------
@@ -208,7 +208,7 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         states: list[S] = []
         diags: list[dict[str, Tensor]] = []
         masks = mask.unbind(1) if mask is not None else [None] * x.shape[1]
-        # unbind(1), never x[:, t]: indexing makes the backward pass O(T^2) (ECOSYSTEM.md, trap 6).
+        # unbind(1), never x[:, t]: indexing makes the backward pass O(T^2) (docs/ecosystem.md, trap 6).
         for x_t, m_t in zip(x.unbind(1), masks, strict=True):
             if with_trace:
                 y_t, new, diag = self.trace_step(x_t, state)

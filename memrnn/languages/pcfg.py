@@ -18,7 +18,7 @@ The rewritten grammar generates exactly the non-empty strings of the original on
 same probabilities, which makes ``Z[A, n] = P(A ⇒* some string of length n)`` a simple
 convolution over split points and gives exact sampling *given* a length: at each node choose a
 (rule, split) with probability ``w · Z[B, i] · Z[C, n − i] / Z[A, n]``.  This is what DuSell &
-Chiang's benchmark does (``../shared/REFERENCES.md``), including, as an option, the public
+Chiang's benchmark does (``docs/references.md``), including, as an option, the public
 implementation's quirk of dropping the start symbol's own unary and ε rules (``root="public"``).
 
 Everything here counts *symbols*; the :class:`~memrnn.languages.base.Language` wrappers add

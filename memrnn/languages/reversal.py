@@ -1,5 +1,5 @@
 """Reversal languages: marked ``w#w^R`` (and seed 002's palindromes ``w$w^R``), unmarked ``ww^R``
-and padded ``w x^p w^R`` (DuSell & Chiang's benchmark, ``../shared/REFERENCES.md``)."""
+and padded ``w x^p w^R`` (DuSell & Chiang's benchmark, ``docs/references.md``)."""
 
 from __future__ import annotations
 

@@ -92,7 +92,7 @@ def crj_weights(
 
     ``W[i, i−1] = W[0, m−1] = w_c``; ``W[i, (i+l) mod m] = W[(i+l) mod m, i] = w_j`` for
     ``i = 0, l, 2l, … < m − l``; ``U[r, c] = ±v`` with the sign of π's ``(r·n + c)``-th digit
-    (``0–4 → −``, ``5–9 → +``; ``sign_order="neurons"``, REFERENCES.md's row-by-row reading)
+    (``0–4 → −``, ``5–9 → +``; ``sign_order="neurons"``, docs/references.md's row-by-row reading)
     or of its ``(c·m + r)``-th digit (``"inputs"``: each input's column is a run of digits).
     ``jump_length = 0`` gives the plain cycle (SCR).
 

@@ -50,7 +50,7 @@ class BracketClosingAccuracy(Metric):
     ``⟩_j`` counts as *confident* when it exceeds ``threshold`` (0.8).  ``p_ℓ`` is the rate of
     confident closes among closes ``ℓ`` tokens after their open bracket; the metric is
     ``mean_ℓ p_ℓ`` over the distances seen (each distance weighted equally).  Side constraints
-    (REFERENCES.md), each the fraction of positions where the mass is below ``side_threshold``
+    (docs/references.md), each the fraction of positions where the mass is below ``side_threshold``
     (0.2): close mass on an empty stack, open mass on a full stack, ``END`` mass on a non-empty
     stack.
 

@@ -107,7 +107,7 @@ def test_probe_errors_name_the_problem():
 
 # -- the callback ------------------------------------------------------------------------------
 def counter_lstm_model(dm) -> SequenceModule:
-    """Weiss et al.'s LSTM counter (REFERENCES.md): one unit with i = f = 1 and c̃ = +1 on ``a``,
+    """Weiss et al.'s LSTM counter (docs/references.md): one unit with i = f = 1 and c̃ = +1 on ``a``,
     −1 on ``b``, so c_t = #a − #b exactly."""
     model = SequenceModule(
         functools.partial(LSTMLayer, hidden_size=1),

@@ -1,4 +1,4 @@
-"""The MemoryLayer contract (DESIGN.md "Tests" 1–3), run over every registered layer."""
+"""The MemoryLayer contract (docs/design.md "Tests" 1–3), run over every registered layer."""
 
 import copy
 import inspect

@@ -128,7 +128,7 @@ def test_exhaustive_membership_agrees_with_automata(name):
         if inside:
             assert earley(w) == a, language.decode(w)
             positive = language.log_prob(w) > -math.inf
-            # the public-code variants give some members probability 0 (REFERENCES.md)
+            # the public-code variants give some members probability 0 (docs/references.md)
             assert positive == a or (name.endswith("_public") and a and not positive), language.decode(w)
         if name in ("anbn", "anbn0", "anbncn"):
             n = language.n_of_length(len(w))

@@ -1,4 +1,4 @@
-"""Reservoirs of seed 002: the worked matrices of REFERENCES.md, the Legendre delay network's
+"""Reservoirs of seed 002: the worked matrices of docs/references.md, the Legendre delay network's
 linear memory, the random reservoir's spectral radius, and the ESN ridge readout.  (The
 MemoryLayer contract runs over reservoir_rand/crj/ldn in tests/core/test_interface.py.)"""
 
@@ -40,7 +40,7 @@ def test_crj_worked_values():
 
 
 def test_crj_sign_orders_for_seed_002s_five_neuron_example():
-    """π = 3.14159 26535 89793: row by row (REFERENCES.md) the 5×3 matrix's columns 2 and 3
+    """π = 3.14159 26535 89793: row by row (docs/references.md) the 5×3 matrix's columns 2 and 3
     coincide; input by input they are three runs of five digits."""
     U, _ = crj_weights(5, 3)
     assert torch.equal(U[:, 1], U[:, 2]) and U[:, 1].tolist() == [-1, 1, 1, 1, 1]

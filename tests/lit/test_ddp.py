@@ -1,4 +1,4 @@
-"""2-process DDP on CPU (gloo, ``ddp_fork`` in-process, as ECOSYSTEM.md advises) gives the same
+"""2-process DDP on CPU (gloo, ``ddp_fork`` in-process, as docs/ecosystem.md advises) gives the same
 validation metrics as one process on the same data: every metric is sum-reduced."""
 
 from __future__ import annotations
