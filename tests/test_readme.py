@@ -20,7 +20,7 @@ def test_readme_example_runs(i):
 
 
 def test_no_file_points_outside_the_repository():
-    """A clone has no ``../shared``: the docs the code cites live in ``docs/``."""
+    """A clone has nothing beside it: the docs the code cites live in ``docs/``."""
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
