@@ -156,7 +156,7 @@ def test_reservoir_errors():
         Reservoir(3, 5, leak=0.0)
     with pytest.raises(ValueError, match="ldn order must be >= 1"):
         Reservoir(8, 5, "ldn")
-    with pytest.raises(ValueError, match="theta must be > 0"):
+    with pytest.raises(ValueError, match="theta must be positive"):
         Reservoir(2, kind="ldn", order=3, theta=0)
     with pytest.raises(ValueError, match="unknown activation 'relu6'"):
         Reservoir(3, 5, activation="relu6")
