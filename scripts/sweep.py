@@ -24,7 +24,7 @@ from memrnn.lit.wandb_files import read_offline_run  # noqa: E402
 
 
 def last_values(run_file: Path, metrics: list[str]) -> dict[str, float]:
-    run = read_offline_run(run_file)
+    run = read_offline_run(run_file, wait=30)
     out: dict[str, float] = {}
     for row in run["history"]:
         for m in metrics:

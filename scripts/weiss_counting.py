@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         if done.returncode:
             print(done.stderr[-4000:], file=sys.stderr)
             return done.returncode
-        run = read_offline_run(sorted((save / "test").glob("wandb/*run-*/run-*.wandb"))[-1])
+        run = read_offline_run(sorted((save / "test").glob("wandb/*run-*/run-*.wandb"))[-1], wait=30)
         acc = next(r["test/accept_end"] for r in run["history"] if "test/accept_end" in r)
         model = SequenceModule.load_from_checkpoint(best, map_location="cpu").eval()
         with torch.no_grad():

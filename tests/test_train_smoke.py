@@ -33,7 +33,7 @@ def test_tiny_training_run_prints_the_report_and_writes_an_offline_wandb_run(tmp
 
     run_files = list((tmp_path / "runs" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(run_files) == 1
-    run = read_offline_run(run_files[0])
+    run = read_offline_run(run_files[0], wait=30)
     logged = set().union(*run["history"])
     assert {"train/loss", "val/ce", "val/ce_exact", "val/ce_gap", "val/acc", "val/ppl", "epoch"} <= logged
     last = [h for h in run["history"] if "val/ce_gap" in h][-1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,24 @@ def iter_records(path: str | Path) -> list[bytes]:
     return records
 
 
-def read_offline_run(path: str | Path) -> dict[str, Any]:
+def read_offline_run(path: str | Path, wait: float = 0.0) -> dict[str, Any]:
     """Summarise a run file: ``{"history": [{key: value}], "config": {key: value},
     "summary": {key: value}, "record_types": {type: count}, "exit_code": int | None}`` (values
-    decoded from JSON; ``exit_code`` from the run's exit record, ``None`` if it has none)."""
+    decoded from JSON; ``exit_code`` from the run's exit record, ``None`` if it has none).
+
+    ``wait``: seconds to wait for the run's exit record (its last).  W&B's service writes the
+    file in the background: ``run.finish()`` (or the end of the process) can return before the
+    records reach the disk (seen on a loaded 2-core machine: a 7-byte file, complete 0.1 s
+    later), so read a finished run with ``wait > 0``."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = _read(path)
+        if out["exit_code"] is not None or time.monotonic() >= deadline:
+            return out
+        time.sleep(0.05)
+
+
+def _read(path: str | Path) -> dict[str, Any]:
     from wandb.proto import wandb_internal_pb2 as pb
 
     out: dict[str, Any] = {"history": [], "config": {}, "summary": {}, "record_types": {}, "exit_code": None}

@@ -142,7 +142,7 @@ def test_linear_probe_reads_an_exact_counter(tmp_path):
     assert metrics["depth_acc"] == 1.0  # the PDA's stack height is the same count
     assert cb.probes["counter"].n_test == sum(len(s) for s in cb.probe_strings(trainer)[8:])
     logger.experiment.finish()
-    run = read_offline_run(next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")))
+    run = read_offline_run(next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb")), wait=30)
     row = next(r for r in run["history"] if "val/probe/counter_acc" in r)
     assert row["val/probe/counter_acc"] == 1.0
     image = next(r for r in run["history"] if "val/trace_heatmap/_type" in r)

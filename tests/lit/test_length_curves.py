@@ -55,7 +55,7 @@ def test_acceptor_curves_and_offline_wandb_table(tmp_path):
     )
     logger.experiment.finish()
     run_file = next((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"))
-    run = read_offline_run(run_file)
+    run = read_offline_run(run_file, wait=30)
     row = next(r for r in run["history"] if "test/length_curves/_type" in r)  # nested keys, "/"-joined
     assert row["test/length_curves/_type"] == "table-file" and row["test/length_curves/nrows"] == len(
         curves["length"]

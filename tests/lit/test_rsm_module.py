@@ -85,7 +85,7 @@ def test_train_py_fits_an_rsm_config_and_logs_the_error(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     assert "epoch 1/1: val/mae 0" in out.stdout, out.stdout[-2000:]
     (run_file,) = (tmp_path / "runs" / "wandb").rglob("*.wandb")
-    run = read_offline_run(run_file)
+    run = read_offline_run(run_file, wait=30)
     val = [h for h in run["history"] if "val/mae" in h]
     assert len(val) == 1 and val[0]["val/mae"] < 0.01 and val[0]["val/inner_limit_hits"] == 0
     assert run["config"]["cli"]["model"]["init_args"]["reservoir"] == "crj"

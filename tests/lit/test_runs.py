@@ -89,7 +89,9 @@ def test_a_resume_continues_the_same_run_folder_wandb_run_and_best_checkpoint(tm
     runs = offline_runs(save)
     assert len(runs) == 2 and all(r.name.endswith(folder.name) for r in runs)  # one W&B run id
     epochs = [
-        h["epoch"] for h in read_offline_run(next(runs[1].glob("run-*.wandb")))["history"] if "epoch" in h
+        h["epoch"]
+        for h in read_offline_run(next(runs[1].glob("run-*.wandb")), wait=30)["history"]
+        if "epoch" in h
     ]
     assert max(epochs) == 1  # the resumed run logs epoch 2 (0-based 1)
 
@@ -179,7 +181,7 @@ def test_a_failed_run_is_marked(tmp_path):
     assert out.returncode != 0
     (folder,) = run_folders(save)
     assert "ValueError" in (folder / "FAILED").read_text()
-    run = read_offline_run(next(offline_runs(save)[0].glob("run-*.wandb")))
+    run = read_offline_run(next(offline_runs(save)[0].glob("run-*.wandb")), wait=30)
     assert run["record_types"].get("exit")
     assert run["exit_code"] == 1
 
