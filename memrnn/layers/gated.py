@@ -47,7 +47,9 @@ class GRUState(NamedTuple):
 # torch's fused CPU kernels slow down per step once a sequence's workspace outgrows the caches
 # (nn.LSTM, S 64, batch 64 on the 2-core CPU: 2.9x the time for 2x the steps from T 512 to 1024);
 # running them on chunks of this many steps, the state carried over, keeps time linear in T
-# (benchmarks/results/cpu-2core.md) and changes no number (tests/layers/test_gated.py).
+# (benchmarks/results/cpu-2core.md) and changes no number (tests/layers/test_gated.py).  CPU only:
+# on CUDA one cuDNN call per sequence is faster (chunks of 256 ran T 1024 at 0.43-0.52x plain
+# cuDNN on an H100).
 FUSED_CHUNK = 256
 
 
@@ -59,7 +61,7 @@ def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor 
     with zero outputs past each row's length and each row's state after its last real token
     (rows of length 0 keep their initial state).
     """
-    if x.shape[1] <= FUSED_CHUNK:
+    if x.shape[1] <= FUSED_CHUNK or x.device.type != "cpu":
         return _run_fused_chunk(rnn, x, hx, mask)
     ys = []
     masks = mask.split(FUSED_CHUNK, 1) if mask is not None else [None] * -(-x.shape[1] // FUSED_CHUNK)
@@ -165,6 +167,18 @@ class _FusedRecurrent(MemoryLayer):
         y, final = _run_fused(self.rnn, x, tuple(state), mask)
         dtype = state[0].dtype  # the layer's: under CUDA autocast cuDNN returns the autocast dtype
         return y, type(state)(*(h.to(dtype) for h in final))
+
+    def outputs(self, x: Tensor, state=None, mask: Tensor | None = None) -> Tensor:
+        """``forward(x, state, mask)[0]`` without packing: with right padding the outputs at each
+        row's real positions do not depend on the padded steps after them, so one unpacked call
+        of the fused kernel over the whole batch gives them (zeroed past each row's end); only
+        the final state, which this skips, needs the packed sequences.  Gradients are exact:
+        nothing reads the padded steps."""
+        if not self.fused:
+            return super().outputs(x, state, mask)
+        state, mask = self.check_inputs(x, state, mask)
+        y, _ = _run_fused(self.rnn, x, tuple(state), None)
+        return masked_outputs(y, mask)[0]
 
 
 @register_layer("lstm", tiny={"input_size": 3, "hidden_size": 5})
@@ -311,6 +325,12 @@ class GRULayer(_FusedRecurrent):
         """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``."""
         y, new, _ = self.trace_step(x_t, state)
         return y, new
+
+    def outputs(self, x: Tensor, state=None, mask: Tensor | None = None) -> Tensor:
+        """As :meth:`LSTMLayer.outputs`; with ``bptt=True`` on CPU, ``forward``'s own path."""
+        if self.fused and self.bptt and x.device.type == "cpu":
+            return MemoryLayer.outputs(self, x, state, mask)
+        return super().outputs(x, state, mask)
 
     def forward(self, x: Tensor, state=None, mask: Tensor | None = None):
         """``x [B, T, input_size]`` -> ``(h_t of the top layer [B, T, hidden_size], final state)``.

@@ -201,6 +201,33 @@ def test_state_dict_round_trip(name, gen):
 
 
 @pytest.mark.parametrize("name", LAYERS)
+def test_outputs_equal_forward_with_gradients(name, gen):
+    """``outputs`` (no final state; LSTM/GRU skip packing) equals ``forward(...)[0]`` on a padded
+    batch, and so do the gradients of the inputs, the initial state and every parameter."""
+    layer = make(name)
+    x = inputs(layer, gen)
+    mask = torch.arange(7)[None] < torch.tensor([7, 4, 1])[:, None]
+    s0 = random_state(layer, 3, gen)
+    weight = torch.randn(3, 7, layer.output_size, generator=gen, dtype=torch.float64)
+    results = []
+    for fn in (lambda *a: layer(*a)[0], layer.outputs):
+        xi = x.clone().requires_grad_(differentiable_inputs(layer))
+        si = state_map(lambda t: t.clone().requires_grad_(), s0)
+        layer.zero_grad()
+        y = fn(xi, si, mask)
+        (y * weight).sum().backward()
+        grads = [xi.grad, *(t.grad for t in state_leaves(si)), *(p.grad for p in layer.parameters())]
+        results.append((y, grads))
+    (y_f, g_f), (y_o, g_o) = results
+    torch.testing.assert_close(y_o, y_f, atol=1e-10, rtol=0)
+    for a, b in zip(g_o, g_f, strict=True):
+        if a is None or b is None:
+            assert (a is None and b is None) or float((a if a is not None else b).abs().max()) == 0
+        else:
+            torch.testing.assert_close(a, b, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("name", LAYERS)
 def test_trace_matches_forward(name, gen):
     layer = make(name)
     x = inputs(layer, gen)
