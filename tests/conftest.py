@@ -4,6 +4,10 @@ import pytest
 import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
+# Without a GPU the Triton kernels run under Triton's interpreter (on CPU tensors); the variable
+# must be set before memrnn's kernels are first imported (they are imported lazily, on first use).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 # CUDA comparisons against CPU float32 references: TF32 matrix products (cuDNN's default on

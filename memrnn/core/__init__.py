@@ -13,6 +13,7 @@ from memrnn.core.state import (
     state_where,
     state_zip,
 )
+from memrnn.core.switch import reference_paths
 
 __all__ = [
     "MemoryLayer",
@@ -20,6 +21,7 @@ __all__ = [
     "create_layer",
     "layer_class",
     "list_layers",
+    "reference_paths",
     "register_layer",
     "state_batch_size",
     "state_detach",

@@ -35,6 +35,7 @@ from memrnn.core.checks import (
     exporting,
 )
 from memrnn.core.state import state_stack, state_where
+from memrnn.core.switch import forcing_reference
 
 S = TypeVar("S")
 
@@ -179,6 +180,14 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         outputs, state, _ = self._loop(x, state, mask, with_trace=False)
         return outputs, state
 
+    def outputs(self, x: Tensor, state: S | None = None, mask: Tensor | None = None) -> Tensor:
+        """``forward``'s outputs ``[B, T, output_size]`` without the final state, for callers that
+        do not need it (a language model's training step).  A layer may compute them faster
+        than ``forward`` (``LSTMLayer``/``GRULayer`` skip the packed sequences that each row's exact
+        final state needs); the tests prove them equal to ``forward(...)[0]``, gradients
+        included.  The default calls ``forward``."""
+        return self(x, state, mask)[0]
+
     def trace(self, x: Tensor, state: S | None = None, mask: Tensor | None = None) -> dict[str, Tensor]:
         """Per-step diagnostics: ``output`` ``[B, T, output_size]``, every state field as
         ``state.<name>`` ``[B, T, ...]`` (the state after each step), and whatever ``trace_step``
@@ -253,24 +262,26 @@ def _guard(cls: type) -> None:
 
         step._memrnn_guarded = True  # type: ignore[attr-defined]
         cls.step = autocast_in_layer_dtype(step)
-    for name in ("forward", "trace"):
+    for name in ("forward", "outputs", "trace"):
         if name in own and not getattr(own[name], "_memrnn_guarded", False):
             fn = own[name]
-            if name == "forward" and cls is not MemoryLayer:
-                fn = _reference_under_export(fn)
+            if name in ("forward", "outputs") and cls is not MemoryLayer:
+                fn = _reference_when_asked(fn, outputs_only=name == "outputs")
             setattr(cls, name, autocast_in_layer_dtype(fn))
 
 
-def _reference_under_export(forward: Callable) -> Callable:
-    """Under ``torch.export`` (and ``torch.onnx.export(dynamo=True)``), run the reference loop
-    over ``step``: plain tensor operations, unrolled over the fixed sequence length, where the
-    fast paths hold hand-written autograd Functions, in-place buffers and host syncs that export
-    cannot trace."""
+def _reference_when_asked(forward: Callable, outputs_only: bool = False) -> Callable:
+    """Run the reference loop over ``step`` instead of the fast path inside
+    :func:`memrnn.core.switch.reference_paths` (the one switch for tests, second derivatives and
+    bit reproduction), and under ``torch.export`` (and ``torch.onnx.export(dynamo=True)``): plain
+    tensor operations, unrolled over the fixed sequence length, where the fast paths hold
+    hand-written autograd Functions, in-place buffers and host syncs that export cannot trace."""
 
     @functools.wraps(forward)
     def wrapper(self, x, state=None, mask=None):
-        if exporting():
-            return MemoryLayer.forward(self, x, state, mask)
+        if exporting() or forcing_reference():
+            out = MemoryLayer.forward(self, x, state, mask)
+            return out[0] if outputs_only else out
         return forward(self, x, state, mask)
 
     return wrapper

@@ -38,8 +38,9 @@ from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.elman import ACTIVATIONS, _resolve
-from memrnn.ops.bptt import CounterRNNSequence, LSTMSequence
 from memrnn.ops.buckets import final_by_length, masked_outputs
+from memrnn.ops.counter import counter_sequence
+from memrnn.ops.lstm import lstm_sequence
 
 CELL_ACTIVATIONS = {"identity": lambda x: x, "tanh": torch.tanh}
 
@@ -155,7 +156,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         b = torch.cat([self.bias, self.counter_bias])
         r0 = torch.cat([state.h, state.up - state.down], 1)
         act = ACTIVATIONS[self.activation]
-        rs, moves = CounterRNNSequence.apply(x, w[:, :n], b, w[:, n:], r0, H, act)
+        rs, moves = counter_sequence(x, w[:, :n], b, w[:, n:], r0, H, self.activation, act)
         y, lengths = masked_outputs(rs[:, 1:], mask)
         moves, _ = masked_outputs(moves, mask)
         r = final_by_length(rs, lengths)
@@ -302,7 +303,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         b = b.view(4, N)[order].reshape(-1)
         h0, c0 = torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1)
         tanh_units = N if self.cell_activation == "tanh" else H
-        hs, cs = LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+        hs, cs = lstm_sequence(x, w_in, b, w_rec, h0, c0, tanh_units)
         y, lengths = masked_outputs(hs[:, 1:], mask)
         h, c = final_by_length(hs, lengths), final_by_length(cs, lengths)
         return y, CounterLSTMState(h[:, :H], c[:, :H], c[:, H:], h[:, H:])

@@ -19,8 +19,9 @@ from torch import Tensor, nn
 from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.ops.bptt import JordanSequence
 from memrnn.ops.buckets import final_by_length, masked_outputs
+from memrnn.ops.elman import elman_sequence
+from memrnn.ops.jordan import jordan_sequence
 
 
 def heaviside(x: Tensor) -> Tensor:
@@ -75,10 +76,14 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         hidden_size: units ``d`` of ``h_t``; also ``output_size``.
         activation: ``tanh`` | ``sigmoid`` | ``relu`` | ``heaviside`` | ``saturated_linear``.
         bias: learn ``b``.
+        fused: ``forward`` computes ``V x_t + b`` for all steps in one matrix product and runs the
+            recurrence through :func:`memrnn.ops.elman.elman_sequence` (a hand-written backward on
+            CPU, Triton kernels on CUDA; the default); ``False``: the reference loop over ``step``
+            under autograd (also inside :func:`memrnn.reference_paths`).  Same numbers; the fused
+            backward is first order.
 
     Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_hh`` (U) ``[hidden, hidden]``,
-    ``bias`` (b) ``[hidden]``.  The fast ``forward`` computes ``V x_t + b`` for all steps in
-    one matrix product and loops only over the recurrence.
+    ``bias`` (b) ``[hidden]``.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         hidden_size: int,
         activation: str = "tanh",
         bias: bool = True,
+        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -94,6 +100,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         super().__init__()
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
+        self.fused = bool(fused)
         self.activation = _resolve(activation, ACTIVATIONS, "activation")
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -113,7 +120,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, activation={self.activation!r}, "
-            f"bias={self.bias is not None}"
+            f"bias={self.bias is not None}, fused={self.fused}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ElmanState:
@@ -133,11 +140,15 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         self, x: Tensor, state: ElmanState | None = None, mask: Tensor | None = None
     ) -> tuple[Tensor, ElmanState]:
         """Fast path: the input projection ``V x + b`` for all steps in one matrix product
-        ``[B, T, hidden]``, then the shared masked loop over the recurrence only."""
+        ``[B, T, hidden]``, then :func:`memrnn.ops.elman.elman_sequence` over the recurrence;
+        ``fused=False``: the reference loop."""
+        if not self.fused:
+            return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         pre = F.linear(x, self.weight_ih, self.bias)
-        y, state, _ = self._loop(pre, state, mask, with_trace=False, step=self._step_projected)
-        return y, state
+        hs = elman_sequence(pre, self.weight_hh, state.h, self.activation, ACTIVATIONS[self.activation])
+        y, lengths = masked_outputs(hs[:, 1:], mask)
+        return y, ElmanState(final_by_length(hs, lengths))
 
 
 for _act in ("sigmoid", "relu", "heaviside", "saturated_linear"):
@@ -167,7 +178,7 @@ class JordanRNN(MemoryLayer[JordanState]):
         activation: ``σ``, as in ``ElmanRNN``.
         output_activation: ``σ_o``: ``softmax`` (seed 003's usual choice), ``identity``
             (feed back the logits), or any hidden activation.
-        fused: ``forward`` runs :class:`memrnn.ops.bptt.JordanSequence` (input projection for
+        fused: ``forward`` runs :func:`memrnn.ops.jordan.jordan_sequence` (input projection for
             all steps at once, hand-written backpropagation through time; the default);
             ``False``: the reference step loop under autograd.  Same numbers either way; the fused
             backward is first order, so second derivatives need ``False``.
@@ -239,20 +250,20 @@ class JordanRNN(MemoryLayer[JordanState]):
 
     def forward(self, x: Tensor, state: JordanState | None = None, mask: Tensor | None = None):
         """Fast path (same numbers as the reference ``step``, to rounding): ``V x_t + b_h`` for all
-        steps in one matrix product, then :class:`memrnn.ops.bptt.JordanSequence`;
+        steps in one matrix product, then :func:`memrnn.ops.jordan.jordan_sequence`;
         ``fused=False``: the reference loop."""
         if not self.fused:
             return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         pre = F.linear(x.transpose(0, 1), self.weight_ih, self.bias)  # [T, B, hidden]
-        hs, rs = JordanSequence.apply(
+        hs, rs = jordan_sequence(
             pre,
             self.weight_fb,
             self.weight_out,
             state.r,
-            ACTIVATIONS[self.activation],
-            OUTPUT_ACTIVATIONS[self.output_activation],
+            self.activation,
             self.output_activation,
+            (ACTIVATIONS[self.activation], OUTPUT_ACTIVATIONS[self.output_activation]),
         )
         y, lengths = masked_outputs(hs.transpose(0, 1), mask)
         return y, JordanState(final_by_length(rs.transpose(0, 1), lengths))

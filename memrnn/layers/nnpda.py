@@ -24,9 +24,9 @@ from torch import Tensor, nn
 from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids, use_buckets
+from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids
 from memrnn.ops.autograd import first_order
-from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
+from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs, use_buckets
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
 from memrnn.ops.tensor import third_order
 
@@ -44,8 +44,9 @@ class _NNPDASequence(torch.autograd.Function):
     Returns every state: ``Q [B, T+1, n]``, ``K [B, T+1, D, m2]``, ``tail [B, T+1, m2]`` (index 0:
     the initial state).  Backward: the transposed step by hand (the windows' inner products as
     one ``vecdot`` over an overlapping view, the ``h_H`` derivatives, the reading's max with its
-    tie split precomputed for all steps), ``∂W`` once per sequence.  ``H`` is a constant here (a
-    learned ``H`` takes the autograd path).  Equal to the reference loop
+    tie split precomputed for all steps), ``∂W`` once per sequence; ``∂H`` (a learned sensitivity) as
+    the sum over every ``h_H`` of its input's gradient times ``u − 1/2``.  Also returns ``p+`` of
+    every step ``[B, T]`` (not differentiable) for ``strict``.  Equal to the reference loop
     (``tests/layers/test_fast_paths.py``)."""
 
     @staticmethod
@@ -88,12 +89,16 @@ class _NNPDASequence(torch.autograd.Function):
         ctx.buckets, ctx.action, ctx.H = buckets, action, H
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight, Q, P, R, Z, Wh)
-        return Q.transpose(0, 1), P[:, :, 1 : D + 1].transpose(0, 1), P[:, :, D + 1].transpose(0, 1)
+        push = Wh[:, :, 0].t() / H  # p+ of every step [B, T], for strict's overflow check
+        ctx.mark_non_differentiable(push)
+        return Q.transpose(0, 1), P[:, :, 1 : D + 1].transpose(0, 1), P[:, :, D + 1].transpose(0, 1), push
 
     @staticmethod
     @first_order
-    def backward(ctx, gQ, gK, gtail):  # type: ignore[override]
+    def backward(ctx, gQ, gK, gtail, _gpush):  # type: ignore[override]
         weight, Q, P, R, Z, Wh = ctx.saved_tensors
+        learn_h = ctx.needs_input_grad[1]
+        grad_h = Q.new_zeros(()) if learn_h else None
         buckets: TokenBuckets = ctx.buckets
         H, action = ctx.H, ctx.action
         sig_back = torch.ops.aten.sigmoid_backward
@@ -127,16 +132,27 @@ class _NNPDASequence(torch.autograd.Function):
             g_stack = gm * w1
             g_stack[:, :-1].addcmul_(gm[:, 1:], w0)
             g_stack[:, 1:].addcmul_(gm[:, :-1], w2)
-            g_tail = torch.addcmul(sig_back(gt, Ps1[:, D + 1]) * H, gm[:, -1], w2[:, 0])
+            g_tail_pre = sig_back(gt, Ps1[:, D + 1])  # ∂/∂(H·tail − H/2)
+            g_tail = torch.addcmul(g_tail_pre * H, gm[:, -1], w2[:, 0])
             torch.mm(gw, mix_t, out=gz[:, n : n + 2])
             torch.mul(gm[:, 0], w0[:, 0], out=gz[:, n + 2 :])
+            g_q_pre = sig_back(gq, Q_[s + 1])  # ∂/∂(H·z_Q − H/2)
+            if learn_h:
+                # every h_H(u − 1/2) = σ(H u − H/2) contributes Σ ∂pre · (u − 1/2); for the stack
+                # cells u − 1/2 = (Σ_i wh_i window_i)/H − 1/2, and Σ gm·window_i is gw
+                grad_h += (gw * wh).sum() / H - gm.sum() / 2
+                grad_h += (g_tail_pre * (P_[s][:, D + 1] - 0.5)).sum()
+                grad_h += (g_q_pre * (Z_[s][:, :n] - 0.5)).sum()
             if action == "sigmoid":
                 za = Z_[s][:, n:]
-                gz[:, n:] = sig_back(gz[:, n:], torch.sigmoid(za * H - H / 2)) * H
+                g_a_pre = sig_back(gz[:, n:], torch.sigmoid(za * H - H / 2))
+                if learn_h:
+                    grad_h += (g_a_pre * (za - 0.5)).sum()
+                gz[:, n:] = g_a_pre * H
             elif action == "clamp":
                 za = Z_[s][:, n:]
                 gz[:, n:] *= ((za >= 0) & (za <= 1)).to(gz.dtype)
-            torch.mul(sig_back(gq, Q_[s + 1]), H, out=gz[:, :n])
+            torch.mul(g_q_pre, H, out=gz[:, :n])
             gqr = buckets.contract(s, gz, wkt).view(B, n, L)
             g_reading = torch.linalg.vecdot(gqr.transpose(1, 2), Q_[s][:, None, :])  # [B, L]
             g_stack[:, 0] += g_reading[:, :m2]
@@ -147,7 +163,7 @@ class _NNPDASequence(torch.autograd.Function):
         QR = (Q[:-1, :, :, None] * R[:, :, None, :]).reshape(T, B, n * L).transpose(0, 1)
         dwk = buckets.weight_grad(QR, GZ.transpose(0, 1))  # [m1, n·L, O]
         grad_w = dwk.view(m1, n, L, O).permute(3, 1, 0, 2)
-        return grad_w, None, gq, gs, gt, None, None
+        return grad_w, grad_h, gq, gs, gt, None, None
 
 
 class NNPDAState(NamedTuple):
@@ -365,7 +381,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         weight = self.weight()
         flags: list[Tensor] = []
         ids = input_ids(x, mask, self.one_hot_input, type(self).__name__)
-        if ids is not None and self.fused and not self.strict and not self.sensitivity.requires_grad:
+        if ids is not None and self.fused:
             buckets = TokenBuckets(ids, self.input_size)
             if use_buckets(buckets, x.shape[0]):
                 return self._fused(weight, buckets, state, mask)
@@ -397,9 +413,12 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
     ) -> tuple[Tensor, NNPDAState]:
         """:class:`_NNPDASequence`, then the outputs and each row's final state (right padding:
         the state after the row's last real step)."""
-        Q, K, tails = _NNPDASequence.apply(
+        Q, K, tails, push = _NNPDASequence.apply(
             weight, self.sensitivity, state.q, state.stack, state.tail, buckets, self.action
         )
+        if self.strict:  # the steps that pushed onto a full window (stack_overflow), all at once
+            flags = (push > 0.5) & (K[:, :-1, -1].amax(-1) > 0.5)
+            self._raise_overflow(flags if mask is None else flags & mask)
         y = Q[:, 1:] if self.output == "state" else torch.cat([Q[:, 1:], stack_reading(K[:, 1:, 0])], -1)
         y, lengths = masked_outputs(y, mask)
         final = NNPDAState(*(final_by_length(v, lengths) for v in (Q, K, tails)))

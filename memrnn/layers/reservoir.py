@@ -38,6 +38,8 @@ from torch import Tensor
 from memrnn.core.checks import finite_float
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
+from memrnn.ops.buckets import final_by_length, masked_outputs
+from memrnn.ops.elman import elman_sequence
 
 ReservoirKind = Literal["rand", "crj", "ldn"]
 RESERVOIR_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
@@ -362,17 +364,19 @@ class Reservoir(MemoryLayer[ReservoirState]):
         self, x: Tensor, state: ReservoirState | None = None, mask: Tensor | None = None
     ) -> tuple[Tensor, ReservoirState]:
         """``x [B, T, n] -> (h [B, T, m], final state)``; ``U x`` is computed for all steps at
-        once, then the loop runs ``cell`` (the reference loop is ``MemoryLayer.forward``)."""
+        once, then :func:`memrnn.ops.elman.elman_sequence` runs the leaky recurrence (the
+        reference loop is ``MemoryLayer.forward``, also inside :func:`memrnn.reference_paths`)."""
         state, mask = self.check_inputs(x, state, mask)
-        ux = self.project(x)
-        it = iter(ux.unbind(1))
-
-        def step(_x_t: Tensor, s: ReservoirState) -> tuple[Tensor, ReservoirState]:
-            h = self.cell(next(it), s.h)
-            return h, ReservoirState(h)
-
-        outputs, state, _ = self._loop(x, state, mask, with_trace=False, step=step)
-        return outputs, state
+        hs = elman_sequence(
+            self.project(x),
+            self.recurrent_weight.to(x.dtype),
+            state.h,
+            self.activation_name,
+            self.activation,
+            float(self.leak),
+        )
+        y, lengths = masked_outputs(hs[:, 1:], mask)
+        return y, ReservoirState(final_by_length(hs, lengths))
 
 
 register_layer("reservoir_rand", tiny={"input_size": 3, "units": 5, "kind": "rand"}, cls=Reservoir)

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 from memrnn.core.checks import exporting, finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.ops.autograd import first_order
-from memrnn.ops.buckets import TokenBuckets, final_by_length, masked_outputs
+from memrnn.ops.buckets import final_by_length, masked_outputs
+from memrnn.ops.second_order_rnn import second_order_sequence
 from memrnn.ops.stack import h_sigmoid
 from memrnn.ops.tensor import second_order
 
@@ -72,65 +72,6 @@ class SensitivityMixin:
             self.register_buffer("sensitivity", h)
 
 
-def use_buckets(buckets: TokenBuckets, batch: int) -> bool:
-    """Buckets beat gathering ``B`` weight slices unless the vocabulary is large and sparse
-    (``m·c`` slots against ``B`` rows; :mod:`memrnn.ops.buckets`)."""
-    return buckets.num_symbols * buckets.capacity <= 4 * max(batch, 1)
-
-
-class _SecondOrderSequence(torch.autograd.Function):
-    """Equation 3 over a whole one-hot sequence with hand-written backpropagation through time.
-
-    Forward: ``S [B, T+1, n]`` (``S[:, 0] = s^0``), ``S[:, t+1] = h_H(S[:, t] W[·,·,k_t] + b)``, each
-    step one bucketed ``bmm`` (:class:`memrnn.ops.buckets.TokenBuckets`) and no autograd graph.
-    Backward: one bucketed ``bmm`` per step for ``∂/∂s^t``; ``∂W``, ``∂b`` and ``∂H`` once per
-    sequence.  Equal to the reference loop (``tests/layers/test_fast_paths.py``)."""
-
-    @staticmethod
-    def forward(ctx, weight, bias, sensitivity, s0, buckets):  # type: ignore[override]
-        B, n = s0.shape
-        T = buckets.slots.shape[0]
-        wk = weight.permute(2, 1, 0).contiguous()  # [m, n (j), n (i)]: z_b = s_b @ wk[k_b]
-        states = s0.new_empty(B, T + 1, n)
-        states[:, 0] = s0
-        keep_u = sensitivity.requires_grad
-        pre = s0.new_empty(B, T, n) if keep_u else None
-        s = s0
-        for t in range(T):
-            u = buckets.contract(t, s, wk)
-            if bias is not None:
-                u += bias
-            if pre is not None:
-                pre[:, t] = u
-            s = torch.sigmoid(u * sensitivity)
-            states[:, t + 1] = s
-        ctx.buckets, ctx.has_bias = buckets, bias is not None
-        ctx.save_for_backward(weight, sensitivity, states, pre)
-        return states
-
-    @staticmethod
-    @first_order
-    def backward(ctx, grad_states):  # type: ignore[override]
-        weight, sensitivity, states, pre = ctx.saved_tensors
-        buckets: TokenBuckets = ctx.buckets
-        T = states.shape[1] - 1
-        wkt = weight.permute(2, 0, 1).contiguous()  # [m, n (i), n (j)]: ∂s_j = Σ_i ∂u_i W_ijk
-        grad_u = torch.empty_like(states[:, 1:])
-        grad_h = sensitivity.new_zeros(()) if pre is not None else None
-        g = grad_states[:, T]
-        for t in range(T, 0, -1):
-            s = states[:, t]
-            ds = g * s * (1 - s)  # ∂L/∂(H u)
-            if grad_h is not None:
-                grad_h += (ds * pre[:, t - 1]).sum()
-            gu = ds * sensitivity
-            grad_u[:, t - 1] = gu
-            g = grad_states[:, t - 1] + buckets.contract(t - 1, gu, wkt)
-        grad_w = buckets.weight_grad(states[:, :-1], grad_u).permute(2, 1, 0)
-        grad_b = grad_u.sum((0, 1)) if ctx.has_bias else None
-        return grad_w, grad_b, grad_h, g, None
-
-
 class SecondOrderState(NamedTuple):
     """State of ``SecondOrderRNN``: ``s [B, hidden_size]``."""
 
@@ -154,7 +95,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
             else the dense contraction; ``True``: inputs must be one-hot (an error names the
             first row and step that is not), and no gradient flows to ``x``; ``False``: always
             dense.
-        fused: one-hot sequences run as one :class:`_SecondOrderSequence` (bucketed
+        fused: one-hot sequences run through :func:`memrnn.ops.second_order_rnn.second_order_sequence` (bucketed
             contractions, hand-written backward; the default); ``False``: step by step under
             autograd.  Same numbers either way; the fused backward is first order, so second
             derivatives need ``False``.
@@ -228,22 +169,18 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         self, x: Tensor, state: SecondOrderState | None = None, mask: Tensor | None = None
     ) -> tuple[Tensor, SecondOrderState]:
         """Fast path for one-hot inputs: the ids are checked and extracted once for the whole
-        sequence (one host sync), then :class:`_SecondOrderSequence` runs the recurrence with
-        bucketed contractions and hand-written backpropagation (``fused=False``, or a
-        vocabulary too sparse for buckets: the indexed contraction step by step under autograd).
-        Dense inputs take the reference loop."""
+        sequence (one host sync), then :func:`memrnn.ops.second_order_rnn.second_order_sequence` runs
+        the recurrence (token buckets and a hand-written backward on CPU, Triton kernels on CUDA);
+        ``fused=False``: the indexed contraction step by step under autograd.  Dense inputs take
+        the reference loop."""
         state, mask = self.check_inputs(x, state, mask)
         ids = None if x.shape[1] == 0 else input_ids(x, mask, self.one_hot_input, type(self).__name__)
         if ids is None:
             return super().forward(x, state, mask)
         if self.fused:
-            buckets = TokenBuckets(ids, self.input_size)
-            if use_buckets(buckets, x.shape[0]):
-                states = _SecondOrderSequence.apply(
-                    self.weight, self.bias, self.sensitivity, state.s, buckets
-                )
-                y, lengths = masked_outputs(states[:, 1:], mask)
-                return y, SecondOrderState(final_by_length(states, lengths))
+            states = second_order_sequence(self.weight, self.bias, self.sensitivity, state.s, ids)
+            y, lengths = masked_outputs(states[:, 1:], mask)
+            return y, SecondOrderState(final_by_length(states, lengths))
 
         def step(ids_t: Tensor, st: SecondOrderState) -> tuple[Tensor, SecondOrderState]:
             s = self._advance(st, None, ids_t[:, 0])

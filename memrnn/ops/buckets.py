@@ -80,6 +80,12 @@ class TokenBuckets:
         return out
 
 
+def use_buckets(buckets: TokenBuckets, batch: int) -> bool:
+    """Buckets beat gathering ``B`` weight slices unless the vocabulary is large and sparse
+    (``m·c`` slots against ``B`` rows; :mod:`memrnn.ops.buckets`)."""
+    return buckets.num_symbols * buckets.capacity <= 4 * max(batch, 1)
+
+
 def masked_outputs(y: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """Outputs of a recurrence run over every step ``y [B, T, ...]`` with right padding ``mask
     [B, T]``: zero past each row's end, and each row's length ``[B]`` (``None`` without a mask)

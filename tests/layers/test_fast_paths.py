@@ -109,19 +109,47 @@ def test_nnpda_fused_equals_reference(dtype, action, output):
     _compare(fast, ref, x, state, None, dtype)
 
 
-def test_nnpda_fused_path_is_taken_and_falls_back():
-    """Fused by default for one-hot input; strict mode and a learned H take the autograd path
-    (which still agrees)."""
+def test_nnpda_fused_path_covers_strict_and_a_learned_sensitivity():
+    """Fused for one-hot input, also with ``strict`` (overflow checked at the end, raising at the
+    same step and row as the reference loop) and a learned ``H`` (its gradient equal to the
+    reference loop's in float64)."""
+    from memrnn.layers import StackOverflowError
+
     torch.manual_seed(0)
     x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).double()
     fast = NNPDA(3, 4, 2, depth=8, dtype=torch.float64)
     y, _ = fast(x)
-    seq_nodes = {type(n).__name__ for n in _graph_nodes(fast(x)[0])}
-    assert any("NNPDASequence" in name for name in seq_nodes)
+    assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(y))
     strict = NNPDA(3, 4, 2, depth=8, strict=True, dtype=torch.float64)
     strict.load_state_dict(fast.state_dict())
-    torch.testing.assert_close(strict(x)[0], y)
-    assert not any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(strict(x)[0]))
+    ys = strict(x)[0]
+    torch.testing.assert_close(ys, y)
+    assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(ys))
+    # a window of 2 cells overflows: both paths name the same step and row
+    tiny = NNPDA(3, 4, 2, depth=2, strict=True, dtype=torch.float64)
+    with torch.no_grad():
+        tiny.weight_push.fill_(1.0)
+        tiny.weight_c.fill_(1.0)
+    messages = []
+    for fused in (True, False):
+        tiny.fused = fused
+        with pytest.raises(StackOverflowError) as e:
+            tiny(x)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "step t=" in messages[0]
+    learned = {}
+    for fused in (True, False):
+        torch.manual_seed(1)
+        layer = NNPDA(
+            3, 4, 2, depth=8, learn_sensitivity=True, action="sigmoid", fused=fused, dtype=torch.float64
+        )
+        out, state = layer(x, mask=_mask(8, 6))
+        (out.square().sum() + state.stack.sum()).backward()
+        learned[fused] = (out.detach(), layer.sensitivity.grad.clone(), layer.weight_q.grad.clone())
+        if fused:
+            assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(out))
+    for a, b in zip(learned[True], learned[False], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def _graph_nodes(t):

@@ -1,0 +1,74 @@
+"""The Elman recurrence as one autograd Function with hand-written backpropagation through time
+(the fast path on CPU, and on GPUs where the Triton kernel does not apply).
+
+Forward: per step one ``addmm`` and one activation kernel, no autograd graph; the
+pre-activations ``z_t`` are kept for the backward.  Backward: per step one ``addmm`` and one or two
+elementwise kernels, the activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps
+at once (autograd's own subgradient conventions, so the numbers equal the reference loop's);
+``∂U`` is one matrix product.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from memrnn.ops.autograd import first_order
+from memrnn.ops.bptt import _blocks, _derivative
+
+
+class ElmanSequence(torch.autograd.Function):
+    """``pre [T, B, H]`` (time-major), ``weight_hh [H, H]``, ``h0 [B, H]``, the activation and the
+    leak ``α`` -> ``hs [T+1, B, H]`` (see :func:`memrnn.ops.elman.reference.elman_reference`)."""
+
+    @staticmethod
+    def forward(ctx, pre, weight_hh, h0, activation, leak):  # type: ignore[override]
+        T, B, H = pre.shape
+        ctx.set_materialize_grads(False)
+        zs = pre.clone()
+        hs = pre.new_empty(T + 1, B, H)
+        hs[0] = h0
+        w_t = weight_hh.t()
+        z_, h_ = zs.unbind(0), hs.unbind(0)
+        for s in range(T):
+            z_[s].addmm_(h_[s], w_t)
+            if leak == 1.0:
+                h_[s + 1].copy_(activation(z_[s]))
+            else:
+                torch.add(h_[s] * (1 - leak), activation(z_[s]), alpha=leak, out=h_[s + 1])
+        ctx.activation, ctx.leak = activation, leak
+        ctx.save_for_backward(weight_hh, zs, hs)
+        return hs
+
+    @staticmethod
+    @first_order
+    def backward(ctx, grad_hs):  # type: ignore[override]
+        weight_hh, zs, hs = ctx.saved_tensors
+        T, B, H = zs.shape
+        leak = ctx.leak
+        if grad_hs is None:
+            return None, None, None, None, None
+        g_h = grad_hs[T].clone()
+        gz = torch.empty_like(zs)
+        gz_ = gz.unbind(0)
+        for lo, hi in _blocks(T):
+            d_ = _derivative(ctx.activation, zs[lo:hi]).mul_(leak).unbind(0)
+            for s in range(hi - 1, lo - 1, -1):
+                torch.mul(g_h, d_[s - lo], out=gz_[s])
+                if leak == 1.0:
+                    g_h = torch.addmm(grad_hs[s], gz_[s], weight_hh)
+                else:
+                    g_h = torch.addmm(grad_hs[s], gz_[s], weight_hh).add_(g_h, alpha=1 - leak)
+        grad_w = gz.reshape(T * B, H).t() @ hs[:-1].reshape(T * B, H) if ctx.needs_input_grad[1] else None
+        return gz, grad_w, g_h, None, None
+
+
+def elman_cpu(
+    pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: Callable[[Tensor], Tensor], leak: float = 1.0
+) -> Tensor:
+    """:class:`ElmanSequence` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``."""
+    return ElmanSequence.apply(pre.transpose(0, 1).contiguous(), weight_hh, h0, activation, leak).transpose(
+        0, 1
+    )

@@ -1,0 +1,189 @@
+"""The Elman recurrence as two persistent Triton kernels, one launch each for the forward and the
+backward pass of a whole sequence (the design of FlashRNN and flash-linear-attention's recurrent
+kernels: the batch split into tiles of rows, one program per tile, the state kept by the program
+for every step).
+
+Forward, per step, for each block of ``BLOCK_H`` state units: ``z = pre_t + Σ_k h_{t−1}[:, k]
+U[j, k]ᵀ`` by ``tl.dot`` over blocks of ``k`` (``U`` stays in L1/L2 across steps), then
+``h_t = (1 − α) h_{t−1} + α σ(z)``; ``h_t`` and ``z_t`` go to ``hs``/``zs`` (the backward reads
+them).  The blocks of a step read the previous state from ``hs``, written by the same program one
+step earlier (a barrier orders them), so any state size works with the same kernel.
+Backward, per step: ``∂z_t = α σ'(z_t) ∂h_t`` into ``gz``, then ``∂h_{t−1} = ∂hs_{t−1} + (1 − α)
+∂h_t + ∂z_t U`` by ``tl.dot``; ``∂U = Σ_t ∂z_tᵀ h_{t−1}`` and the input projection's gradients are
+single matrix products outside the kernel.
+
+Accumulation is float32 whatever the storage dtype (float32, bfloat16 or float16).  The derivative
+conventions are autograd's: ``relu'(0) = 0``, ``clamp``'s gradient is 1 on the closed interval
+``[0, 1]``, the Heaviside step has derivative 0 (``sign(relu(x))``).
+
+Tested under Triton's interpreter (``TRITON_INTERPRET=1``) on CPU against the reference loop
+(``tests/ops/test_elman.py``), and on a GPU by the ``gpu``-marked tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from memrnn.ops.autograd import first_order
+from memrnn.ops.triton_common import BLOCK_B, CODES, _act, _act_grad, unit_blocks
+
+
+@triton.jit
+def _elman_fwd(
+    pre_ptr, w_ptr, hs_ptr, zs_ptr, T, B, H, leak,
+    CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, NUM_H: tl.constexpr,
+):  # fmt: skip
+    """One program per tile of ``BLOCK_B`` rows; ``pre``/``zs`` ``[T, B, H]``, ``hs`` ``[T+1, B, H]``
+    (``hs[0]`` holds ``h0``), ``w`` ``U [H, H]``, all contiguous."""
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    rmask = rows < B
+    cols = tl.arange(0, BLOCK_H)
+    for t in range(T):
+        h_prev = hs_ptr + t * B * H
+        for jb in tl.static_range(NUM_H):
+            j = jb * BLOCK_H + cols
+            jmask = j < H
+            m2 = rmask[:, None] & jmask[None, :]
+            acc = tl.load(pre_ptr + t * B * H + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(
+                tl.float32
+            )
+            for kb in tl.static_range(NUM_H):
+                k = kb * BLOCK_H + cols
+                kmask = k < H
+                h = tl.load(
+                    h_prev + rows[:, None] * H + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0
+                )
+                # wt[k, j] = U[j, k]
+                wt = tl.load(
+                    w_ptr + j[None, :] * H + k[:, None], mask=kmask[:, None] & jmask[None, :], other=0.0
+                )
+                acc += tl.dot(h.to(tl.float32), wt.to(tl.float32), input_precision="ieee")
+            a = _act(acc, CODE)
+            if leak != 1.0:
+                own = tl.load(h_prev + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(tl.float32)
+                a = (1.0 - leak) * own + leak * a
+            tl.store(
+                zs_ptr + t * B * H + rows[:, None] * H + j[None, :], acc.to(zs_ptr.dtype.element_ty), mask=m2
+            )
+            tl.store(
+                hs_ptr + (t + 1) * B * H + rows[:, None] * H + j[None, :],
+                a.to(hs_ptr.dtype.element_ty),
+                mask=m2,
+            )
+        tl.debug_barrier()
+
+
+@triton.jit
+def _elman_bwd(
+    ghs_ptr, w_ptr, zs_ptr, gz_ptr, g_ptr, T, B, H, leak,
+    CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, NUM_H: tl.constexpr,
+):  # fmt: skip
+    """``ghs`` ``[T+1, B, H]`` (``∂L/∂hs``), ``gz`` ``[T, B, H]`` out; ``g`` ``[2, B, H]`` float32
+    scratch holding ``∂L/∂h_t`` in slot ``t % 2`` (ping-pong); slot 0 ends as ``∂L/∂h_0``."""
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    rmask = rows < B
+    cols = tl.arange(0, BLOCK_H)
+    # g[T % 2] = ∂L/∂h_T
+    for jb in tl.static_range(NUM_H):
+        j = jb * BLOCK_H + cols
+        m2 = rmask[:, None] & (j < H)[None, :]
+        v = tl.load(ghs_ptr + T * B * H + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(tl.float32)
+        tl.store(g_ptr + (T % 2) * B * H + rows[:, None] * H + j[None, :], v, mask=m2)
+    tl.debug_barrier()
+    for i in range(T):
+        t = T - 1 - i
+        cur = g_ptr + ((t + 1) % 2) * B * H  # ∂L/∂h_{t+1}
+        nxt = g_ptr + (t % 2) * B * H  # ∂L/∂h_t, written below
+        for jb in tl.static_range(NUM_H):
+            j = jb * BLOCK_H + cols
+            m2 = rmask[:, None] & (j < H)[None, :]
+            gh = tl.load(cur + rows[:, None] * H + j[None, :], mask=m2, other=0.0)
+            z = tl.load(zs_ptr + t * B * H + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(
+                tl.float32
+            )
+            gz = leak * gh * _act_grad(z, CODE)
+            tl.store(
+                gz_ptr + t * B * H + rows[:, None] * H + j[None, :], gz.to(gz_ptr.dtype.element_ty), mask=m2
+            )
+        tl.debug_barrier()
+        for kb in tl.static_range(NUM_H):
+            k = kb * BLOCK_H + cols
+            kmask = k < H
+            m2 = rmask[:, None] & kmask[None, :]
+            acc = tl.load(ghs_ptr + t * B * H + rows[:, None] * H + k[None, :], mask=m2, other=0.0).to(
+                tl.float32
+            )
+            if leak != 1.0:
+                acc += (1.0 - leak) * tl.load(cur + rows[:, None] * H + k[None, :], mask=m2, other=0.0)
+            for jb in tl.static_range(NUM_H):
+                j = jb * BLOCK_H + cols
+                jmask = j < H
+                gz = tl.load(
+                    gz_ptr + t * B * H + rows[:, None] * H + j[None, :],
+                    mask=rmask[:, None] & jmask[None, :],
+                    other=0.0,
+                )
+                w = tl.load(
+                    w_ptr + j[:, None] * H + k[None, :], mask=jmask[:, None] & kmask[None, :], other=0.0
+                )
+                acc += tl.dot(gz.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+            tl.store(nxt + rows[:, None] * H + k[None, :], acc, mask=m2)
+        tl.debug_barrier()
+
+
+class ElmanTriton(torch.autograd.Function):
+    """As :class:`memrnn.ops.elman.cpu.ElmanSequence` (``pre [T, B, H]`` time-major ->
+    ``hs [T+1, B, H]``), with the two kernels above."""
+
+    @staticmethod
+    def forward(ctx, pre, weight_hh, h0, code, leak):  # type: ignore[override]
+        T, B, H = pre.shape
+        pre, weight_hh = pre.contiguous(), weight_hh.contiguous()
+        hs = pre.new_empty(T + 1, B, H)
+        hs[0] = h0
+        zs = pre.new_empty(T, B, H)
+        block_h, num_h = unit_blocks(H)
+        grid = (triton.cdiv(B, BLOCK_B),)
+        if T > 0 and B > 0:
+            _elman_fwd[grid](pre, weight_hh, hs, zs, T, B, H, float(leak), code, BLOCK_B, block_h, num_h)
+        ctx.code, ctx.leak = code, float(leak)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(weight_hh, zs, hs)
+        return hs
+
+    @staticmethod
+    @first_order
+    def backward(ctx, grad_hs):  # type: ignore[override]
+        if grad_hs is None:
+            return None, None, None, None, None
+        weight_hh, zs, hs = ctx.saved_tensors
+        T, B, H = zs.shape
+        grad_hs = grad_hs.contiguous()
+        gz = torch.empty_like(zs)
+        g = torch.zeros(2, B, H, device=zs.device, dtype=torch.float32)
+        block_h, num_h = unit_blocks(H)
+        if T > 0 and B > 0:
+            _elman_bwd[(triton.cdiv(B, BLOCK_B),)](
+                grad_hs, weight_hh, zs, gz, g, T, B, H, ctx.leak, ctx.code, BLOCK_B, block_h, num_h
+            )
+            g_h0 = g[0].to(zs.dtype)
+        else:
+            g_h0 = grad_hs[0]
+        grad_w = None
+        if ctx.needs_input_grad[1]:
+            grad_w = (gz.reshape(T * B, H).t().float() @ hs[:-1].reshape(T * B, H).float()).to(
+                weight_hh.dtype
+            )
+        return gz, grad_w, g_h0, None, None
+
+
+def elman_triton(pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: str, leak: float = 1.0) -> Tensor:
+    """:class:`ElmanTriton` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``; ``activation``
+    a name of :data:`CODES`."""
+    if activation not in CODES:
+        raise ValueError(f"the Elman kernel has no activation {activation!r}; it has {', '.join(CODES)}")
+    hs = ElmanTriton.apply(pre.transpose(0, 1).contiguous(), weight_hh, h0, CODES[activation], leak)
+    return hs.transpose(0, 1)

@@ -1,0 +1,57 @@
+"""What memrnn's Triton kernels share: activation functions with autograd's derivative
+conventions, and the tiling rule."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+#: activation codes of the kernels
+CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "heaviside": 3, "saturated_linear": 4, "identity": 5}
+
+
+@triton.jit
+def _act(z, CODE: tl.constexpr):
+    if CODE == 0:
+        e = tl.exp(-2.0 * tl.abs(z))
+        t = (1.0 - e) / (1.0 + e)
+        return tl.where(z >= 0, t, -t)
+    elif CODE == 1:
+        return 1.0 / (1.0 + tl.exp(-z))
+    elif CODE == 2:
+        return tl.maximum(z, 0.0)
+    elif CODE == 3:
+        return tl.where(z > 0, 1.0, 0.0)
+    elif CODE == 4:
+        return tl.minimum(tl.maximum(z, 0.0), 1.0)
+    else:
+        return z
+
+
+@triton.jit
+def _act_grad(z, CODE: tl.constexpr):
+    if CODE == 0:
+        e = tl.exp(-2.0 * tl.abs(z))
+        t = (1.0 - e) / (1.0 + e)
+        return 1.0 - t * t
+    elif CODE == 1:
+        s = 1.0 / (1.0 + tl.exp(-z))
+        return s * (1.0 - s)
+    elif CODE == 2:
+        return tl.where(z > 0, 1.0, 0.0)
+    elif CODE == 3:
+        return z * 0.0
+    elif CODE == 4:
+        return tl.where((z >= 0) & (z <= 1), 1.0, 0.0)
+    else:
+        return z * 0.0 + 1.0
+
+
+#: rows per program: ``tl.dot`` needs at least 16
+BLOCK_B = 16
+
+
+def unit_blocks(H: int) -> tuple[int, int]:
+    """``(BLOCK_H, NUM_H)``: state units per block (16–64, a power of 2) and blocks per state."""
+    block = max(16, min(64, triton.next_power_of_2(H)))
+    return block, triton.cdiv(H, block)

@@ -1,0 +1,203 @@
+"""Every Triton kernel equals its mechanism's reference loop: outputs, every gradient (initial
+states included), T = 0 and 1, batches that are not a multiple of the tile, states of several
+blocks, float32 and bfloat16 storage.  On CPU the kernels run under Triton's interpreter
+(``TRITON_INTERPRET=1``, set by ``tests/conftest.py`` when there is no GPU); on a GPU the same
+tests run the compiled kernels (``-m gpu`` adds the layer-level CUDA checks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memrnn.core import create_layer, list_layers, state_leaves, state_map
+from memrnn.ops.dispatch import implementation, interpreting, triton_available
+
+pytestmark = pytest.mark.skipif(
+    not triton_available() or (not torch.cuda.is_available() and not interpreting()),
+    reason="needs Triton (pip install triton) and a GPU or TRITON_INTERPRET=1",
+)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# (T, B, size): one step and none, a partial tile, and several blocks of units with two tiles
+SHAPES = [(1, 3, 5), (0, 3, 5), (5, 19, 70)]
+
+
+def grads_of(fn, inputs, weights):
+    """``fn(*inputs)`` (a tensor or a tuple) and the gradients of ``Σ out·weight`` for every input
+    that requires grad."""
+    out = fn(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum((o.float() * w).sum() for o, w in zip(outs, weights, strict=True))
+    need = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    grads = torch.autograd.grad(loss, need, allow_unused=True) if need and loss.requires_grad else []
+    return outs, grads
+
+
+def assert_kernel_matches(fn, make_inputs, out_shapes, atol, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(s, generator=gen).to(DEVICE) for s in out_shapes]
+    ref_out, ref_grads = grads_of(lambda *a: fn(*a, impl="reference"), make_inputs(torch.float64), weights)
+    out, gr = grads_of(lambda *a: fn(*a, impl="triton"), make_inputs(dtype), weights)
+    for a, b in zip(out, ref_out, strict=True):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), b, atol=atol, rtol=atol)
+    for a, b in zip(gr, ref_grads, strict=True):
+        if b is None:
+            assert a is None or a.numel() == 0 or float(a.abs().max()) == 0
+        else:
+            torch.testing.assert_close(a.double(), b, atol=atol * 10, rtol=atol * 10)
+
+
+def randn(*shape, dtype, seed, scale=1.0, grad=True):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(DEVICE, dtype).requires_grad_(grad)
+    )
+
+
+@pytest.mark.parametrize(("T", "B", "H"), SHAPES)
+@pytest.mark.parametrize(
+    "activation", ["tanh", "sigmoid", "relu", "heaviside", "saturated_linear", "identity"]
+)
+@pytest.mark.parametrize("leak", [1.0, 0.3])
+def test_elman_kernel(T, B, H, activation, leak):
+    from memrnn.layers.elman import ACTIVATIONS
+    from memrnn.ops.elman import elman_sequence
+
+    fn = ACTIVATIONS.get(activation, lambda z: z)
+
+    def make(dtype):
+        return (randn(B, T, H, dtype=dtype, seed=1), randn(H, H, dtype=dtype, seed=2, scale=H**-0.5),
+                randn(B, H, dtype=dtype, seed=3))  # fmt: skip
+
+    def run(pre, w, h0, impl):
+        return elman_sequence(pre, w, h0, activation, fn, leak, impl=impl)
+
+    assert_kernel_matches(run, make, [(B, T + 1, H)], atol=1e-4)
+
+
+def test_elman_kernel_in_bfloat16():
+    from memrnn.ops.elman import elman_sequence
+
+    def make(dtype):
+        return randn(19, 5, 20, dtype=dtype, seed=1), randn(20, 20, dtype=dtype, seed=2, scale=0.2), randn(19, 20, dtype=dtype, seed=3)  # fmt: skip
+
+    def run(pre, w, h0, impl):
+        return elman_sequence(pre, w, h0, "tanh", torch.tanh, impl=impl)
+
+    assert_kernel_matches(run, make, [(19, 6, 20)], atol=3e-2, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(("T", "B", "N"), SHAPES)
+@pytest.mark.parametrize("identity_units", [0, 2])
+def test_lstm_kernel(T, B, N, identity_units):
+    from memrnn.ops.lstm import lstm_sequence
+
+    n = 3
+
+    def make(dtype):
+        return (randn(B, T, n, dtype=dtype, seed=1), randn(4 * N, n, dtype=dtype, seed=2, scale=0.5),
+                randn(4 * N, dtype=dtype, seed=3), randn(4 * N, N, dtype=dtype, seed=4, scale=N**-0.5),
+                randn(B, N, dtype=dtype, seed=5), randn(B, N, dtype=dtype, seed=6))  # fmt: skip
+
+    def run(x, w_in, b, w_rec, h0, c0, impl):
+        return lstm_sequence(x, w_in, b, w_rec, h0, c0, N - identity_units, impl=impl)
+
+    assert_kernel_matches(run, make, [(B, T + 1, N), (B, T + 1, N)], atol=1e-4)
+
+
+@pytest.mark.parametrize(("T", "B", "H"), SHAPES)
+@pytest.mark.parametrize("activation", ["tanh", "relu"])
+def test_counter_kernel(T, B, H, activation):
+    from memrnn.layers.elman import ACTIVATIONS
+    from memrnn.ops.counter import counter_sequence
+
+    k, n = 3, 4
+    G, N = H + 2 * k, H + k
+
+    def make(dtype):
+        return (randn(B, T, n, dtype=dtype, seed=1), randn(G, n, dtype=dtype, seed=2, scale=0.5),
+                randn(G, dtype=dtype, seed=3), randn(G, N, dtype=dtype, seed=4, scale=N**-0.5),
+                randn(B, N, dtype=dtype, seed=5))  # fmt: skip
+
+    def run(x, w_in, b, w_rec, r0, impl):
+        return counter_sequence(x, w_in, b, w_rec, r0, H, activation, ACTIVATIONS[activation], impl=impl)
+
+    assert_kernel_matches(run, make, [(B, T + 1, N), (B, T, 2 * k)], atol=1e-4)
+
+
+@pytest.mark.parametrize(("T", "B", "H"), SHAPES)
+@pytest.mark.parametrize("out", ["softmax", "identity", "sigmoid"])
+def test_jordan_kernel(T, B, H, out):
+    from memrnn.layers.elman import ACTIVATIONS, OUTPUT_ACTIVATIONS
+    from memrnn.ops.jordan import jordan_sequence
+
+    Fb = 7
+
+    def make(dtype):
+        return (randn(T, B, H, dtype=dtype, seed=1), randn(H, Fb, dtype=dtype, seed=2, scale=0.4),
+                randn(Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(B, Fb, dtype=dtype, seed=4))  # fmt: skip
+
+    def run(pre, u, e, r0, impl):
+        return jordan_sequence(
+            pre, u, e, r0, "tanh", out, (ACTIVATIONS["tanh"], OUTPUT_ACTIVATIONS[out]), impl=impl
+        )
+
+    assert_kernel_matches(run, make, [(T, B, H), (T + 1, B, Fb)], atol=1e-4)
+
+
+@pytest.mark.parametrize(("T", "B", "N"), SHAPES)
+@pytest.mark.parametrize("learn", [False, True])
+def test_second_order_kernel(T, B, N, learn):
+    from memrnn.ops.second_order_rnn import second_order_sequence
+
+    M = 4
+    ids = torch.randint(0, M, (B, T), generator=torch.Generator().manual_seed(9)).to(DEVICE)
+
+    def make(dtype):
+        h = torch.tensor(2.0, dtype=dtype, device=DEVICE, requires_grad=learn)
+        return (randn(N, N, M, dtype=dtype, seed=2, scale=N**-0.5), randn(N, dtype=dtype, seed=3), h,
+                torch.rand(B, N, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(DEVICE, dtype).requires_grad_())  # fmt: skip
+
+    def run(w, b, h, s0, impl):
+        return second_order_sequence(w, b, h, s0, ids, impl=impl)
+
+    assert_kernel_matches(run, make, [(B, T + 1, N)], atol=1e-4)
+
+
+LAYERS_WITH_KERNELS = [
+    n
+    for n in list_layers()
+    if n.startswith(
+        ("elman", "hewitt_srnn", "reservoir", "jordan", "relu_counter", "counter_lstm", "second_order")
+    )
+]
+
+
+@pytest.mark.parametrize("name", LAYERS_WITH_KERNELS)
+def test_layers_on_their_kernels_equal_the_reference(name):
+    """Each layer with a kernel, run with every op forced to Triton, equals the same layer on its
+    reference loop: padded outputs, final states and every gradient."""
+    from memrnn.core import reference_paths
+
+    torch.manual_seed(0)
+    layer = create_layer(name).to(DEVICE)
+    B, T = 19, 6
+    if name.startswith("second_order"):
+        x = F.one_hot(torch.randint(0, layer.input_size, (B, T)), layer.input_size).float().to(DEVICE)
+    else:
+        x = torch.randn(B, T, layer.input_size, device=DEVICE, requires_grad=True)
+    mask = (torch.arange(T)[None] < torch.randint(0, T + 1, (B,))[:, None]).to(DEVICE)
+    s0 = state_map(lambda t: (t + 0.1).requires_grad_(), layer.initial_state(B))
+    results = []
+    for context in (implementation("triton"), reference_paths()):
+        layer.zero_grad()
+        with context:
+            y, s = layer(x, s0, mask)
+        loss = y.square().sum() + sum(t.sum() for t in state_leaves(s))
+        grads = torch.autograd.grad(
+            loss, [t for t in (x, *state_leaves(s0), *layer.parameters()) if t.requires_grad]
+        )
+        results.append((y, *state_leaves(s), *grads))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
