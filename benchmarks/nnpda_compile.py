@@ -5,7 +5,7 @@
 
 Times, at num_states 64, stack symbols 4, depth 64, 16 input symbols, batch 64, T 256:
 
-* ``fused eager``: ``NNPDA.forward`` under ``no_grad`` (the hand-written ``_NNPDASequence``);
+* ``fused eager``: ``NNPDA.forward`` under ``no_grad`` (the hand-written ``memrnn.ops.nnpda.cpu.NNPDASequence``);
 * ``compiled step``: the same forward with everything but the bucketed contraction of each step
   (stack reading, outer product, ``h_H``, actions, the stack mix ``π``, the next reading) as one
   ``torch.compile`` d function (Inductor), the contraction eager (``TokenBuckets.contract``);

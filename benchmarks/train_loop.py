@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         {"row": "module, plain loop", "s_per_step": timed_loop(module_step, batches, args.warmup, sync)}
     )
 
+    # no validation here, so no schedule that watches a validation metric: the optimizer alone
+    model.configure_optimizers = lambda: type(opt_m)(model.parameters(), **opt_m.defaults)
     timer = StepTimer(args.warmup)
     loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
     trainer = L.Trainer(

@@ -154,15 +154,16 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
                 )
             if mask.device != x.device:
                 raise ValueError(f"mask is on {mask.device} but the inputs are on {x.device}")
-            if steps > 1:
-                holes = mask[:, 1:] & ~mask[:, :-1]
-                if bool(holes.any()):
-                    row, t = (int(v) for v in holes.nonzero()[0])
-                    raise ValueError(
-                        f"mask must be right padding (True then False in each row); row {row} has a "
-                        f"real position at t={t + 1} after a padded one"
-                    )
-            if bool(mask.all()):
+            # one host sync for both questions: is it right padding, is anything padded
+            holes = mask[:, 1:] > mask[:, :-1]
+            has_holes, full = (bool(v) for v in torch.stack([holes.any(), mask.all()]).tolist())
+            if has_holes:
+                row, t = (int(v) for v in holes.nonzero()[0])
+                raise ValueError(
+                    f"mask must be right padding (True then False in each row); row {row} has a "
+                    f"real position at t={t + 1} after a padded one"
+                )
+            if full:
                 mask = None
         return state, mask
 

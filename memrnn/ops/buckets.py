@@ -66,18 +66,26 @@ class TokenBuckets:
 
     def weight_grad(self, v: Tensor, g: Tensor) -> Tensor:
         """``dW [m, d_in, d_out]`` with ``dW[k] = Σ_{(b,t): k_bt = k} v_btᵀ g_bt`` for ``v [B, T,
-        d_in]``, ``g [B, T, d_out]`` (one matrix product per symbol that occurs)."""
-        d_in, d_out = v.shape[-1], g.shape[-1]
-        flat = self.ids.reshape(-1)
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=self.num_symbols).tolist()
-        vs = v.reshape(-1, d_in).index_select(0, order).split(counts)
-        gs = g.reshape(-1, d_out).index_select(0, order).split(counts)
-        out = v.new_zeros(self.num_symbols, d_in, d_out)
-        for k, (vk, gk) in enumerate(zip(vs, gs, strict=True)):
-            if len(vk):
-                torch.mm(vk.t(), gk, out=out[k])
-        return out
+        d_in]``, ``g [B, T, d_out]`` (:func:`grouped_weight_grad`)."""
+        return grouped_weight_grad(self.ids, v, g, self.num_symbols)
+
+
+def grouped_weight_grad(ids: Tensor, v: Tensor, g: Tensor, num_symbols: int) -> Tensor:
+    """The weight gradient of an input-indexed contraction ``z_bt = v_bt W[k_bt]``: ``dW [m, d_in,
+    d_out]`` with ``dW[k] = Σ_{(b,t): k_bt = k} v_btᵀ g_bt`` for ``ids [B, T]``, ``v [B, T, d_in]``,
+    ``g [B, T, d_out]``: the positions sorted by symbol, one matrix product per symbol that
+    occurs (one host sync for the counts)."""
+    d_in, d_out = v.shape[-1], g.shape[-1]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=num_symbols).tolist()
+    vs = v.reshape(-1, d_in).index_select(0, order).split(counts)
+    gs = g.reshape(-1, d_out).index_select(0, order).split(counts)
+    out = v.new_zeros(num_symbols, d_in, d_out)
+    for k, (vk, gk) in enumerate(zip(vs, gs, strict=True)):
+        if len(vk):
+            torch.mm(vk.t(), gk, out=out[k])
+    return out
 
 
 def use_buckets(buckets: TokenBuckets, batch: int) -> bool:

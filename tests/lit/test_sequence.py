@@ -111,3 +111,31 @@ def test_bad_optimizer_settings_are_named():
         model_for(dm, {"generator": 1.0}, optimizer="lbfgs")
     with pytest.raises(ValueError, match="lr_patience must be >= 0, got -1"):
         model_for(dm, {"generator": 1.0}, lr_patience=-1)
+
+
+@pytest.mark.parametrize("monitored", [False, True])
+def test_training_loss_is_logged_on_logging_steps_or_when_monitored(tmp_path, monitored):
+    """``train/loss`` goes through ``self.log`` only on the steps the loggers receive (Lightning
+    sends step k when ``(k + 1) % log_every_n_steps == 0``) and the epoch's last, unless a callback
+    monitors it, which then sees it at every step."""
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=56, val_size=8, test_size=8, train_lengths=(1, 11),
+                                  batch_size=8)  # fmt: skip
+    model = model_for(dm, {"generator": 1.0})
+    logged: list[int] = []
+    log = model.log
+
+    def spy(name, *args, **kwargs):
+        if name == "train/loss":
+            logged.append(model.trainer.global_step)
+        return log(name, *args, **kwargs)
+
+    model.log = spy
+    callbacks = []
+    if monitored:
+        callbacks.append(L.pytorch.callbacks.ModelCheckpoint(dirpath=tmp_path, monitor="train/loss",
+                                                             every_n_train_steps=1))  # fmt: skip
+    t = L.Trainer(max_epochs=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                  enable_checkpointing=monitored, default_root_dir=tmp_path, log_every_n_steps=3,
+                  limit_val_batches=0, callbacks=callbacks)  # fmt: skip
+    t.fit(model, datamodule=dm)
+    assert logged == (list(range(7)) if monitored else [2, 5, 6])

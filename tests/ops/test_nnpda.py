@@ -1,0 +1,145 @@
+"""The nnPDA's one entry point (:func:`memrnn.ops.nnpda.nnpda_sequence`): the CPU Function and the
+Triton kernels (under ``TRITON_INTERPRET=1`` on CPU, compiled on a GPU) equal the reference loop
+in every state, ``p+`` and every gradient (weights, a learned sensitivity, the initial state), for
+every action, T = 0 and 1, one row and several, windows of several cells, float32 and bfloat16
+storage; and the reference loop itself equals the paper's worked values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrnn.ops.dispatch import interpreting, triton_available
+from memrnn.ops.nnpda import nnpda_reference, nnpda_sequence
+from memrnn.ops.stack import h_sigmoid
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+needs_triton = pytest.mark.skipif(
+    not triton_available() or (not torch.cuda.is_available() and not interpreting()),
+    reason="needs Triton (pip install triton) and a GPU or TRITON_INTERPRET=1",
+)
+
+
+def make_inputs(dtype, *, n=3, m1=4, m2=2, D=5, B=3, T=4, learn_h=True, seed=0, device=DEVICE):
+    g = torch.Generator().manual_seed(seed)
+    O, L = n + 2 + m2, m2 + 1
+
+    def r(*shape, lo=0.0, hi=1.0):
+        t = torch.rand(*shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
+        return t.to(device, dtype).requires_grad_()
+
+    weight = r(O, n, m1, L, lo=-0.3, hi=0.9)
+    h = torch.tensor(4.0, dtype=dtype, device=device).requires_grad_(learn_h)
+    # a window whose top has a tie (two equal components) in row 0: the max's split
+    stack0 = torch.rand(B, D, m2, generator=g, dtype=torch.float64)
+    stack0[0, 0] = 0.7
+    stack0 = stack0.to(device, dtype).requires_grad_()
+    ids = torch.randint(0, m1, (B, T), generator=g).to(device)
+    return weight, h, r(B, n), stack0, r(B, m2), ids
+
+
+def run(impl, inputs, action, weights):
+    """States, ``p+`` and the gradients of ``Σ weights · (Q, K, tail)`` for every input that
+    requires grad."""
+    Q, K, tail, push = nnpda_sequence(*inputs, action, impl=impl)
+    loss = sum((o.double() * w).sum() for o, w in zip((Q, K, tail), weights, strict=True))
+    need = [t for t in inputs if t.requires_grad]
+    grads = torch.autograd.grad(loss, need, allow_unused=True) if need else ()
+    return (Q, K, tail, push), [
+        torch.zeros_like(t) if g is None else g for g, t in zip(grads, need, strict=True)
+    ]
+
+
+def compare(impl, action, dtype=torch.float32, atol=2e-5, **shape):
+    """``impl`` in ``dtype`` against the reference in float64.  The tolerance of each result is
+    ``atol`` or four times the float32 reference loop's own error on it, whichever is larger (with
+    the unbounded ``identity`` actions a step multiplies rounding errors by up to ``H·|p|``)."""
+    gen = torch.Generator().manual_seed(7)
+    outs, _ = run("reference", make_inputs(torch.float64, **shape), "sigmoid", [0, 0, 0])
+    weights = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(DEVICE) for o in outs[:3]]
+    ref, ref_g = run("reference", make_inputs(torch.float64, **shape), action, weights)
+    got, got_g = run(impl, make_inputs(dtype, **shape), action, weights)
+    if dtype == torch.float32:
+        own, own_g = run("reference", make_inputs(dtype, **shape), action, weights)
+    else:
+        own, own_g = ref, ref_g
+
+    def tolerance(a, b):
+        if b.numel() == 0:
+            return atol
+        a, b = a.detach().double(), b.detach()
+        return max(atol * max(1.0, float(b.abs().max())), 4 * float((a - b).abs().max()))
+
+    for name, a, b, c in zip(("Q", "K", "tail", "p+"), got, ref, own, strict=True):
+        assert a.dtype == dtype, name
+        tol = tolerance(c, b)
+        torch.testing.assert_close(a.double(), b, atol=tol, rtol=0, msg=lambda m, n=name: f"{n}: {m}")
+    assert len(got_g) == len(ref_g)
+    for i, (a, b, c) in enumerate(zip(got_g, ref_g, own_g, strict=True)):
+        tol = 10 * tolerance(c, b)
+        torch.testing.assert_close(a.double(), b, atol=tol, rtol=0, msg=lambda m, i=i: f"gradient {i}: {m}")
+
+
+SHAPES = [
+    {"T": 1, "B": 1},
+    {"T": 0, "B": 3},
+    {"T": 6, "B": 3, "n": 5, "m1": 3, "m2": 3, "D": 9},
+    {"T": 5, "B": 2, "D": 1},
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
+@pytest.mark.parametrize("learn_h", [False, True])
+def test_cpu_function_equals_reference(shape, action, learn_h):
+    if DEVICE != "cpu":
+        pytest.skip("the CPU Function on CPU tensors")
+    compare("cpu", action, dtype=torch.float64, atol=1e-10, learn_h=learn_h, **shape)
+
+
+@needs_triton
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
+@pytest.mark.parametrize("learn_h", [False, True])
+def test_triton_kernels_equal_reference(shape, action, learn_h):
+    compare("triton", action, learn_h=learn_h, **shape)
+
+
+@needs_triton
+def test_triton_kernels_bfloat16_storage():
+    compare("triton", "sigmoid", dtype=torch.bfloat16, atol=4e-2, T=4, B=2)
+
+
+@needs_triton
+def test_triton_kernels_large_blocks():
+    """More outputs and ``Q ⊗ R`` entries than one tile holds (``BLOCK_O`` 32, ``BLOCK_C`` 128)."""
+    compare("triton", "identity", T=3, B=2, n=40, m1=2, m2=3, D=4)
+
+
+def test_reference_is_definition_3_6_by_hand():
+    """One step worked by hand: ``Q^1_i = h_H(Σ W Q I R − 1/2)``, the push/pop/C contractions,
+    the stack cells ``h_H(p+ K_{i−1} + p− K_{i+1} + (1 − p+ − p−) K_i − 1/2)`` with ``C`` above
+    the top and the tail below the window."""
+    n, m1, m2, D = 2, 2, 1, 2
+    O, L = n + 2 + m2, m2 + 1
+    W = torch.zeros(O, n, m1, L, dtype=torch.float64)
+    # state 0, symbol 1, reading "empty" (l = 1): Q_1 on, push 1, pop 0, C = 1
+    W[1, 0, 1, 1] = 1.0
+    W[n, 0, 1, 1] = 1.0
+    W[n + 2, 0, 1, 1] = 1.0
+    H = torch.tensor(10.0, dtype=torch.float64)
+    q0 = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
+    stack0 = torch.zeros(1, D, m2, dtype=torch.float64)
+    tail0 = torch.zeros(1, m2, dtype=torch.float64)
+    Q, K, tail, push = nnpda_reference(W, H, q0, stack0, tail0, torch.tensor([[1]]), "identity")
+    h = lambda x: float(h_sigmoid(torch.tensor(x, dtype=torch.float64), H))  # noqa: E731
+    assert Q[0, 1].tolist() == pytest.approx([h(-0.5), h(0.5)])
+    # p+ = 1, p− = 0: cell 0 = h(C − 1/2), cell 1 = h(K_0 − 1/2), tail = h(tail − 1/2)
+    assert K[0, 1, :, 0].tolist() == pytest.approx([h(0.5), h(-0.5)])
+    assert tail[0, 1].tolist() == pytest.approx([h(-0.5)])
+    assert push.tolist() == [[1.0]]
+
+
+def test_unknown_action_is_named():
+    with pytest.raises(ValueError, match="unknown action 'relu'"):
+        nnpda_sequence(*make_inputs(torch.float64), "relu")
