@@ -12,11 +12,13 @@ Rows (each: optimizer steps/s, real tokens/s, ratio to the bare loop):
   torch equivalent (LSTM, GRU, tanh/ReLU Elman);
 * ``module, plain loop``: the config's LightningModule (``training_step``, its
   ``configure_optimizers``) in the same loop;
-* ``module, Lightning``: the same module under ``lightning.Trainer`` (no logger, no callbacks, no
-  validation): what Lightning adds;
+* ``bare torch, Lightning``: the bare model in a minimal ``LightningModule`` (the same loss)
+  under the same ``lightning.Trainer`` as the next row: what Lightning itself costs per step;
+* ``module, Lightning``: the config's module under ``lightning.Trainer`` (no logger, no callbacks,
+  no validation);
 * ``train.py job``: the config's whole trainer (its callbacks and logger; W&B offline into a
-  temporary folder) for one epoch of the same batches, validation included, timed from
-  ``on_train_start`` to ``on_train_end``.
+  temporary folder) for one epoch of the same batches, timed from the first timed training batch
+  to the end of training with the validation loops' time taken out (steps/s of training).
 
 The batches are the config's training batches (its data module, sizes as configured unless
 ``--batches`` caps them), moved to the device once; every row runs the same ones after a warm-up.
@@ -104,19 +106,61 @@ def timed_loop(
 
 
 class StepTimer(L.Callback):
-    """Wall time from the first training batch after ``skip`` batches to the end of training."""
+    """Wall time from the first training batch after ``skip`` batches to the end of training,
+    less the time spent in validation loops."""
 
     def __init__(self, skip: int) -> None:
         self.skip, self.start, self.steps, self.seconds = skip, None, 0, float("nan")
+        self.validating, self.in_validation = None, 0.0
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if batch_idx == self.skip and self.start is None:
             self.start = time.perf_counter()
 
+    def on_validation_start(self, trainer, pl_module) -> None:
+        self.validating = time.perf_counter()
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self.start is not None and self.validating is not None:
+            self.in_validation += time.perf_counter() - max(self.validating, self.start)
+        self.validating = None
+
     def on_train_end(self, trainer, pl_module) -> None:
         if self.start is not None:
             self.steps = trainer.global_step - self.skip
-            self.seconds = time.perf_counter() - self.start
+            self.seconds = time.perf_counter() - self.start - self.in_validation
+
+
+class BareLightning(L.LightningModule):
+    """The bare model in the smallest ``LightningModule``: Lightning's own cost per step."""
+
+    def __init__(self, bare: BareModel, optimizer: torch.optim.Optimizer) -> None:
+        super().__init__()
+        self.bare, self._opt = bare, (type(optimizer), optimizer.defaults)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        logits = self.bare(batch["input"])
+        return F.cross_entropy(logits.flatten(0, 1), batch["target"].flatten(), ignore_index=IGNORE_INDEX)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        cls, defaults = self._opt
+        return cls(self.parameters(), **defaults)
+
+
+def lightning_seconds_per_step(
+    module: L.LightningModule, batches: list[dict], warmup: int, device, tmp
+) -> float:
+    """Seconds per optimizer step of ``module`` under a bare ``lightning.Trainer`` (no logger,
+    callbacks, checkpoints or validation) over ``batches`` once."""
+    timer = StepTimer(warmup)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
+    trainer = L.Trainer(
+        accelerator=device.type, devices=1, max_epochs=1, logger=False, callbacks=[timer],
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp,
+    )  # fmt: skip
+    trainer.fit(module, train_dataloaders=loader)
+    return timer.seconds / max(timer.steps, 1)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -177,17 +221,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         {"row": "module, plain loop", "s_per_step": timed_loop(module_step, batches, args.warmup, sync)}
     )
 
+    if bare is not None:
+        bare_lit = BareLightning(bare_equivalent(model).to(device), opt)
+        rows.append({"row": "bare torch, Lightning",
+                     "s_per_step": lightning_seconds_per_step(bare_lit, batches, args.warmup, device, tmp)})  # fmt: skip
     # no validation here, so no schedule that watches a validation metric: the optimizer alone
     model.configure_optimizers = lambda: type(opt_m)(model.parameters(), **opt_m.defaults)
-    timer = StepTimer(args.warmup)
-    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
-    trainer = L.Trainer(
-        accelerator=device.type, devices=1, max_epochs=1, logger=False, callbacks=[timer],
-        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp,
-    )  # fmt: skip
-    trainer.fit(model, train_dataloaders=loader)
-    rows.append({"row": "module, Lightning", "s_per_step": timer.seconds / max(timer.steps, 1)})
+    rows.append({"row": "module, Lightning",
+                 "s_per_step": lightning_seconds_per_step(model, batches, args.warmup, device, tmp)})  # fmt: skip
 
     if not args.skip_job:
         job = cli(
@@ -197,7 +238,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         job_timer = StepTimer(args.warmup)
         job.trainer.callbacks.append(job_timer)
         job.trainer.fit(job.model, datamodule=job.datamodule)
-        rows.append({"row": "train.py job (incl. validation, callbacks, W&B offline)",
+        rows.append({"row": "train.py job (callbacks, W&B offline; validation time taken out)",
                      "s_per_step": job_timer.seconds / max(job_timer.steps, 1)})  # fmt: skip
 
     base = rows[0]["s_per_step"] if bare is not None else None

@@ -5,7 +5,9 @@
 #   bash scripts/dev.sh slow  [ARGS]   set up, then run only the slow reproductions
 #   bash scripts/dev.sh setup          only set up
 # Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
-# to keep whatever torch the venv has, e.g. your CUDA build) and memrnn with its dev extra.
+# to keep whatever torch the venv has, e.g. your CUDA build) and, on Linux x86-64, Triton
+# (TRITON_SPEC, default triton==3.9.0, whose interpreter and compiler the kernel tests use; set
+# TRITON_SPEC="" with a CUDA torch, which brings its own), then memrnn with its dev extra.
 # It is skipped when nothing it depends on has changed.
 # train and test run torch with one intra-op thread unless OMP_NUM_THREADS is set: at the default
 # job's sizes a second thread gains nothing on an idle 2-core machine (57 s vs 51 s) and costs 3x
@@ -17,17 +19,22 @@ cd "$(dirname "$0")/.."
 PYTHON_BIN=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 TORCH_SPEC=${TORCH_SPEC-torch==2.13.0}
+TRITON_SPEC=${TRITON_SPEC-triton==3.9.0}
+if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+  TRITON_SPEC=""
+fi
 
 setup() {
   if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON_BIN" -m venv "$VENV"
   fi
   local stamp
-  stamp=$(cat pyproject.toml scripts/dev.sh | sha256sum | cut -c1-16)-${TORCH_SPEC}
+  stamp=$(cat pyproject.toml scripts/dev.sh | sha256sum | cut -c1-16)-${TORCH_SPEC}-${TRITON_SPEC}
   if [ "$(cat "$VENV/.setup-stamp" 2>/dev/null)" != "$stamp" ]; then
-    echo "setting up $VENV (torch: ${TORCH_SPEC:-as installed}) ..." >&2
-    if [ -n "$TORCH_SPEC" ]; then
-      "$VENV/bin/python" -m pip install -q --disable-pip-version-check "$TORCH_SPEC"
+    echo "setting up $VENV (torch: ${TORCH_SPEC:-as installed}, triton: ${TRITON_SPEC:-as installed}) ..." >&2
+    if [ -n "$TORCH_SPEC$TRITON_SPEC" ]; then
+      # shellcheck disable=SC2086  # an empty spec adds no argument
+      "$VENV/bin/python" -m pip install -q --disable-pip-version-check $TORCH_SPEC $TRITON_SPEC
     fi
     "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
     echo "$stamp" > "$VENV/.setup-stamp"

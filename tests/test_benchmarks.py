@@ -46,3 +46,17 @@ def test_allocator_setting_is_reported(monkeypatch):
     run._reexec_with_heap_malloc()  # already set: returns instead of re-executing
     monkeypatch.delenv("MALLOC_MMAP_MAX_")
     assert run.allocator() == "system malloc"
+
+
+def test_train_loop_benchmark_prints_every_row(capsys):
+    """``benchmarks/train_loop.py`` on a few batches of the default job: every loop's row, each
+    with a positive rate and a ratio to the bare loop (no timing asserted)."""
+    from benchmarks import train_loop
+
+    rows = train_loop.main(["--batches", "4", "--warmup", "1", "--skip-job"])
+    assert [r["row"] for r in rows] == [
+        "bare torch", "module, plain loop", "bare torch, Lightning", "module, Lightning",
+    ]  # fmt: skip
+    assert all(r["steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
+    out = capsys.readouterr().out
+    assert "| module, Lightning |" in out and "× bare torch" in out

@@ -24,7 +24,8 @@ from memrnn.ops.triton_common import BLOCK_B, unit_blocks
 
 @triton.jit
 def _sig(z):
-    return 1.0 / (1.0 + tl.exp(-z))
+    e = tl.exp(-tl.abs(z))
+    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit

@@ -1,0 +1,174 @@
+"""Compile every Triton kernel memrnn launches for real GPUs, ahead of time, on any machine.
+
+    python -m benchmarks.kernel_compile                        # sm_90 (H100/H200) and sm_80 (A100)
+    python -m benchmarks.kernel_compile --targets 90 --dtypes float32 bfloat16
+
+Triton's interpreter (``TRITON_INTERPRET=1``, the default test run) checks what the kernels
+compute, not that they compile: a kernel can pass under the interpreter and still fail in
+Triton's compiler, or spill registers to local memory on the GPU.  This script runs every layer
+that has kernels forward and backward on CPU tensors with the kernels forced
+(:func:`memrnn.ops.dispatch.implementation`), records each kernel launch instead of running it,
+and compiles each distinct launch for the chosen GPU targets through Triton's compiler down to a
+cubin (``ptxas`` ships with Triton).  It prints one row per kernel and target: registers per
+thread, local memory per thread (spills), shared memory and compile time, as ``cuobjdump`` reads
+them from the cubin.  No GPU is needed; ``tests/ops/test_kernels_compile.py`` runs it for sm_90.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# the kernels must be compiled functions, not the interpreter's: before triton is imported
+os.environ.pop("TRITON_INTERPRET", None)
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+if "TRITON_CACHE_DIR" not in os.environ:  # compile for real each run (the times are part of the table)
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="memrnn_triton_cache_")
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# the kernel modules, imported while the interpreter is off: their kernels are compiled functions
+import memrnn.ops.counter.triton
+import memrnn.ops.elman.triton
+import memrnn.ops.jordan.triton
+import memrnn.ops.lstm.triton
+import memrnn.ops.nnpda.triton
+import memrnn.ops.second_order_rnn.triton  # noqa: F401
+from memrnn.core import create_layer
+from memrnn.ops.dispatch import implementation
+
+#: the layers whose forward and backward launch every kernel memrnn has, and their sizes here
+#: (the benchmark's headline cell: state 64)
+LAYERS: dict[str, dict[str, Any]] = {
+    "elman": {"input_size": 16, "hidden_size": 64},
+    "jordan": {"input_size": 16, "hidden_size": 64, "feedback_size": 64},
+    "relu_counter": {"input_size": 16, "hidden_size": 62},
+    "counter_lstm": {"input_size": 16, "hidden_size": 62},
+    "second_order": {"input_size": 16, "hidden_size": 64},
+    "nnpda": {"input_size": 16, "num_states": 64, "stack_symbols": 4, "depth": 64},
+}
+ONE_HOT = ("second_order", "nnpda")
+TORCH_TO_TRITON = {
+    torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+    torch.bool: "i1",
+}  # fmt: skip
+OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) -> list[dict[str, Any]]:
+    """Run each layer of :data:`LAYERS` forward and backward with the kernels forced and record
+    every launch (kernel, signature, constexprs, options) instead of running it."""
+    launches: dict[tuple, dict[str, Any]] = {}
+    original = JITFunction.run
+
+    def record(self: JITFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
+        bound = dict(zip((p.name for p in self.params), args, strict=False)) | kwargs
+        signature, constexprs = {}, {}
+        for p in self.params:
+            v = bound.get(p.name, p.default)
+            if p.is_constexpr:
+                signature[p.name], constexprs[p.name] = "constexpr", v
+            elif isinstance(v, torch.Tensor):
+                signature[p.name] = "*" + TORCH_TO_TRITON[v.dtype]
+            elif isinstance(v, bool):
+                signature[p.name] = "i1"
+            elif isinstance(v, int):
+                signature[p.name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+            elif isinstance(v, float):
+                signature[p.name] = "fp32"
+            else:
+                raise TypeError(f"{self.__name__}: cannot type argument {p.name}={v!r}")
+        key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())))
+        launches.setdefault(key, {"fn": self, "name": self.__name__, "signature": signature,
+                                  "constexprs": constexprs, "options": options})  # fmt: skip
+
+    JITFunction.run = record  # type: ignore[method-assign]
+    os.environ["TRITON_INTERPRET"] = "1"  # lets the dispatch send CPU tensors to the kernels
+    try:
+        for name, kwargs in LAYERS.items():
+            for dtype in dtypes:
+                layer = create_layer(name, **kwargs).to(dtype)
+                gen = torch.Generator().manual_seed(0)
+                if name in ONE_HOT:
+                    ids = torch.randint(0, layer.input_size, (batch, steps), generator=gen)
+                    x = torch.nn.functional.one_hot(ids, layer.input_size).to(dtype)
+                else:
+                    x = torch.randn(batch, steps, layer.input_size, generator=gen).to(dtype).requires_grad_()
+                with implementation("triton"):
+                    y, _ = layer(x)
+                    y.float().sum().backward()
+    finally:
+        JITFunction.run = original  # type: ignore[method-assign]
+        os.environ.pop("TRITON_INTERPRET", None)
+    return list(launches.values())
+
+
+def resource_usage(cubin: bytes, cuobjdump: str) -> dict[str, int]:
+    """``REG``, ``STACK``, ``SHARED``, ``LOCAL`` of the cubin's one function (``cuobjdump
+    -res-usage``)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
+    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text)}
+
+
+def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict[str, Any]]:
+    """Each launch compiled for each target (``sm_<target>``), with its resources."""
+    cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
+    rows = []
+    for launch in launches:
+        for arch in targets:
+            src = ASTSource(fn=launch["fn"], signature=launch["signature"], constexprs=launch["constexprs"])
+            start = time.perf_counter()
+            compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
+            seconds = time.perf_counter() - start
+            usage = resource_usage(compiled.asm["cubin"], cuobjdump)
+            dtypes = sorted(
+                {t for t in launch["signature"].values() if t.startswith("*fp") or t.startswith("*bf")}
+            )
+            rows.append({
+                "kernel": launch["name"], "target": f"sm_{arch}", "dtypes": ",".join(d[1:] for d in dtypes),
+                "warps": launch["options"].get("num_warps", 4), "regs": usage.get("REG", -1),
+                "local": usage.get("LOCAL", -1), "shared": compiled.metadata.shared, "seconds": seconds,
+            })  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--targets", type=int, nargs="+", default=[90, 80], help="compute capabilities")
+    ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16"])
+    args = ap.parse_args(argv)
+    dtypes = [getattr(torch, d) for d in args.dtypes]
+    launches = record_launches(dtypes)
+    rows = compile_all(launches, args.targets)
+    print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
+          f"from {', '.join(LAYERS)} (state 64, batch 64); compiled without a GPU")  # fmt: skip
+    print(
+        "| kernel | target | storage | warps | registers/thread | local bytes/thread (spills) | shared bytes | compile s |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['kernel']} | {r['target']} | {r['dtypes']} | {r['warps']} | {r['regs']} | {r['local']} | "
+              f"{r['shared']} | {r['seconds']:.1f} |")  # fmt: skip
+    return rows
+
+
+if __name__ == "__main__":
+    main()
