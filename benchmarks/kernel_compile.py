@@ -10,8 +10,8 @@ that has kernels forward and backward on CPU tensors with the kernels forced
 (:func:`memrnn.ops.dispatch.implementation`), records each kernel launch instead of running it,
 and compiles each distinct launch for the chosen GPU targets through Triton's compiler down to a
 cubin (``ptxas`` ships with Triton).  It prints one row per kernel and target: registers per
-thread, local memory per thread (spills), shared memory and compile time, as ``cuobjdump`` reads
-them from the cubin.  No GPU is needed; ``tests/ops/test_kernels_compile.py`` runs it for sm_90.
+thread, spill stores and stack frame per thread (``ptxas -v``, run as Triton runs it), shared
+memory and compile time.  No GPU is needed; ``tests/ops/test_kernels_compile.py`` runs it for sm_90.
 """
 
 from __future__ import annotations
@@ -118,19 +118,28 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
     return list(launches.values())
 
 
-def resource_usage(cubin: bytes, cuobjdump: str) -> dict[str, int]:
-    """``REG``, ``STACK``, ``SHARED``, ``LOCAL`` of the cubin's one function (``cuobjdump
-    -res-usage``)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([cuobjdump, "-res-usage", f.name], capture_output=True, text=True).stdout
-    return {k: int(v) for k, v in re.findall(r"\b(REG|STACK|SHARED|LOCAL):(\d+)", text)}
+def ptxas_usage(ptx: str, arch: int) -> dict[str, int]:
+    """Registers per thread, spill stores and stack frame (bytes per thread) of the kernel in
+    ``ptx``, as ``ptxas -v`` reports them, run the way Triton runs it for ``sm_<arch>``."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "kernel.ptx"
+        src.write_text(ptx)
+        cmd = [get_ptxas(arch).path, "-v", "--regAllocOptLevel=2", f"--gpu-name={sm_arch_from_capability(arch)}",
+               str(src), "-o", str(Path(d) / "kernel.cubin")]  # fmt: skip
+        log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", log)
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log)
+    return {
+        "regs": int(regs.group(1)) if regs else -1,
+        "stack": int(frame.group(1)) if frame else 0,
+        "spills": int(frame.group(2)) if frame else 0,
+    }
 
 
 def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict[str, Any]]:
     """Each launch compiled for each target (``sm_<target>``), with its resources."""
-    cuobjdump = str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump")
     rows = []
     for launch in launches:
         for arch in targets:
@@ -138,14 +147,15 @@ def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict
             start = time.perf_counter()
             compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
             seconds = time.perf_counter() - start
-            usage = resource_usage(compiled.asm["cubin"], cuobjdump)
+            usage = ptxas_usage(compiled.asm["ptx"], arch)
             dtypes = sorted(
                 {t for t in launch["signature"].values() if t.startswith("*fp") or t.startswith("*bf")}
             )
             rows.append({
                 "kernel": launch["name"], "target": f"sm_{arch}", "dtypes": ",".join(d[1:] for d in dtypes),
-                "warps": launch["options"].get("num_warps", 4), "regs": usage.get("REG", -1),
-                "local": usage.get("LOCAL", -1), "shared": compiled.metadata.shared, "seconds": seconds,
+                "warps": launch["options"].get("num_warps", 4), "regs": usage["regs"],
+                "spills": usage["spills"], "stack": usage["stack"], "shared": compiled.metadata.shared,
+                "seconds": seconds,
             })  # fmt: skip
     return rows
 
@@ -160,13 +170,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = compile_all(launches, args.targets)
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
           f"from {', '.join(LAYERS)} (state 64, batch 64); compiled without a GPU")  # fmt: skip
-    print(
-        "| kernel | target | storage | warps | registers/thread | local bytes/thread (spills) | shared bytes | compile s |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
+    head = ["kernel", "target", "storage", "warps", "registers/thread", "spill stores (bytes/thread)",
+            "stack frame (bytes/thread)", "shared bytes", "compile s"]  # fmt: skip
+    print("| " + " | ".join(head) + " |")
+    print("|" + "---|" * len(head))
     for r in rows:
-        print(f"| {r['kernel']} | {r['target']} | {r['dtypes']} | {r['warps']} | {r['regs']} | {r['local']} | "
-              f"{r['shared']} | {r['seconds']:.1f} |")  # fmt: skip
+        cells = [r["kernel"], r["target"], r["dtypes"], r["warps"], r["regs"], r["spills"], r["stack"],
+                 r["shared"], f"{r['seconds']:.1f}"]  # fmt: skip
+        print("| " + " | ".join(str(c) for c in cells) + " |")
     return rows
 
 

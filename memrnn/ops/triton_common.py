@@ -50,6 +50,18 @@ def _act_grad(z, CODE: tl.constexpr):
 #: rows per program: ``tl.dot`` needs at least 16
 BLOCK_B = 16
 
+#: warps per program of the kernels built on ``tl.dot`` (Elman, Jordan, counters, LSTM,
+#: second-order).  Chosen from the compiled kernels' resources (``python -m
+#: benchmarks.kernel_compile``, sm_90, state 64): with 4 warps ptxas spilled 84–1,040 bytes per
+#: thread (the LSTM's four gate accumulators), with 8 warps 0–160.
+DOT_WARPS = 8
+
+#: the products' precision: three TF32 tensor-core products per float32 product (Triton's
+#: ``"tf32x3"``), about float32's accuracy.  Plain ``"ieee"`` float32 dots are lowered to FMA loops
+#: whose operands spilled 3–14 KB per thread at state 64 (same tool); ``"tf32"`` alone rounds
+#: inputs to 10 significand bits.
+DOT_PRECISION: tl.constexpr = tl.constexpr("tf32x3")
+
 
 def unit_blocks(H: int) -> tuple[int, int]:
     """``(BLOCK_H, NUM_H)``: state units per block (16–64, a power of 2) and blocks per state."""

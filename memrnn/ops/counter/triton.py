@@ -18,7 +18,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, CODES, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_PRECISION, DOT_WARPS, _act, _act_grad, unit_blocks
 
 
 @triton.jit
@@ -51,7 +51,7 @@ def _counter_fwd(
                 wt = tl.load(
                     w_ptr + j[None, :] * N + k[:, None], mask=kmask[:, None] & jmask[None, :], other=0.0
                 )
-                acc += tl.dot(r.to(tl.float32), wt.to(tl.float32), input_precision="ieee")
+                acc += tl.dot(r.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
             tl.store(
                 a_ptr + t * B * G + rows[:, None] * G + j[None, :], acc.to(a_ptr.dtype.element_ty), mask=m2
             )
@@ -152,7 +152,7 @@ def _counter_bwd(
                 w = tl.load(
                     w_ptr + j[:, None] * N + k[None, :], mask=jmask[:, None] & kmask[None, :], other=0.0
                 )
-                acc += tl.dot(ga.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+                acc += tl.dot(ga.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
             tl.store(nxt + rows[:, None] * N + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
@@ -175,7 +175,7 @@ class CounterTriton(torch.autograd.Function):
         num_n = triton.cdiv(N, block)
         if T > 0 and B > 0:
             _counter_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre, w_rec, rs, a, moves, T, B, H, K, code, BLOCK_B, block, num_g, num_n
+                pre, w_rec, rs, a, moves, T, B, H, K, code, BLOCK_B, block, num_g, num_n, num_warps=DOT_WARPS
             )
         ctx.hidden, ctx.code = H, code
         ctx.set_materialize_grads(False)
@@ -199,7 +199,22 @@ class CounterTriton(torch.autograd.Function):
         num_n = triton.cdiv(N, block)
         if T > 0 and B > 0:
             _counter_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_rs, grad_moves, w_rec, a, ga, g, T, B, H, K, ctx.code, BLOCK_B, block, num_g, num_n
+                grad_rs,
+                grad_moves,
+                w_rec,
+                a,
+                ga,
+                g,
+                T,
+                B,
+                H,
+                K,
+                ctx.code,
+                BLOCK_B,
+                block,
+                num_g,
+                num_n,
+                num_warps=DOT_WARPS,
             )
             g_r0 = g[0].to(rs.dtype)
         else:

@@ -28,7 +28,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, CODES, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_PRECISION, DOT_WARPS, _act, _act_grad, unit_blocks
 
 
 @triton.jit
@@ -60,7 +60,7 @@ def _elman_fwd(
                 wt = tl.load(
                     w_ptr + j[None, :] * H + k[:, None], mask=kmask[:, None] & jmask[None, :], other=0.0
                 )
-                acc += tl.dot(h.to(tl.float32), wt.to(tl.float32), input_precision="ieee")
+                acc += tl.dot(h.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
             a = _act(acc, CODE)
             if leak != 1.0:
                 own = tl.load(h_prev + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(tl.float32)
@@ -129,7 +129,7 @@ def _elman_bwd(
                 w = tl.load(
                     w_ptr + j[:, None] * H + k[None, :], mask=jmask[:, None] & kmask[None, :], other=0.0
                 )
-                acc += tl.dot(gz.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+                acc += tl.dot(gz.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
             tl.store(nxt + rows[:, None] * H + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
@@ -148,7 +148,21 @@ class ElmanTriton(torch.autograd.Function):
         block_h, num_h = unit_blocks(H)
         grid = (triton.cdiv(B, BLOCK_B),)
         if T > 0 and B > 0:
-            _elman_fwd[grid](pre, weight_hh, hs, zs, T, B, H, float(leak), code, BLOCK_B, block_h, num_h)
+            _elman_fwd[grid](
+                pre,
+                weight_hh,
+                hs,
+                zs,
+                T,
+                B,
+                H,
+                float(leak),
+                code,
+                BLOCK_B,
+                block_h,
+                num_h,
+                num_warps=DOT_WARPS,
+            )
         ctx.code, ctx.leak = code, float(leak)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight_hh, zs, hs)
@@ -167,7 +181,20 @@ class ElmanTriton(torch.autograd.Function):
         block_h, num_h = unit_blocks(H)
         if T > 0 and B > 0:
             _elman_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_hs, weight_hh, zs, gz, g, T, B, H, ctx.leak, ctx.code, BLOCK_B, block_h, num_h
+                grad_hs,
+                weight_hh,
+                zs,
+                gz,
+                g,
+                T,
+                B,
+                H,
+                ctx.leak,
+                ctx.code,
+                BLOCK_B,
+                block_h,
+                num_h,
+                num_warps=DOT_WARPS,
             )
             g_h0 = g[0].to(zs.dtype)
         else:

@@ -19,7 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, unit_blocks
 
 
 @triton.jit
@@ -66,15 +66,21 @@ def _lstm_fwd(
                 h = h.to(tl.float32)
                 wm = kmask[:, None] & jmask[None, :]
                 wt = w_ptr + j[None, :] * N + k[:, None]  # wt[k, j] = W_rec[q·N + j, k]
-                a_o += tl.dot(h, tl.load(wt, mask=wm, other=0.0).to(tl.float32), input_precision="ieee")
+                a_o += tl.dot(
+                    h, tl.load(wt, mask=wm, other=0.0).to(tl.float32), input_precision=DOT_PRECISION
+                )
                 a_i += tl.dot(
-                    h, tl.load(wt + N * N, mask=wm, other=0.0).to(tl.float32), input_precision="ieee"
+                    h, tl.load(wt + N * N, mask=wm, other=0.0).to(tl.float32), input_precision=DOT_PRECISION
                 )
                 a_f += tl.dot(
-                    h, tl.load(wt + 2 * N * N, mask=wm, other=0.0).to(tl.float32), input_precision="ieee"
+                    h,
+                    tl.load(wt + 2 * N * N, mask=wm, other=0.0).to(tl.float32),
+                    input_precision=DOT_PRECISION,
                 )
                 a_g += tl.dot(
-                    h, tl.load(wt + 3 * N * N, mask=wm, other=0.0).to(tl.float32), input_precision="ieee"
+                    h,
+                    tl.load(wt + 3 * N * N, mask=wm, other=0.0).to(tl.float32),
+                    input_precision=DOT_PRECISION,
                 )
             o, i, f, g = _sig(a_o), _sig(a_i), _sig(a_f), _tanh(a_g)
             c_prev = tl.load(cs_ptr + t * B * N + rows[:, None] * N + j[None, :], mask=m2, other=0.0).to(
@@ -168,7 +174,7 @@ def _lstm_bwd(
                 for q in tl.static_range(4):
                     ga = tl.load(ab + q * N, mask=am, other=0.0).to(tl.float32)
                     w = tl.load(wb + q * N * N, mask=wm, other=0.0).to(tl.float32)
-                    acc += tl.dot(ga, w, input_precision="ieee")
+                    acc += tl.dot(ga, w, input_precision=DOT_PRECISION)
             tl.store(gh_ptr + nxt * B * N + rows[:, None] * N + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
@@ -188,7 +194,7 @@ class LSTMTriton(torch.autograd.Function):
         block, num = unit_blocks(N)
         if T > 0 and B > 0:
             _lstm_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre, w_rec, hs, cs, gates, T, B, N, tanh_units, BLOCK_B, block, num
+                pre, w_rec, hs, cs, gates, T, B, N, tanh_units, BLOCK_B, block, num, num_warps=DOT_WARPS
             )
         ctx.tanh_units = tanh_units
         ctx.set_materialize_grads(False)
@@ -211,7 +217,22 @@ class LSTMTriton(torch.autograd.Function):
         block, num = unit_blocks(N)
         if T > 0 and B > 0:
             _lstm_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_hs, grad_cs, w_rec, cs, gates, ga, gh, gc, T, B, N, ctx.tanh_units, BLOCK_B, block, num
+                grad_hs,
+                grad_cs,
+                w_rec,
+                cs,
+                gates,
+                ga,
+                gh,
+                gc,
+                T,
+                B,
+                N,
+                ctx.tanh_units,
+                BLOCK_B,
+                block,
+                num,
+                num_warps=DOT_WARPS,
             )
             g_h0, g_c0 = gh[0].to(hs.dtype), gc[0].to(hs.dtype)
         else:

@@ -17,7 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, unit_blocks
 
 #: the largest vocabulary the kernels handle (one ``tl.dot`` per symbol and step)
 MAX_SYMBOLS = 32
@@ -58,7 +58,7 @@ def _so_fwd(
                         mask=jmask[:, None] & imask[None, :],
                         other=0.0,
                     )
-                    part += tl.dot(s.to(tl.float32), wt.to(tl.float32), input_precision="ieee")
+                    part += tl.dot(s.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
                 acc += tl.where((ids == sym)[:, None], part, 0.0)
             if HAS_BIAS:
                 acc += tl.load(b_ptr + i, mask=imask, other=0.0).to(tl.float32)[None, :]
@@ -125,7 +125,7 @@ def _so_bwd(
                         mask=imask[:, None] & jmask[None, :],
                         other=0.0,
                     )
-                    part += tl.dot(gu.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+                    part += tl.dot(gu.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
                 acc += tl.where((ids == sym)[:, None], part * sens, 0.0)
             tl.store(nxt + rows[:, None] * N + j[None, :], acc, mask=m2)
         tl.debug_barrier()
@@ -149,7 +149,21 @@ class SecondOrderTriton(torch.autograd.Function):
         b = bias if bias is not None else weight.new_zeros(1)
         if T > 0 and B > 0:
             _so_fwd[(triton.cdiv(B, BLOCK_B),)](
-                ids, weight, b, sens, states, u, T, B, N, M, bias is not None, BLOCK_B, block, num
+                ids,
+                weight,
+                b,
+                sens,
+                states,
+                u,
+                T,
+                B,
+                N,
+                M,
+                bias is not None,
+                BLOCK_B,
+                block,
+                num,
+                num_warps=DOT_WARPS,
             )
         ctx.has_bias = bias is not None
         ctx.set_materialize_grads(False)
@@ -170,7 +184,21 @@ class SecondOrderTriton(torch.autograd.Function):
         block, num = unit_blocks(N)
         if T > 0 and B > 0:
             _so_bwd[(triton.cdiv(B, BLOCK_B),)](
-                ids, weight, sens, states, grad_states, gu, g, T, B, N, M, BLOCK_B, block, num
+                ids,
+                weight,
+                sens,
+                states,
+                grad_states,
+                gu,
+                g,
+                T,
+                B,
+                N,
+                M,
+                BLOCK_B,
+                block,
+                num,
+                num_warps=DOT_WARPS,
             )
             g_s0 = g[0].to(states.dtype)
         else:
