@@ -17,8 +17,10 @@ memory and compile time.  No GPU is needed; ``tests/ops/test_kernels_compile.py`
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,6 +33,7 @@ os.environ.pop("TRITON_INTERPRET", None)
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 if "TRITON_CACHE_DIR" not in os.environ:  # compile for real each run (the times are part of the table)
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="memrnn_triton_cache_")
+    atexit.register(shutil.rmtree, os.environ["TRITON_CACHE_DIR"], True)
 
 import torch
 import triton
@@ -141,6 +144,18 @@ def ptxas_usage(ptx: str, arch: int) -> dict[str, int]:
 def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict[str, Any]]:
     """Each launch compiled for each target (``sm_<target>``), with its resources."""
     rows = []
+    # Triton's ptxas step leaves its .ptx sources in the temporary directory: give it one that goes
+    saved, scratch = tempfile.tempdir, tempfile.TemporaryDirectory(prefix="memrnn_kernel_compile_")
+    tempfile.tempdir = scratch.name
+    try:
+        _compile_into(rows, launches, targets)
+    finally:
+        tempfile.tempdir = saved
+        scratch.cleanup()
+    return rows
+
+
+def _compile_into(rows: list[dict[str, Any]], launches: list[dict[str, Any]], targets: list[int]) -> None:
     for launch in launches:
         for arch in targets:
             src = ASTSource(fn=launch["fn"], signature=launch["signature"], constexprs=launch["constexprs"])
@@ -157,7 +172,6 @@ def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict
                 "spills": usage["spills"], "stack": usage["stack"], "shared": compiled.metadata.shared,
                 "seconds": seconds,
             })  # fmt: skip
-    return rows
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
