@@ -44,6 +44,20 @@ def _sig(x):
 
 
 @triton.jit
+def _indices(n, m2, D, BLOCK_N: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Offsets and masks of one row: state units ``jn`` (``< n``), stack symbols ``lm`` (``< m2``;
+    ``BLOCK_L ≥ m2 + 1`` so the reading's "empty" component has a slot), window cells ``dd``, and
+    the window's ``[BLOCK_D, BLOCK_L]`` offsets ``cells`` with their mask."""
+    jn = tl.arange(0, BLOCK_N)
+    lm = tl.arange(0, BLOCK_L)
+    dd = tl.arange(0, BLOCK_D)
+    mmask = lm < m2
+    cells = dd[:, None] * m2 + lm[None, :]
+    smask = (dd < D)[:, None] & mmask[None, :]
+    return jn, jn < n, lm, mmask, dd, cells, smask
+
+
+@triton.jit
 def _nnpda_fwd(
     ids_ptr, wk_ptr, h_ptr, q_ptr, p_ptr, r_ptr, z_ptr, wh_ptr,
     T, n, m2, D, O,
@@ -59,13 +73,7 @@ def _nnpda_fwd(
     L = m2 + 1
     nL = n * L
     row = (D + 2) * m2  # one step of p
-    jn = tl.arange(0, BLOCK_N)
-    nmask = jn < n
-    lm = tl.arange(0, BLOCK_L)
-    mmask = lm < m2
-    dd = tl.arange(0, BLOCK_D)
-    cells = dd[:, None] * m2 + lm[None, :]
-    smask = (dd < D)[:, None] & mmask[None, :]
+    jn, nmask, lm, mmask, _, cells, smask = _indices(n, m2, D, BLOCK_N, BLOCK_L, BLOCK_D)
     oo = tl.arange(0, BLOCK_O)
     cc = tl.arange(0, BLOCK_C)
     for t in range(T):
@@ -151,13 +159,7 @@ def _nnpda_bwd(
     L = m2 + 1
     nL = n * L
     row = (D + 2) * m2
-    jn = tl.arange(0, BLOCK_N)
-    nmask = jn < n
-    lm = tl.arange(0, BLOCK_L)
-    mmask = lm < m2
-    dd = tl.arange(0, BLOCK_D)
-    cells = dd[:, None] * m2 + lm[None, :]
-    smask = (dd < D)[:, None] & mmask[None, :]
+    jn, nmask, lm, mmask, dd, cells, smask = _indices(n, m2, D, BLOCK_N, BLOCK_L, BLOCK_D)
     oo = tl.arange(0, BLOCK_O)
     cc = tl.arange(0, BLOCK_C)
     gmb = gm_ptr + b * row
