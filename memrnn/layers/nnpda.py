@@ -26,12 +26,10 @@ from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids
 from memrnn.ops.buckets import final_by_length, masked_outputs
-from memrnn.ops.nnpda import nnpda_sequence
-from memrnn.ops.stack import h_sigmoid, stack_op, stack_overflow, stack_reading, stack_size
-from memrnn.ops.tensor import third_order
+from memrnn.ops.nnpda import ACTIONS, activate_actions, nnpda_sequence, nnpda_step
+from memrnn.ops.stack import stack_overflow, stack_reading, stack_size
 
 Action = Literal["identity", "sigmoid", "clamp"]
-ACTIONS = ("identity", "sigmoid", "clamp")
 
 
 class NNPDAState(NamedTuple):
@@ -171,11 +169,8 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         return torch.cat([self.weight_q, self.weight_push[None], self.weight_pop[None], self.weight_c], 0)
 
     def _act(self, z: Tensor) -> Tensor:
-        if self.action == "identity":
-            return z
-        if self.action == "sigmoid":
-            return h_sigmoid(z - 0.5, self.sensitivity)
-        return z.clamp(0.0, 1.0)
+        """``p+``, ``p−`` or ``C`` from its contraction ``z`` (``action``)."""
+        return activate_actions(z, self.action, self.sensitivity)
 
     def _advance(
         self,
@@ -185,13 +180,11 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         ids_t: Tensor | None,
         diagnostics: bool = True,
     ) -> tuple[Tensor, NNPDAState, dict[str, Tensor]]:
-        n = self.num_states
-        reading = stack_reading(state.stack[:, 0])
-        z = third_order(weight, state.q, reading, x=x_t, tokens=ids_t)
-        q = h_sigmoid(z[:, :n] - 0.5, self.sensitivity)
-        p_push, p_pop, push_vector = self._act(z[:, n]), self._act(z[:, n + 1]), self._act(z[:, n + 2 :])
+        q, stack, tail, a, reading = nnpda_step(
+            weight, self.sensitivity, *state, self.action, x=x_t, tokens=ids_t
+        )
+        p_push, p_pop, push_vector = a[:, 0], a[:, 1], a[:, 2:]
         overflow = stack_overflow(state.stack, p_push) if diagnostics or self.strict else None
-        stack, tail = stack_op(state.stack, state.tail, p_push, p_pop, push_vector, self.sensitivity)
         new = NNPDAState(q, stack, tail)
         y = q if self.output == "state" else torch.cat([q, stack_reading(stack[:, 0])], -1)
         if not diagnostics:

@@ -9,9 +9,7 @@ from torch import Tensor
 from memrnn.ops.buckets import TokenBuckets, use_buckets
 from memrnn.ops.dispatch import choose
 from memrnn.ops.nnpda.cpu import NNPDASequence
-from memrnn.ops.nnpda.reference import activate_actions, nnpda_reference
-
-ACTIONS = ("identity", "sigmoid", "clamp")
+from memrnn.ops.nnpda.reference import ACTIONS, activate_actions, nnpda_reference, nnpda_step
 
 
 def nnpda_sequence(
@@ -60,4 +58,4 @@ def nnpda_sequence(
     return nnpda_reference(weight, sensitivity, q0, stack0, tail0, ids, action)
 
 
-__all__ = ["ACTIONS", "activate_actions", "nnpda_reference", "nnpda_sequence"]
+__all__ = ["ACTIONS", "activate_actions", "nnpda_reference", "nnpda_sequence", "nnpda_step"]

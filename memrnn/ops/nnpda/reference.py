@@ -14,6 +14,9 @@ from torch import Tensor
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_reading
 from memrnn.ops.tensor import third_order
 
+#: how ``p+``, ``p−`` and ``C`` come from their contractions (:func:`activate_actions`)
+ACTIONS = ("identity", "sigmoid", "clamp")
+
 
 def activate_actions(z: Tensor, action: str, sensitivity: Tensor | float) -> Tensor:
     """``p+``, ``p−`` and ``C`` from their contractions ``z [..., 2 + m2]``: ``"identity"``
@@ -25,7 +28,32 @@ def activate_actions(z: Tensor, action: str, sensitivity: Tensor | float) -> Ten
         return h_sigmoid(z - 0.5, sensitivity)
     if action == "clamp":
         return z.clamp(0.0, 1.0)
-    raise ValueError(f"unknown action {action!r}; choose one of identity, sigmoid, clamp")
+    raise ValueError(f"unknown action {action!r}; choose one of {', '.join(ACTIONS)}")
+
+
+def nnpda_step(
+    weight: Tensor,
+    sensitivity: Tensor | float,
+    q: Tensor,
+    stack: Tensor,
+    tail: Tensor,
+    action: str,
+    *,
+    x: Tensor | None = None,
+    tokens: Tensor | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One step of Definition 3.6 for the input ``x [B, m1]`` (dense) or ``tokens [B]`` (ids).
+
+    ``R^t = (K_0, 1 − ‖K_0‖∞)``; ``z = Σ_jkl W_·jkl Q_j I_k R_l``; ``Q^{t+1} = h_H(z_Q − 1/2)``;
+    ``(p+, p−, C)`` from ``z`` by ``action``; ``K^{t+1} = π(p+, p−, C) K^t`` on the
+    window-plus-tail stack.  Returns ``(Q^{t+1} [B, n], K^{t+1} [B, D, m2], tail [B, m2],
+    (p+, p−, C) [B, 2 + m2], R^t [B, m2 + 1])``."""
+    n = q.shape[1]
+    reading = stack_reading(stack[:, 0])
+    z = third_order(weight, q, reading, x=x, tokens=tokens)
+    a = activate_actions(z[:, n:], action, sensitivity)
+    stack, tail = stack_op(stack, tail, a[:, 0], a[:, 1], a[:, 2:], sensitivity)
+    return h_sigmoid(z[:, :n] - 0.5, sensitivity), stack, tail, a, reading
 
 
 def nnpda_reference(
@@ -37,7 +65,7 @@ def nnpda_reference(
     ids: Tensor,
     action: str,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Definition 3.6 over ``ids [B, T]`` (one-hot input symbols), one step at a time.
+    """Definition 3.6 over ``ids [B, T]`` (one-hot input symbols), one :func:`nnpda_step` at a time.
 
     Args:
         weight: ``W [n + 2 + m2, n, m1, m2 + 1]``, rows ``Q``, ``p+``, ``p−``, ``C``.
@@ -49,14 +77,10 @@ def nnpda_reference(
         ``Q [B, T+1, n]``, ``K [B, T+1, D, m2]``, ``tail [B, T+1, m2]`` (index 0: the initial
         state) and ``p+ [B, T]`` of every step.
     """
-    n = q0.shape[1]
     q, stack, tail = q0, stack0, tail0
     qs, stacks, tails, pushes = [q], [stack], [tail], []
     for ids_t in ids.unbind(1):
-        z = third_order(weight, q, stack_reading(stack[:, 0]), tokens=ids_t)
-        a = activate_actions(z[:, n:], action, sensitivity)
-        stack, tail = stack_op(stack, tail, a[:, 0], a[:, 1], a[:, 2:], sensitivity)
-        q = h_sigmoid(z[:, :n] - 0.5, sensitivity)
+        q, stack, tail, a, _ = nnpda_step(weight, sensitivity, q, stack, tail, action, tokens=ids_t)
         qs.append(q)
         stacks.append(stack)
         tails.append(tail)
