@@ -15,14 +15,17 @@ import pytest
 from memrnn.ops.dispatch import triton_available
 
 ROOT = Path(__file__).resolve().parents[2]
+# every kernel memrnn has: each ``@triton.jit`` function named ``_*_fwd`` / ``_*_bwd`` in its ops
 KERNELS = {
-    "_elman_fwd", "_elman_bwd", "_jordan_fwd", "_jordan_bwd", "_counter_fwd", "_counter_bwd",
-    "_lstm_fwd", "_lstm_bwd", "_so_fwd", "_so_bwd", "_nnpda_fwd", "_nnpda_bwd",
-}  # fmt: skip
+    name
+    for path in (ROOT / "memrnn" / "ops").glob("*/triton.py")
+    for name in re.findall(r"@triton\.jit\s+def (_\w+_(?:fwd|bwd))\(", path.read_text())
+}
 
 
 @pytest.mark.skipif(not triton_available(), reason="needs Triton (pip install triton)")
 def test_every_kernel_compiles_for_sm90(tmp_path):
+    assert len(KERNELS) >= 12, KERNELS  # the scan above found the kernel modules
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     out = subprocess.run(

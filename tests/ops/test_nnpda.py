@@ -50,13 +50,14 @@ def run(impl, inputs, action, weights):
     ]
 
 
-def compare(impl, action, dtype=torch.float32, atol=2e-5, **shape):
+def compare(impl, action, dtype=torch.float32, atol=2e-5, device=DEVICE, **shape):
     """``impl`` in ``dtype`` against the reference in float64.  The tolerance of each result is
     ``atol`` or four times the float32 reference loop's own error on it, whichever is larger (with
     the unbounded ``identity`` actions a step multiplies rounding errors by up to ``H·|p|``)."""
     gen = torch.Generator().manual_seed(7)
+    shape["device"] = device
     outs, _ = run("reference", make_inputs(torch.float64, **shape), "sigmoid", [0, 0, 0])
-    weights = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(DEVICE) for o in outs[:3]]
+    weights = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(device) for o in outs[:3]]
     ref, ref_g = run("reference", make_inputs(torch.float64, **shape), action, weights)
     got, got_g = run(impl, make_inputs(dtype, **shape), action, weights)
     if dtype == torch.float32:
@@ -92,9 +93,7 @@ SHAPES = [
 @pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
 @pytest.mark.parametrize("learn_h", [False, True])
 def test_cpu_function_equals_reference(shape, action, learn_h):
-    if DEVICE != "cpu":
-        pytest.skip("the CPU Function on CPU tensors")
-    compare("cpu", action, dtype=torch.float64, atol=1e-10, learn_h=learn_h, **shape)
+    compare("cpu", action, dtype=torch.float64, atol=1e-10, device="cpu", learn_h=learn_h, **shape)
 
 
 @needs_triton
