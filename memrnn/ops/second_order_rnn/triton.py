@@ -17,6 +17,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
+from memrnn.ops.buckets import grouped_weight_grad
 from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, unit_blocks
 
 #: the largest vocabulary the kernels handle (one ``tl.dot`` per symbol and step)
@@ -208,10 +209,9 @@ class SecondOrderTriton(torch.autograd.Function):
         grad_b = grad_u.sum((0, 1)) if ctx.has_bias and ctx.needs_input_grad[1] else None
         grad_w = None
         if ctx.needs_input_grad[0]:
-            # ∂W[i, j, k] = Σ_{(t,b): k_tb = k} ∂u[t, b, i] s[t, b, j]
-            one_hot = torch.nn.functional.one_hot(ids.reshape(-1), M).to(gu.dtype)  # [TB, M]
-            gk = (grad_u.reshape(T * B, N, 1) * one_hot[:, None, :]).reshape(T * B, N * M)
-            grad_w = (gk.t() @ states[:-1].reshape(T * B, N)).view(N, M, N).permute(0, 2, 1)
+            # ∂W[i, j, k] = Σ_{(t,b): k_tb = k} ∂u[t, b, i] s[t, b, j]: one product per symbol
+            dwk = grouped_weight_grad(ids, states[:-1], grad_u, M)  # [M, N (j), N (i)]
+            grad_w = dwk.permute(2, 1, 0)
         return grad_w, grad_b, grad_h, g_s0, None
 
 
