@@ -199,23 +199,9 @@ class CounterTriton(torch.autograd.Function):
         num_n = triton.cdiv(N, block)
         if T > 0 and B > 0:
             _counter_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_rs,
-                grad_moves,
-                w_rec,
-                a,
-                ga,
-                g,
-                T,
-                B,
-                H,
-                K,
-                ctx.code,
-                BLOCK_B,
-                block,
-                num_g,
-                num_n,
-                num_warps=DOT_WARPS,
-            )
+                grad_rs, grad_moves, w_rec, a, ga, g, T, B, H, K, ctx.code, BLOCK_B, block, num_g,
+                num_n, num_warps=DOT_WARPS,
+            )  # fmt: skip
             g_r0 = g[0].to(rs.dtype)
         else:
             g_r0 = grad_rs[0]

@@ -149,20 +149,9 @@ class ElmanTriton(torch.autograd.Function):
         grid = (triton.cdiv(B, BLOCK_B),)
         if T > 0 and B > 0:
             _elman_fwd[grid](
-                pre,
-                weight_hh,
-                hs,
-                zs,
-                T,
-                B,
-                H,
-                float(leak),
-                code,
-                BLOCK_B,
-                block_h,
-                num_h,
+                pre, weight_hh, hs, zs, T, B, H, float(leak), code, BLOCK_B, block_h, num_h,
                 num_warps=DOT_WARPS,
-            )
+            )  # fmt: skip
         ctx.code, ctx.leak = code, float(leak)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight_hh, zs, hs)
@@ -181,21 +170,9 @@ class ElmanTriton(torch.autograd.Function):
         block_h, num_h = unit_blocks(H)
         if T > 0 and B > 0:
             _elman_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_hs,
-                weight_hh,
-                zs,
-                gz,
-                g,
-                T,
-                B,
-                H,
-                ctx.leak,
-                ctx.code,
-                BLOCK_B,
-                block_h,
-                num_h,
+                grad_hs, weight_hh, zs, gz, g, T, B, H, ctx.leak, ctx.code, BLOCK_B, block_h, num_h,
                 num_warps=DOT_WARPS,
-            )
+            )  # fmt: skip
             g_h0 = g[0].to(zs.dtype)
         else:
             g_h0 = grad_hs[0]

@@ -138,25 +138,9 @@ class JordanTriton(torch.autograd.Function):
         block_f = max(16, triton.next_power_of_2(F))
         if T > 0 and B > 0:
             _jordan_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre,
-                weight_fb,
-                weight_out,
-                hs,
-                acts,
-                rs,
-                outs,
-                T,
-                B,
-                H,
-                F,
-                code,
-                out_code,
-                BLOCK_B,
-                block_h,
-                num_h,
-                block_f,
-                num_warps=DOT_WARPS,
-            )
+                pre, weight_fb, weight_out, hs, acts, rs, outs, T, B, H, F, code, out_code, BLOCK_B,
+                block_h, num_h, block_f, num_warps=DOT_WARPS,
+            )  # fmt: skip
         ctx.code, ctx.out_code = code, out_code
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight_fb, weight_out, acts, hs, rs, outs)

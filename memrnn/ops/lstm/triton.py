@@ -217,23 +217,9 @@ class LSTMTriton(torch.autograd.Function):
         block, num = unit_blocks(N)
         if T > 0 and B > 0:
             _lstm_bwd[(triton.cdiv(B, BLOCK_B),)](
-                grad_hs,
-                grad_cs,
-                w_rec,
-                cs,
-                gates,
-                ga,
-                gh,
-                gc,
-                T,
-                B,
-                N,
-                ctx.tanh_units,
-                BLOCK_B,
-                block,
-                num,
-                num_warps=DOT_WARPS,
-            )
+                grad_hs, grad_cs, w_rec, cs, gates, ga, gh, gc, T, B, N, ctx.tanh_units, BLOCK_B, block,
+                num, num_warps=DOT_WARPS,
+            )  # fmt: skip
             g_h0, g_c0 = gh[0].to(hs.dtype), gc[0].to(hs.dtype)
         else:
             g_h0, g_c0 = grad_hs[0], grad_cs[0]

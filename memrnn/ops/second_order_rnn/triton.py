@@ -150,22 +150,9 @@ class SecondOrderTriton(torch.autograd.Function):
         b = bias if bias is not None else weight.new_zeros(1)
         if T > 0 and B > 0:
             _so_fwd[(triton.cdiv(B, BLOCK_B),)](
-                ids,
-                weight,
-                b,
-                sens,
-                states,
-                u,
-                T,
-                B,
-                N,
-                M,
-                bias is not None,
-                BLOCK_B,
-                block,
-                num,
+                ids, weight, b, sens, states, u, T, B, N, M, bias is not None, BLOCK_B, block, num,
                 num_warps=DOT_WARPS,
-            )
+            )  # fmt: skip
         ctx.has_bias = bias is not None
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight, sens, states, u, ids)
@@ -185,22 +172,9 @@ class SecondOrderTriton(torch.autograd.Function):
         block, num = unit_blocks(N)
         if T > 0 and B > 0:
             _so_bwd[(triton.cdiv(B, BLOCK_B),)](
-                ids,
-                weight,
-                sens,
-                states,
-                grad_states,
-                gu,
-                g,
-                T,
-                B,
-                N,
-                M,
-                BLOCK_B,
-                block,
-                num,
+                ids, weight, sens, states, grad_states, gu, g, T, B, N, M, BLOCK_B, block, num,
                 num_warps=DOT_WARPS,
-            )
+            )  # fmt: skip
             g_s0 = g[0].to(states.dtype)
         else:
             g_s0 = grad_states[0]
