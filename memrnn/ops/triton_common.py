@@ -51,9 +51,11 @@ def _act_grad(z, CODE: tl.constexpr):
 BLOCK_B = 16
 
 #: warps per program of the kernels built on ``tl.dot`` (Elman, Jordan, counters, LSTM,
-#: second-order).  Chosen from the compiled kernels' resources (``python -m
-#: benchmarks.kernel_compile``, sm_90, state 64): with 4 warps ptxas spilled 84–1,040 bytes per
-#: thread (the LSTM's four gate accumulators), with 8 warps 0–160.
+#: second-order).  Chosen from the compiled kernels' resources at state 64 (sm_90, tf32x3 dots,
+#: plain ``ptxas -v``): with 4 warps 84–1,040 bytes of spill stores per thread (the LSTM's four gate
+#: accumulators the most), with 8 warps 0–160; as Triton compiles them, 0–208 over sm_90/sm_80
+#: and float32/bfloat16 (``python -m benchmarks.kernel_compile``,
+#: ``benchmarks/results/kernels-compiled.md``).
 DOT_WARPS = 8
 
 #: the products' precision: three TF32 tensor-core products per float32 product (Triton's
