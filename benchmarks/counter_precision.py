@@ -1,4 +1,4 @@
-"""Where counting breaks in finite precision (seed 004, sections 4-5): the compiled ReLU and LSTM
+"""Where counting breaks in finite precision (Weiss et al. 2018, sections 4-5): the compiled ReLU and LSTM
 counters against the best-effort tanh RNN and GRU counters, on a^n b^n, n up to 10^6, in float32,
 float64 and bfloat16.
 
@@ -14,7 +14,7 @@ a second pass reads b's from all of them at once.
 Models:
 * ``relu``: ``compile_counter_machine("anbn", "relu")`` (8 units, MLP readout).
 * ``lstm``: ``compile_counter_machine("anbn", "lstm")`` (g = tanh, 8 units, MLP readout).
-* ``tanh w=…``: one tanh unit ``u ← tanh(u + w)`` on a, ``tanh(u − w)`` on b (seed 004 section 4:
+* ``tanh w=…``: one tanh unit ``u ← tanh(u + w)`` on a, ``tanh(u − w)`` on b (Weiss et al. 2018 section 4:
   "counting within a tanh"), accept iff ``|u| < w/2``, for w = 0.1, 0.01, 0.001, and the best
   ``w`` of 10^-1 … 10^-12 (``tanh best``).  Near 0 a float ``tanh`` *is* the identity
   (``tanh x == x`` once ``x²/3`` is below half an ulp), so a tiny ``w`` counts exactly until

@@ -1,4 +1,4 @@
-"""Sizes of the Dyck-(k,m) generators (seed 000): the four Hewitt constructions, Theorem 1's
+"""Sizes of the Dyck-(k,m) generators (Hewitt et al. 2020): the four Hewitt constructions, Theorem 1's
 naive one (Minsky's construction on the DFA) and Theorem 6's lower bound.
 
     python benchmarks/hewitt_sizes.py [--build]

@@ -1,4 +1,4 @@
-"""Seed 001's Theorem 3.7, measured: encoded PDAs run for 10^4+ steps next to the ideal PDA.
+"""Stogin et al.'s (2020) Theorem 3.7, measured: encoded PDAs run for 10^4+ steps next to the ideal PDA.
 
 For each PDA (Dyck-1 of appendix E, Dyck-2, a^n b^n, marked palindromes), each dtype and each
 sensitivity H, prints ε_Q = max over strings and steps of ‖Q^t − Q̄^t‖∞, ε_K = the same for

@@ -1,4 +1,4 @@
-"""Learning Dyck-(k,m) from Hewitt's construction vs torch's default initialisation (seed 000
+"""Learning Dyck-(k,m) from Hewitt's construction vs torch's default initialisation (Hewitt et al. 2020
 section 8's setting: an LSTM of 3m⌈log2 k⌉ − m units, embedding 2k + 10, Adam, batch 10).
 
     python scripts/hewitt_init_study.py [--k 8] [--m 3] [--tokens 200000] [--seeds 0 1 2]

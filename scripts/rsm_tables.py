@@ -1,4 +1,4 @@
-"""Reproduce seed 002's Tables 2–5 (Paaßen, Schulz & Hammer 2021): mean absolute test error
+"""Reproduce Tables 2–5 of Paaßen, Schulz & Hammer 2021: mean absolute test error
 (± std over repeats) of ESNs, reservoir stack machines and a GRU on latch, copy, repeat copy and
 the six Table 1 languages, with the time each model takes to train and evaluate.
 
@@ -43,7 +43,7 @@ from memrnn.lit.rsm import (
 )
 
 MODELS = ("rand-esn", "crj-esn", "ldn-esn", "gru", "rand-rsm", "crj-rsm", "ldn-rsm")
-# seed 002 Tables 2 and 3 (mean absolute error) and Tables 4 and 5 (seconds, 2017 laptop)
+# Paaßen et al. 2021 Tables 2 and 3 (mean absolute error) and Tables 4 and 5 (seconds, 2017 laptop)
 PAPER_MAE = {
     "rand-esn": dict(latch=0.43, copy=0.23, repeat_copy=0.36, dyck1=0.13, dyck2=0.23, dyck3=0.28, anbn=0.00, palindrome=0.00, json=0.01),
     "crj-esn": dict(latch=0.40, copy=0.20, repeat_copy=0.34, dyck1=0.11, dyck2=0.12, dyck3=0.14, anbn=0.00, palindrome=0.01, json=0.01),

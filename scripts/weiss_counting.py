@@ -1,4 +1,4 @@
-"""Weiss, Goldberg & Yahav's counting experiment (seed 004 section 5), end to end: train each
+"""The counting experiment of Weiss, Goldberg & Yahav 2018 (section 5), end to end: train each
 ``configs/weiss`` acceptor, test the checkpoint with the lowest validation loss on the 1,000 near
 misses, and find its counting units with ``CounterProbe`` on a^1000 b^1000 (a^100 b^100 c^100).
 

@@ -52,7 +52,7 @@ def test_config_instantiates_through_the_cli(path, tmp_path):
 
 @pytest.mark.parametrize("path", RSM_CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
 def test_rsm_config_instantiates_through_the_cli(path, tmp_path):
-    """Seed 002's configs: a closed-form RSMModule; the task of model and data agree; plain
+    """Paaßen et al.'s (2021) configs: a closed-form RSMModule; the task of model and data agree; plain
     ``callbacks:`` (no optimizer, so no LearningRateMonitor) and no gradient clipping."""
     from memrnn.lit import RSMDataModule, RSMModule
 

@@ -1,4 +1,4 @@
-"""How far a trained acceptor counts: Weiss et al.'s question (seed 004), asked exhaustively.
+"""How far a trained acceptor counts: the question of Weiss et al. 2018, asked exhaustively.
 
 For every ``n`` up to ``n_max``: is ``x_1^n ... x_k^n`` accepted, and is every neighbour with one
 block count changed by ±1 rejected?  The first ``n`` where either fails is where the learned
@@ -75,9 +75,9 @@ def counting_sweep(
     return CountingSweep(ns, [pos_ok[n] for n in ns], [neg_ok[n] for n in ns], neg_total, first)
 
 
-# -- counting dimensions (seed 004 Figure 1) ---------------------------------------------------------
+# -- counting dimensions (Weiss et al. 2018 Figure 1) ---------------------------------------------------------
 def probe_string(language, n: int | None = None, *, seed: int = 0) -> list[int]:
-    """The probe of seed 004 Figure 1: ``x_1^n .. x_k^n END`` for a counting language (default
+    """The probe of Weiss et al. 2018 Figure 1: ``x_1^n .. x_k^n END`` for a counting language (default
     ``n`` = 1000 for two blocks, 100 for three); otherwise (a PDA language such as Dyck-n) one
     string sampled with length near ``n`` (default 200)."""
     if isinstance(language, CountingLanguage):

@@ -1,4 +1,4 @@
-"""Does a language model generate a language?  Definition 5 of seed 000, checked.
+"""Does a language model generate a language?  Definition 5 of Hewitt et al. 2020, checked.
 
 A model generates ``L`` when some ``ε > 0`` makes its locally ε-truncated support equal ``L``;
 for a model that tracks ``L``'s automaton this holds iff at every prefix of every string of

@@ -1,4 +1,4 @@
-"""The empirical form of seed 001's Theorem 3.7, and random walks through a PDA.
+"""The empirical form of Stogin et al.'s (2020) Theorem 3.7, and random walks through a PDA.
 
 :func:`deviation_from_ideal` runs an nnPDA and the vectorized PDA of Definition B.9 with the
 same weights in lockstep and returns, per string, ``max_t ‖Q^t − Q̄^t‖∞`` and

@@ -7,11 +7,11 @@ same prefix, for ``t = 0 .. n`` (``n + 1`` positions, one per input position).
 
 Features, by what the language provides:
 
-* a DPDA (``language.pda()``, seed 001 appendix B): ``stack_top`` (class: 0 = empty stack,
+* a DPDA (``language.pda()``, Stogin et al. 2020 appendix B): ``stack_top`` (class: 0 = empty stack,
   ``1 + i`` = stack symbol ``i``), ``depth`` (the stack height, a count: a value) and ``state``;
-* a counter machine (``language.machine``, seed 004's SKCM): ``counter`` (the counter values,
+* a counter machine (``language.machine``, the SKCM of Weiss et al. 2018): ``counter`` (the counter values,
   ``[k]`` per position) and, without a PDA, ``state``;
-* a DFA (``language.dfa()``, e.g. seed 000 appendix B for Dyck-(k,m)) or a PFSA (``language.pfsa``):
+* a DFA (``language.dfa()``, e.g. Hewitt et al. 2020 appendix B for Dyck-(k,m)) or a PFSA (``language.pfsa``):
   ``state``.
 """
 

@@ -1,7 +1,6 @@
-"""Real-time counter machines compiled into ReLU Elman RNNs and LSTMs (seed 004, Weiss, Goldberg &
-Yahav 2018, sections 3-4), with an accept readout.
+"""Real-time counter machines compiled into ReLU Elman RNNs and LSTMs (Weiss, Goldberg & Yahav 2018, sections 3-4), with an accept readout.
 
-Seed 004 says how one counter lives in a network: an LSTM cell counts with ``i = f = 1`` and
+Weiss et al. 2018 says how one counter lives in a network: an LSTM cell counts with ``i = f = 1`` and
 ``c̃ = ±1`` (eq. 12), resets with ``i = f = 0``, and exposes the count through ``h = o·g(c)``
 (eq. 13); a ReLU RNN (eq. 3) counts in non-negative units and compares with 0.  It leaves the
 *finite-state control* (transitions that read ``COMP0`` of the counters) informal.  This module
@@ -32,7 +31,7 @@ compiles a whole :class:`~memrnn.languages.automata.CounterMachine` into one rec
    its gates; the ReLU layer subtracts ``L = 2^53`` (``2^14`` in float16), so ReLU counters reset
    exactly below ``L``).
 5. **Accept readout.**  Acceptance reads the state *and* the counters' zero pattern after the
-   last symbol, a conjunction, so the readout is a one-hidden-layer ReLU MLP (seed 004: "the
+   last symbol, a conjunction, so the readout is a one-hidden-layer ReLU MLP (Weiss et al. 2018: "the
    SRNN with ReLU activation followed by an MLP classifier"): one hidden unit
    ``relu(s_Q − Σ_{j∈S} |c_j|)`` per (state, tested set), inclusion-exclusion in the output row,
    ``logit = scale · (accept − 1/2)``.
@@ -48,7 +47,7 @@ of ``|c_t| = M_t + Δ_t`` through ``g = tanh`` is ``z̃ = tanh(M_t) + tanh(1)·�
 the counter is and at least ``tanh 2 − tanh 1 = 0.2024`` otherwise (``Δ = −1`` only on a non-zero
 magnitude).  Gates take pre-activations of magnitude ``>= beta/2`` (default 100); saturated
 gates and ``tanh`` are exactly 0/1 in float32, and within ``e^{−50}`` in float64.
-``g = identity`` (seed 004 footnote 3) is :class:`~memrnn.layers.CounterLSTM`'s counter cells;
+``g = identity`` (Weiss et al. 2018 footnote 3) is :class:`~memrnn.layers.CounterLSTM`'s counter cells;
 see :func:`compile_counter_machine`'s ``kind="counter_lstm"``.
 """
 

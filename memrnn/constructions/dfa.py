@@ -1,9 +1,9 @@
-"""DFA ↔ second-order RNN weights (seed 001 appendix A; Omlin & Giles's construction).
+"""DFA ↔ second-order RNN weights (Stogin et al. 2020 appendix A; Omlin & Giles's construction).
 
 :func:`encode_dfa` sets ``W = `` the transition tensor of Definition A.3, ``b = −1/2`` and a
 sensitivity ``H`` into a :class:`~memrnn.layers.SecondOrderRNN`:
 ``s^{t+1}_i = h_H(Σ_jk W_ijk s^t_j x_k − 1/2)`` is equation 3 with ``h_H(· − 1/2)`` applied,
-which is Omlin & Giles's ``+H`` weights and ``−H/2`` bias in seed 001's notation; for large
+which is Omlin & Giles's ``+H`` weights and ``−H/2`` bias in Stogin et al.'s (2020) notation; for large
 ``H`` it stays within ε of the DFA's one-hot state forever (the DFA case of Theorem 3.7).
 :func:`extract_dfa` reads the transitions back, quantized at 1/2.
 """

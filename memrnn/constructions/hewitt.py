@@ -1,4 +1,4 @@
-"""Hewitt et al.'s explicit Dyck-(k,m) stacks in Simple RNNs and LSTMs (seed 000, appendices D–G).
+"""Explicit Dyck-(k,m) stacks in Simple RNNs and LSTMs (Hewitt et al. 2020, appendices D–G).
 
 Four constructions, each exact per Definition 5 (the next tokens with probability ``≥ ε`` are
 exactly the allowed ones, at every prefix):

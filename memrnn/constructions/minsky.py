@@ -1,8 +1,8 @@
-"""Minsky's construction: a deterministic PFSA as a Heaviside Elman RNN language model (seed 003),
+"""Minsky's construction: a deterministic PFSA as a Heaviside Elman RNN language model (Cotterell et al. 2023),
 its inverse (reading the PFSA back out of the network), Theorem 1's naive Dyck-(k,m) generator,
 and tightness checks for softmax RNN language models.
 
-Minsky (seed 003, "Example: Deterministic PFSA Encoded via Minsky Construction"): one unit per
+Minsky (Cotterell et al. 2023, "Example: Deterministic PFSA Encoded via Minsky Construction"): one unit per
 ``(q, a)`` pair, on when the automaton was in ``q`` and has just read ``a`` (so it is now in
 ``δ(q, a)``), as the seed's worked example's ``U`` has it:
 
@@ -315,7 +315,7 @@ def finite_mass(pfsa: PFSA) -> float:
 
 @dataclass
 class TightnessReport:
-    """Seed 003's bounded-dynamics theorem for a softmax RNN LM: ``bounded`` (the hidden state
+    """Cotterell et al.'s (2023) bounded-dynamics theorem for a softmax RNN LM: ``bounded`` (the hidden state
     lies in a box ``[lo, hi]^D``), ``log_min_end`` (a lower bound on ``log p(END | h)`` over the
     whole box; finite means tight: every step ends with probability ``≥ e^{log_min_end}``),
     ``s = max_y ‖e(y) − e(END)‖`` (the seed's constant) and, when hidden states were given,

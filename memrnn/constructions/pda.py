@@ -1,4 +1,4 @@
-"""Deterministic PDA ↔ nnPDA weights (seed 001 Definitions 3.6 and B.9, appendix E).
+"""Deterministic PDA ↔ nnPDA weights (Stogin et al. 2020 Definitions 3.6 and B.9, appendix E).
 
 * :func:`encode_pda`: the tensors ``W_Q, W_{p±}, W_C`` of Definition B.9 set into an
   :class:`~memrnn.layers.NNPDA`; Theorem 3.7 says the network then stays within ε of the PDA
@@ -294,7 +294,7 @@ def extract_pda(
 
 class PDAInitializedNNPDA(NNPDA):
     """An :class:`~memrnn.layers.NNPDA` initialized with a language's PDA, optionally
-    perturbed, for training from prior knowledge (seed 001 section 5: programmed weights plus
+    perturbed, for training from prior knowledge (Stogin et al. 2020 section 5: programmed weights plus
     small random values) from a config.
 
     The input vocabulary is memrnn's: the language's ``symbols`` then ``BOS`` (identity

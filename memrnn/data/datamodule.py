@@ -250,7 +250,7 @@ class FormalLanguageDataModule(LanguageDataModule):
         train_size, val_size, test_size: number of strings per split (None: the preset's, else
             2000, 500, 500).
         train_lengths: ``(min, max)`` lengths (``END`` counted) of train and val strings; None
-            takes the preset's, else the language's default (Dyck-(k,m): seed 000 Table 2).
+            takes the preset's, else the language's default (Dyck-(k,m): Hewitt et al. 2020 Table 2).
         test_lengths: the length-generalization window of the test split; None takes the
             preset's, else the language's default (longer than training).
         preset: a named split from :mod:`memrnn.data.presets` (``hewitt``, ``suzgun``, ``rsm``,

@@ -1,4 +1,4 @@
-"""Teacher signals for the reservoir stack machine (seed 002, section 3.2): Algorithm 4's 5-tuples
+"""Teacher signals for the reservoir stack machine (Paaßen et al. 2021, section 3.2): Algorithm 4's 5-tuples
 ``(x̄, J, A, ρ, Y)`` as padded batches.
 
 * :func:`lr_batch`: from an LR(1) automaton's parse (Algorithm 1) of each word.
@@ -41,7 +41,7 @@ def lr_batch(automaton: LRAutomaton, words: Sequence[Sequence[str]]) -> dict[str
 
     Returns ``ids [B, T]`` (index in ``automaton.terminals``; 0 at padding), ``lengths [B]``,
     ``pops``/``pushes [B, T+1, M]``, ``shift [B, T+1]``, ``outputs [B, T+1]`` (1 iff the stack
-    is one accepting nonterminal after step t's reductions: seed 002's ``y``) and
+    is one accepting nonterminal after step t's reductions: Paaßen et al.'s (2021) ``y``) and
     ``accepted [B]``.
     """
     index = {s: i for i, s in enumerate(automaton.terminals)}

@@ -1,5 +1,5 @@
 """The other ways to serve a language: acceptor tasks (a label per prefix or at each string's own
-end, with negatives) and transduction tasks (seed 002's copy and repeat copy; reversal).
+end, with negatives) and transduction tasks (the copy and repeat copy of Paaßen et al. 2021; reversal).
 
 Generator tasks (next token, next-allowed sets) are :class:`FormalLanguageDataModule`'s.
 """
@@ -62,8 +62,8 @@ class AcceptorDataModule(LanguageDataModule):
         test_set: ``"sampled"`` (like train) or ``"near_miss"`` (Weiss et al.'s recipe, for
             counting languages; ``test_size`` strings).
 
-    Batches come from :func:`collate_acceptor`; both the per-prefix labels (seed 002's
-    ``y_t``, the latch task's output) and the whole-string label are always present, so one
+    Batches come from :func:`collate_acceptor`; both the per-prefix labels (``y_t`` of Paaßen et al.
+    2021, the latch task's output) and the whole-string label are always present, so one
     data module serves both objectives.
     """
 
@@ -130,7 +130,7 @@ class AcceptorDataModule(LanguageDataModule):
 
 # -- transduction ---------------------------------------------------------------------------------
 class CopyTask:
-    """Seed 002's copy task: ``n`` (1..max_length) steps of ``bits`` random bits, with an extra
+    """Paaßen et al.'s (2021) copy task: ``n`` (1..max_length) steps of ``bits`` random bits, with an extra
     channel that is −1 during the input; one end-of-sequence step (extra channel +1); then ``n``
     steps where the output is the input again (inputs 0).  ``T = 2n + 1``, input dim
     ``bits + 1``, output dim ``bits``; the loss mask covers the copy phase.
@@ -173,7 +173,7 @@ class CopyTask:
 
 
 class RepeatCopyTask(CopyTask):
-    """Seed 002's repeat copy: input up to 10 steps, the end-of-sequence token (and with it a
+    """Paaßen et al.'s (2021) repeat copy: input up to 10 steps, the end-of-sequence token (and with it a
     copy) up to ``max_repeats`` times (``test_max_repeats`` in the test split)."""
 
     def __init__(
@@ -235,7 +235,7 @@ def collate_transduction(items: Sequence[dict[str, np.ndarray]]) -> dict[str, Te
 
 class TransductionDataModule(SplitDataModule):
     """Train/val/test sequences of a transduction task (:class:`CopyTask`,
-    :class:`RepeatCopyTask`, :class:`ReversalTask`); seed 002's protocol is 100 + 100."""
+    :class:`RepeatCopyTask`, :class:`ReversalTask`); Paaßen et al.'s (2021) protocol is 100 + 100."""
 
     def __init__(
         self,

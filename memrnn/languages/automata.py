@@ -1,6 +1,6 @@
-"""Automata with runners and checked definitions: DFA, deterministic PFSA (seed 003), the
-deterministic PDA in the vectorized form of seed 001 appendix B, and the real-time simplified
-k-counter machine (SKCM) of seed 004.
+"""Automata with runners and checked definitions: DFA, deterministic PFSA (Cotterell et al. 2023), the
+deterministic PDA in the vectorized form of Stogin et al. 2020 appendix B, and the real-time simplified
+k-counter machine (SKCM) of Weiss et al. 2018.
 
 Symbols and states are strings.  A malformed definition (unknown state or symbol, two
 transitions for one configuration, probabilities that do not sum to 1) raises ``ValueError``
@@ -37,7 +37,7 @@ def _check(x: str, index: Mapping[str, int], what: str, where: str) -> None:
 
 
 class DFA:
-    """Deterministic finite automaton ``(Q, Σ, δ, q0, F)`` (seed 001 appendix A, seed 003).
+    """Deterministic finite automaton ``(Q, Σ, δ, q0, F)`` (Stogin et al. 2020 appendix A, Cotterell et al. 2023).
 
     Args:
         states, alphabet: names.
@@ -131,7 +131,7 @@ class DFA:
         return self.run(word)[-1] in self.accept
 
     def transition_tensor(self) -> np.ndarray:
-        """``W[i, j, k] = 1`` iff ``δ(q_j, a_k) = q_i`` (seed 001 Definition A.3: next state
+        """``W[i, j, k] = 1`` iff ``δ(q_j, a_k) = q_i`` (Stogin et al. 2020 Definition A.3: next state
         ``i``, current ``j``, input ``k``), ``[|Q|, |Q|, |Σ|]`` float64; missing transitions
         give a zero column (the dead state is the zero vector)."""
         w = np.zeros((len(self.states), len(self.states), len(self.alphabet)))
@@ -141,7 +141,7 @@ class DFA:
 
 
 class PFSA:
-    """Deterministic probabilistic FSA (seed 003): ``(q, a, q', p)`` transitions and final
+    """Deterministic probabilistic FSA (Cotterell et al. 2023): ``(q, a, q', p)`` transitions and final
     (halting) probabilities, locally normalised: ``Σ_a p(q, a) + final(q) = 1`` for every state.
 
     Args:
@@ -253,7 +253,7 @@ def push(symbol: str) -> Op:
     return ("push", symbol)
 
 
-EMPTY = None  # the stack reading of an empty stack (seed 001's error character e)
+EMPTY = None  # the stack reading of an empty stack (the error character e of Stogin et al. 2020)
 
 
 @dataclass(frozen=True)
@@ -270,7 +270,7 @@ class PDAStep:
 
 
 class DPDA:
-    """Deterministic PDA ``(Q, Σ, Γ, δ, q0, F)`` of seed 001 appendix B (Definition B.7): each
+    """Deterministic PDA ``(Q, Σ, Γ, δ, q0, F)`` of Stogin et al. 2020 appendix B (Definition B.7): each
     step reads one input symbol and the top of the stack (or ``EMPTY``), moves to a state and
     applies one operation: ``POP``, ``NOOP`` or ``push(γ)``.  Popping an empty stack leaves it
     empty (Definition B.3).  A string is accepted if the state after its last symbol is in
@@ -382,7 +382,7 @@ class DPDA:
         return (steps[-1].next_state if steps else self.start) in self.accept
 
     def tensors(self) -> dict[str, np.ndarray]:
-        """The weights of Definition B.9 (component names as in seed 001):
+        """The weights of Definition B.9 (component names as in Stogin et al. 2020):
 
         * ``W_Q[i, j, k, l]``: ``(W_Q)_i^{jkl}``, next state ``i``, state ``j``, input ``k``,
           stack reading ``l`` (``l = |Γ|`` is the empty reading), ``[n, n, m1, m2 + 1]``;
@@ -409,7 +409,7 @@ class DPDA:
 
 
 def dyck1_pda() -> DPDA:
-    """The Dyck-1 PDA of seed 001 appendix E: states ⊙ (accept) and ⊖ (reject), input ``l``,
+    """The Dyck-1 PDA of Stogin et al. 2020 appendix E: states ⊙ (accept) and ⊖ (reject), input ``l``,
     ``r`` and the end marker ``e``, one stack symbol.  ``r`` on an empty stack and ``e`` on a
     non-empty stack send ⊙ to ⊖; ⊖ is absorbing."""
     acc, rej = "⊙", "⊖"
@@ -429,7 +429,7 @@ Pattern = tuple[bool | None, ...]  # per counter: True (== 0), False (!= 0), Non
 
 
 class CounterMachine:
-    """Real-time simplified k-counter machine (SKCM, seed 004 section 3): a DFA whose
+    """Real-time simplified k-counter machine (SKCM, Weiss et al. 2018 section 3): a DFA whose
     transitions also read ``COMP0`` of every counter and apply ``INC``/``DEC``/``NOP`` (±1) to
     each; the accept decision reads the state and ``COMP0`` of every counter.
 

@@ -295,7 +295,7 @@ class Language(ABC):
 
     def accepts_prefixes(self, ids: Sequence[int]) -> list[bool]:
         """For ``t = 0..len(ids)``: is ``ids[:t]`` (followed by ``END``) in the language?  The
-        per-prefix acceptor label of seed 002 (``y_t``); ``END`` tokens in ``ids`` are skipped."""
+        per-prefix acceptor label of Paaßen et al. 2021 (``y_t``); ``END`` tokens in ``ids`` are skipped."""
         body = [t for t in self.check_ids(ids) if t != self.end_id]
         return [self.accepts([*body[:t], self.end_id]) for t in range(len(body) + 1)]
 

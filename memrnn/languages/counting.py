@@ -1,5 +1,5 @@
-"""Counting languages ``a^n b^n`` and ``a^n b^n c^n`` (seed 004, Weiss, Goldberg & Yahav 2018;
-seed 002's ``a^n b^n``), recognised by the real-time counter machines of
+"""Counting languages ``a^n b^n`` and ``a^n b^n c^n`` (Weiss, Goldberg & Yahav 2018;
+Paaßen et al.'s (2021) ``a^n b^n``), recognised by the real-time counter machines of
 :mod:`memrnn.languages.automata`, with Weiss's negatives and test recipe.
 
 Generating distribution: ``n − min_n`` geometric with mean ``mean_n − min_n``; restricted to a
@@ -255,7 +255,7 @@ class CountingLanguage(Language):
 
 
 class AnBn(CountingLanguage):
-    """``a^n b^n`` (seed 002 Equation 3 with ``min_n = 1``; Weiss et al. train ``n <= 100``)."""
+    """``a^n b^n`` (Paaßen et al. 2021 Equation 3 with ``min_n = 1``; Weiss et al. train ``n <= 100``)."""
 
     train_n = (1, 100)
     test_n = (101, 200)

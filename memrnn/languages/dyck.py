@@ -1,4 +1,4 @@
-"""Dyck-(k,m): k bracket types, at most m unclosed brackets (seed 000, appendix B and H.1).
+"""Dyck-(k,m): k bracket types, at most m unclosed brackets (Hewitt et al. 2020, appendix B and H.1).
 
 Ids: open bracket ``⟨_i`` is ``i``, close ``⟩_i`` is ``k + i`` (``i = 0..k-1``), ``END`` (ω) is
 ``2k``; models get ``BOS = 2k + 1`` as an input-only id.

@@ -1,4 +1,4 @@
-"""Dyck-n with unbounded depth: Suzgun et al.'s PCFG (seed 002's Dyck1/2/3) and DuSell & Chiang's
+"""Dyck-n with unbounded depth: Suzgun et al.'s PCFG (the Dyck1/2/3 of Paaßen et al. 2021) and DuSell & Chiang's
 Dyck language.  Lengths count ``END``."""
 
 from __future__ import annotations

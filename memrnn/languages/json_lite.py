@@ -1,4 +1,4 @@
-"""Seed 002's JSON-lite language."""
+"""Paaßen et al.'s (2021) JSON-lite language."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from memrnn.languages.pcfg import PCFG
 
 
 class JsonLite(GrammarLanguage):
-    """Seed 002's simplified JSON: numbers ``n``, strings ``s``, keys ``k``.  PCFG:
+    """Paaßen et al.'s (2021) simplified JSON: numbers ``n``, strings ``s``, keys ``k``.  PCFG:
     ``V → n | s | { } | [ ] | { O } | [ A ]`` (weights ``p_scalar/2, p_scalar/2, p_empty/2,
     p_empty/2, (1 − p_scalar − p_empty)/2`` twice), ``O → k : V , O (p_more) | k : V``,
     ``A → V , A (p_more) | V``.  (The paper's own weights live in its unreachable code; these

@@ -1,4 +1,4 @@
-"""LR(1) automata and their parser, exactly as seed 002 (Paaßen, Schulz & Hammer 2021):
+"""LR(1) automata and their parser, exactly as Paaßen, Schulz & Hammer 2021:
 Definition 2, Algorithm 1, and the per-step traces that Algorithm 4 (teacher forcing of the
 reservoir stack machine) consumes.
 
@@ -64,7 +64,7 @@ class LRTrace:
 
 
 class LRAutomaton:
-    """An LR(1) automaton ``(Φ, Σ, R, F)`` (seed 002 Definition 2).
+    """An LR(1) automaton ``(Φ, Σ, R, F)`` (Paaßen et al. 2021 Definition 2).
 
     Args:
         nonterminals: Φ.  terminals: Σ (``#`` is added as the end symbol).
@@ -193,7 +193,7 @@ def replay(trace: LRTrace, word: Sequence[str], nonterminals: Sequence[str]) -> 
     return out
 
 
-# -- the automata of seed 002 (Table 1, Equation 3, section 4) ---------------------------------
+# -- the automata of Paaßen et al. 2021 (Table 1, Equation 3, section 4) ---------------------------------
 def _dyck_rules(pairs: Sequence[tuple[str, str]]) -> list:
     rules: list = [(("S", "S"), EPS, 2, "S")]
     rules += [((o, "S", c), EPS, 3, "S") for o, c in pairs]
@@ -205,7 +205,7 @@ DYCK_PAIRS = (("(", ")"), ("[", "]"), ("{", "}"))
 
 
 def table1_automaton(name: str) -> LRAutomaton:
-    """The LR(1) automata of seed 002 Table 1: ``dyck1``, ``dyck2``, ``dyck3``, ``anbn``,
+    """The LR(1) automata of Paaßen et al. 2021 Table 1: ``dyck1``, ``dyck2``, ``dyck3``, ``anbn``,
     ``palindrome``, ``json``; and section 4's ``latch`` (see :func:`latch_automaton`).
 
     Table 1 prints the second a^n b^n rule as ``(a, b, ε, S)``; Equation 3 gives ``(a, b, 0, S)``,

@@ -1,5 +1,5 @@
-"""Regular languages given by a deterministic PFSA (seed 003): exact probabilities, exact
-sampling given a length, and the latch language of seed 002 (odd number of ``1``s)."""
+"""Regular languages given by a deterministic PFSA (Cotterell et al. 2023): exact probabilities, exact
+sampling given a length, and the latch language of Paaßen et al. 2021 (odd number of ``1``s)."""
 
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ class PFSALanguage(SymbolLanguage):
 
 
 class Latch(PFSALanguage):
-    """Seed 002's latch language: words over ``0, 1`` with an odd number of ``1`` (regular
+    """Paaßen et al.'s (2021) latch language: words over ``0, 1`` with an odd number of ``1`` (regular
     expression ``(0*10*)*0*10*``); the per-prefix acceptor label is the latch task's output.
     PFSA: two states (even, odd parity), each symbol ``(1 − p_end)/2``, ``END`` with ``p_end``
     in the odd state only (so every sample is in the language)."""

@@ -1,4 +1,4 @@
-"""Reversal languages: marked ``w#w^R`` (and seed 002's palindromes ``w$w^R``), unmarked ``ww^R``
+"""Reversal languages: marked ``w#w^R`` (and the palindromes ``w$w^R`` of Paaßen et al. 2021), unmarked ``ww^R``
 and padded ``w x^p w^R`` (DuSell & Chiang's benchmark, ``docs/references.md``)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from memrnn.languages.pcfg import PCFG, cont
 
 class MarkedReversal(StackOracle, GrammarLanguage):
     """``w # w^R`` over ``a, b``: ``S → a S a | b S b`` (``cont(mean_length)/2`` each) ``| #``.
-    With ``marker="$"`` and the default train window this is seed 002's palindrome language."""
+    With ``marker="$"`` and the default train window this is Paaßen et al.'s (2021) palindrome language."""
 
     train_lengths = (41, 81)
     test_lengths = (41, 101)
@@ -63,7 +63,7 @@ class MarkedReversal(StackOracle, GrammarLanguage):
 
 
 class Palindrome(MarkedReversal):
-    """Seed 002's palindromes ``w $ w^R`` over ``a, b`` (Equation 4), sampled from the PCFG
+    """Paaßen et al.'s (2021) palindromes ``w $ w^R`` over ``a, b`` (Equation 4), sampled from the PCFG
     ``S → a S a | b S b | $``; windows: up to 50 symbols for training, 50–100 for testing."""
 
     train_lengths = (2, 51)

@@ -1,7 +1,6 @@
-"""Recurrent layers with explicit, trainable counting dimensions (seed 004, Weiss, Goldberg & Yahav
-2018, section 4).
+"""Recurrent layers with explicit, trainable counting dimensions (Weiss, Goldberg & Yahav 2018, section 4).
 
-``ReLUCounter``: a controller RNN plus ``k`` counters, each two non-negative ReLU units (seed 004,
+``ReLUCounter``: a controller RNN plus ``k`` counters, each two non-negative ReLU units (Weiss et al. 2018,
 "IRNN"): INC raises one, DEC the other, and the counter is their difference, which the
 controller reads back (COMP0 compares it with 0)::
 
@@ -183,7 +182,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         input_size: features of ``x_t``.
         hidden_size: controller LSTM units.
         counters: counter cells ``k``.
-        cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; seed 004
+        cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; Weiss et al. 2018
             footnote 3: counters can be compared) or ``tanh``.
         forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
         fused: ``forward`` runs :class:`memrnn.ops.bptt.LSTMSequence` (the default); ``False``:

@@ -1,4 +1,4 @@
-"""Elman and Jordan recurrent layers (seed 003, "Elman and Jordan Networks").
+"""Elman and Jordan recurrent layers (Cotterell et al. 2023, "Elman and Jordan Networks").
 
 Elman:  ``h_t = σ(U h_{t-1} + V x_t + b)``
 Jordan: ``h_t = σ(U r_{t-1} + V x_t + b_h)``,  ``r_t = σ_o(E h_t)``
@@ -27,7 +27,7 @@ from memrnn.ops.jordan import jordan_sequence
 def heaviside(x: Tensor) -> Tensor:
     """Strict Heaviside step ``H(x) = 1 if x > 0 else 0``.
 
-    Seed 003's text says "1 if the input is non-negative", but its worked Minsky example
+    Cotterell et al.'s (2023) text says "1 if the input is non-negative", but its worked Minsky example
     (``(U h + V[b]) - 1 = [0, 1, -1, 0] -> [0, 1, 0, 0]``) needs ``H(0) = 0``; we follow the
     example.  Written as ``sign(relu(x))`` so that autograd sees the true derivative, 0 almost
     everywhere, instead of cutting the graph.
@@ -36,7 +36,7 @@ def heaviside(x: Tensor) -> Tensor:
 
 
 def saturated_linear(x: Tensor) -> Tensor:
-    """Saturated linear ``min(max(x, 0), 1)`` (Siegelmann & Sontag; seed 003 "saturated sigmoid")."""
+    """Saturated linear ``min(max(x, 0), 1)`` (Siegelmann & Sontag; Cotterell et al. 2023 "saturated sigmoid")."""
     return torch.clamp(x, 0.0, 1.0)
 
 
@@ -69,7 +69,7 @@ class ElmanState(NamedTuple):
 
 @register_layer("elman", tiny={"input_size": 3, "hidden_size": 5})
 class ElmanRNN(MemoryLayer[ElmanState]):
-    """Elman (simple) RNN, seed 003: ``h_t = σ(U h_{t-1} + V x_t + b)``.
+    """Elman (simple) RNN, Cotterell et al. 2023: ``h_t = σ(U h_{t-1} + V x_t + b)``.
 
     Args:
         input_size: features of ``x_t``.
@@ -165,7 +165,7 @@ class JordanState(NamedTuple):
 
 @register_layer("jordan", tiny={"input_size": 3, "hidden_size": 5, "feedback_size": 4})
 class JordanRNN(MemoryLayer[JordanState]):
-    """Jordan RNN, seed 003: ``h_t = σ(U r_{t-1} + V x_t + b_h)``, ``r_t = σ_o(E h_t)``.
+    """Jordan RNN, Cotterell et al. 2023: ``h_t = σ(U r_{t-1} + V x_t + b_h)``, ``r_t = σ_o(E h_t)``.
 
     The recurrence runs through the output ``r`` rather than the hidden state.  The layer
     returns ``h_t`` (``output_size = hidden_size``) and carries ``r_t`` as its state;
@@ -176,7 +176,7 @@ class JordanRNN(MemoryLayer[JordanState]):
         hidden_size: units of ``h_t``.
         feedback_size: size of ``r_t`` (for a language model, the vocabulary size).
         activation: ``σ``, as in ``ElmanRNN``.
-        output_activation: ``σ_o``: ``softmax`` (seed 003's usual choice), ``identity``
+        output_activation: ``σ_o``: ``softmax`` (the usual choice of Cotterell et al. 2023), ``identity``
             (feed back the logits), or any hidden activation.
         fused: ``forward`` runs :func:`memrnn.ops.jordan.jordan_sequence` (input projection for
             all steps at once, hand-written backpropagation through time; the default);

@@ -1,4 +1,4 @@
-"""The echo state network baseline of seed 002 (Jaeger & Haas 2004): a frozen
+"""The echo state network baseline of Paaßen et al. 2021 (Jaeger & Haas 2004): a frozen
 :class:`~memrnn.layers.reservoir.Reservoir` and a linear readout ``y_t = V h_t + c`` fitted in
 closed form by ridge regression, the bias not regularized (:mod:`memrnn.ops.ridge`).
 

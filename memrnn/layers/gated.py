@@ -1,6 +1,6 @@
 """LSTM and GRU layers: torch's fused kernels as the fast path, gate-level references beside them.
 
-Equations (seed 003; Hochreiter & Schmidhuber 1997; Cho et al. 2014), with torch's gate order
+Equations (Cotterell et al. 2023; Hochreiter & Schmidhuber 1997; Cho et al. 2014), with torch's gate order
 and parameter names, so that ``layer.rnn`` is a plain ``nn.LSTM``/``nn.GRU`` a user can take
 out and drop into any model:
 

@@ -1,4 +1,4 @@
-"""The neural network pushdown automaton (nnPDA) of seed 001 (Stogin, Mali, Giles), Definition 3.6.
+"""The neural network pushdown automaton (nnPDA) of Stogin, Mali & Giles 2020, Definition 3.6.
 
 State ``(Q^t, K^t)``: a state vector and a differentiable stack (Definition 3.1).  One step, for
 the input ``I^{t+1}``:
@@ -47,7 +47,7 @@ class StackOverflowError(ValueError):
 
 @register_layer("nnpda", tiny={"input_size": 3, "num_states": 3, "stack_symbols": 2, "depth": 4})
 class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
-    """Third-order neural network pushdown automaton (seed 001 Definition 3.6).
+    """Third-order neural network pushdown automaton (Stogin et al. 2020 Definition 3.6).
 
     Outputs ``y_t = (Q^{t+1}, R^{t+1})`` ``[B, T, num_states + stack_symbols + 1]``: the state and
     the reading of the new stack top (with its "empty" component), so a linear readout can

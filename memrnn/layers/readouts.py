@@ -1,5 +1,5 @@
 """Readouts fitted in closed form, for echo state networks and the reservoir stack machine's
-classifiers ``c_pop``, ``c_push``, ``c_shift``, ``c_out`` (seed 002, section 3.2).
+classifiers ``c_pop``, ``c_push``, ``c_shift``, ``c_out`` (Paaßen et al. 2021, section 3.2).
 
 Every readout has ``fit(features [N, d], targets) -> self`` and
 ``predict(features [N, d], context=None) -> [N]`` (class labels) or ``[N, L]`` (values).
@@ -10,7 +10,7 @@ input symbol, :class:`memrnn.layers.rsm.RSMContext`); learned readouts ignore it
 * :class:`RidgeReadout`: linear (or random-Fourier-feature) ridge regression, bias unregularized.
 * :class:`RidgeClassifier`: the same on one-hot targets, ``argmax`` over the classes seen in
   training (one class seen: that class).  Runs on any device; its state is in ``state_dict``.
-* :class:`SVMClassifier`: scikit-learn's RBF ``SVC`` with ``gamma="scale"``, as in seed 002
+* :class:`SVMClassifier`: scikit-learn's RBF ``SVC`` with ``gamma="scale"``, as in Paaßen et al. 2021
   (``pip install memrnn[svm]``); CPU, pickled rather than in ``state_dict``.
 """
 
@@ -179,7 +179,7 @@ class RidgeClassifier(RidgeReadout):
 
 
 class SVMClassifier:
-    """scikit-learn's ``SVC(kernel="rbf", gamma="scale")`` (seed 002's classifiers), on CPU.
+    """scikit-learn's ``SVC(kernel="rbf", gamma="scale")`` (the classifiers of Paaßen et al. 2021), on CPU.
 
     Args:
         C, gamma: as in scikit-learn.  Needs ``scikit-learn`` (``pip install memrnn[svm]``).

@@ -1,7 +1,7 @@
-"""Echo state network reservoirs (seed 002, Paaßen, Schulz & Hammer 2021, section 4): frozen
+"""Echo state network reservoirs (Paaßen, Schulz & Hammer 2021, section 4): frozen
 recurrent layers whose weights are drawn or constructed, never trained.
 
-Every reservoir is ``(U, W, σ)`` with a leak rate ``α`` (``α = 1``: the plain ESN of seed 002)::
+Every reservoir is ``(U, W, σ)`` with a leak rate ``α`` (``α = 1``: the plain ESN of Paaßen et al. 2021)::
 
     h_t = (1 − α) h_{t−1} + α σ(U x_t + W h_{t−1})            U [m, n], W [m, m]
 
@@ -98,7 +98,7 @@ def crj_weights(
     or of its ``(c·m + r)``-th digit (``"inputs"``: each input's column is a run of digits).
     ``jump_length = 0`` gives the plain cycle (SCR).
 
-    With few neurons the reading matters: for ``m = 5, n = 3`` (seed 002's a^n b^n example)
+    With few neurons the reading matters: for ``m = 5, n = 3`` (the a^n b^n example of Paaßen et al. 2021)
     the row-by-row reading gives inputs 2 and 3 the same column ``(−, +, +, +, +)``, so the
     reservoir cannot tell them apart; the ``"inputs"`` reading gives three distinct columns.
     """

@@ -1,4 +1,4 @@
-"""The reservoir stack machine (seed 002, Paaßen, Schulz & Hammer 2021, Algorithms 2 and 4).
+"""The reservoir stack machine (Paaßen, Schulz & Hammer 2021, Algorithms 2 and 4).
 
 A reservoir ``(U, W, σ)`` reads the input into ``h_t`` and, separately, the stack (bottom to top)
 into ``g_t``.  Classifiers on ``(h_t, g_t)`` decide, until both say "nothing", how many symbols to
@@ -149,7 +149,7 @@ class _BatchStack:
 
 
 class ReservoirStackMachine(nn.Module):
-    """Seed 002's RSM (module docstring).
+    """Paaßen et al.'s (2021) RSM (module docstring).
 
     Args:
         reservoir: a :class:`Reservoir` with ``input_size = num_inputs + num_nonterminals``.

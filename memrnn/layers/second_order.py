@@ -1,4 +1,4 @@
-"""Second-order (tensor) RNN: Giles et al. (1990), seed 001 appendix A.
+"""Second-order (tensor) RNN: Giles et al. (1990), Stogin et al. 2020 appendix A.
 
 ``s^{t+1}_i = h_H(Σ_jk W_ijk s^t_j x^{t+1}_k + b_i)``, ``h_H(z) = 1 / (1 + e^{−Hz})``.
 
@@ -80,7 +80,7 @@ class SecondOrderState(NamedTuple):
 
 @register_layer("second_order", tiny={"input_size": 3, "hidden_size": 4})
 class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
-    """Second-order recurrent layer (Giles et al. 1990; seed 001 appendix A, equation 3).
+    """Second-order recurrent layer (Giles et al. 1990; Stogin et al. 2020 appendix A, equation 3).
 
     ``s^{t+1} = h_H(W ×_j s^t ×_k x^{t+1} + b)``; outputs ``s^{t+1}`` ``[B, T, hidden_size]``.
 

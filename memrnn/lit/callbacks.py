@@ -461,7 +461,7 @@ class LinearProbe(TraceComparison):
 
 class StackActions(TraceComparison):
     """Compare an nnPDA's learned stack actions with the language's PDA on probe strings
-    (seed 001), and extract the PDA the network implements.
+    (Stogin et al. 2020), and extract the PDA the network implements.
 
     After every ``every_n_epochs``-th validation: the layer's ``trace`` gives ``push`` (``p+``),
     ``pop`` (``p−``) and ``push_vector`` (``C``) at every step of ``BOS w_1 .. w_n``; they are
@@ -584,7 +584,7 @@ def _dyck_slots(language: Any, strings: Sequence[Sequence[int]], steps: int) -> 
 
 
 class HewittComparison(TraceComparison):
-    """Compare an LSTM trained on Dyck-(k,m) with Hewitt's LSTM construction (seed 000, E.6, G.2)
+    """Compare an LSTM trained on Dyck-(k,m) with Hewitt's LSTM construction (Hewitt et al. 2020, E.6, G.2)
     on probe strings.
 
     After every ``every_n_epochs``-th validation, logged as ``<split>/hewitt/``:
@@ -675,7 +675,7 @@ class HewittComparison(TraceComparison):
 
 
 class CounterProbe(ModelComparison):
-    """Find counting dimensions in a trained layer (seed 004 Figure 1): feed one long probe string
+    """Find counting dimensions in a trained layer (Weiss et al. 2018 Figure 1): feed one long probe string
     (``a^1000 b^1000``, ``a^100 b^100 c^100``, or a sampled string of a PDA language), correlate
     every unit of the layer's state (``state.*`` of its ``trace``: an LSTM's ``h`` and ``c``, a
     GRU's ``h``) with the reference counters (``a-b``, ``b-c`` count differences; ``depth``), and
@@ -766,7 +766,7 @@ class CounterProbe(ModelComparison):
         return result
 
     def figure(self, language: Any, raw: dict[str, Any]) -> Figure:
-        """Seed 004 Figure 1: the state over the probe string, counters bold; the construction's."""
+        """Weiss et al. 2018 Figure 1: the state over the probe string, counters bold; the construction's."""
         import matplotlib.pyplot as plt
 
         key = "state.c" if "state.c" in raw["units"] else next(iter(raw["units"]))

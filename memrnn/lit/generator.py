@@ -10,7 +10,7 @@ from memrnn.lit.sequence import SequenceModule
 
 
 class GeneratorModule(SequenceModule):
-    """Next-token language model over a formal language (seed 000, Definitions 2–3):
+    """Next-token language model over a formal language (Hewitt et al. 2020, Definitions 2–3):
     ``logits_t = V · layer(E · w_<t) + b``, trained with masked cross-entropy.
 
     The same as ``SequenceModule(objectives={"generator": 1.0})``; see it for the arguments.

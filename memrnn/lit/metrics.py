@@ -44,7 +44,7 @@ class CrossEntropyGap(Metric):
 
 
 class BracketClosingAccuracy(Metric):
-    """Hewitt et al.'s bracket-closing metric (seed 000, appendix H.4) and its side constraints.
+    """The bracket-closing metric of Hewitt et al. 2020 (appendix H.4) and its side constraints.
 
     At each observed close bracket, ``p(⟩_j | ⟩) = p(⟩_j) / Σ_i p(⟩_i)`` (eq. H.4) for the observed
     ``⟩_j`` counts as *confident* when it exceeds ``threshold`` (0.8).  ``p_ℓ`` is the rate of

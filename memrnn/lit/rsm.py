@@ -1,4 +1,4 @@
-"""Seed 002's experiments as library code: the nine tasks, the reservoir stack machine and echo
+"""Paaßen et al.'s (2021) experiments as library code: the nine tasks, the reservoir stack machine and echo
 state network per task with memrnn's default hyperparameters, the error measure, and a Lightning
 module that fits an RSM in closed form (``python train.py fit --config configs/rsm/….yaml``).
 
@@ -43,7 +43,7 @@ FILL = 20  # copy heuristic: the stack is filled to 20 symbols at the end-of-seq
 
 def check_task(task: str) -> str:
     if task not in TASKS:
-        raise ValueError(f"unknown seed 002 task {task!r}; choose one of {', '.join(TASKS)}")
+        raise ValueError(f"unknown Paaßen et al. 2021 task {task!r}; choose one of {', '.join(TASKS)}")
     return task
 
 
@@ -114,7 +114,7 @@ def task_items(
     test distribution (longer words, more repeats), so validation measures generalization.
 
     ``negative_fraction`` (languages only): that share of the items are near misses
-    (:func:`near_misses`), the rest words.  Seed 002 samples words only (0.0); then an RSM
+    (:func:`near_misses`), the rest words.  Paaßen et al. 2021 samples words only (0.0); then an RSM
     whose ``c_out`` just fires on the end step scores zero error while accepting every
     non-word, which the near misses expose."""
     if split not in ("train", "val", "test"):
@@ -172,7 +172,7 @@ def task_shape(task: str) -> dict[str, Any]:
 
 
 def default_units(task: str) -> int:
-    """256 neurons, 512 for the copy tasks (seed 002, footnote 4)."""
+    """256 neurons, 512 for the copy tasks (Paaßen et al. 2021, footnote 4)."""
     return 512 if is_copy(task) else 256
 
 
@@ -223,8 +223,8 @@ def make_machine(
 
     Classifiers (``"default"``): languages: ridge classifiers on 1,024 random Fourier features of
     standardized states (``c_pop``, ``c_push``, ``c_out``); copy tasks: logistic regression for
-    ``c_pop``/``c_push`` and linear ridge regression for ``c_out`` (seed 002 uses a linear
-    regression there too).  ``"svm"``: seed 002's RBF-SVMs (scikit-learn) for every classifier;
+    ``c_pop``/``c_push`` and linear ridge regression for ``c_out`` (Paaßen et al. 2021 uses a linear
+    regression there too).  ``"svm"``: Paaßen et al.'s (2021) RBF-SVMs (scikit-learn) for every classifier;
     ``"ridge"``/``"logistic"``: that classifier everywhere (``c_out`` of the copy tasks stays
     a ridge regression).  ``c_shift`` is fitted like the others (its training targets are all 1).
     """
@@ -278,7 +278,7 @@ def make_esn(
 
 
 def predictions_error(task: str, pred: Tensor, batch: dict[str, Any]) -> dict[str, float]:
-    """Seed 002's error: mean ``|ŷ − y|`` over the scored outputs (``mae``); copy tasks also
+    """Paaßen et al.'s (2021) error: mean ``|ŷ − y|`` over the scored outputs (``mae``); copy tasks also
     ``mae_copy`` (the copy phase only); languages also ``word_accuracy`` (the share of
     sequences whose verdict on the whole word, the output of the end step, is right).
     ``pred``: ``[B, T+1, L]`` or ``[B, T+1]``."""
@@ -304,7 +304,7 @@ def fit_machine(machine: ReservoirStackMachine, batch: dict[str, Any]) -> Reserv
 
 # -- Lightning -------------------------------------------------------------------------------------
 class RSMDataModule(L.LightningDataModule):
-    """Seed 002's data: ``train_size`` / ``val_size`` / ``test_size`` items of ``task`` (100 each
+    """Paaßen et al.'s (2021) data: ``train_size`` / ``val_size`` / ``test_size`` items of ``task`` (100 each
     in the paper), one batch per split (the fit is closed-form).  ``negative_fraction``: the
     share of near-miss non-words in every split (languages; see :func:`task_items`)."""
 
@@ -368,7 +368,7 @@ class RSMModule(L.LightningModule):
     ``gradient_clip_val`` must be null.
 
     Args:
-        task: the seed 002 task (must match the data module's).
+        task: the Paaßen et al. 2021 task (must match the data module's).
         reservoir: ``rand``, ``crj`` or ``ldn``.  units: reservoir neurons (default 256/512).
         classifier: see :func:`make_machine`.  seed: reservoir / feature seed.
         reservoir_args: overrides of :func:`make_reservoir`'s defaults (e.g. ``theta``).

@@ -50,7 +50,7 @@ class SequenceModule(L.LightningModule):
     """A sequence model over a formal language, trained on one or several objectives.
 
     ``h = layer(E · x)``; heads: ``generator`` logits ``[B, T, num_symbols]`` (masked
-    cross-entropy; seed 000 Definitions 2–3), ``next_set`` logits ``[B, T, num_symbols]``
+    cross-entropy; Hewitt et al. 2020 Definitions 2–3), ``next_set`` logits ``[B, T, num_symbols]``
     (binary cross-entropy against the allowed-next multi-hot set), ``acceptor`` logit
     ``[B, T]`` (binary cross-entropy against the per-prefix label, or at each string's own end).
 
@@ -61,14 +61,14 @@ class SequenceModule(L.LightningModule):
         embedding_dim: size of the learned token embedding (default 16).
         embedding: ``"learned"`` (default) or ``"one_hot"``: the layer reads one-hot token
             vectors of size ``vocab_size`` (a frozen identity embedding; leave
-            ``embedding_dim`` out), as tensor RNNs and the nnPDA expect (seed 001).
+            ``embedding_dim`` out), as tensor RNNs and the nnPDA expect (Stogin et al. 2020).
         objectives: ``{name: coefficient}`` over ``generator``, ``next_set``, ``acceptor_end``,
             ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
         optimizer: ``"adam"`` (default, as every seed), ``"adamw"``, ``"rmsprop"`` or ``"sgd"``.
         lr, weight_decay: the optimizer's.
         lr_decay: multiply the learning rate by this factor whenever ``lr_monitor`` fails to
             improve for more than ``lr_patience`` evaluations (``ReduceLROnPlateau``; patience 0
-            is seed 000 H.3).
+            is Hewitt et al. 2020 H.3).
         lr_monitor: the metric the schedule watches (default ``val/ce`` with the generator
             objective, else ``val/loss``).  Gradient clipping is the Trainer's
             ``gradient_clip_val``.

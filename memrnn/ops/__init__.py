@@ -1,5 +1,5 @@
 """Pure tensor functions (no ``nn.Module``), each with a slow reference transcription beside it:
-the differentiable stack of seed 001 and the higher-order contractions of tensor RNNs."""
+the differentiable stack of Stogin et al. 2020 and the higher-order contractions of tensor RNNs."""
 
 from memrnn.ops.stack import (
     h_sigmoid,

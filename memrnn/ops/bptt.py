@@ -71,7 +71,7 @@ def _input_grads(ctx, ga: Tensor, xt: Tensor, w_in: Tensor, B: int, T: int):
 
 class LSTMSequence(torch.autograd.Function):
     """An LSTM whose units expose ``tanh(c)`` (the first ``tanh_units``) or ``c`` itself (the rest:
-    seed 004's counter cells, footnote 3).
+    Weiss et al.'s (2018) counter cells, footnote 3).
 
     ``x [B, T, n]``, ``w_in [4N, n]``, ``b [4N]``, ``w_rec [4N, N]`` (gate blocks in the order
     **o, i, f, g**: the three sigmoids first), ``h0``, ``c0`` ``[B, N]`` -> ``hs``, ``cs``
@@ -258,7 +258,7 @@ class CounterRNNSequence(torch.autograd.Function):
 
 
 class JordanSequence(torch.autograd.Function):
-    """The Jordan recurrence of :class:`memrnn.layers.JordanRNN` (seed 003) over precomputed input
+    """The Jordan recurrence of :class:`memrnn.layers.JordanRNN` (Cotterell et al. 2023) over precomputed input
     pre-activations.
 
     ``pre [T, B, H]`` (time-major ``x_t Vᵀ + b``), ``weight_fb`` ``U [H, F]``, ``weight_out``

@@ -1,5 +1,5 @@
 """Ridge regression in closed form from accumulated sufficient statistics (the echo state network
-readout of seed 002, and the torch-native classifiers of the reservoir stack machine).
+readout of Paaßen et al. 2021, and the torch-native classifiers of the reservoir stack machine).
 
 With features ``X [N, d]``, targets ``Y [N, L]`` and a bias column of ones appended
 (``X̃ = [X, 1]``), the readout is ``w = (X̃ᵀX̃ + α D)^{-1} X̃ᵀY`` with ``D = diag(1, …, 1, 0)``:

@@ -1,4 +1,4 @@
-"""The differentiable stack of seed 001 (Stogin, Mali, Giles): the operator π(p+, p−, C) of
+"""The differentiable stack of Stogin, Mali & Giles 2020: the operator π(p+, p−, C) of
 Definition 3.2, its idealized form π̄ of Definition B.5, and the stack reading R of
 Definitions 3.4 / B.6.  Pure tensor functions, batched and vectorized over depth.
 
@@ -34,7 +34,7 @@ from torch import Tensor
 
 
 def h_sigmoid(x: Tensor, sensitivity: Tensor | float) -> Tensor:
-    """``h_H(x) = 1 / (1 + exp(−H x))`` (seed 001 section 3), elementwise."""
+    """``h_H(x) = 1 / (1 + exp(−H x))`` (Stogin et al. 2020 section 3), elementwise."""
     return torch.sigmoid(sensitivity * x)
 
 
@@ -77,7 +77,7 @@ def stack_op(
     push_vector: Tensor,
     sensitivity: Tensor | float,
 ) -> tuple[Tensor, Tensor]:
-    """``K ↦ π(p+, p−, C) K`` (seed 001 Definition 3.2), vectorized over batch and depth.
+    """``K ↦ π(p+, p−, C) K`` (Stogin et al. 2020 Definition 3.2), vectorized over batch and depth.
 
     ``(πK)_i = h_H(p+ K_{i−1} + p− K_{i+1} + (1 − p+ − p−) K_i − 1/2)`` for ``i ≥ 1``, and the
     top ``(πK)_0`` uses ``C`` in place of ``K_{−1}``.
@@ -150,7 +150,7 @@ def long_stack_op_reference(
 
 
 def ideal_stack_op(stack: Tensor, p_push: Tensor, p_pop: Tensor, push_vector: Tensor) -> Tensor:
-    """``K̄ ↦ π̄(p̄+, p̄−, C̄) K̄`` (seed 001 Definition B.5): the same linear combination as
+    """``K̄ ↦ π̄(p̄+, p̄−, C̄) K̄`` (Stogin et al. 2020 Definition B.5): the same linear combination as
     Definition 3.2 without ``h_H`` and the ``− 1/2``; for ``(p̄+, p̄−) ∈ {(1,0), (0,1), (0,0)}``
     and one-hot ``C̄`` it is exactly push(C̄), pop and the identity on one-hot stacks.
 

@@ -1,8 +1,8 @@
 """Higher-order (tensor) contractions of recurrent networks, each with a slow reference.
 
-* second order (Giles et al. 1990; seed 001 appendix A, equation 3):
+* second order (Giles et al. 1990; Stogin et al. 2020 appendix A, equation 3):
   ``z_i = Σ_jk W_ijk s_j x_k``;
-* third order (seed 001 Definition 3.6): ``z_o = Σ_jkl W_ojkl q_j x_k r_l``.
+* third order (Stogin et al. 2020 Definition 3.6): ``z_o = Σ_jkl W_ojkl q_j x_k r_l``.
 
 The input ``x`` is either dense ``[B, m]`` or given by token ids ``[B]`` (a one-hot input),
 and no one-hot vector is ever multiplied.  For ids there are two exact ways, chosen by size:
@@ -31,7 +31,7 @@ def _check_tokens(tokens: Tensor) -> None:
 def second_order(
     weight: Tensor, state: Tensor, x: Tensor | None = None, tokens: Tensor | None = None
 ) -> Tensor:
-    """``z_i = Σ_jk W_ijk s_j x_k`` (seed 001 equation 3, before the activation).
+    """``z_i = Σ_jk W_ijk s_j x_k`` (Stogin et al. 2020 equation 3, before the activation).
 
     Args:
         weight: ``W [out, n, m]`` (next unit ``i``, current unit ``j``, input ``k``).
@@ -76,7 +76,7 @@ def second_order_reference(weight: Tensor, state: Tensor, x: Tensor) -> Tensor:
 def third_order(
     weight: Tensor, state: Tensor, reading: Tensor, x: Tensor | None = None, tokens: Tensor | None = None
 ) -> Tensor:
-    """``z_o = Σ_jkl W_ojkl q_j x_k r_l`` (seed 001 Definition 3.6, before the activations).
+    """``z_o = Σ_jkl W_ojkl q_j x_k r_l`` (Stogin et al. 2020 Definition 3.6, before the activations).
 
     Args:
         weight: ``W [out, n, m, L]`` (output ``o``, state ``j``, input ``k``, stack reading ``l``).

@@ -1,4 +1,4 @@
-"""Counter machines compiled into ReLU RNNs and LSTMs (seed 004): exact acceptance, exhaustively
+"""Counter machines compiled into ReLU RNNs and LSTMs (Weiss et al. 2018): exact acceptance, exhaustively
 on short strings and on near misses of length up to 3·10^5, against independent predicates."""
 
 import itertools

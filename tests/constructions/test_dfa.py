@@ -1,4 +1,4 @@
-"""DFA -> second-order RNN (seed 001 appendix A, equation 3) and back."""
+"""DFA -> second-order RNN (Stogin et al. 2020 appendix A, equation 3) and back."""
 
 import itertools
 

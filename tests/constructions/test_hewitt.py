@@ -1,4 +1,4 @@
-"""Hewitt et al.'s Dyck-(k,m) constructions (seed 000, appendices D–G): exact generation
+"""The Dyck-(k,m) constructions of Hewitt et al. 2020 (appendices D–G): exact generation
 (Definition 5), the stack correspondence lemmas against a Python stack, sizes, the structured
 evaluation against the dense layers, the plain-torch export and ``hewitt_init_``."""
 

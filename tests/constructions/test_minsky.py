@@ -1,4 +1,4 @@
-"""Minsky's PFSA -> Heaviside RNN construction (seed 003), its inverse, Theorem 1's naive
+"""Minsky's PFSA -> Heaviside RNN construction (Cotterell et al. 2023), its inverse, Theorem 1's naive
 Dyck-(k,m) generator and the tightness checks."""
 
 import itertools

@@ -1,4 +1,4 @@
-"""PDA -> nnPDA (seed 001 Definition B.9, appendix E) and back."""
+"""PDA -> nnPDA (Stogin et al. 2020 Definition B.9, appendix E) and back."""
 
 import functools
 

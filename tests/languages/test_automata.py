@@ -1,4 +1,4 @@
-"""DFA, PFSA, DPDA (seed 001 appendix E), SKCM (seed 004) and the LR(1) parser (seed 002)."""
+"""DFA, PFSA, DPDA (Stogin et al. 2020 appendix E), SKCM (Weiss et al. 2018) and the LR(1) parser (Paaßen et al. 2021)."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ def windows(draw):
 
 
 def dyck_by_definition(ids, k, m):
-    """Definition 1 of seed 000, written independently of the DFA: well nested, types match,
+    """Definition 1 of Hewitt et al. 2020, written independently of the DFA: well nested, types match,
     depth never above m, END exactly once at the end."""
     if not ids or ids[-1] != 2 * k or 2 * k in ids[:-1]:
         return False

@@ -9,14 +9,14 @@ from memrnn.layers.elman import heaviside, saturated_linear
 
 def test_activations_by_hand():
     x = torch.tensor([-2.0, -0.0, 0.0, 0.5, 3.0])
-    assert heaviside(x).tolist() == [0, 0, 0, 1, 1]  # H(0) = 0, as seed 003's worked example needs
+    assert heaviside(x).tolist() == [0, 0, 0, 1, 1]  # H(0) = 0 (Cotterell et al. 2023's example)
     assert saturated_linear(x).tolist() == [0, 0, 0, 0.5, 1]
     layer = ElmanRNN(1, 1, activation="saturated-linear")  # hyphenated alias
     assert layer.activation == "saturated_linear"
 
 
 def test_minsky_worked_example_of_seed_003():
-    """Seed 003, the Minsky construction's worked update: from (q0, a) reading b, the Heaviside
+    """Cotterell et al. 2023, the Minsky construction's worked update: from (q0, a) reading b, the Heaviside
     Elman RNN with U (out-neighbourhoods), V (reachable-by-symbol) and b = -1 lands on (q0, b)."""
     U = torch.tensor([[1.0, 0, 1, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 1, 0, 1]])
     V = torch.tensor([[1.0, 0], [0, 1], [1, 0], [0, 1]])

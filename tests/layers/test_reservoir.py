@@ -1,4 +1,4 @@
-"""Reservoirs of seed 002: the worked matrices of docs/references.md, the Legendre delay network's
+"""Reservoirs of Paaßen et al. 2021: the worked matrices of docs/references.md, the Legendre delay network's
 linear memory, the random reservoir's spectral radius, and the ESN ridge readout.  (The
 MemoryLayer contract runs over reservoir_rand/crj/ldn in tests/core/test_interface.py.)"""
 

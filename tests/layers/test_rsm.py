@@ -1,4 +1,4 @@
-"""The reservoir stack machine (seed 002, Algorithms 2 and 4).
+"""The reservoir stack machine (Paaßen et al. 2021, Algorithms 2 and 4).
 
 * Driven by oracle classifiers (the LR(1) automaton's own rule choices), the batched machine
   reproduces Algorithm 1's stack after every step and its output, on every string up to length 6

@@ -1,4 +1,4 @@
-"""CounterProbe: counting dimensions of a trained layer against the reference counters (seed 004
+"""CounterProbe: counting dimensions of a trained layer against the reference counters (Weiss et al. 2018
 Figure 1), and the analysis functions under it."""
 
 import functools

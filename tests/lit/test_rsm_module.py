@@ -1,4 +1,4 @@
-"""RSMModule / RSMDataModule: seed 002's reservoir stack machine fitted in closed form through a
+"""RSMModule / RSMDataModule: Paaßen et al.'s (2021) reservoir stack machine fitted in closed form through a
 Lightning Trainer and through ``train.py``."""
 
 import lightning as L

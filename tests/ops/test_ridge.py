@@ -1,4 +1,4 @@
-"""Closed-form ridge regression from sufficient statistics (the ESN readout of seed 002)."""
+"""Closed-form ridge regression from sufficient statistics (the ESN readout of Paaßen et al. 2021)."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""The differentiable stack (seed 001 Definitions 3.2, 3.4, B.5; Proposition 3.3; Lemma 3.5)."""
+"""The differentiable stack (Stogin et al. 2020 Definitions 3.2, 3.4, B.5; Proposition 3.3; Lemma 3.5)."""
 
 import math
 
