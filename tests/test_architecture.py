@@ -20,7 +20,7 @@ def _text_files() -> list[Path]:
 
 
 def test_papers_are_cited_by_name_not_by_file_number() -> None:
-    """The seed papers' file numbers mean nothing to users: cite "Hewitt et al. 2020", not "seed 000"."""
+    """The seed papers' file numbers mean nothing to users: cite "Hewitt et al. 2020" instead."""
     pattern = re.compile("seed" + r" 00\d", re.IGNORECASE)
     hits = [
         f"{p.relative_to(ROOT)}:{i}"
