@@ -38,7 +38,9 @@ from torch import Tensor, nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from memrnn.analysis.counting import Accepts, first_counting_failure
 from memrnn.constructions.counters import compile_counter_machine
+from memrnn.languages import AnBn
 
 A, B, BOS = 0, 1, 2
 CHUNK = 8192
@@ -81,65 +83,32 @@ def _cat(states: list):
     return torch.cat(states, 1)
 
 
-@torch.no_grad()
-def failures(rnn: nn.RNNBase, readout: Callable[[Tensor], Tensor], ns: list[int]) -> dict[int, bool]:
-    """``{n: True if a^n b^n or a neighbour is misclassified}``."""
-    n_top = max(ns) + 1
-    _, state = rnn(_one_hot(BOS, 1, 1, rnn.weight_ih_l0.dtype))
-    record = {m for n in ns for m in (n - 1, n, n + 1) if m >= 0}
-    after_a = _run(rnn, A, state, n_top, record)
-    rows, plan = [], []  # (n, a-offset) per start row
-    for n in ns:
-        for da in (-1, 0, 1):
-            if n + da >= 0:
-                rows.append(after_a[n + da])
-                plan.append((n, da))
-    verdicts = _run(
-        rnn, B, _cat(rows), n_top + 1, {m for n in ns for m in (n - 1, n, n + 1) if m >= 0}, readout
-    )
-    bad = dict.fromkeys(ns, False)
-    for r, (n, da) in enumerate(plan):
-        for db in (-1, 0, 1) if da == 0 else (0,):
-            m = n + db
-            if m < 0:
-                continue
-            accepted = (
-                bool(readout(rows[r][0][-1] if isinstance(rows[r], tuple) else rows[r][-1])[0])
-                if m == 0
-                else bool(verdicts[m][r])
-            )
-            if accepted != (da == 0 and db == 0):
-                bad[n] = True
-    return bad
+def acceptor(rnn: nn.RNNBase, readout: Callable[[Tensor], Tensor]) -> Accepts:
+    """:data:`memrnn.analysis.counting.Accepts` for ``a^i b^j`` with shared prefixes: one pass
+    over ``a^N`` records the states after every ``i`` asked for, a second reads ``b``'s from all
+    of them at once and reads the verdict after every ``j`` asked for."""
+
+    @torch.no_grad()
+    def accepts(counts) -> list[bool]:
+        _, state = rnn(_one_hot(BOS, 1, 1, rnn.weight_ih_l0.dtype))
+        after_a = _run(rnn, A, state, max(i for i, _ in counts), {i for i, _ in counts})
+        rows = [after_a[i] for i, _ in counts]
+        marks = {j for _, j in counts if j > 0}
+        verdicts = _run(rnn, B, _cat(rows), max(marks), marks, readout) if marks else {}
+        out = []
+        for r, (_, j) in enumerate(counts):
+            if j == 0:  # no b read: the verdict on the state after the a's
+                h = rows[r][0][-1] if isinstance(rows[r], tuple) else rows[r][-1]
+                out.append(bool(readout(h)[0]))
+            else:
+                out.append(bool(verdicts[j][r]))
+        return out
+
+    return accepts
 
 
 def first_failure(rnn, readout, n_max: int) -> int | None:
-    grid = sorted({*range(1, 17), *(round(10 ** (k / 8)) for k in range(8, 8 * int(math.log10(n_max)) + 1))})
-    grid = [n for n in grid if n <= n_max]
-    last_ok, fail = 0, None
-    for lo in range(0, len(grid), 8):  # a decade at a time; stop at the first failure
-        block = grid[lo : lo + 8]
-        bad = failures(rnn, readout, block)
-        hit = [n for n in block if bad[n]]
-        if hit:
-            fail = hit[0]
-            last_ok = max([last_ok, *(n for n in block if n < fail)])
-            break
-        last_ok = block[-1]
-    if fail is None:
-        return None
-    while fail - last_ok > 1:
-        cand = list(range(last_ok + 1, fail))
-        if len(cand) > 256:
-            cand = sorted(
-                {round(last_ok + (fail - last_ok) * i / 257) for i in range(1, 257)} - {last_ok, fail}
-            )
-        bad = failures(rnn, readout, cand)
-        hit = [n for n in cand if bad[n]]
-        if hit:
-            fail = hit[0]
-        last_ok = max([last_ok, *(n for n in cand if n < fail)])
-    return fail
+    return first_counting_failure(acceptor(rnn, readout), AnBn(), n_max, batch_size=1 << 30)
 
 
 def compiled(kind: str, dtype):

@@ -10,7 +10,7 @@ for training, 50–100 for testing; copy: 1–20 steps of 8 bits; repeat copy: u
 10 repeats in training, 20 in testing); 256 reservoir neurons (512 for the copy tasks); the GRU
 (memrnn's ``GRULayer``, 256 units, Adam lr 1e-3, weight decay 1e-8) is trained one sequence per
 update as in the paper, ``--gru-updates`` updates (the paper: 10,000).  Hyperparameters are
-memrnn's fixed defaults (:func:`memrnn.lit.rsm.make_reservoir`, :func:`make_machine`), not the
+memrnn's fixed defaults (:func:`memrnn.rsm.experiment.make_reservoir`, :func:`make_machine`), not the
 paper's per-task random search.  Writes ``results.csv`` and ``tables.md`` under ``--out``.
 """
 
@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memrnn.layers.gated import GRULayer
-from memrnn.lit.rsm import (
+from memrnn.rsm.experiment import (
     LANGUAGE_TASKS,
     NTM_TASKS,
     TASKS,

@@ -54,7 +54,7 @@ def test_config_instantiates_through_the_cli(path, tmp_path):
 def test_rsm_config_instantiates_through_the_cli(path, tmp_path):
     """Paaßen et al.'s (2021) configs: a closed-form RSMModule; the task of model and data agree; plain
     ``callbacks:`` (no optimizer, so no LearningRateMonitor) and no gradient clipping."""
-    from memrnn.lit import RSMDataModule, RSMModule
+    from memrnn.rsm import RSMDataModule, RSMModule
 
     cli = build_cli(
         ["--config", str(path), f"--trainer.logger.init_args.save_dir={tmp_path}"],

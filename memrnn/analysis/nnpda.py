@@ -1,4 +1,5 @@
-"""The empirical form of Stogin et al.'s (2020) Theorem 3.7, and random walks through a PDA.
+"""The empirical form of Stogin et al.'s (2020) Theorem 3.7, random walks through a PDA, and a
+trained nnPDA's stack actions against the language's PDA.
 
 :func:`deviation_from_ideal` runs an nnPDA and the vectorized PDA of Definition B.9 with the
 same weights in lockstep and returns, per string, ``max_t ‖Q^t − Q̄^t‖∞`` and
@@ -8,8 +9,10 @@ cells), without storing the trajectories, so strings of 10^5 steps cost ``O(B·D
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,6 +22,7 @@ from memrnn.constructions.pda import ideal_step
 from memrnn.core.state import state_where
 from memrnn.languages.automata import DPDA, EMPTY
 from memrnn.layers.nnpda import NNPDA
+from memrnn.ops.stack import action_codes
 
 
 @dataclass
@@ -119,3 +123,70 @@ def pda_walks(
             word.append(end)
         out.append(word)
     return out
+
+
+# -- learned stack actions against the language's PDA --------------------------------------------
+def pda_actions(language: Any, strings: Sequence[Sequence[int]], steps: int) -> tuple[Tensor, Tensor]:
+    """The language's PDA run on each string (``END`` dropped), as the nnPDA sees it after
+    ``BOS``: ``([B, steps] action codes, [B, steps] pushed symbol)``; codes are +1 push, −1 pop,
+    0 no-op (``BOS`` and padding: 0); the symbol is the pushed stack symbol's index (else −1)."""
+    pda = language.pda()
+    ops = torch.zeros(len(strings), steps, dtype=torch.long)
+    syms = torch.full_like(ops, -1)
+    for b, s in enumerate(strings):
+        for t, step in enumerate(pda.run([language.symbols[i] for i in s[:-1]]), start=1):
+            kind = step.op[0]
+            ops[b, t] = 1 if kind == "push" else -1 if kind == "pop" else 0
+            if kind == "push":
+                syms[b, t] = pda.g_index[step.op[1]]
+    return ops, syms
+
+
+def stack_action_agreement(
+    language: Any, strings: Sequence[Sequence[int]], trace: dict[str, Tensor], mask: Tensor
+) -> tuple[dict[str, float], Tensor, Tensor]:
+    """Compare an nnPDA's learned stack actions (``trace`` keys ``push`` (p+), ``pop`` (p−),
+    ``push_vector`` (C), ``[B, T, ...]``; Stogin et al. 2020 Definition 3.6), quantized at 1/2,
+    with the language's PDA at every real step of ``BOS w_1 .. w_n``.
+
+    Returns ``(metrics, pda_codes [B, T], layer_codes [B, T])``; metrics: ``action_acc`` (all
+    steps), ``push_acc``, ``pop_acc``, ``noop_acc`` (per PDA action, where it occurs) and
+    ``symbol_acc`` (the pushed symbol, argmax C, under the best matching of the layer's stack
+    symbols to the PDA's; only when their numbers agree)."""
+    if not hasattr(language, "pda"):
+        raise ValueError(f"stack_action_agreement needs a language with a PDA; {language} has none")
+    missing = [k for k in ("push", "pop", "push_vector") if k not in trace]
+    if missing:
+        raise ValueError(
+            f"stack_action_agreement needs a layer that traces {missing} (an NNPDA); it has {sorted(trace)}"
+        )
+    got = action_codes(trace["push"], trace["pop"])
+    sym = trace["push_vector"].argmax(-1)
+    ref_ops, ref_syms = pda_actions(language, strings, got.shape[1])
+    real = mask.bool()
+    metrics = {"action_acc": float((got == ref_ops)[real].float().mean())}
+    for name, code in (("push", 1), ("pop", -1), ("noop", 0)):
+        sel = real & (ref_ops == code)
+        if bool(sel.any()):
+            metrics[f"{name}_acc"] = float((got == ref_ops)[sel].float().mean())
+    both = real & (ref_ops == 1) & (got == 1)
+    m2 = trace["push_vector"].shape[-1]
+    if bool(both.any()) and m2 == len(language.pda().stack_alphabet):
+        metrics["symbol_acc"] = max(
+            float((torch.tensor(perm)[sym[both]] == ref_syms[both]).float().mean())
+            for perm in itertools.permutations(range(m2))
+        )
+    return metrics, ref_ops, got
+
+
+def pda_rules_table(pda: DPDA) -> dict[str, list[str]]:
+    """A PDA's transition function as table columns ``state``, ``symbol``, ``top`` (``EMPTY``
+    for the empty stack), ``next``, ``op`` (``push(X)``, ``pop``, ``noop``), sorted."""
+    rows = sorted(pda.delta.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or ""))
+    return {
+        "state": [k[0] for k, _ in rows],
+        "symbol": [k[1] for k, _ in rows],
+        "top": [k[2] or "EMPTY" for k, _ in rows],
+        "next": [v[0] for _, v in rows],
+        "op": [v[1][0] + (f"({v[1][1]})" if v[1][1] else "") for _, v in rows],
+    }

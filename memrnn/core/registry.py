@@ -3,11 +3,14 @@
 ``register_layer(name, tiny=...)`` records a class with a tiny, complete set of constructor
 arguments; ``create_layer(name, **overrides)`` builds it; ``list_layers()`` lists the names.
 Configs do not use the registry: they name classes by ``class_path`` (LightningCLI).
+
+The registry is a plain dict, filled by the modules that define layers as they are imported;
+``import memrnn`` (which any ``import memrnn.…`` runs first) imports :mod:`memrnn.layers` and
+:mod:`memrnn.constructions`, so every built-in layer is registered before it can be asked for.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -35,20 +38,13 @@ def register_layer(name: str, *, tiny: dict[str, Any], cls: type | None = None) 
     return deco(cls) if cls is not None else deco
 
 
-def _load_builtin_layers() -> None:
-    importlib.import_module("memrnn.layers")
-    importlib.import_module("memrnn.constructions")  # constructed layers (Hewitt)
-
-
 def list_layers() -> list[str]:
     """Names of every registered layer, sorted."""
-    _load_builtin_layers()
     return sorted(_REGISTRY)
 
 
 def layer_class(name: str) -> type:
     """The class registered under ``name``."""
-    _load_builtin_layers()
     if name not in _REGISTRY:
         raise ValueError(f"unknown layer {name!r}; registered layers: {', '.join(sorted(_REGISTRY))}")
     return _REGISTRY[name][0]

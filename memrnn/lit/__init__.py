@@ -23,7 +23,6 @@ from memrnn.lit.metrics import (
     NextSetAccuracy,
     PerLengthStats,
 )
-from memrnn.lit.rsm import RSMDataModule, RSMModule
 from memrnn.lit.runs import LearningRateMonitor, SaveRunConfig, run_dir
 from memrnn.lit.sequence import SequenceModule
 
@@ -45,8 +44,6 @@ __all__ = [
     "NextSetAccuracy",
     "PerLengthStats",
     "ProgressBar",
-    "RSMDataModule",
-    "RSMModule",
     "SaveRunConfig",
     "SequenceModule",
     "StackActions",

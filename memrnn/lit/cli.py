@@ -36,6 +36,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
+from jsonargparse._common import debug_mode_active  # jsonargparse's own debug switch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
@@ -126,8 +127,6 @@ class ConciseArgumentParser(LightningArgumentParser):
     pointer to ``--help`` and last ``error: <what is wrong>``."""
 
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        from jsonargparse._common import debug_mode_active  # jsonargparse's own switch
-
         if not self.exit_on_error or debug_mode_active():
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
@@ -272,8 +271,6 @@ class MemrnnCLI(LightningCLI):
         try:
             super().instantiate_classes()
         except (ValueError, TypeError) as e:
-            from jsonargparse._common import debug_mode_active
-
             root = e
             while root.__cause__ is not None or root.__context__ is not None:
                 root = root.__cause__ or root.__context__

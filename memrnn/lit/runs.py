@@ -24,6 +24,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor as _LearningRateMonitor
 from lightning.pytorch.cli import SaveConfigCallback
+from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 #: the key under which checkpoints record their run
@@ -56,8 +57,6 @@ def run_record(trainer: L.Trainer) -> dict[str, Any]:
 def finish_wandb(trainer: L.Trainer, exit_code: int = 0) -> None:
     """Finish the W&B runs of ``trainer``'s W&B loggers now (exit code 1 marks a run failed on
     the dashboard); a later log call would start a new run, so call this at the end."""
-    from lightning.pytorch.loggers import WandbLogger
-
     for logger in trainer.loggers:
         if isinstance(logger, WandbLogger) and logger._experiment is not None:
             logger._experiment.finish(exit_code=exit_code)

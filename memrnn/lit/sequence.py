@@ -5,7 +5,7 @@ objective."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import lightning as L
 import torch
@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
 from memrnn.core.layer import MemoryLayer
-from memrnn.data.datamodule import IGNORE_INDEX
+from memrnn.data.datamodule import IGNORE_INDEX, bos_inputs
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
     BracketClosingAccuracy,
@@ -232,6 +232,29 @@ class SequenceModule(L.LightningModule):
         """The first objective's logits (generator: ``[B, T, num_symbols]``)."""
         out = self.heads_out(input_ids, mask)
         return out[next(iter(self.heads))]
+
+    @torch.no_grad()
+    def accepts(self, strings: Sequence[Sequence[int]], bos_id: int, *, batch_size: int = 64) -> list[bool]:
+        """The acceptor head's verdict (logit > 0, read at each string's own end) on token-id
+        strings ``w_1 .. w_n`` (``END`` dropped; ``bos_id`` is prepended, as the data modules do),
+        in eval mode and batches of ``batch_size``.  Feeds :func:`memrnn.analysis.counting_sweep`
+        through :func:`memrnn.analysis.strings_acceptor`."""
+        if "acceptor" not in self.heads:
+            raise ValueError(
+                f"accepts needs a model trained with an acceptor objective; this one has {list(self.objectives)}"
+            )
+        was_training = self.training
+        self.eval()
+        device = next(self.parameters()).device
+        verdicts: list[bool] = []
+        try:
+            for start in range(0, len(strings), batch_size):
+                inp, mask, lengths = bos_inputs(strings[start : start + batch_size], bos_id)
+                out = self.heads_out(inp.to(device), mask.to(device))
+                verdicts += (acceptor_end_logits(out["acceptor"], lengths) > 0).tolist()
+        finally:
+            self.train(was_training)
+        return verdicts
 
     def losses(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """Each objective's mean loss on ``batch``."""

@@ -56,7 +56,7 @@ def test_dfa_runs_and_validates():
     assert partial.run("010") == ["a", "a", None, None]
 
 
-def test_pfsa_of_seed_003_and_normalisation():
+def test_pfsa_of_cotterell_et_al_and_normalisation():
     # the lecture notes' example: q0 -a-> q0 (0.7), q0 -b-> q1 (0.3), q1 -a-> q0 (1.0)
     p = PFSA(
         ["q0", "q1"],

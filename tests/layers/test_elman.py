@@ -15,7 +15,7 @@ def test_activations_by_hand():
     assert layer.activation == "saturated_linear"
 
 
-def test_minsky_worked_example_of_seed_003():
+def test_minsky_worked_example_of_cotterell_et_al():
     """Cotterell et al. 2023, the Minsky construction's worked update: from (q0, a) reading b, the Heaviside
     Elman RNN with U (out-neighbourhoods), V (reachable-by-symbol) and b = -1 lands on (q0, b)."""
     U = torch.tensor([[1.0, 0, 1, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 1, 0, 1]])

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from memrnn.core import create_layer
-from memrnn.layers.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout
 from memrnn.layers.reservoir import (
     Reservoir,
     crj_weights,
@@ -17,6 +16,7 @@ from memrnn.layers.reservoir import (
     legendre_readout,
     pi_digits,
 )
+from memrnn.rsm.readouts import RidgeReadout
 
 
 def test_pi_digits():
@@ -39,7 +39,7 @@ def test_crj_worked_values():
     torch.testing.assert_close(U, torch.tensor([[-v, -v, -v, -v], [v, v, -v, v]], dtype=torch.float64))
 
 
-def test_crj_sign_orders_for_seed_002s_five_neuron_example():
+def test_crj_sign_orders_for_the_five_neuron_example_of_paassen_et_al():
     """π = 3.14159 26535 89793: row by row (docs/references.md) the 5×3 matrix's columns 2 and 3
     coincide; input by input they are three runs of five digits."""
     U, _ = crj_weights(5, 3)
@@ -160,61 +160,3 @@ def test_reservoir_errors():
         Reservoir(2, kind="ldn", order=3, theta=0)
     with pytest.raises(ValueError, match="unknown activation 'relu6'"):
         Reservoir(3, 5, activation="relu6")
-
-
-def test_readout_classifiers(gen):
-    x = torch.randn(300, 4, generator=gen, dtype=torch.float64)
-    y = (x[:, 0] > 0).long() + 2 * (x[:, 1] > 0.5).long()
-    for clf in (RidgeClassifier(1e-3, features=512, standardize=True), LogisticClassifier(1e-4)):
-        pred = clf.fit(x, y).predict(x)
-        assert pred.dtype == torch.long and set(pred.tolist()) <= {0, 1, 2, 3}
-        assert (pred == y).float().mean() > 0.93, type(clf).__name__
-    const = RidgeClassifier().fit(x, torch.full((300,), 4))
-    assert torch.equal(const.predict(x[:5]), torch.full((5,), 4))
-    # state_dict round trip (buffers take the fitted shapes)
-    clf = RidgeClassifier(1e-3, features=64, standardize=True).fit(x, y)
-    fresh = RidgeClassifier(1e-3, features=64, standardize=True)
-    fresh.load_state_dict(clf.state_dict())
-    assert torch.equal(fresh.predict(x), clf.predict(x))
-    with pytest.raises(RuntimeError, match="not fitted"):
-        RidgeClassifier().predict(x)
-    with pytest.raises(ValueError, match="integer tensor"):
-        RidgeClassifier().fit(x, y.double())
-
-
-def test_svm_classifier(gen):
-    pytest.importorskip("sklearn")
-    from memrnn.layers.readouts import SVMClassifier
-
-    x = torch.randn(200, 3, generator=gen, dtype=torch.float64)
-    y = (x.norm(dim=1) > 1.5).long()  # not linearly separable: the RBF kernel is needed
-    assert (SVMClassifier(C=10).fit(x, y).predict(x) == y).float().mean() > 0.95
-    assert torch.equal(
-        SVMClassifier().fit(x, torch.ones(200, dtype=torch.long)).predict(x[:3]),
-        torch.ones(3, dtype=torch.long),
-    )
-
-
-def test_esn_readout_is_the_closed_form_on_the_states(gen):
-    from memrnn.layers.esn import EchoStateNetwork
-    from memrnn.ops.ridge import ridge_reference
-
-    res = Reservoir(3, 20, "rand", seed=1, dtype=torch.float64)
-    x = torch.randn(4, 15, 3, generator=gen, dtype=torch.float64)
-    y = torch.randn(4, 15, 2, generator=gen, dtype=torch.float64)
-    mask = torch.arange(15)[None] < torch.tensor([15, 9, 4, 12])[:, None]
-    esn = EchoStateNetwork(res, 2, alpha=0.1, washout=2)
-    esn.partial_fit(x[:2], y[:2], mask[:2])  # two batches
-    esn.partial_fit(x[2:], y[2:], mask[2:])
-    esn.solve()
-    h, _ = res(x, mask=mask)
-    keep = mask.clone()
-    keep[:, :2] = False
-    w, b = ridge_reference(h[keep], y[keep], 0.1)
-    torch.testing.assert_close(esn.weight, w, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(esn.bias, b, atol=1e-9, rtol=1e-9)
-    out = esn(x, mask)
-    torch.testing.assert_close(out[mask], h[mask] @ w.T + b)
-    assert (out[~mask] == 0).all()
-    with pytest.raises(ValueError, match="targets must be"):
-        esn.partial_fit(x, y[..., :1])

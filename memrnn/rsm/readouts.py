@@ -4,8 +4,8 @@ classifiers ``c_pop``, ``c_push``, ``c_shift``, ``c_out`` (Paaßen et al. 2021, 
 Every readout has ``fit(features [N, d], targets) -> self`` and
 ``predict(features [N, d], context=None) -> [N]`` (class labels) or ``[N, L]`` (values).
 ``context`` is what the reservoir stack machine knows symbolically at that point (its stack and
-input symbol, :class:`memrnn.layers.rsm.RSMContext`); learned readouts ignore it, oracle readouts
-(:class:`memrnn.layers.rsm.LROracle`) use only it.
+input symbol, :class:`memrnn.rsm.machine.RSMContext`); learned readouts ignore it, oracle readouts
+(:class:`memrnn.rsm.LROracle`) use only it.
 
 * :class:`RidgeReadout`: linear (or random-Fourier-feature) ridge regression, bias unregularized.
 * :class:`RidgeClassifier`: the same on one-hot targets, ``argmax`` over the classes seen in

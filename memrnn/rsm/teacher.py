@@ -7,7 +7,7 @@
   holds ``fill`` symbols; at a later one pop (one symbol per action) until no end-of-sequence
   token is on the stack.  Then the symbol to copy always sits ``fill`` symbols below the top.
 
-Conventions (those of :class:`memrnn.layers.rsm.ReservoirStackMachine`): ``pushes`` is ``0`` for
+Conventions (those of :class:`memrnn.rsm.machine.ReservoirStackMachine`): ``pushes`` is ``0`` for
 none and ``k + 1`` for nonterminal ``k``; each step's actions end with a ``(0, 0)`` action.
 """
 

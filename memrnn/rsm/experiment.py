@@ -1,12 +1,12 @@
-"""Paaßen et al.'s (2021) experiments as library code: the nine tasks, the reservoir stack machine and echo
+"""The experiments of Paaßen et al. 2021 as library code: the nine tasks, the reservoir stack machine and echo
 state network per task with memrnn's default hyperparameters, the error measure, and a Lightning
 module that fits an RSM in closed form (``python train.py fit --config configs/rsm/….yaml``).
 
 Tasks (section 4): ``latch``, ``copy``, ``repeat_copy`` and the six languages of Table 1
 (``dyck1``, ``dyck2``, ``dyck3``, ``anbn``, ``palindrome``, ``json``).  Language words are
 sampled by memrnn's samplers (non-empty, 1–50 symbols for training, 50–100 for testing); the
-teacher signals come from the Table 1 automata (:func:`memrnn.data.stack_traces.lr_batch`), the
-copy tasks use section 4's stack heuristic (:func:`memrnn.data.stack_traces.transduction_batch`).
+teacher signals come from the Table 1 automata (:func:`memrnn.rsm.teacher.lr_batch`), the
+copy tasks use section 4's stack heuristic (:func:`memrnn.rsm.teacher.transduction_batch`).
 
 Error (Tables 2 and 3): the mean absolute error over every scored output of the test set
 (languages and latch: the ``T + 1`` outputs ``y_t = [w_<t ∈ L]`` of each word, binary
@@ -15,8 +15,9 @@ predictions; copy tasks: the ``T`` outputs, all 8 bits, raw values).
 
 from __future__ import annotations
 
+import io
 import pickle
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import lightning as L
 import numpy as np
@@ -24,14 +25,14 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from memrnn.data.stack_traces import lr_batch, transduction_batch
 from memrnn.data.tasks import CopyTask, ListDataset, RepeatCopyTask
 from memrnn.languages import AnBn, DyckN, JsonLite, Language, Latch, Palindrome
 from memrnn.languages.lr import table1_automaton
-from memrnn.layers.esn import EchoStateNetwork
-from memrnn.layers.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout, SVMClassifier
 from memrnn.layers.reservoir import Reservoir
-from memrnn.layers.rsm import ReservoirStackMachine
+from memrnn.rsm.esn import EchoStateNetwork
+from memrnn.rsm.machine import ReservoirStackMachine
+from memrnn.rsm.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout, SVMClassifier
+from memrnn.rsm.teacher import lr_batch, transduction_batch
 
 LANGUAGE_TASKS = ("dyck1", "dyck2", "dyck3", "anbn", "palindrome", "json")
 NTM_TASKS = ("latch", "copy", "repeat_copy")
@@ -358,6 +359,19 @@ class RSMDataModule(L.LightningDataModule):
         return self._loader("test")
 
 
+class _MovedModules(pickle.Unpickler):
+    """Unpickles classifiers pickled before the reservoir stack machine moved to ``memrnn.rsm``
+    (checkpoints of memrnn 0.1 name ``memrnn.layers.readouts``)."""
+
+    _MOVED: ClassVar[dict[str, str]] = {
+        "memrnn.layers.readouts": "memrnn.rsm.readouts",
+        "memrnn.layers.rsm": "memrnn.rsm.machine",
+    }
+
+    def find_class(self, module: str, name: str) -> Any:
+        return super().find_class(self._MOVED.get(module, module), name)
+
+
 class RSMModule(L.LightningModule):
     """A reservoir stack machine fitted in closed form inside Lightning: each training epoch runs
     Algorithm 4 on every batch and the classifiers are fitted on that epoch's pairs before the
@@ -481,4 +495,4 @@ class RSMModule(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.fitted = bool(checkpoint.get("rsm_fitted", False))
         for name, blob in checkpoint.get("rsm_pickled", {}).items():
-            setattr(self.machine, name, pickle.loads(blob))
+            setattr(self.machine, name, _MovedModules(io.BytesIO(blob)).load())

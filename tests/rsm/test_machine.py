@@ -15,18 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from memrnn.data.stack_traces import copy_actions, lr_batch, transduction_batch
 from memrnn.data.tasks import CopyTask, RepeatCopyTask
 from memrnn.languages import AnBn, DyckN, JsonLite, Latch, Palindrome
 from memrnn.languages.lr import END_MARK, table1_automaton
-from memrnn.layers.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout
 from memrnn.layers.reservoir import Reservoir
-from memrnn.layers.rsm import (
-    InnerLoopLimitError,
-    LROracle,
-    ReservoirStackMachine,
-    StackDepthError,
-)
+from memrnn.rsm.machine import InnerLoopLimitError, ReservoirStackMachine, StackDepthError
+from memrnn.rsm.oracle import LROracle
+from memrnn.rsm.readouts import LogisticClassifier, RidgeClassifier, RidgeReadout
+from memrnn.rsm.teacher import copy_actions, lr_batch, transduction_batch
 
 LANGUAGES = {
     "dyck1": (DyckN(1), 6),

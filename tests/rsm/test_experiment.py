@@ -5,9 +5,9 @@ import lightning as L
 import pytest
 import torch
 
-from memrnn.lit import RSMDataModule, RSMModule
-from memrnn.lit.rsm import predictions_error, task_data, task_items
 from memrnn.lit.wandb_files import read_offline_run
+from memrnn.rsm import RSMDataModule, RSMModule
+from memrnn.rsm.experiment import predictions_error, task_data, task_items
 from tests.test_configs import ROOT, run_train
 
 
@@ -96,7 +96,7 @@ def test_near_misses_and_word_accuracy():
     import numpy as np
 
     from memrnn.languages.lr import table1_automaton
-    from memrnn.lit.rsm import near_misses, sample_words, task_language
+    from memrnn.rsm.experiment import near_misses, sample_words, task_language
 
     rng = np.random.default_rng(1)
     for task in ("dyck2", "anbn", "palindrome", "json"):
