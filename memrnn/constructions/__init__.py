@@ -8,18 +8,20 @@ from memrnn.constructions.counters import (
 )
 from memrnn.constructions.dfa import EncodedDFA, encode_dfa, extract_dfa
 from memrnn.constructions.hewitt import (
-    GAMMA,
     HewittGenerator,
     HewittLSTM,
     HewittSimpleRNN,
+    TorchGenerator,
+    hewitt_generator,
+    hewitt_init_,
+)
+from memrnn.constructions.hewitt_spec import (
+    GAMMA,
     HewittSpec,
     StackCodes,
-    TorchGenerator,
     construction_sizes,
     dyck_state_count,
     hewitt_constants,
-    hewitt_generator,
-    hewitt_init_,
     hewitt_spec,
     hewitt_units,
     ideal_states,

@@ -18,14 +18,11 @@ from memrnn.analysis.generation import (
     exhaustive_generation_check,
     sampled_generation_check,
 )
-from memrnn.constructions.hewitt import (
+from memrnn.constructions.hewitt import HewittLSTM, HewittSimpleRNN, hewitt_generator, hewitt_init_
+from memrnn.constructions.hewitt_spec import (
     GAMMA,
-    HewittLSTM,
-    HewittSimpleRNN,
     construction_sizes,
     hewitt_constants,
-    hewitt_generator,
-    hewitt_init_,
     hewitt_spec,
     hewitt_units,
     ideal_states,

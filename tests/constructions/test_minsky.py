@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from memrnn.analysis.generation import exhaustive_generation_check
-from memrnn.constructions.hewitt import construction_sizes, dyck_state_count
+from memrnn.constructions.hewitt_spec import construction_sizes, dyck_state_count
 from memrnn.constructions.minsky import (
     dyck_pfsa,
     extract_pfsa,
@@ -34,7 +34,7 @@ def seed_example() -> PFSA:
     )
 
 
-def test_the_seed_003_worked_example():
+def test_the_worked_example_of_cotterell_et_al():
     rnn = minsky(seed_example(), log_zero=-1000.0)
     assert rnn.units[:4] == [("q0", "a"), ("q0", "b"), ("q1", "a"), ("q1", "b")]
     U = rnn.layer.weight_hh.detach()[:4, :4]
