@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -54,8 +55,6 @@ def _module_imports(path: Path) -> list[tuple[str, int, bool]]:
     """``(imported module, line, inside a function)`` for every import of ``path``, skipping
     ``if TYPE_CHECKING:`` blocks; ``from memrnn.x import y`` counts as ``memrnn.x.y`` when
     ``memrnn/x/y`` exists, else as ``memrnn.x``."""
-    import ast
-
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found: list[tuple[str, int, bool]] = []
 
@@ -63,7 +62,7 @@ def _module_imports(path: Path) -> list[tuple[str, int, bool]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
                 continue
-            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef))
             if isinstance(child, ast.Import):
                 found.extend((a.name, child.lineno, in_function) for a in child.names)
             elif isinstance(child, ast.ImportFrom) and child.module and child.level == 0:
@@ -126,8 +125,6 @@ def test_no_import_hides_inside_a_function() -> None:
 
 def test_no_module_of_memrnn_loads_memrnn_by_name() -> None:
     """``importlib`` is for user class paths (the CLI), never a way around the floors."""
-    import ast
-
     bad = []
     for path in _library_files():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

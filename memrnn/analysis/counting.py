@@ -112,9 +112,9 @@ def first_counting_failure(
     for ``n_max`` far beyond what :func:`counting_sweep` can visit one by one: ``n`` on a
     geometric grid (``min_n..16``, then 8 points per decade), a decade at a time up to the first
     failing grid point, then bisection-like refinement (at most 256 ``n`` per round) between the
-    last passing and the first failing point.  Assumes, as Weiss et al. 2018 observe, that a
-    counter that fails at ``n`` does not recover for good far below it; the answer is exact for
-    the ``n`` it visits."""
+    last passing and the first failing point.  Exact for every ``n`` it visits; a failure
+    confined to ``n`` strictly between two passing grid points of an earlier decade is not
+    looked for (the finite-precision failures of Weiss et al. 2018 persist once they start)."""
     if n_max < language.min_n:
         raise ValueError(f"n_max={n_max} is below the language's min_n={language.min_n}")
     decades = int(math.log10(n_max)) if n_max >= 10 else 0

@@ -126,11 +126,14 @@ def pda_walks(
 
 
 # -- learned stack actions against the language's PDA --------------------------------------------
-def pda_actions(language: Any, strings: Sequence[Sequence[int]], steps: int) -> tuple[Tensor, Tensor]:
+def pda_actions(
+    language: Any, strings: Sequence[Sequence[int]], steps: int, pda: DPDA | None = None
+) -> tuple[Tensor, Tensor]:
     """The language's PDA run on each string (``END`` dropped), as the nnPDA sees it after
     ``BOS``: ``([B, steps] action codes, [B, steps] pushed symbol)``; codes are +1 push, −1 pop,
-    0 no-op (``BOS`` and padding: 0); the symbol is the pushed stack symbol's index (else −1)."""
-    pda = language.pda()
+    0 no-op (``BOS`` and padding: 0); the symbol is the pushed stack symbol's index (else −1).
+    ``pda``: the language's, when the caller already built it."""
+    pda = pda if pda is not None else language.pda()
     ops = torch.zeros(len(strings), steps, dtype=torch.long)
     syms = torch.full_like(ops, -1)
     for b, s in enumerate(strings):
@@ -160,9 +163,10 @@ def stack_action_agreement(
         raise ValueError(
             f"stack_action_agreement needs a layer that traces {missing} (an NNPDA); it has {sorted(trace)}"
         )
+    pda = language.pda()
     got = action_codes(trace["push"], trace["pop"])
     sym = trace["push_vector"].argmax(-1)
-    ref_ops, ref_syms = pda_actions(language, strings, got.shape[1])
+    ref_ops, ref_syms = pda_actions(language, strings, got.shape[1], pda)
     real = mask.bool()
     metrics = {"action_acc": float((got == ref_ops)[real].float().mean())}
     for name, code in (("push", 1), ("pop", -1), ("noop", 0)):
@@ -171,7 +175,7 @@ def stack_action_agreement(
             metrics[f"{name}_acc"] = float((got == ref_ops)[sel].float().mean())
     both = real & (ref_ops == 1) & (got == 1)
     m2 = trace["push_vector"].shape[-1]
-    if bool(both.any()) and m2 == len(language.pda().stack_alphabet):
+    if bool(both.any()) and m2 == len(pda.stack_alphabet):
         metrics["symbol_acc"] = max(
             float((torch.tensor(perm)[sym[both]] == ref_syms[both]).float().mean())
             for perm in itertools.permutations(range(m2))

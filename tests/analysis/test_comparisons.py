@@ -84,8 +84,13 @@ def test_counter_correlations_find_the_counting_unit():
     assert compiled.shape[0] == t and np.abs(compiled).max() >= 49
 
 
-def test_layer_trace_runs_on_the_layers_device_and_dtype():
+def test_layer_trace_gives_cpu_traces_of_bos_and_the_body_with_its_mask():
     layer = NNPDA(3, 2, 2)
     trace, mask = layer_trace(one_hot(3), layer, [[0, 1, 2], [1, 2]], bos_id=2)
-    assert all(v.device.type == "cpu" for v in trace.values()) and mask.dtype == torch.bool
+    assert all(v.device.type == "cpu" and v.shape[:2] == (2, 3) for v in trace.values())
+    assert mask.dtype == torch.bool
+    # the trace is the layer's own on BOS + body (END dropped), padded positions zero
+    x = one_hot(3)(torch.tensor([[2, 0, 1], [2, 1, 0]]))
+    out, _ = layer(x, mask=torch.tensor([[True, True, True], [True, True, False]]))
+    torch.testing.assert_close(trace["output"], out)
     assert mask.tolist() == [[True, True, True], [True, True, False]]
