@@ -25,7 +25,7 @@ from memrnn.data import FormalLanguageDataModule
 from memrnn.data.datamodule import IGNORE_INDEX
 from memrnn.languages import DyckKM
 from memrnn.layers import LSTMLayer
-from memrnn.lit import GeneratorModule, HewittInit
+from memrnn.lit import HewittInit, SequenceModule
 
 
 class TokenClock(L.Callback):
@@ -62,13 +62,13 @@ def run(
         lang, preset="hewitt", train_tokens=tokens, val_tokens=20_000, test_tokens=1000, batch_size=10,
         eval_batch_size=256, seed=seed,
     )  # fmt: skip
-    model = GeneratorModule(
+    model = SequenceModule(
         functools.partial(LSTMLayer, hidden_size=hewitt_units(k, m)),
         lang.input_vocab_size,
         lang.num_symbols,
         embedding_dim=2 * k + 10,
         lr=lr,
-        optimizer=optimizer,
+        optimizer={"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer],
         bracket_types=k,
     )
     clock = TokenClock()

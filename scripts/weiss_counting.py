@@ -28,7 +28,10 @@ from memrnn.lit.wandb_files import read_offline_run  # noqa: E402
 PAPER = {"lstm_anbn": "100%", "gru_anbn": "87.0%", "lstm_anbncn": "98.6%", "gru_anbncn": "86.9%"}
 
 
-def language_of(config: Path):
+def language_of(run: Path):
+    """The language of the fit under ``run``, from the resolved config its run folder keeps
+    (the experiment configs are overlays; this file has every key)."""
+    config = next(p for p in sorted(run.rglob("config.yaml")) if "test" not in p.relative_to(run).parts)
     spec = yaml.safe_load(config.read_text())["data"]["init_args"]["language"]
     module, _, name = spec["class_path"].rpartition(".")
     return getattr(importlib.import_module(module), name)(**spec.get("init_args", {}))
@@ -75,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         acc = next(r["test/accept_end"] for r in run["history"] if "test/accept_end" in r)
         model = SequenceModule.load_from_checkpoint(best, map_location="cpu").eval()
         with torch.no_grad():
-            result, _ = CounterProbe().analyse(model, language_of(config))
+            result, _ = CounterProbe().analyse(model, language_of(save))
         corr = {
             k.removeprefix("best_abs_r_"): v for k, v in result.metrics.items() if k.startswith("best_abs_r_")
         }

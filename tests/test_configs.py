@@ -6,15 +6,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from memrnn.core import MemoryLayer
 from memrnn.data.datamodule import SplitDataModule
 from memrnn.lit import SequenceModule
-from memrnn.lit.cli import build_cli
+from memrnn.lit.cli import build_cli, config_chain, expand_config_bases
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = ROOT / "configs" / "defaults.yaml"
-CONFIGS = sorted(p for p in (ROOT / "configs").rglob("*.yaml") if p != DEFAULTS)
+#: the experiment configs (``_*.yaml`` are the bases they overlay, not experiments of their own)
+CONFIGS = sorted(
+    p for p in (ROOT / "configs").rglob("*.yaml") if p != DEFAULTS and not p.name.startswith("_")
+)
+BASES = sorted((ROOT / "configs").rglob("_*.yaml"))
 
 
 def run_train(*args, cwd, timeout=300):
@@ -82,11 +88,86 @@ def test_print_config_shows_the_resolved_layer(tmp_path):
 def test_unknown_config_key_is_named(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        (ROOT / "configs/dyck/lstm_k2_m3.yaml").read_text().replace("hidden_size: 16", "hiden_size: 16")
+        (ROOT / "configs/dyck/lstm_k2_m3.yaml")
+        .read_text()
+        .replace("hidden_size: 16", "hiden_size: 16")
+        .replace("base: _base.yaml", f"base: {ROOT / 'configs/dyck/_base.yaml'}")
     )
     out = run_train("fit", "--config", str(bad), "--print_config", cwd=tmp_path)
     assert out.returncode != 0
     assert "hiden_size" in out.stderr
+
+
+def code_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_experiment_configs_are_small_overlays_of_a_base(path):
+    """Each experiment names the base it overlays (its paper's ``_base.yaml``, directly or through
+    another overlay) and adds at most 15 lines of its own; every base is used."""
+    chain = config_chain(path)
+    assert len(chain) >= 2 and chain[0][0].name == "_base.yaml" and chain[0][0].parent == path.parent, chain
+    assert len(code_lines(path)) <= 15, f"{path.name}: {len(code_lines(path))} lines"
+
+
+def test_every_base_is_used():
+    used = {file for p in CONFIGS for file, _ in config_chain(p)[:-1]}
+    assert set(BASES) <= used, sorted(set(BASES) - used)
+
+
+def test_an_overlay_merges_into_its_base_chain(tmp_path):
+    """``lstm_k8_m3_hewitt_init.yaml`` overlays ``lstm_k8_m3.yaml`` overlays ``_base.yaml``: the
+    resolved config has every level's values, and the callbacks of all three plus the defaults'."""
+    cli = build_cli(
+        ["--config", str(ROOT / "configs/hewitt/lstm_k8_m3_hewitt_init.yaml"),
+         f"--trainer.logger.init_args.save_dir={tmp_path}"],
+        run=False,
+        default_config_files=[DEFAULTS],
+    )  # fmt: skip
+    assert cli.model.hparams.lr == 0.001 and cli.model.hparams.embedding_dim == 26  # overlay, middle
+    assert cli.model.layer.hidden_size == 24 and cli.datamodule.language.k == 8  # middle
+    assert cli.trainer.max_epochs == 100 and cli.datamodule.hparams.batch_size == 10  # base
+    assert isinstance(cli.model.lr_scheduler(torch.optim.SGD([torch.zeros(1)], lr=1)), ReduceLROnPlateau)
+    names = [type(c).__name__ for c in cli.trainer.callbacks]
+    for name in ("ModelCheckpoint", "LengthCurves", "EarlyStopping", "HewittComparison", "HewittInit"):
+        assert name in names, names
+    # the command line still wins over every config
+    cli = build_cli(
+        ["--config", str(ROOT / "configs/hewitt/lstm_k8_m3.yaml"), "--model.init_args.lr=0.5",
+         "--data.init_args.language.init_args.m=5", f"--trainer.logger.init_args.save_dir={tmp_path}"],
+        run=False,
+        default_config_files=[DEFAULTS],
+    )  # fmt: skip
+    assert cli.model.hparams.lr == 0.5 and cli.datamodule.language.m == 5 and cli.datamodule.language.k == 8
+
+
+def test_config_bases_missing_or_cyclic_are_named(tmp_path):
+    (tmp_path / "a.yaml").write_text("base: b.yaml\nseed_everything: 1\n")
+    (tmp_path / "b.yaml").write_text("base: a.yaml\n")
+    with pytest.raises(ValueError, match=r"config bases form a cycle: .*a.yaml -> .*b.yaml -> .*a.yaml"):
+        config_chain(tmp_path / "a.yaml")
+    (tmp_path / "c.yaml").write_text("base: nowhere.yaml\n")
+    with pytest.raises(ValueError, match=r"nowhere.yaml \(the base named by .*c.yaml\): no such file"):
+        expand_config_bases(["fit", "--config", str(tmp_path / "c.yaml")])
+    (tmp_path / "d.yaml").write_text("base: [x.yaml]\n")
+    with pytest.raises(ValueError, match=r"d.yaml: base must be a path, got \['x.yaml'\]"):
+        config_chain(tmp_path / "d.yaml")
+    out = run_train("fit", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("error: config ")
+
+
+def test_expansion_leaves_other_arguments_alone(tmp_path):
+    (tmp_path / "root.yaml").write_text("seed_everything: 3\n")
+    (tmp_path / "top.yaml").write_text("base: root.yaml\ntrainer:\n  max_epochs: 2\n")
+    args = ["fit", "--config=" + str(tmp_path / "top.yaml"), "--trainer.max_epochs=5", "--config", "x"]
+    assert expand_config_bases(args) == [
+        "fit", "--config", str(tmp_path / "root.yaml"), "--config", "trainer:\n  max_epochs: 2\n",
+        "--trainer.max_epochs=5", "--config", "x",
+    ]  # fmt: skip
+    assert expand_config_bases(["fit", "--config", str(tmp_path / "root.yaml")]) == [
+        "fit", "--config", str(tmp_path / "root.yaml")
+    ]  # fmt: skip
 
 
 def test_train_py_runs_two_process_ddp_on_cpu(tmp_path):

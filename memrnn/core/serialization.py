@@ -23,3 +23,16 @@ def allow_in_checkpoints(*objects: object) -> None:
 
 
 allow_in_checkpoints(functools.partial)
+
+
+def _torch_classes(module: object, base: type) -> list[type]:
+    return [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, base)]
+
+
+# SequenceModule keeps its optimizer class and scheduler (a partial of a scheduler class) in its
+# hyper-parameters when it is built in Python rather than from YAML.
+allow_in_checkpoints(
+    *_torch_classes(torch.optim, torch.optim.Optimizer),
+    *_torch_classes(torch.optim.lr_scheduler, torch.optim.lr_scheduler.LRScheduler),
+    torch.optim.lr_scheduler.ReduceLROnPlateau,
+)

@@ -14,7 +14,6 @@ from memrnn.lit.callbacks import (
     StackActions,
     TraceComparison,
 )
-from memrnn.lit.generator import GeneratorModule
 from memrnn.lit.loggers import WandbLogger
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
@@ -34,7 +33,6 @@ __all__ = [
     "CountingReport",
     "CrossEntropyGap",
     "CrossEntropyReport",
-    "GeneratorModule",
     "HewittComparison",
     "HewittInit",
     "LearningRateMonitor",

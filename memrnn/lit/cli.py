@@ -11,6 +11,10 @@ Beyond Lightning's own CLI it keeps runs apart and honest:
   (Lightning would silently use the checkpoint's model);
 * a run that does nothing (``limit_train_batches=0``, ``max_steps=0``, an empty split) ends
   with a warning;
+* an experiment config may name the config it overlays (``base: _base.yaml``, relative to
+  itself): ``--config overlay.yaml`` reads as ``--config _base.yaml --config overlay.yaml``
+  (:func:`expand_config_bases`), so the overlay's nested keys merge into the base's by
+  jsonargparse's own rules for successive configs (``callbacks+:`` appends);
 * argument and config errors end with the one line that matters, instead of a 60-line usage;
 * third-party tips printed on every run are silenced, deliberately and by name
   (:func:`quiet_known_noise`).
@@ -36,6 +40,7 @@ from typing import Any, NoReturn
 
 import lightning as L
 import torch
+import yaml
 from jsonargparse._common import debug_mode_active  # jsonargparse's own debug switch
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -319,6 +324,66 @@ class MemrnnCLI(LightningCLI):
             sys.stderr.write(f"WARNING: {message}\n")
 
 
+BASE_KEY = "base"
+
+
+def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The configs ``path`` is built from, outermost base first: ``[(path, its keys without
+    base), …]``.  A config names its base with a top-level ``base: <path relative to it>``;
+    a missing base or a cycle is a ``ValueError`` naming the files."""
+    chain: list[tuple[Path, dict[str, Any]]] = []
+    seen: list[Path] = []
+    current: Path | None = Path(path)
+    while current is not None:
+        current = current.resolve()
+        if current in seen:
+            raise ValueError(f"config bases form a cycle: {' -> '.join(str(p) for p in [*seen, current])}")
+        if not current.is_file():
+            named = f" (the base named by {seen[-1]})" if seen else ""
+            raise ValueError(f"config {current}{named}: no such file")
+        seen.append(current)
+        keys = yaml.safe_load(current.read_text()) or {}
+        if not isinstance(keys, dict):
+            raise ValueError(f"config {current} holds {type(keys).__name__}, not a mapping of keys")
+        base = keys.pop(BASE_KEY, None)
+        chain.append((current, keys))
+        if base is not None and not isinstance(base, str):
+            raise ValueError(f"config {current}: base must be a path, got {base!r}")
+        current = current.parent / base if base else None
+    return chain[::-1]
+
+
+def expand_config_bases(args: Sequence[str]) -> list[str]:
+    """``args`` with every ``--config F`` (or ``--config=F``) whose file names a ``base``
+    replaced by ``--config <root base> --config <keys> …``, outermost base first (configs
+    without a base pass unchanged).  The keys of each config that names a base go as YAML text
+    without the ``base`` key, the form ``--config`` takes besides a path."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--config" and i + 1 < len(args):
+            value, i = args[i + 1], i + 2
+        elif arg.startswith("--config="):
+            value, i = arg.split("=", 1)[1], i + 1
+        else:
+            out.append(arg)
+            i += 1
+            continue
+        path = Path(value)
+        if not (path.suffix in (".yaml", ".yml") and path.is_file()) or BASE_KEY not in (
+            yaml.safe_load(path.read_text()) or {}
+        ):
+            out += ["--config", value]
+            continue
+        (root, _), *overlays = config_chain(path)
+        out += ["--config", str(root)]
+        for _, keys in overlays:  # each named a base, so jsonargparse reads its keys as text
+            if keys:
+                out += ["--config", yaml.safe_dump(keys, sort_keys=False)]
+    return out
+
+
 def build_cli(
     args: Sequence[str] | None = None,
     *,
@@ -332,13 +397,23 @@ def build_cli(
     parses and instantiates (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
     """
     quiet_known_noise()
+    given = sys.argv[1:] if args is None else list(args)
+    try:
+        expanded = expand_config_bases(given)
+    except ValueError as e:
+        sys.stderr.write(f"error: {e}\n")
+        raise SystemExit(2) from None
+    if args is None and expanded != given:
+        # Lightning warns when args are given beside sys.argv; here they are sys.argv, expanded
+        warnings.filterwarnings("ignore", message=r"LightningCLI's args parameter is intended")
+    args = None if args is None and expanded == given else expanded
     defaults = {"default_config_files": [str(p) for p in default_config_files]}
     return MemrnnCLI(
         L.LightningModule,
         L.LightningDataModule,
         subclass_mode_model=True,
         subclass_mode_data=True,
-        args=list(args) if args is not None else None,
+        args=args,
         run=run,
         parser_class=ConciseArgumentParser,
         save_config_callback=SaveRunConfig,

@@ -6,11 +6,14 @@ objective."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
@@ -24,12 +27,8 @@ from memrnn.lit.metrics import (
     PerLengthStats,
 )
 
-OPTIMIZERS = {
-    "adam": torch.optim.Adam,
-    "adamw": torch.optim.AdamW,
-    "rmsprop": torch.optim.RMSprop,
-    "sgd": torch.optim.SGD,
-}
+#: ``Callable[[Optimizer], scheduler]``: in YAML a ``class_path`` of ``torch.optim.lr_scheduler``
+LRSchedulerCallable = Callable[[Optimizer], LRScheduler | ReduceLROnPlateau]
 OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
 #: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
 NEEDS = {
@@ -64,13 +63,15 @@ class SequenceModule(L.LightningModule):
             ``embedding_dim`` out), as tensor RNNs and the nnPDA expect (Stogin et al. 2020).
         objectives: ``{name: coefficient}`` over ``generator``, ``next_set``, ``acceptor_end``,
             ``acceptor_prefix``; the loss is the weighted sum of their mean losses.
-        optimizer: ``"adam"`` (default, as every seed), ``"adamw"``, ``"rmsprop"`` or ``"sgd"``.
-        lr, weight_decay: the optimizer's.
-        lr_decay: multiply the learning rate by this factor whenever ``lr_monitor`` fails to
-            improve for more than ``lr_patience`` evaluations (``ReduceLROnPlateau``; patience 0
-            is Hewitt et al. 2020 H.3).
-        lr_monitor: the metric the schedule watches (default ``val/ce`` with the generator
-            objective, else ``val/loss``).  Gradient clipping is the Trainer's
+        optimizer: the optimizer class (default ``torch.optim.Adam``, as every paper memrnn
+            reproduces); in YAML its import path, e.g. ``optimizer: torch.optim.SGD``.
+        lr, weight_decay: the optimizer's learning rate and weight decay.
+        optimizer_args: its other arguments, e.g. ``{momentum: 0.9}`` or ``{betas: [0.9, 0.98]}``.
+        lr_scheduler: a callable of the optimizer returning a scheduler, stepped once per
+            validation (default none); in YAML a ``class_path``, e.g. Hewitt et al.'s (2020, H.3)
+            ``torch.optim.lr_scheduler.ReduceLROnPlateau`` with ``factor: 0.5, patience: 0``.
+        lr_monitor: the metric a ``ReduceLROnPlateau`` watches (default ``val/ce`` with the
+            generator objective, else ``val/loss``).  Gradient clipping is the Trainer's
             ``gradient_clip_val``.
         bracket_types: ``k`` of a bracket language (linked from the data): adds Hewitt's
             bracket-closing metric to validation and test.
@@ -89,11 +90,11 @@ class SequenceModule(L.LightningModule):
         num_symbols: int,
         embedding_dim: int | None = None,
         objectives: Mapping[str, float] | None = None,
+        optimizer: type[Optimizer] = torch.optim.Adam,
         lr: float = 1e-2,
         weight_decay: float = 0.0,
-        lr_decay: float | None = None,
-        lr_patience: int = 0,
-        optimizer: str = "adam",
+        optimizer_args: Mapping[str, Any] | None = None,
+        lr_scheduler: LRSchedulerCallable | None = None,
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
         max_length: int = 1024,
@@ -122,13 +123,12 @@ class SequenceModule(L.LightningModule):
         embedding_dim = 16 if embedding_dim is None else embedding_dim
         if embedding_dim < 1:
             raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
-        if lr_decay is not None and not 0 < lr_decay < 1:
-            raise ValueError(f"lr_decay must lie in (0, 1), got {lr_decay}")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {optimizer!r}; choose from {', '.join(OPTIMIZERS)}")
-        if lr_patience < 0:
-            raise ValueError(f"lr_patience must be >= 0, got {lr_patience}")
+        check_optimizer(optimizer, optimizer_args)
+        if lr_scheduler is not None and not callable(lr_scheduler):
+            raise ValueError(f"lr_scheduler must be a callable of the optimizer, got {lr_scheduler!r}")
         self.save_hyperparameters()
+        self.optimizer_class, self.optimizer_args = optimizer, dict(optimizer_args or {})
+        self.lr_scheduler = lr_scheduler
         self.objectives = objectives
         self.lr_monitor = lr_monitor or ("val/ce" if "generator" in objectives else "val/loss")
         if embedding == "one_hot":  # a frozen identity: the layer sees one-hot token vectors
@@ -202,7 +202,7 @@ class SequenceModule(L.LightningModule):
 
     @property
     def readout(self) -> nn.Linear:
-        """The generator head (``GeneratorModule``'s name for it)."""
+        """The generator head."""
         return self.heads["generator"]
 
     # -- forward and losses ---------------------------------------------------------------------
@@ -408,11 +408,35 @@ class SequenceModule(L.LightningModule):
         self._eval_epoch_end("test")
 
     def configure_optimizers(self):
-        cls = OPTIMIZERS[self.hparams.get("optimizer", "adam")]
-        opt = cls(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        if self.hparams.lr_decay is None:
-            return opt
-        sched = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            opt, factor=self.hparams.lr_decay, patience=self.hparams.lr_patience
+        opt = self.optimizer_class(
+            self.parameters(),
+            lr=self.hparams.lr,
+            weight_decay=self.hparams.weight_decay,
+            **self.optimizer_args,
         )
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": self.lr_monitor}}
+        if self.lr_scheduler is None:
+            return opt
+        sched = self.lr_scheduler(opt)
+        conf = {"scheduler": sched, "interval": "epoch"}
+        if isinstance(sched, ReduceLROnPlateau):
+            conf["monitor"] = self.lr_monitor
+        return {"optimizer": opt, "lr_scheduler": conf}
+
+
+def check_optimizer(optimizer: type[Optimizer], optimizer_args: Mapping[str, Any] | None) -> None:
+    """A clear error for an optimizer that is not a ``torch.optim.Optimizer`` class, or for
+    ``optimizer_args`` that repeat the module's own ``lr``/``weight_decay``."""
+    if isinstance(optimizer, str):
+        raise ValueError(
+            f"optimizer={optimizer!r}: give the class (in YAML its import path, e.g. torch.optim.Adam); "
+            "a checkpoint written before memrnn took classes converts with "
+            "`python -m memrnn.lit.upgrade <checkpoint>`"
+        )
+    if not (isinstance(optimizer, type) and issubclass(optimizer, Optimizer)):
+        raise ValueError(f"optimizer must be a torch.optim.Optimizer class, got {optimizer!r}")
+    both = sorted(set(optimizer_args or {}) & {"lr", "weight_decay", "params"})
+    if both:
+        raise ValueError(
+            f"optimizer_args sets {both}; lr and weight_decay are the module's own arguments "
+            f"(model.init_args.{both[0]})"
+        )

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from memrnn.data.presets import get_preset
 from memrnn.data.tasks import CopyTask, ListDataset, RepeatCopyTask
 from memrnn.languages import AnBn, DyckN, JsonLite, Language, Latch, Palindrome
 from memrnn.languages.lr import table1_automaton
@@ -38,7 +39,12 @@ LANGUAGE_TASKS = ("dyck1", "dyck2", "dyck3", "anbn", "palindrome", "json")
 NTM_TASKS = ("latch", "copy", "repeat_copy")
 TASKS = NTM_TASKS + LANGUAGE_TASKS
 ReservoirName = Literal["rand", "crj", "ldn"]
-TRAIN_LENGTHS, TEST_LENGTHS = (1, 50), (50, 100)
+#: the paper's protocol (section 4), kept once in :data:`memrnn.data.presets.PRESETS` (``"rsm"``):
+#: sizes 100/100/100, words of 1–50 symbols for training and 50–100 for testing (the preset's
+#: windows count ``END``; these count symbols)
+PROTOCOL = get_preset("rsm")
+TRAIN_LENGTHS = tuple(n - 1 for n in PROTOCOL.train_lengths)
+TEST_LENGTHS = tuple(n - 1 for n in PROTOCOL.test_lengths)
 FILL = 20  # copy heuristic: the stack is filled to 20 symbols at the end-of-sequence token
 
 
@@ -312,9 +318,9 @@ class RSMDataModule(L.LightningDataModule):
     def __init__(
         self,
         task: str = "dyck2",
-        train_size: int = 100,
-        val_size: int = 100,
-        test_size: int = 100,
+        train_size: int = PROTOCOL.train_size,
+        val_size: int = PROTOCOL.val_size,
+        test_size: int = PROTOCOL.test_size,
         seed: int = 0,
         negative_fraction: float = 0.0,
     ) -> None:

@@ -30,7 +30,7 @@ from memrnn.constructions.hewitt_spec import (
 )
 from memrnn.languages import DyckKM
 from memrnn.languages.base import bracket_annotations
-from memrnn.lit import GeneratorModule
+from memrnn.lit import SequenceModule
 from memrnn.lit.metrics import BracketClosingAccuracy
 
 CONSTRUCTIONS = [(a, e) for a in ("srnn", "lstm") for e in ("one_hot", "log")]
@@ -334,7 +334,7 @@ def test_hewitt_init_into_larger_modules_and_state_dict_round_trip(arch, tmp_pat
 
 def test_hewitt_init_into_a_generator_module():
     k, m = 8, 3
-    module = GeneratorModule(
+    module = SequenceModule(
         lambda e: __import__("memrnn.layers", fromlist=["LSTMLayer"]).LSTMLayer(e, 24),
         vocab_size=2 * k + 2,
         num_symbols=2 * k + 1,

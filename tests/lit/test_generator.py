@@ -8,7 +8,9 @@ import torch
 from memrnn.data import FormalLanguageDataModule
 from memrnn.languages import DyckKM
 from memrnn.layers import ElmanRNN, LSTMLayer
-from memrnn.lit import CrossEntropyGap, GeneratorModule
+from memrnn.lit import CrossEntropyGap, SequenceModule
+
+PLATEAU = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0)
 
 
 def tiny_dm(seed=0):
@@ -20,7 +22,7 @@ def tiny_dm(seed=0):
 
 def tiny_model(**kw):
     torch.manual_seed(0)
-    return GeneratorModule(functools.partial(LSTMLayer, hidden_size=8), vocab_size=6, num_symbols=5, **kw)
+    return SequenceModule(functools.partial(LSTMLayer, hidden_size=8), vocab_size=6, num_symbols=5, **kw)
 
 
 def trainer(tmp_path, epochs, **kw):
@@ -37,9 +39,9 @@ def test_forward_shapes_and_bad_token_ids():
     with pytest.raises(ValueError, match="unknown token id 9"):
         model(torch.tensor([[5, 9]]))
     with pytest.raises(ValueError, match="must build a memrnn MemoryLayer, got Linear"):
-        GeneratorModule(lambda d: torch.nn.Linear(d, 3), vocab_size=6, num_symbols=5)
+        SequenceModule(lambda d: torch.nn.Linear(d, 3), vocab_size=6, num_symbols=5)
     with pytest.raises(ValueError, match="num_symbols"):
-        GeneratorModule(functools.partial(ElmanRNN, hidden_size=3), vocab_size=4, num_symbols=5)
+        SequenceModule(functools.partial(ElmanRNN, hidden_size=3), vocab_size=4, num_symbols=5)
 
 
 def test_cross_entropy_gap_by_hand():
@@ -72,23 +74,23 @@ def test_training_reduces_loss_and_validation_logs_the_gap(tmp_path):
 def test_checkpoint_save_load_and_resume_round_trip(tmp_path):
     """Loading a checkpoint gives the same metrics; resuming a 1-epoch run for a second epoch
     gives the same model as training 2 epochs straight."""
-    straight = tiny_model(lr_decay=0.5)
+    straight = tiny_model(lr_scheduler=PLATEAU)
     t = trainer(tmp_path / "a", 2)
     t.fit(straight, datamodule=tiny_dm())
     want = t.validate(straight, datamodule=tiny_dm(), verbose=False)[0]
     ckpt = tmp_path / "a" / "straight.ckpt"
     t.save_checkpoint(ckpt)
 
-    loaded = GeneratorModule.load_from_checkpoint(ckpt)
+    loaded = SequenceModule.load_from_checkpoint(ckpt)
     got = trainer(tmp_path / "b", 1).validate(loaded, datamodule=tiny_dm(), verbose=False)[0]
     assert got == pytest.approx(want, abs=1e-6)
 
-    first = tiny_model(lr_decay=0.5)
+    first = tiny_model(lr_scheduler=PLATEAU)
     t1 = trainer(tmp_path / "c", 1)
     t1.fit(first, datamodule=tiny_dm())
     half = tmp_path / "c" / "half.ckpt"
     t1.save_checkpoint(half)
-    resumed = tiny_model(lr_decay=0.5)
+    resumed = tiny_model(lr_scheduler=PLATEAU)
     t2 = trainer(tmp_path / "d", 2)
     t2.fit(resumed, datamodule=tiny_dm(), ckpt_path=half)
     for (name, p), q in zip(straight.named_parameters(), resumed.parameters(), strict=True):

@@ -9,7 +9,7 @@ import torch
 from memrnn.data import FormalLanguageDataModule
 from memrnn.languages import DyckKM, DyckN
 from memrnn.layers import LSTMLayer
-from memrnn.lit import GeneratorModule, HewittComparison, HewittInit
+from memrnn.lit import HewittComparison, HewittInit, SequenceModule
 
 
 def run(tmp_path, language, hidden, callbacks, fit=False):
@@ -23,7 +23,7 @@ def run(tmp_path, language, hidden, callbacks, fit=False):
         eval_batch_size=20,
     )
     torch.manual_seed(0)
-    model = GeneratorModule(
+    model = SequenceModule(
         functools.partial(LSTMLayer, hidden_size=hidden),
         language.input_vocab_size,
         language.num_symbols,

@@ -238,7 +238,10 @@ def test_files_that_are_not_checkpoints_are_named(tmp_path, capsys):
 def test_config_errors_end_with_the_line_that_matters(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        (ROOT / "configs/dyck/lstm_k2_m3.yaml").read_text().replace("hidden_size: 16", "hiden_size: 16")
+        (ROOT / "configs/dyck/lstm_k2_m3.yaml")
+        .read_text()
+        .replace("hidden_size: 16", "hiden_size: 16")
+        .replace("base: _base.yaml", f"base: {ROOT / 'configs/dyck/_base.yaml'}")
     )
     err = cli_error(["fit", "--config", str(bad)], capsys)
     assert last_line(err) == (

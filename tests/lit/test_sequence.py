@@ -89,28 +89,42 @@ def test_bad_objectives_and_missing_batch_keys_are_named():
         model.losses(batch, model.heads_out(batch["input"], batch["mask"]))
 
 
-@pytest.mark.parametrize("name", ["adam", "adamw", "rmsprop", "sgd"])
-def test_optimizer_and_plateau_schedule_are_configurable(name):
+@pytest.mark.parametrize("cls", [torch.optim.Adam, torch.optim.AdamW, torch.optim.RMSprop, torch.optim.SGD])
+def test_optimizer_and_plateau_schedule_are_configurable(cls):
     dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
-    model = model_for(dm, {"generator": 1.0}, optimizer=name, lr=0.03, weight_decay=0.01, lr_decay=0.5,
-                      lr_patience=4)  # fmt: skip
+    plateau = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=4)
+    model = model_for(dm, {"generator": 1.0}, optimizer=cls, lr=0.03, weight_decay=0.01, lr_scheduler=plateau,
+                      optimizer_args={"eps": 1e-6} if cls is not torch.optim.SGD else {"momentum": 0.9})  # fmt: skip
     conf = model.configure_optimizers()
     opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
-    assert (
-        type(opt).__name__.lower() == name
-        and opt.defaults["lr"] == 0.03
-        and opt.defaults["weight_decay"] == 0.01
+    assert type(opt) is cls and opt.defaults["lr"] == 0.03 and opt.defaults["weight_decay"] == 0.01
+    assert opt.defaults["momentum" if cls is torch.optim.SGD else "eps"] == (
+        0.9 if cls is torch.optim.SGD else 1e-6
     )
     assert isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau) and sched.patience == 4
     assert sched.factor == 0.5 and conf["lr_scheduler"]["monitor"] == "val/ce"
+    # any other scheduler: no monitor; none at all: the bare optimizer
+    step = functools.partial(torch.optim.lr_scheduler.StepLR, step_size=3)
+    conf = model_for(dm, {"generator": 1.0}, lr_scheduler=step).configure_optimizers()
+    assert isinstance(conf["lr_scheduler"]["scheduler"], torch.optim.lr_scheduler.StepLR)
+    assert "monitor" not in conf["lr_scheduler"]
+    assert isinstance(model_for(dm, {"generator": 1.0}).configure_optimizers(), torch.optim.Adam)
 
 
 def test_bad_optimizer_settings_are_named():
     dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
-    with pytest.raises(ValueError, match="unknown optimizer 'lbfgs'; choose from adam, adamw, rmsprop, sgd"):
-        model_for(dm, {"generator": 1.0}, optimizer="lbfgs")
-    with pytest.raises(ValueError, match="lr_patience must be >= 0, got -1"):
-        model_for(dm, {"generator": 1.0}, lr_patience=-1)
+    with pytest.raises(ValueError, match=r"optimizer='adam': give the class .*python -m memrnn.lit.upgrade"):
+        model_for(dm, {"generator": 1.0}, optimizer="adam")
+    with pytest.raises(
+        ValueError, match=r"optimizer must be a torch.optim.Optimizer class, got <class .int.>"
+    ):
+        model_for(dm, {"generator": 1.0}, optimizer=int)
+    with pytest.raises(
+        ValueError, match=r"optimizer_args sets \['lr'\]; lr and weight_decay are the module's own"
+    ):
+        model_for(dm, {"generator": 1.0}, optimizer_args={"lr": 0.1})
+    with pytest.raises(ValueError, match=r"lr_scheduler must be a callable of the optimizer, got 0\.5"):
+        model_for(dm, {"generator": 1.0}, lr_scheduler=0.5)
 
 
 @pytest.mark.parametrize("monitored", [False, True])
