@@ -33,15 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_activation
 from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.elman import ACTIVATIONS, _resolve
 from memrnn.ops.buckets import final_by_length, masked_outputs
 from memrnn.ops.counter import counter_sequence
 from memrnn.ops.lstm import lstm_sequence
 
-CELL_ACTIVATIONS = {"identity": lambda x: x, "tanh": torch.tanh}
+#: what the LSTM counter may apply to its cell before the output gate
+CELL_ACTIVATIONS = ("identity", "tanh")
 
 
 class ReLUCounterState(NamedTuple):
@@ -84,7 +85,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         positive_int("counters", counters)
-        self.activation = _resolve(activation, ACTIVATIONS, "activation")
+        self.activation = resolve_activation(activation, HIDDEN_ACTIVATIONS)
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
         self.fused = bool(fused)
         self.output_size = hidden_size + counters
@@ -210,7 +211,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         positive_int("counters", counters)
-        self.cell_activation = _resolve(cell_activation, CELL_ACTIVATIONS, "cell_activation")
+        self.cell_activation = resolve_activation(cell_activation, CELL_ACTIVATIONS, "cell_activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
         self.fused = bool(fused)
         self.output_size = hidden_size + counters
@@ -259,7 +260,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         ki, kf, kd, ko = (pc + F.linear(rec, self.counter_weight[:, n:])).chunk(4, -1)
         ki, kf, kd, ko = torch.sigmoid(ki), torch.sigmoid(kf), torch.tanh(kd), torch.sigmoid(ko)
         cnt = kf * state.n + ki * kd
-        e = ko * CELL_ACTIVATIONS[self.cell_activation](cnt)
+        e = ko * ACTIVATIONS[self.cell_activation](cnt)
         diag = {"i": i, "f": f, "o": o, "c_tilde": g,
                 "counter_i": ki, "counter_f": kf, "counter_direction": kd, "counter_o": ko, "counters": cnt}  # fmt: skip
         return torch.cat([h, e], -1), CounterLSTMState(h, c, cnt, e), diag

@@ -9,13 +9,13 @@ Jordan: ``h_t = σ(U r_{t-1} + V x_t + b_h)``,  ``r_t = σ_o(E h_t)``
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_activation
 from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
@@ -23,42 +23,8 @@ from memrnn.ops.buckets import final_by_length, masked_outputs
 from memrnn.ops.elman import elman_sequence
 from memrnn.ops.jordan import jordan_sequence
 
-
-def heaviside(x: Tensor) -> Tensor:
-    """Strict Heaviside step ``H(x) = 1 if x > 0 else 0``.
-
-    Cotterell et al.'s (2023) text says "1 if the input is non-negative", but its worked Minsky example
-    (``(U h + V[b]) - 1 = [0, 1, -1, 0] -> [0, 1, 0, 0]``) needs ``H(0) = 0``; we follow the
-    example.  Written as ``sign(relu(x))`` so that autograd sees the true derivative, 0 almost
-    everywhere, instead of cutting the graph.
-    """
-    return torch.sign(torch.relu(x))
-
-
-def saturated_linear(x: Tensor) -> Tensor:
-    """Saturated linear ``min(max(x, 0), 1)`` (Siegelmann & Sontag; Cotterell et al. 2023 "saturated sigmoid")."""
-    return torch.clamp(x, 0.0, 1.0)
-
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid,
-    "relu": torch.relu,
-    "heaviside": heaviside,
-    "saturated_linear": saturated_linear,
-}
-OUTPUT_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    **ACTIVATIONS,
-    "identity": lambda x: x,
-    "softmax": lambda x: torch.softmax(x, dim=-1),
-}
-
-
-def _resolve(name: str, table: dict[str, Callable[[Tensor], Tensor]], what: str) -> str:
-    key = name.replace("-", "_")
-    if key not in table:
-        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(sorted(table))}")
-    return key
+#: the hidden activations ``ElmanRNN`` accepts; ``ElmanOutputRNN``'s output may also be linear or a softmax
+OUTPUT_ACTIVATIONS = (*HIDDEN_ACTIVATIONS, "identity", "softmax")
 
 
 class ElmanState(NamedTuple):
@@ -101,7 +67,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         self.fused = bool(fused)
-        self.activation = _resolve(activation, ACTIVATIONS, "activation")
+        self.activation = resolve_activation(activation, HIDDEN_ACTIVATIONS)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.output_size = hidden_size
@@ -207,8 +173,10 @@ class JordanRNN(MemoryLayer[JordanState]):
             ("feedback_size", feedback_size),
         ):
             positive_int(n, v)
-        self.activation = _resolve(activation, ACTIVATIONS, "activation")
-        self.output_activation = _resolve(output_activation, OUTPUT_ACTIVATIONS, "output_activation")
+        self.activation = resolve_activation(activation, HIDDEN_ACTIVATIONS)
+        self.output_activation = resolve_activation(
+            output_activation, OUTPUT_ACTIVATIONS, "output_activation"
+        )
         self.input_size, self.hidden_size, self.feedback_size = input_size, hidden_size, feedback_size
         self.output_size = hidden_size
         self.fused = bool(fused)
@@ -240,7 +208,7 @@ class JordanRNN(MemoryLayer[JordanState]):
     def trace_step(self, x_t: Tensor, state: JordanState) -> tuple[Tensor, JordanState, dict[str, Tensor]]:
         pre = F.linear(x_t, self.weight_ih, self.bias) + F.linear(state.r, self.weight_fb)
         h = ACTIVATIONS[self.activation](pre)
-        r = OUTPUT_ACTIVATIONS[self.output_activation](F.linear(h, self.weight_out))
+        r = ACTIVATIONS[self.output_activation](F.linear(h, self.weight_out))
         return h, JordanState(r), {"h": h, "r": r}
 
     def step(self, x_t: Tensor, state: JordanState) -> tuple[Tensor, JordanState]:
@@ -263,7 +231,7 @@ class JordanRNN(MemoryLayer[JordanState]):
             state.r,
             self.activation,
             self.output_activation,
-            (ACTIVATIONS[self.activation], OUTPUT_ACTIVATIONS[self.output_activation]),
+            (ACTIVATIONS[self.activation], ACTIVATIONS[self.output_activation]),
         )
         y, lengths = masked_outputs(hs.transpose(0, 1), mask)
         return y, JordanState(final_by_length(rs.transpose(0, 1), lengths))

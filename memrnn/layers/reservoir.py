@@ -28,13 +28,13 @@ no parameters.  ``forward`` hoists ``U x`` out of the time loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from functools import lru_cache
 from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
+from memrnn.core.activations import ACTIVATIONS, resolve_activation
 from memrnn.core.checks import finite_float
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
@@ -42,10 +42,8 @@ from memrnn.ops.buckets import final_by_length, masked_outputs
 from memrnn.ops.elman import elman_sequence
 
 ReservoirKind = Literal["rand", "crj", "ldn"]
-RESERVOIR_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "tanh": torch.tanh,
-    "identity": lambda x: x,
-}
+#: the reservoir's activations (Paaßen et al. 2021: tanh; the Legendre delay network is linear)
+RESERVOIR_ACTIVATIONS = ("tanh", "identity")
 
 
 # -- constructions ---------------------------------------------------------------------------
@@ -272,15 +270,14 @@ class Reservoir(MemoryLayer[ReservoirState]):
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
         activation = activation or ("identity" if kind == "ldn" else "tanh")
-        if activation not in RESERVOIR_ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; choose {sorted(RESERVOIR_ACTIVATIONS)}")
+        activation = resolve_activation(activation, RESERVOIR_ACTIVATIONS)
         self.input_size, self.units, self.output_size, self.kind = input_size, units, units, kind
         self.spectral_radius, self.input_scaling = spectral_radius, input_scaling
         self.cycle_weight, self.jump_weight, self.jump_length = cycle_weight, jump_weight, jump_length
         self.input_weight_scale, self.order, self.theta = input_weight, order, theta
         self.sign_order = sign_order
         self.leak, self.activation_name, self.seed = leak, activation, seed
-        self.activation = RESERVOIR_ACTIVATIONS[activation]
+        self.activation = ACTIVATIONS[activation]
         factory = {"device": device, "dtype": dtype or torch.get_default_dtype()}
         self.register_buffer("input_weight", torch.empty(units, input_size, **factory))
         self.register_buffer("recurrent_weight", torch.empty(units, units, **factory))

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
+from memrnn.core.activations import heaviside, saturated_linear
 from memrnn.layers import ElmanRNN, JordanRNN
-from memrnn.layers.elman import heaviside, saturated_linear
 
 
 def test_activations_by_hand():

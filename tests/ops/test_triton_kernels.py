@@ -73,7 +73,7 @@ def randn(*shape, dtype, seed, scale=1.0, grad=True):
 @needs_triton
 @pytest.mark.parametrize("leak", [1.0, 0.3])
 def test_elman_kernel(T, B, H, activation, leak):
-    from memrnn.layers.elman import ACTIVATIONS
+    from memrnn.core.activations import ACTIVATIONS
     from memrnn.ops.elman import elman_sequence
 
     fn = ACTIVATIONS.get(activation, lambda z: z)
@@ -124,7 +124,7 @@ def test_lstm_kernel(T, B, N, identity_units):
 @pytest.mark.parametrize(("T", "B", "H"), SHAPES)
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
 def test_counter_kernel(T, B, H, activation):
-    from memrnn.layers.elman import ACTIVATIONS
+    from memrnn.core.activations import ACTIVATIONS
     from memrnn.ops.counter import counter_sequence
 
     k, n = 3, 4
@@ -145,7 +145,7 @@ def test_counter_kernel(T, B, H, activation):
 @pytest.mark.parametrize(("T", "B", "H"), SHAPES)
 @pytest.mark.parametrize("out", ["softmax", "identity", "sigmoid"])
 def test_jordan_kernel(T, B, H, out):
-    from memrnn.layers.elman import ACTIVATIONS, OUTPUT_ACTIVATIONS
+    from memrnn.core.activations import ACTIVATIONS
     from memrnn.ops.jordan import jordan_sequence
 
     Fb = 7
@@ -155,9 +155,7 @@ def test_jordan_kernel(T, B, H, out):
                 randn(Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(B, Fb, dtype=dtype, seed=4))  # fmt: skip
 
     def run(pre, u, e, r0, impl):
-        return jordan_sequence(
-            pre, u, e, r0, "tanh", out, (ACTIVATIONS["tanh"], OUTPUT_ACTIVATIONS[out]), impl=impl
-        )
+        return jordan_sequence(pre, u, e, r0, "tanh", out, (ACTIVATIONS["tanh"], ACTIVATIONS[out]), impl=impl)
 
     assert_kernel_matches(run, make, [(T, B, H), (T + 1, B, Fb)], atol=1e-4)
 
