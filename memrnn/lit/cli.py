@@ -191,13 +191,31 @@ def model_differences(config_model: Any, hparams: dict[str, Any]) -> list[str]:
                 if k in b and not (key == "model.init_args" and k in LINKED):
                     walk(a[k], b[k], f"{key}.{k}")
             return
-        if a != b and not (
-            isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b)
+        if (
+            a != b
+            and not (isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) and list(a) == list(b))
+            and not _same_class(a, b)
         ):
             out.append(f"{key}: {a!r} (config) vs {b!r} (checkpoint)")
 
     walk(want, have, "model")
     return out
+
+
+def _same_class(a: Any, b: Any) -> bool:
+    """Whether ``a`` and ``b`` name one class, given as the class or as an import path (a
+    config's default is the class, a checkpoint written by the CLI keeps ``"torch.optim.Adam"``)."""
+
+    def resolve(x: Any) -> Any:
+        if isinstance(x, str) and "." in x:
+            module, _, name = x.rpartition(".")
+            try:
+                return getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError):
+                return x
+        return x
+
+    return (isinstance(a, type) or isinstance(b, type)) and resolve(a) is resolve(b)
 
 
 class MemrnnCLI(LightningCLI):

@@ -262,3 +262,20 @@ def test_config_errors_end_with_the_line_that_matters(tmp_path, capsys):
 def test_essential_error_picks_the_deepest_line():
     message = 'Parser key "x":\n  Does not validate against any of the Union subtypes\n  Errors:\n    - the real problem\n  Given value: 3'
     assert essential_error(message) == "x: the real problem (given: 3)"
+
+
+def test_model_differences_reads_a_class_and_its_import_path_as_one():
+    """A config's default optimizer is the class; a checkpoint written by train.py keeps its path."""
+    from memrnn.lit.cli import model_differences
+
+    config = {
+        "class_path": "memrnn.lit.SequenceModule",
+        "init_args": {"optimizer": torch.optim.Adam, "lr": 0.01},
+    }
+    saved = {"_class_path": "memrnn.lit.SequenceModule", "optimizer": "torch.optim.Adam", "lr": 0.01}
+    assert model_differences(config, saved) == []
+    diffs = model_differences(config, {**saved, "optimizer": "torch.optim.SGD"})
+    assert len(diffs) == 1 and diffs[0].startswith(
+        "model.init_args.optimizer: <class 'torch.optim.adam.Adam'>"
+    )
+    assert model_differences(config, {**saved, "optimizer": "no.such.Thing"})  # unresolvable: a difference
