@@ -67,6 +67,16 @@ def check_against_parser(automaton, words):
     assert res.inner_limit_hits == 0 and res.underflows == 0
 
 
+def symbols(language, ids):
+    """A sampled id string as symbols, ``END`` dropped."""
+    return [language.symbols[i] for i in ids if i != language.end_id]
+
+
+def words_of(language, rng, n, lengths):
+    """``n`` words of ``language`` sampled in the window ``lengths`` (``END`` counted)."""
+    return [symbols(language, language.sample(rng, lengths)) for _ in range(n)]
+
+
 @pytest.mark.parametrize("name", list(LANGUAGES))
 def test_oracle_machine_equals_the_lr_parser_on_every_short_string(name):
     automaton = table1_automaton(name)
@@ -81,11 +91,8 @@ def test_oracle_machine_equals_the_lr_parser_on_sampled_words_and_non_words(name
     automaton = table1_automaton(name)
     rng = np.random.default_rng(7)
 
-    def symbols(ids):
-        return [language.symbols[i] for i in ids if i != language.end_id]
-
-    pos = [symbols(language.sample(rng, (1, 101))) for _ in range(1000)]
-    neg = [symbols(language.sample_negative(rng, (1, 101))) for _ in range(1000)]
+    pos = [symbols(language, language.sample(rng, (1, 101))) for _ in range(1000)]
+    neg = [symbols(language, language.sample_negative(rng, (1, 101))) for _ in range(1000)]
     assert sum(map(automaton.accepts, neg)) == 0
     assert max(map(len, pos + neg)) > 60
     check_against_parser(automaton, pos + neg)
@@ -95,10 +102,7 @@ def trained_machine(name="dyck2", kind="crj", n_train=60, seed=0, dtype=torch.fl
     language, _ = LANGUAGES[name]
     automaton = table1_automaton(name)
     rng = np.random.default_rng(seed)
-    words = [
-        [language.symbols[i] for i in language.sample(rng, (3, 31)) if i != language.end_id]
-        for _ in range(n_train)
-    ]
+    words = words_of(language, rng, n_train, (3, 31))
     n, K = len(automaton.terminals), len(automaton.nonterminals)
     res = Reservoir(n + K, 64, kind, seed=seed, dtype=dtype)
     clf = lambda s: RidgeClassifier(1e-3, features=256, seed=s, standardize=True)  # noqa: E731
@@ -114,10 +118,7 @@ def trained_machine(name="dyck2", kind="crj", n_train=60, seed=0, dtype=torch.fl
 def test_batched_machine_equals_the_literal_algorithms():
     rsm, automaton, language = trained_machine("dyck2")
     rng = np.random.default_rng(3)
-    words = [
-        [language.symbols[i] for i in language.sample(rng, (3, 41)) if i != language.end_id]
-        for _ in range(12)
-    ]
+    words = words_of(language, rng, 12, (3, 41))
     words += [list("(]"), list("(([")]
     batch = lr_batch(automaton, words)
     res = rsm.run(batch["ids"], batch["lengths"], record=True)
@@ -148,10 +149,7 @@ def test_trained_machine_generalises_to_longer_words():
     for name in ("dyck1", "json"):
         rsm, automaton, language = trained_machine(name, n_train=80)
         rng = np.random.default_rng(11)
-        words = [
-            [language.symbols[i] for i in language.sample(rng, (40, 81)) if i != language.end_id]
-            for _ in range(40)
-        ]
+        words = words_of(language, rng, 40, (40, 81))
         batch = lr_batch(automaton, words)
         out = rsm.predict(batch["ids"], batch["lengths"])[..., 0]
         real = torch.arange(out.shape[1])[None] <= batch["lengths"][:, None]
@@ -161,10 +159,7 @@ def test_trained_machine_generalises_to_longer_words():
 def test_float32_machine_and_state_dict_round_trip():
     rsm, automaton, language = trained_machine("dyck1", dtype=torch.float32)
     rng = np.random.default_rng(5)
-    words = [
-        [language.symbols[i] for i in language.sample(rng, (3, 41)) if i != language.end_id]
-        for _ in range(20)
-    ]
+    words = words_of(language, rng, 20, (3, 41))
     batch = lr_batch(automaton, words)
     out = rsm.predict(batch["ids"], batch["lengths"])
     assert out.dtype == torch.float32
@@ -282,10 +277,7 @@ def test_clear_errors():
 def test_cuda_matches_cpu():
     rsm, automaton, language = trained_machine("dyck2")
     rng = np.random.default_rng(2)
-    words = [
-        [language.symbols[i] for i in language.sample(rng, (3, 61)) if i != language.end_id]
-        for _ in range(30)
-    ]
+    words = words_of(language, rng, 30, (3, 61))
     batch = lr_batch(automaton, words)
     cpu = rsm.predict(batch["ids"], batch["lengths"])
     gpu = rsm.to("cuda").predict(batch["ids"].cuda(), batch["lengths"])
