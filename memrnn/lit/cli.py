@@ -389,12 +389,11 @@ def expand_config_bases(args: Sequence[str]) -> list[str]:
             i += 1
             continue
         path = Path(value)
-        if not (path.suffix in (".yaml", ".yml") and path.is_file()) or BASE_KEY not in (
-            yaml.safe_load(path.read_text()) or {}
-        ):
+        chain = config_chain(path) if path.suffix in (".yaml", ".yml") and path.is_file() else []
+        if len(chain) < 2:  # YAML text, or a config without a base: jsonargparse reads it as given
             out += ["--config", value]
             continue
-        (root, _), *overlays = config_chain(path)
+        (root, _), *overlays = chain
         out += ["--config", str(root)]
         for _, keys in overlays:  # each named a base, so jsonargparse reads its keys as text
             if keys:
