@@ -12,8 +12,8 @@ torch's fused kernels in chunks; one pass over a^N records the states after n−
 a second pass reads b's from all of them at once.
 
 Models:
-* ``relu``: ``compile_counter_machine("anbn", "relu")`` (8 units, MLP readout).
-* ``lstm``: ``compile_counter_machine("anbn", "lstm")`` (g = tanh, 8 units, MLP readout).
+* ``relu``: ``encode_counter_machine("anbn", "relu")`` (8 units, MLP readout).
+* ``lstm``: ``encode_counter_machine("anbn", "lstm")`` (g = tanh, 8 units, MLP readout).
 * ``tanh w=…``: one tanh unit ``u ← tanh(u + w)`` on a, ``tanh(u − w)`` on b (Weiss et al. 2018 section 4:
   "counting within a tanh"), accept iff ``|u| < w/2``, for w = 0.1, 0.01, 0.001, and the best
   ``w`` of 10^-1 … 10^-12 (``tanh best``).  Near 0 a float ``tanh`` *is* the identity
@@ -39,7 +39,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memrnn.analysis.counting import Accepts, first_counting_failure
-from memrnn.constructions.counters import compile_counter_machine
+from memrnn.constructions.counters import encode_counter_machine
 from memrnn.languages import AnBn
 
 A, B, BOS = 0, 1, 2
@@ -112,9 +112,9 @@ def first_failure(rnn, readout, n_max: int) -> int | None:
 
 
 def compiled(kind: str, dtype):
-    cc = compile_counter_machine("anbn", kind, dtype=dtype)
-    rnn, head = cc.to_torch()
-    return rnn, lambda h: head(h).squeeze(-1) > 0
+    cc = encode_counter_machine("anbn", kind, dtype=dtype)
+    plain = cc.to_torch()
+    return plain.rnn, lambda h: plain.readout(h) > 0
 
 
 def tanh_counter(w: float, dtype):

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from memrnn.analysis.generation import GenerationReport, dyck_next_structure, dyck_update
-from memrnn.constructions import hewitt_generator
+from memrnn.constructions import encode_dyck
 from memrnn.languages import DyckKM
 from memrnn.languages.base import bracket_annotations
 from memrnn.lit.metrics import BracketClosingAccuracy
@@ -30,11 +30,11 @@ DTYPES = {
 
 
 def check(arch: str, encoding: str, k: int, m: int, dtype: torch.dtype, tokens: int) -> tuple:
-    g = hewitt_generator(k, m, arch, encoding, dtype=torch.float64).to(dtype)
+    g = encode_dyck(k, m, arch, encoding, dtype=torch.float64).to(dtype)
     lang = DyckKM(k, m)
     hi = 10 * lang.default_lengths("train")[1]
     rng = np.random.default_rng(0)
-    report = GenerationReport(g.spec.constants.epsilon)
+    report = GenerationReport(g.layer.spec.constants.epsilon)
     closing = BracketClosingAccuracy(k)
     seen = 0
     while seen < tokens:

@@ -85,7 +85,7 @@ def main() -> None:
                     ids, mask = enc.ids(words)
                     dev = deviation_from_ideal(enc.layer, ids, mask)
                     assert not bool(dev.overflow.any())
-                    got = (dev.q.amax(-1) > 0.5) & (enc.accept[dev.q.argmax(-1)] > 0.5)
+                    got = (dev.q.amax(-1) > 0.5) & (enc.readout.accept[dev.q.argmax(-1)] > 0.5)
                     right += int((got.cpu() == want).sum())
                     total += len(words)
                     eq, ek = max(eq, float(dev.q_err.max())), max(ek, float(dev.stack_err.max()))

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from memrnn.analysis.reference import available_features, reference_features
-from memrnn.constructions.counters import compile_counter_machine
+from memrnn.constructions.counters import counter_magnitudes, encode_counter_machine
 from memrnn.languages.counting import CountingLanguage
 
 #: ``accepts(block_counts)``: one verdict per count tuple ``(c_1, …, c_k)``, whether the model
@@ -220,8 +220,8 @@ def counter_correlations(
 
 def construction_counters(language: CountingLanguage, string: Sequence[int]) -> np.ndarray:
     """``[T, counters]``: the counter magnitudes of the compiled counter-machine LSTM
-    (:func:`~memrnn.constructions.counters.compile_counter_machine`, float64) on ``BOS`` and
+    (:func:`~memrnn.constructions.counters.encode_counter_machine`, float64) on ``BOS`` and
     ``string`` (``END`` dropped), one step behind the input as the construction is."""
-    cc = compile_counter_machine(language.machine, "lstm", dtype=torch.float64)
+    cc = encode_counter_machine(language.machine, "lstm", dtype=torch.float64)
     ids, _ = cc.ids([[language.symbols[t] for t in string[:-1]]])
-    return cc.magnitudes(ids)[0].double().numpy()
+    return counter_magnitudes(cc, ids)[0].double().numpy()

@@ -15,7 +15,7 @@ from torch import Tensor
 from memrnn.analysis.matching import correlation, match_units
 from memrnn.analysis.probe import fit_linear_probe
 from memrnn.analysis.trace import layer_trace
-from memrnn.constructions.hewitt import HewittGenerator, HewittLSTM
+from memrnn.constructions.hewitt import encode_dyck
 
 GATES = ("i", "f", "o", "c", "h")
 
@@ -41,7 +41,7 @@ def construction_trace(language: Any, strings: Sequence[Sequence[int]]) -> dict[
     """The float64 trace of Hewitt's LSTM generator for ``language`` (log encoding for
     ``k >= 2``) on ``BOS w_1 .. w_n`` for each string."""
     enc = "log" if language.k >= 2 else "one_hot"
-    g = HewittGenerator(HewittLSTM(k=language.k, m=language.m, encoding=enc, dtype=torch.float64))
+    g = encode_dyck(language.k, language.m, "lstm", enc, dtype=torch.float64)
     trace, _ = layer_trace(g.embedding, g.layer, strings, language.bos_id)
     return trace
 

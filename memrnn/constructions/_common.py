@@ -1,4 +1,4 @@
-"""What the DFA and PDA constructions share: vocabularies, symbol strings as ids, and the state
+"""What the DFA and PDA constructions share: vocabularies and the state
 graph read from a network's step (both extraction methods)."""
 
 from __future__ import annotations
@@ -29,23 +29,6 @@ def check_vocabulary(
     if missing:
         raise ValueError(f"the vocabulary {vocabulary} lacks the automaton's symbols {missing}")
     return vocabulary
-
-
-def symbol_ids(words: Sequence[Sequence[str]], vocabulary: Sequence[str]) -> tuple[Tensor, Tensor]:
-    """Right-padded ids ``[B, T]`` and mask ``[B, T]`` of symbol strings; an unknown symbol
-    raises, naming the string and position."""
-    index = {a: i for i, a in enumerate(vocabulary)}
-    longest = max((len(w) for w in words), default=0)
-    ids = torch.zeros(len(words), longest, dtype=torch.long)
-    for b, w in enumerate(words):
-        for t, a in enumerate(w):
-            if a not in index:
-                raise ValueError(
-                    f"unknown symbol {a!r} in string {b} at position {t}; known: {tuple(vocabulary)}"
-                )
-            ids[b, t] = index[a]
-    mask = torch.arange(longest)[None] < torch.tensor([len(w) for w in words], dtype=torch.long)[:, None]
-    return ids, mask
 
 
 def state_graph(

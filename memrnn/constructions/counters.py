@@ -48,7 +48,7 @@ the counter is and at least ``tanh 2 − tanh 1 = 0.2024`` otherwise (``Δ = −
 magnitude).  Gates take pre-activations of magnitude ``>= beta/2`` (default 100); saturated
 gates and ``tanh`` are exactly 0/1 in float32, and within ``e^{−50}`` in float64.
 ``g = identity`` (Weiss et al. 2018 footnote 3) is :class:`~memrnn.layers.CounterLSTM`'s counter cells;
-see :func:`compile_counter_machine`'s ``kind="counter_lstm"``.
+see :func:`encode_counter_machine`'s ``kind="counter_lstm"``.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.constructions.result import BOS, Construction
 from memrnn.languages.automata import (
     CounterMachine,
     anbmcnm_counter_machine,
@@ -176,160 +176,61 @@ def counter_program(machine: CounterMachine) -> CounterProgram:
     return CounterProgram(machine, tuple(states), tuple(guards), T, D, accept)
 
 
-@dataclass
-class CompiledCounter:
-    """A compiled counter machine: ``layer`` (one-hot inputs over ``vocabulary``: the machine's
-    alphabet, then ``BOS``), the accept ``readout`` (``[.., hidden] -> [.., 1]`` logit, a ReLU MLP)
-    and the unit layout (``units``: names, in hidden-unit order).
+def _kind(c: Construction) -> Literal["relu", "lstm", "counter_lstm"]:
+    """Which of :func:`encode_counter_machine`'s layers ``c`` carries."""
+    if not isinstance(c, Construction) or not isinstance(c.source, CounterMachine):
+        raise ValueError(
+            f"expected a counter-machine Construction (encode_counter_machine), got {type(c).__name__}"
+        )
+    if isinstance(c.layer, CounterLSTM):
+        return "counter_lstm"
+    return "lstm" if isinstance(c.layer, LSTMLayer) else "relu"
 
-    ``kind`` is ``"relu"`` (an :class:`ElmanRNN`), ``"lstm"`` (an :class:`LSTMLayer`, ``g = tanh``;
-    ``layer.rnn`` is a plain ``nn.LSTM``) or ``"counter_lstm"`` (a :class:`CounterLSTM` with
-    ``g = identity`` counter cells).
-    """
 
-    kind: str
-    program: CounterProgram
-    layer: nn.Module
-    readout: nn.Sequential
-    units: list[str]
+def counter_units(c: Construction) -> list[int]:
+    """Indices of the counter (magnitude) units ``M_j`` in the layer's output."""
+    return [i for i, u in enumerate(c.units) if u.startswith("M")]
 
-    @property
-    def machine(self) -> CounterMachine:
-        return self.program.machine
 
-    @property
-    def vocabulary(self) -> tuple[str, ...]:
-        return (*self.machine.alphabet, "BOS")
+@torch.no_grad()
+def counter_magnitudes(c: Construction, ids: Tensor, mask: Tensor | None = None) -> Tensor:
+    """The counter units' raw values ``[B, T, k]`` of an :func:`encode_counter_machine` network:
+    ``|c_j|`` after the *previous* position (the units lag by one step).  Read from the cell state
+    for the LSTMs (``h = tanh(|c|)`` saturates past ``|c| ≈ 18``)."""
+    kind = _kind(c)
+    x = c.inputs(ids)
+    mask = None if mask is None else mask.to(x.device)
+    if kind == "relu":
+        h, _ = c.layer(x, mask=mask)
+        return h[..., counter_units(c)]
+    trace = c.layer.trace(x, mask=mask)
+    if kind == "lstm":
+        return trace["c"][..., -1, :][..., counter_units(c)]
+    return trace["counters"]
 
-    @property
-    def bos_id(self) -> int:
-        return len(self.machine.alphabet)
 
-    @property
-    def counter_units(self) -> list[int]:
-        """Indices of the counter (magnitude) units in the layer's output."""
-        return [i for i, u in enumerate(self.units) if u.startswith("M")]
-
-    def ids(self, words: Sequence[Sequence[str]], *, bos: bool = True) -> tuple[Tensor, Tensor]:
-        """Right-padded ids ``[B, T]`` (``BOS`` first when ``bos``) and mask ``[B, T]``; an unknown
-        symbol raises, naming the string and position."""
-        index = {a: i for i, a in enumerate(self.machine.alphabet)}
-        rows = []
-        for b, w in enumerate(words):
-            row = [self.bos_id] if bos else []
-            for t, a in enumerate(w):
-                if a not in index:
-                    raise ValueError(
-                        f"unknown symbol {a!r} in string {b} at position {t}; the machine has "
-                        f"{self.machine.alphabet}"
-                    )
-                row.append(index[a])
-            rows.append(row)
-        longest = max((len(r) for r in rows), default=0)
-        out = torch.zeros(len(rows), longest, dtype=torch.long)
-        mask = torch.zeros(len(rows), longest, dtype=torch.bool)
-        for b, r in enumerate(rows):
-            out[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[b, : len(r)] = True
-        return out, mask
-
-    def _inputs(self, ids: Tensor) -> Tensor:
-        ids = torch.as_tensor(ids)
-        if ids.dtype not in (torch.int64, torch.int32) or ids.dim() != 2:
-            raise ValueError(f"ids must be an integer tensor [B, T], got {ids.dtype} {tuple(ids.shape)}")
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= len(self.vocabulary)):
-            bad = int(ids.max()) if int(ids.max()) >= len(self.vocabulary) else int(ids.min())
-            raise ValueError(
-                f"unknown token id {bad}; the vocabulary is {self.vocabulary} (ids 0..{len(self.vocabulary) - 1})"
-            )
-        p = next(self.layer.parameters())
-        return F.one_hot(ids.long().to(p.device), len(self.vocabulary)).to(p.dtype)
-
-    def hidden(self, ids: Tensor, mask: Tensor | None = None, state=None) -> tuple[Tensor, object]:
-        """Hidden states ``[B, T, units]`` after every position, and the final layer state."""
-        x = self._inputs(ids)
-        h, state = self.layer(x, state, mask=None if mask is None else mask.to(x.device))
-        return h, state
-
-    @torch.no_grad()
-    def logits(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """Accept logits ``[B, T]``: position ``t`` decides the prefix read up to ``t``."""
-        h, _ = self.hidden(ids, mask)
-        return self.readout(h).squeeze(-1)
-
-    @torch.no_grad()
-    def accepts(self, words: Sequence[Sequence[str]]) -> list[bool]:
-        """Acceptance of each word (``BOS`` then its symbols; read after its last symbol)."""
-        if not words:
-            return []
-        ids, mask = self.ids(words)
-        last = mask.sum(1) - 1
-        out = torch.zeros(len(words), dtype=torch.bool)
-        # time chunks carrying the state: memory O(B · chunk), not O(B · T) (T = 3·10^5 in the tests)
-        chunk, state = 4096, None
-        for start in range(0, ids.shape[1], chunk):
-            sl = slice(start, start + chunk)
-            m = mask[:, sl]
-            h, state = self.hidden(ids[:, sl], m, state)
-            logit = self.readout(h).squeeze(-1).cpu()
-            here = (last >= start) & (last < start + chunk)
-            rows = here.nonzero()[:, 0]
-            out[rows] = logit[rows, last[rows] - start] > 0
-        return out.tolist()
-
-    @torch.no_grad()
-    def magnitudes(self, ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """The counter units' raw values ``[B, T, k]``: ``|c_j|`` after the *previous* position
-        (the units lag by one step).  Read from the cell state for the LSTMs (``h = tanh(|c|)``
-        saturates past ``|c| ≈ 18``)."""
-        x = self._inputs(ids)
-        mask = None if mask is None else mask.to(x.device)
-        if self.kind == "relu":
-            h, _ = self.layer(x, mask=mask)
-            return h[..., self.counter_units]
-        trace = self.layer.trace(x, mask=mask)
-        if self.kind == "lstm":
-            return trace["c"][..., -1, :][..., self.counter_units]
-        return trace["counters"]
-
-    @torch.no_grad()
-    def counter_values(self, ids: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """The machine configuration decoded from the network after every position:
-        ``(state index [B, T] (−1: dead), signed counters [B, T, k])``."""
-        prog = self.program
-        ng = len(prog.guards)
-        h, _ = self.hidden(ids, mask)
-        hd = h.double()
-        scale = 1.0 if self.kind == "relu" else GAMMA
-        g = hd[..., :ng] / scale
-        T = torch.as_tensor(prog.transition, dtype=torch.float64, device=h.device)
-        D = torch.as_tensor(prog.delta, dtype=torch.float64, device=h.device)
-        s = g @ T.T
-        u, r = hd[..., self.units.index("U")] / scale, hd[..., self.units.index("R")] / scale
-        s[..., 0] += u + 1 - r
-        mag = self.magnitudes(ids, mask).double() + g @ D.T
-        dead = torch.full_like(s[..., 0], -1, dtype=torch.long)
-        state = torch.where(s.max(-1).values > 0.5, s.argmax(-1), dead)
-        signs = torch.tensor([sg for _, sg in prog.states], dtype=torch.float64, device=h.device)
-        return state, signs[state.clamp(min=0)] * mag
-
-    def to_torch(self) -> tuple[nn.Module, nn.Sequential]:
-        """The plain torch recurrent module (``nn.RNN(nonlinearity="relu")`` or ``nn.LSTM``,
-        batch first, one-hot inputs) with the same weights, and the readout."""
-        if self.kind == "relu":
-            layer = self.layer
-            p = layer.weight_hh
-            rnn = nn.RNN(layer.input_size, layer.hidden_size, nonlinearity="relu", batch_first=True,
-                         device=p.device, dtype=p.dtype)  # fmt: skip
-            with torch.no_grad():
-                rnn.weight_ih_l0.copy_(layer.weight_ih)
-                rnn.weight_hh_l0.copy_(layer.weight_hh)
-                rnn.bias_ih_l0.copy_(layer.bias)
-                rnn.bias_hh_l0.zero_()
-            return rnn, self.readout
-        if self.kind == "lstm":
-            return self.layer.rnn, self.readout
-        raise ValueError(f"kind {self.kind!r} has no plain torch module (CounterLSTM's g is the identity)")
+@torch.no_grad()
+def counter_values(c: Construction, ids: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The machine configuration decoded from an :func:`encode_counter_machine` network after
+    every position: ``(state index [B, T] (−1: dead; an index of counter_program(c.source).states),
+    signed counters [B, T, k])``."""
+    kind = _kind(c)
+    prog = counter_program(c.source)
+    ng = len(prog.guards)
+    h, _ = c.hidden(ids, mask=mask)
+    hd = h.double()
+    scale = 1.0 if kind == "relu" else GAMMA
+    g = hd[..., :ng] / scale
+    T = torch.as_tensor(prog.transition, dtype=torch.float64, device=h.device)
+    D = torch.as_tensor(prog.delta, dtype=torch.float64, device=h.device)
+    s = g @ T.T
+    u, r = hd[..., c.units.index("U")] / scale, hd[..., c.units.index("R")] / scale
+    s[..., 0] += u + 1 - r
+    mag = counter_magnitudes(c, ids, mask).double() + g @ D.T
+    dead = torch.full_like(s[..., 0], -1, dtype=torch.long)
+    state = torch.where(s.max(-1).values > 0.5, s.argmax(-1), dead)
+    signs = torch.tensor([sg for _, sg in prog.states], dtype=torch.float64, device=h.device)
+    return state, signs[state.clamp(min=0)] * mag
 
 
 def _unit_names(prog: CounterProgram) -> list[str]:
@@ -350,6 +251,7 @@ def _readout_mlp(
         nn.Linear(hidden_size, width, device=device, dtype=dtype),
         nn.ReLU(),
         nn.Linear(width, 1, device=device, dtype=dtype),
+        nn.Flatten(-2),  # [.., 1] -> [..]: the accept score
     )
     with torch.no_grad():
         mlp[0].weight.zero_()
@@ -362,7 +264,7 @@ def _readout_mlp(
     return mlp
 
 
-def compile_counter_machine(
+def encode_counter_machine(
     machine: CounterMachine | str,
     kind: Literal["relu", "lstm", "counter_lstm"] = "relu",
     *,
@@ -370,7 +272,7 @@ def compile_counter_machine(
     readout_scale: float = 20.0,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-) -> CompiledCounter:
+) -> Construction:
     """Compile a real-time counter machine (or a ready-made name: ``anbn``, ``anbncn``, ``dyck1``,
     ``anbmcnm``) into a recurrent layer with an accept readout (module docstring).
 
@@ -383,6 +285,10 @@ def compile_counter_machine(
         dtype, device: of the weights.
 
     Units: ``len(guards) + k + 2`` (guards, counter magnitudes ``M_j``, ``U``, ``R``).
+
+    Returns an acceptor :class:`~memrnn.constructions.Construction`: the layer reads one-hot
+    ``(*machine.alphabet, BOS)`` (``ids`` puts ``BOS`` first), the readout gives the accept score
+    ``[B, T]``, ``source`` is the machine; :func:`counter_values` decodes its configuration.
     """
     if isinstance(machine, str):
         if machine not in READY_MADE:
@@ -402,7 +308,9 @@ def compile_counter_machine(
         units = [u for u in units if not u.startswith("M")] + [u for u in units if u.startswith("M")]
     build = {"relu": _relu, "lstm": _lstm, "counter_lstm": _counter_lstm}[kind]
     layer, readout = build(prog, beta, readout_scale, dtype, device)
-    return CompiledCounter(kind, prog, layer, readout, units)
+    return Construction(
+        layer, readout, vocabulary=(*machine.alphabet, BOS), source=machine, units=units, task="acceptor"
+    )
 
 
 def _reset_constant(dtype: torch.dtype) -> float:

@@ -11,39 +11,18 @@ which is Omlin & Giles's ``+H`` weights and ``−H/2`` bias in Stogin et al.'s (
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from memrnn.constructions._common import accepting, check_vocabulary, state_graph, symbol_ids
+from memrnn.constructions._common import accepting, check_vocabulary, state_graph
+from memrnn.constructions.result import AcceptingState, Construction
 from memrnn.languages.automata import DFA
 from memrnn.layers.second_order import SecondOrderRNN
 from memrnn.ops.stack import h_sigmoid
 from memrnn.ops.tensor import second_order
-
-
-@dataclass
-class EncodedDFA:
-    """A second-order RNN programmed with a DFA (``layer``), the DFA, the input symbol of each
-    input id (``vocabulary``) and ``accept`` ``[num_states]`` (1.0 on accepting states)."""
-
-    layer: SecondOrderRNN
-    dfa: DFA
-    vocabulary: tuple[str, ...]
-    accept: Tensor = field(repr=False)
-
-    def accepts(self, words: Sequence[Sequence[str]]) -> list[bool]:
-        """Acceptance read from the final state: its largest unit exceeds 1/2 and is accepting."""
-        ids, mask = symbol_ids(words, self.vocabulary)
-        p = self.layer.weight
-        x = torch.nn.functional.one_hot(ids.to(p.device), len(self.vocabulary)).to(p.dtype)
-        with torch.no_grad():
-            _, state = self.layer(x, mask=mask.to(p.device))
-        s = state.s
-        return ((s.amax(-1) > 0.5) & (self.accept.to(s.device)[s.argmax(-1)] > 0.5)).tolist()
 
 
 def encode_dfa(
@@ -54,8 +33,10 @@ def encode_dfa(
     ignore: Iterable[str] = (),
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-) -> EncodedDFA:
-    """A one-hot-input :class:`SecondOrderRNN` with one unit per DFA state (Definition A.3).
+) -> Construction:
+    """A one-hot-input :class:`SecondOrderRNN` with one unit per DFA state (Definition A.3), as
+    an acceptor :class:`~memrnn.constructions.Construction` (``source`` the DFA, ``units`` its
+    states, acceptance by final state: :class:`~memrnn.constructions.result.AcceptingState`).
 
     Args:
         dfa: missing transitions give zero columns (the dead state is ``s = 0``).
@@ -79,7 +60,15 @@ def encode_dfa(
         layer.start.zero_()
         layer.start[dfa.q_index[dfa.start]] = 1.0
     accept = torch.tensor([1.0 if q in dfa.accept else 0.0 for q in dfa.states], dtype=dtype, device=device)
-    return EncodedDFA(layer, dfa, vocab, accept)
+    return Construction(
+        layer,
+        AcceptingState(accept),
+        vocabulary=vocab,
+        source=dfa,
+        units=dfa.states,
+        task="acceptor",
+        bos=None,
+    )
 
 
 def extract_dfa(

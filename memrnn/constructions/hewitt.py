@@ -1,7 +1,7 @@
 """The modules that carry Hewitt et al.'s explicit Dyck-(k,m) stacks (Hewitt et al. 2020,
 appendices D–G): :class:`HewittLSTM` and :class:`HewittSimpleRNN` (memrnn layers with the
-constructed weights), :func:`hewitt_init_` (set them into any LSTM or RNN module), and the
-generators (:class:`HewittGenerator`, and :class:`TorchGenerator` of plain torch modules).
+constructed weights), :func:`hewitt_init_` (set them into any LSTM or RNN module), and
+:func:`encode_dyck`, the complete generators as :class:`~memrnn.constructions.Construction`.
 
 The constructions, their constants and the paper's errata are documented with the specification
 in :mod:`memrnn.constructions.hewitt_spec`, whose names this module also exports.
@@ -9,6 +9,7 @@ in :mod:`memrnn.constructions.hewitt_spec`, whose names this module also exports
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -21,8 +22,10 @@ from memrnn.constructions.hewitt_spec import (
     HewittSpec,
     hewitt_spec,
 )
+from memrnn.constructions.result import BOS, Construction
 from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
+from memrnn.languages.dyck import DyckKM
 from memrnn.layers.elman import ElmanRNN
 from memrnn.layers.gated import LSTMLayer
 
@@ -278,82 +281,8 @@ allow_in_checkpoints(HewittLSTM)
 allow_in_checkpoints(HewittSimpleRNN)
 
 
-# -- generators -------------------------------------------------------------------------------------
-class HewittGenerator(nn.Module):
-    """A complete Dyck-(k,m) generator: embedding -> constructed layer -> readout (F.1).
-
-    ``forward(ids [B, T], state=None, mask=None)`` -> ``(logits [B, T, 2k+1], state)``: the
-    logits at ``t`` give ``p(w_{t+1} | w_{≤t})`` (feed ``BOS`` first).  :meth:`to_torch` gives the
-    same network as plain torch modules.  Build with :func:`hewitt_generator`.
-    """
-
-    def __init__(self, layer: HewittLSTM | HewittSimpleRNN) -> None:
-        super().__init__()
-        self.layer = layer
-        self.embedding = layer.make_embedding()
-        self.readout = layer.make_readout()
-
-    @property
-    def spec(self) -> HewittSpec:
-        return self.layer.spec
-
-    def forward(self, ids: Tensor, state=None, mask: Tensor | None = None):
-        spec = self.spec
-        if ids.dim() != 2:
-            raise ValueError(f"ids must be [batch, time], got shape {tuple(ids.shape)}")
-        bad = (ids < 0) | (ids >= spec.vocab_size)
-        if bool(bad.any()):
-            b, t = (int(v) for v in bad.nonzero()[0])
-            raise ValueError(
-                f"unknown token id {int(ids[b, t])} at [{b}, {t}]; Dyck-({spec.k},{spec.m}) inputs are 0..{spec.vocab_size - 1}"
-            )
-        h, state = self.layer(self.embedding(ids), state, mask)
-        return self.readout(h), state
-
-    def to_torch(self) -> TorchGenerator:
-        """The same network as ``nn.Embedding`` -> ``nn.LSTM`` / ``nn.RNN`` -> ``nn.Linear``.
-
-        The Simple RNN becomes a ``tanh`` ``nn.RNN`` exactly: with ``h_σ = (1 + h_τ)/2``,
-        ``σ(z) = (1 + tanh(z/2))/2`` gives ``W_τ = W/4``, ``U_τ = U/2``,
-        ``b_τ = b/2 + W·1/4``, ``V_τ = V/2``, ``b_v,τ = b_v + V·1/2``; torch's ``h_0 = 0`` is
-        ``h_σ = 1/2``, which the ``BOS`` reset column clears."""
-        p = next(self.layer.parameters())
-        fk = {"device": p.device, "dtype": p.dtype}
-        emb = nn.Embedding.from_pretrained(self.embedding.weight.detach().clone(), freeze=False)
-        lin = nn.Linear(self.readout.in_features, self.readout.out_features, **fk)
-        if isinstance(self.layer, HewittLSTM):
-            rnn = nn.LSTM(self.layer.input_size, self.layer.hidden_size, batch_first=True, **fk)
-            rnn.load_state_dict(self.layer.rnn.state_dict())
-            lin.load_state_dict(self.readout.state_dict())
-        else:
-            layer = self.layer
-            rnn = nn.RNN(layer.input_size, layer.hidden_size, nonlinearity="tanh", batch_first=True, **fk)
-            with torch.no_grad():
-                w = layer.weight_hh
-                rnn.weight_hh_l0.copy_(w / 4)
-                rnn.weight_ih_l0.copy_(layer.weight_ih / 2)
-                rnn.bias_ih_l0.copy_(layer.bias / 2 + w.sum(1) / 4)
-                rnn.bias_hh_l0.zero_()
-                v = self.readout.weight
-                lin.weight.copy_(v / 2)
-                lin.bias.copy_(self.readout.bias + v.sum(1) / 2)
-        return TorchGenerator(emb, rnn, lin)
-
-
-class TorchGenerator(nn.Module):
-    """``readout(rnn(embedding(ids)))`` with plain torch modules (batch first)."""
-
-    def __init__(self, embedding: nn.Embedding, rnn: nn.LSTM | nn.RNN, readout: nn.Linear) -> None:
-        super().__init__()
-        self.embedding, self.rnn, self.readout = embedding, rnn, readout
-
-    def forward(self, ids: Tensor) -> Tensor:
-        """``ids [B, T]`` (``BOS`` first) -> logits ``[B, T, 2k+1]``."""
-        y, _ = self.rnn(self.embedding(ids))
-        return self.readout(y)
-
-
-def hewitt_generator(
+# -- generators ------------------------------------------------------------------------------------
+def encode_dyck(
     k: int,
     m: int,
     arch: Arch = "lstm",
@@ -365,12 +294,31 @@ def hewitt_generator(
     zeta: float | None = None,
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
-) -> HewittGenerator:
-    """Build one of the four constructions as a :class:`HewittGenerator`."""
-    cls = HewittLSTM if arch == "lstm" else HewittSimpleRNN
+) -> Construction:
+    """One of the four Dyck-(k,m) generators (F.1) as a generator
+    :class:`~memrnn.constructions.Construction`: embedding (the token features) -> a
+    :class:`HewittLSTM` or :class:`HewittSimpleRNN` -> readout ``V``, ``b_v``.
+
+    It reads ``(*DyckKM(k, m).symbols, BOS)``; ``forward(ids)`` gives the logits
+    ``[B, T, 2k+1]``, at ``t`` ``p(w_{t+1} | w_{≤t})`` (feed ``BOS`` first); ``accepts`` is
+    Definition 5 (every symbol, and ``END``, has probability ``≥ ε``); ``to_torch()`` gives
+    ``nn.Embedding -> nn.LSTM / nn.RNN -> nn.Linear``; ``layer.spec`` is the
+    :class:`~memrnn.constructions.hewitt_spec.HewittSpec`.
+    """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; choose 'srnn' or 'lstm'")
+    cls = HewittLSTM if arch == "lstm" else HewittSimpleRNN
     layer = cls(
         k=k, m=m, encoding=encoding, inputs=inputs, beta=beta, lam=lam, zeta=zeta, device=device, dtype=dtype
     )
-    return HewittGenerator(layer)
+    spec = layer.spec
+    return Construction(
+        layer,
+        layer.make_readout(),
+        embedding=layer.make_embedding(),
+        vocabulary=(*DyckKM(k, m).symbols, BOS),
+        source=DyckKM(k, m),
+        units=spec.unit_names(),
+        task="generator",
+        min_log_prob=math.log(spec.constants.epsilon),
+    )

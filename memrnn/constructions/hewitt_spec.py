@@ -286,6 +286,13 @@ class HewittSpec:
     def num_symbols(self) -> int:
         return 2 * self.k + 1
 
+    def unit_names(self) -> list[str]:
+        """A name per hidden unit: ``slot{j}[{u}]``, unit ``u`` of stack slot ``j``'s code (LSTM:
+        slot 0 is the bottom, E.6); the Simple RNN has a ``push:`` and a ``pop:`` copy of the
+        slots, slot 0 the top (D.1, erratum 2)."""
+        slots = [f"slot{j}[{u}]" for j in range(self.m) for u in range(self.d)]
+        return slots if self.arch == "lstm" else [f"{half}:{s}" for half in ("push", "pop") for s in slots]
+
     @property
     def input_size(self) -> int:
         return 3 + self.d if self.inputs == "compact" else self.vocab_size

@@ -4,13 +4,13 @@ and tightness checks for softmax RNN language models.
 
 Minsky (Cotterell et al. 2023, "Example: Deterministic PFSA Encoded via Minsky Construction"): one unit per
 ``(q, a)`` pair, on when the automaton was in ``q`` and has just read ``a`` (so it is now in
-``δ(q, a)``), as the seed's worked example's ``U`` has it:
+``δ(q, a)``), as the paper's worked example's ``U`` has it:
 
 * ``U[(q', a'), (q, a)] = 1`` iff ``q' = δ(q, a)`` (every pair leaving the current state),
   ``V[(q', a'), y] = 1`` iff ``a' = y``, ``b = −1``, ``h_t = H(U h_{t−1} + V[y_t] + b)`` with
   ``H(0) = 0``: exactly one unit is on, ``(q_{t−1}, y_t)``;
 * the output matrix's column for ``(q, a)`` holds ``log p(y | δ(q, a))`` (``log final`` for
-  ``END``): ``softmax(E h_t)`` is the PFSA's next-symbol distribution.  (The seed's example
+  ``END``): ``softmax(E h_t)`` is the PFSA's next-symbol distribution.  (The paper's example
   fills it with the distribution of ``q`` instead, so its "sampling step from (q0, b)" gives
   ``P(a) = 0.7`` where the PFSA, now in ``q1``, gives ``P(a) = 1``: an erratum.)
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.constructions.result import BOS, END, Construction
 from memrnn.languages.automata import PFSA
 from memrnn.languages.dyck import DyckKM
 from memrnn.layers.elman import ElmanRNN
@@ -46,55 +47,7 @@ BOUNDED = {
 }
 
 
-@dataclass
-class MinskyRNN:
-    """A PFSA as an Elman RNN language model: ``layer`` (one-hot inputs: the PFSA's symbols,
-    then ``END``, then ``BOS``), ``readout`` (to the symbols then ``END``), the unit names
-    ``units`` (``(state, symbol)`` pairs, then ``("start", "BOS")``)."""
-
-    layer: ElmanRNN
-    readout: nn.Linear
-    pfsa: PFSA
-    units: list[tuple[str, str]] = field(repr=False)
-
-    @property
-    def vocab_size(self) -> int:
-        return len(self.pfsa.alphabet) + 2
-
-    @property
-    def bos_id(self) -> int:
-        return len(self.pfsa.alphabet) + 1
-
-    def ids(self, word: Sequence[str]) -> list[int]:
-        index = {a: i for i, a in enumerate(self.pfsa.alphabet)}
-        out = []
-        for t, a in enumerate(word):
-            if a not in index:
-                raise ValueError(f"unknown symbol {a!r} at position {t}; the PFSA has {self.pfsa.alphabet}")
-            out.append(index[a])
-        return out
-
-    def step(self, ids: Tensor, state=None):
-        """``ids [N, T]`` -> ``(logits [N, T, |Σ|+1], state)``, batch first."""
-        p = self.layer.weight_hh
-        x = F.one_hot(ids, self.vocab_size).to(p)
-        h, state = self.layer(x, state)
-        return self.readout(h), state
-
-    def log_prob(self, words: Sequence[Sequence[str]]) -> Tensor:
-        """``log p(word, END)`` under the network, ``[len(words)]`` (float64 sums)."""
-        out = []
-        for w in words:
-            ids = self.ids(w)
-            with torch.no_grad():
-                logits, _ = self.step(torch.tensor([[self.bos_id, *ids]]))
-            lp = logits[0].double().log_softmax(-1)
-            target = torch.tensor([*ids, len(self.pfsa.alphabet)])
-            out.append(lp[torch.arange(len(target)), target].sum())
-        return torch.stack(out)
-
-
-def minsky(
+def encode_pfsa(
     pfsa: PFSA,
     *,
     activation: Literal["heaviside", "sigmoid"] = "heaviside",
@@ -103,9 +56,15 @@ def minsky(
     prune: bool = False,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-) -> MinskyRNN:
+) -> Construction:
     """Minsky's construction of ``pfsa`` (module docstring): ``|Q|·|Σ| + 1`` units, or with
-    ``prune=True`` one per transition of positive probability (plus the start unit)."""
+    ``prune=True`` one per transition of positive probability (plus the start unit).
+
+    Returns a generator :class:`~memrnn.constructions.Construction`: an :class:`ElmanRNN` reading
+    one-hot ``(*pfsa.alphabet, END, BOS)``, the ``nn.Linear`` readout to ``(*pfsa.alphabet, END)``,
+    ``source`` the PFSA, ``units`` named ``(q, a)`` then ``(start, BOS)``; a symbol is impossible
+    below ``log_zero / 2``.
+    """
     if activation not in ("heaviside", "sigmoid"):
         raise ValueError(f"activation must be 'heaviside' or 'sigmoid', got {activation!r}")
     if not log_zero < 0:
@@ -150,7 +109,15 @@ def minsky(
         layer.bias.copy_(torch.from_numpy(b))
         readout.weight.copy_(torch.from_numpy(E))
         readout.bias.zero_()
-    return MinskyRNN(layer, readout, pfsa, units)
+    return Construction(
+        layer,
+        readout,
+        vocabulary=(*alphabet, END, BOS),
+        source=pfsa,
+        units=[f"({q}, {a})" for q, a in units],
+        task="generator",
+        min_log_prob=log_zero / 2,
+    )
 
 
 def dyck_pfsa(language: DyckKM) -> PFSA:
@@ -181,13 +148,13 @@ def dyck_pfsa(language: DyckKM) -> PFSA:
 def naive_dyck_generator(
     k: int, m: int, *, activation: Literal["heaviside", "sigmoid"] = "sigmoid", beta: float = 20.0, prune: bool = False,
     dtype: torch.dtype = torch.float64,
-) -> MinskyRNN:  # fmt: skip
+) -> Construction:  # fmt: skip
     """Theorem 1: the Dyck-(k,m) DFA (with H.1's probabilities) in a Simple RNN by Minsky's
     construction, ``|Q|·2k + 1`` units with ``|Q| = Σ_{i≤m} k^i`` (``O(k^{m+1})``).  It generates
     H.1's distribution exactly (Definition 5 with ``ε = 1/(4k)``).  Appendix F.3 says "one unit per
     DFA state"; a first-order RNN cannot do that in general (the next state is an AND of the
     state and the symbol, an XOR-like function of one layer's inputs), hence the pairs."""
-    return minsky(dyck_pfsa(DyckKM(k, m)), activation=activation, beta=beta, prune=prune, dtype=dtype)
+    return encode_pfsa(dyck_pfsa(DyckKM(k, m)), activation=activation, beta=beta, prune=prune, dtype=dtype)
 
 
 # -- reading the automaton back ------------------------------------------------------------------------
@@ -234,14 +201,15 @@ def minimize_pfsa(pfsa: PFSA, decimals: int = 9) -> PFSA:
 
 
 def extract_pfsa(
-    rnn: MinskyRNN | tuple[ElmanRNN, nn.Linear, Sequence[str]],
+    rnn: Construction | tuple[ElmanRNN, nn.Linear, Sequence[str]],
     *,
     max_states: int = 100_000,
     minimize: bool = True,
 ) -> PFSA:
     """The PFSA a finite-state RNN LM computes, by enumerating its reachable hidden states.
 
-    ``rnn``: a :class:`MinskyRNN`, or ``(layer, readout, alphabet)`` for any Elman RNN with
+    ``rnn``: a generator :class:`~memrnn.constructions.Construction` over an Elman layer (from
+    :func:`encode_pfsa`), or ``(layer, readout, alphabet)`` for any Elman RNN with
     one-hot inputs ``alphabet + [END, BOS]`` whose hidden states after rounding to 6 decimals are
     finitely many (Heaviside RNNs: binary).  From the state after ``BOS``, every symbol with
     positive probability is followed (breadth first); states are named ``s0`` (start), ``s1``, ….
@@ -249,8 +217,10 @@ def extract_pfsa(
     enough).  ``minimize`` (default) merges equivalent states (:func:`minimize_pfsa`): a Minsky
     network has one hidden state per ``(q, a)`` pair, its PFSA one per ``q``.
     """
-    if isinstance(rnn, MinskyRNN):
-        layer, readout, alphabet = rnn.layer, rnn.readout, list(rnn.pfsa.alphabet)
+    if isinstance(rnn, Construction):
+        if rnn.task != "generator":
+            raise ValueError("extract_pfsa needs a generator construction, got an acceptor")
+        layer, readout, alphabet = rnn.layer, rnn.readout, list(rnn.outputs[:-1])
     else:
         layer, readout, alphabet = rnn
         alphabet = list(alphabet)
@@ -318,8 +288,8 @@ class TightnessReport:
     """Cotterell et al.'s (2023) bounded-dynamics theorem for a softmax RNN LM: ``bounded`` (the hidden state
     lies in a box ``[lo, hi]^D``), ``log_min_end`` (a lower bound on ``log p(END | h)`` over the
     whole box; finite means tight: every step ends with probability ``≥ e^{log_min_end}``),
-    ``s = max_y ‖e(y) − e(END)‖`` (the seed's constant) and, when hidden states were given,
-    ``condition_holds`` (``s‖h_t‖₂ ≤ log t`` for every ``t ≥ 2``, the seed's sufficient condition
+    ``s = max_y ‖e(y) − e(END)‖`` (Cotterell et al.'s constant) and, when hidden states were given,
+    ``condition_holds`` (``s‖h_t‖₂ ≤ log t`` for every ``t ≥ 2``, Cotterell et al.'s sufficient condition
     for unbounded activations) — ``None`` when not checked."""
 
     bounded: bool
@@ -341,7 +311,7 @@ def tightness(
 ) -> TightnessReport:
     """Check tightness of ``softmax(readout(h_t))`` for an RNN whose units use ``activation``
     (``tanh``/``sigmoid``/``heaviside``/``saturated_linear``: bounded; ``lstm``/``gru`` outputs:
-    ``[−1, 1]``; ``relu``: unbounded).  ``hidden [T, D]``: a trajectory for the seed's
+    ``[−1, 1]``; ``relu``: unbounded).  ``hidden [T, D]``: a trajectory for Cotterell et al.'s
     ``s‖h_t‖ ≤ log t`` condition."""
     boxes = {**BOUNDED, "lstm": (-1.0, 1.0), "gru": (-1.0, 1.0)}
     w, b = readout.weight.detach().double(), readout.bias.detach().double()

@@ -11,14 +11,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from memrnn.constructions._common import accepting, check_vocabulary, state_graph, symbol_ids
+from memrnn.constructions._common import accepting, check_vocabulary, state_graph
+from memrnn.constructions.result import AcceptingState, Construction
 from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.core.state import state_where
 from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
@@ -26,46 +27,6 @@ from memrnn.languages.base import Language
 from memrnn.layers.nnpda import NNPDA
 from memrnn.ops.stack import action_codes, h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
 from memrnn.ops.tensor import third_order
-
-
-@dataclass
-class EncodedPDA:
-    """An nnPDA programmed with a DPDA, with what is needed to run it on symbol strings.
-
-    Attributes:
-        layer: the :class:`~memrnn.layers.NNPDA` (one-hot input over ``vocabulary``).
-        pda: the encoded automaton.
-        vocabulary: the input symbol of each input id.
-        accept: ``[num_states]`` 1.0 on accepting states.
-    """
-
-    layer: NNPDA
-    pda: DPDA
-    vocabulary: tuple[str, ...]
-    accept: Tensor = field(repr=False)
-
-    def ids(self, words: Sequence[Sequence[str]]) -> tuple[Tensor, Tensor]:
-        """Right-padded input ids ``[B, T]`` and mask ``[B, T]``; an unknown symbol raises."""
-        return symbol_ids(words, self.vocabulary)
-
-    def inputs(self, ids: Tensor) -> Tensor:
-        """One-hot inputs ``[B, T, |vocabulary|]`` in the layer's dtype and device."""
-        p = self.layer.weight_q
-        return torch.nn.functional.one_hot(ids.to(p.device), len(self.vocabulary)).to(p.dtype)
-
-    def final_states(self, words: Sequence[Sequence[str]]) -> Tensor:
-        """``Q`` after each word's last symbol ``[B, num_states]``."""
-        ids, mask = self.ids(words)
-        with torch.no_grad():
-            _, state = self.layer(self.inputs(ids), mask=mask.to(self.layer.weight_q.device))
-        return state.q
-
-    def accepts(self, words: Sequence[Sequence[str]]) -> list[bool]:
-        """Acceptance read from the final ``Q``: its largest unit exceeds 1/2 and is accepting."""
-        q = self.final_states(words)
-        best = q.argmax(-1)
-        ok = (q.amax(-1) > 0.5) & (self.accept.to(q.device)[best] > 0.5)
-        return ok.tolist()
 
 
 def encode_pda(
@@ -79,8 +40,11 @@ def encode_pda(
     strict: bool = False,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-) -> EncodedPDA:
-    """The nnPDA whose weights are ``pda``'s rules (Definition B.9; appendix E for Dyck-1).
+) -> Construction:
+    """The nnPDA whose weights are ``pda``'s rules (Definition B.9; appendix E for Dyck-1), as an
+    acceptor :class:`~memrnn.constructions.Construction` (``source`` the DPDA; ``units`` its
+    states then the stack reading ``top=<symbol>``, ``top=empty``; acceptance by final state:
+    :class:`~memrnn.constructions.result.AcceptingState`; ``final_state(words).q`` is ``Q``).
 
     Args:
         pda: a deterministic PDA.  Missing transitions get zero weights: the dead state is
@@ -133,7 +97,10 @@ def encode_pda(
         layer.start.zero_()
         layer.start[pda.q_index[pda.start]] = 1.0
     accept = torch.tensor([1.0 if q in pda.accept else 0.0 for q in pda.states], dtype=dtype, device=device)
-    return EncodedPDA(layer, pda, vocab, accept)
+    units = [*pda.states, *(f"top={z}" for z in pda.stack_alphabet), "top=empty"]
+    return Construction(
+        layer, AcceptingState(accept), vocabulary=vocab, source=pda, units=units, task="acceptor", bos=None
+    )
 
 
 @dataclass

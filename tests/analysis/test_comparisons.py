@@ -16,7 +16,7 @@ from memrnn.analysis.counting import (
 from memrnn.analysis.hewitt import construction_trace, dyck_slots, hewitt_agreement
 from memrnn.analysis.nnpda import pda_actions, pda_rules_table, stack_action_agreement
 from memrnn.analysis.trace import layer_trace
-from memrnn.constructions import HewittGenerator, HewittLSTM, PDAInitializedNNPDA
+from memrnn.constructions import PDAInitializedNNPDA, encode_dyck
 from memrnn.languages import AnBn, DyckKM, DyckN
 from memrnn.layers import NNPDA
 
@@ -62,7 +62,7 @@ def test_hewitts_construction_agrees_with_itself():
     assert all(metrics[f"saturation_{g}"] > 0.999 for g in "ifo")
     assert set(corr) == {"i", "f", "o", "c"} and corr["c"].shape[0] == corr["c"].shape[1]
     # the construction's layer and the generator's embedding traced directly give the same
-    g = HewittGenerator(HewittLSTM(k=3, m=2, encoding="log", dtype=torch.float64))
+    g = encode_dyck(3, 2, "lstm", "log", dtype=torch.float64)
     direct, _ = layer_trace(g.embedding, g.layer, strings, lang.bos_id)
     torch.testing.assert_close(direct["c"], trace["c"])
     # slots by hand: "( (" then ")" -> slot 1 holds bracket 0 throughout, slot 2 only after two opens

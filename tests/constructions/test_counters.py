@@ -9,9 +9,11 @@ import torch
 
 from memrnn.constructions.counters import (
     READY_MADE,
-    compile_counter_machine,
     counter_program,
+    counter_values,
+    encode_counter_machine,
 )
+from memrnn.constructions.result import Construction
 from memrnn.languages.automata import CounterMachine, anbn_counter_machine
 
 KINDS = ["relu", "lstm", "counter_lstm"]
@@ -50,10 +52,16 @@ def members(name: str, ids: np.ndarray) -> np.ndarray:
     raise AssertionError(name)
 
 
+def scores(cc: Construction, ids: torch.Tensor) -> torch.Tensor:
+    """The accept scores ``[B, T]`` (position t decides the prefix read up to t)."""
+    with torch.no_grad():
+        return cc(ids)[0]
+
+
 def prefix_verdicts(cc, ids: torch.Tensor) -> np.ndarray:
     """[N, L+1]: the network's verdict on every prefix of each row (BOS first)."""
     full = torch.cat([torch.full((ids.shape[0], 1), cc.bos_id), ids], 1)
-    return (cc.logits(full) > 0).cpu().numpy()
+    return (scores(cc, full) > 0).cpu().numpy()
 
 
 TERNARY = ("anbncn", "anbmcnm")
@@ -70,8 +78,8 @@ def test_exhaustive_up_to_length_14(name, kind, length):
     """Every string up to ``length`` (14; 11 for the ternary alphabets in the default run, 14 in
     the slow one): the verdict on each prefix of every string of that length (all shorter
     strings are such prefixes), float32, in chunks of one first-symbols block."""
-    cc = compile_counter_machine(name, kind, dtype=torch.float32)
-    sigma, L = len(cc.machine.alphabet), length
+    cc = encode_counter_machine(name, kind, dtype=torch.float32)
+    sigma, L = len(cc.source.alphabet), length
     head = 4 if sigma == 3 else 0
     tail = torch.tensor(list(itertools.product(range(sigma), repeat=L - head)), dtype=torch.long)
     checked = 0
@@ -115,14 +123,14 @@ LONG = [
 def test_long_near_misses_float32(name, kind, n_max):
     """a^{n+i} b^{n+j} (c^{n+k}), i, j, k ∈ [−2, 2], n ∈ {0, 1, 2, 1000, n_max}, float32
     (n_max = 10^5 in the slow run for every machine and kind)."""
-    cc = compile_counter_machine(name, kind, dtype=torch.float32)
+    cc = encode_counter_machine(name, kind, dtype=torch.float32)
     blocks = 2 if name == "anbn" else 3
     ns = [0, 1, 2, 1000, n_max]
     counts = [c for n in ns for c in _near_misses(blocks, n)]
     # group by n so rows of one batch have similar lengths
     for n in ns:
         batch = [c for c in counts if abs(c[0] - n) <= 2]
-        words = [[a for b, c_b in enumerate(c) for a in [cc.machine.alphabet[b]] * c_b] for c in batch]
+        words = [[a for b, c_b in enumerate(c) for a in [cc.source.alphabet[b]] * c_b] for c in batch]
         got = cc.accepts(words)
         want = [len(set(c)) == 1 for c in batch]
         assert got == want, [(c, g) for c, g, w in zip(batch, got, want, strict=True) if g != w]
@@ -131,11 +139,11 @@ def test_long_near_misses_float32(name, kind, n_max):
 @pytest.mark.parametrize("kind", KINDS)
 def test_long_dyck1_and_anbmcnm(kind):
     n = 20_000 if kind != "counter_lstm" else 5_000
-    dy = compile_counter_machine("dyck1", kind)
+    dy = encode_counter_machine("dyck1", kind)
     words = [list("(" * n + ")" * n), list("(" * n + ")" * (n + 1)), list("(" * (n + 1) + ")" * n),
              list("()" * n), list("(" * n + ")" * (n - 1) + "(" + ")" * 2)]  # fmt: skip
     assert dy.accepts(words) == [True, False, False, True, True]
-    abc = compile_counter_machine("anbmcnm", kind)
+    abc = encode_counter_machine("anbmcnm", kind)
     words = [list("a" * n + "b" * 7 + "c" * (n + 7)), list("a" * n + "b" * 7 + "c" * (n + 6)),
              list("b" * n + "c" * n), list("a" * n + "c" * n + "b")]  # fmt: skip
     assert abc.accepts(words) == [True, False, True, False]
@@ -161,7 +169,7 @@ def test_random_machines_with_negative_counters(kind, dtype):
     words = [w for n in range(9) for w in itertools.product("ab", repeat=n)]
     for _ in range(8):
         m = random_machine(rng, int(rng.integers(1, 3)), int(rng.integers(1, 4)))
-        cc = compile_counter_machine(m, kind, dtype=dtype)
+        cc = encode_counter_machine(m, kind, dtype=dtype)
         assert cc.accepts(words) == [m.accepts(w) for w in words]
 
 
@@ -169,14 +177,14 @@ def test_program_sizes_and_signs():
     prog = counter_program(anbn_counter_machine(1))
     assert [q for q, _ in prog.states] == ["A", "B"]
     assert len(prog.guards) == 5  # (A,a) merged; (A,b) and (B,b) need "non-zero": 2 each
-    cc = compile_counter_machine(anbn_counter_machine(1), "relu")
+    cc = encode_counter_machine(anbn_counter_machine(1), "relu")
     assert len(cc.units) == 5 + 1 + 2 and cc.layer.hidden_size == 8
     # a counter that goes negative doubles the control: (q, +) and (q, −)
     m = CounterMachine(1, ["S"], ["a", "b"], [("S", "a", (None,), "S", (1,)), ("S", "b", (None,), "S", (-1,))],
                        "S", [("S", (True,))])  # fmt: skip
     prog = counter_program(m)
     assert sorted(prog.states) == [("S", (-1,)), ("S", (1,))]
-    cc = compile_counter_machine(m, "relu")
+    cc = encode_counter_machine(m, "relu")
     assert cc.accepts([list("ab"), list("ba"), list("bba"), list("bbaa"), list("abba")]) == [
         True,
         True,
@@ -192,74 +200,74 @@ def test_counter_values_decode_the_configuration(kind):
                        [("S", "a", (None, None), "S", (1, -1)), ("S", "b", (None, None), "T", (-1, 0)),
                         ("T", "c", (None, None), "S", (0, 1)), ("T", "a", (None, False), "T", (1, 1))],
                        "S", [("S", (True, None))])  # fmt: skip
-    cc = compile_counter_machine(m, kind, dtype=torch.float64)
+    cc = encode_counter_machine(m, kind, dtype=torch.float64)
     rng = np.random.default_rng(0)
     for _ in range(20):
         w = [str(x) for x in rng.choice(list("abc"), size=12)]
         ids, _ = cc.ids([w])
-        state, counters = (v[0] for v in cc.counter_values(ids))
+        state, counters = (v[0] for v in counter_values(cc, ids))
         for t, conf in enumerate(m.run(w)):  # position t (BOS = 0) holds the configuration after t symbols
             if conf is None:
                 assert int(state[t]) == -1
                 break
             q, c = conf
-            assert cc.program.states[int(state[t])][0] == q
+            assert counter_program(m).states[int(state[t])][0] == q
             assert counters[t].tolist() == pytest.approx(list(c), abs=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_long_counts_decode_past_tanh_saturation(kind):
-    cc = compile_counter_machine("anbn", kind, dtype=torch.float64)
+    cc = encode_counter_machine("anbn", kind, dtype=torch.float64)
     ids, _ = cc.ids([["a"] * 300 + ["b"] * 120])
-    _, counters = cc.counter_values(ids)
+    _, counters = counter_values(cc, ids)
     want = [min(t, 300) - max(0, t - 300) for t in range(421)]
     assert counters[0, :, 0].tolist() == pytest.approx(want, abs=1e-6)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bos_resets_control_and_counters(kind):
-    cc = compile_counter_machine("anbn", kind)
+    cc = encode_counter_machine("anbn", kind)
     a, b, bos = 0, 1, cc.bos_id
     ids = torch.tensor([[bos, a, a, a, bos, a, b, bos, b]])
-    verdict = (cc.logits(ids) > 0)[0].tolist()
+    verdict = (scores(cc, ids) > 0)[0].tolist()
     # after each BOS the empty word (n = 0) is accepted; "ab" after the second BOS; "b" is not
     assert verdict == [True, False, False, False, True, False, True, True, False]
 
 
 @pytest.mark.parametrize("kind", ["relu", "lstm"])
 def test_plain_torch_modules_give_the_same_logits(kind):
-    cc = compile_counter_machine("anbncn", kind, dtype=torch.float64)
-    rnn, readout = cc.to_torch()
-    ids, _ = cc.ids([list("aabbcc"), list("abcc")])
-    x = torch.nn.functional.one_hot(ids, len(cc.vocabulary)).double()
-    y, _ = rnn(x)
-    torch.testing.assert_close(readout(y).squeeze(-1)[0], cc.logits(ids)[0])
-    with pytest.raises(ValueError, match="no plain torch module"):
-        compile_counter_machine("anbn", "counter_lstm").to_torch()
+    cc = encode_counter_machine("anbncn", kind, dtype=torch.float64)
+    plain = cc.to_torch()
+    assert isinstance(plain.rnn, torch.nn.RNN if kind == "relu" else torch.nn.LSTM)
+    ids, mask = cc.ids([list("aabbcc"), list("abcc")])
+    with torch.no_grad():
+        got = plain(ids)
+    torch.testing.assert_close(got[mask], scores(cc, ids)[mask], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="plain torch has no counterpart of CounterLSTM"):
+        encode_counter_machine("anbn", "counter_lstm").to_torch()
 
 
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match="unknown ready-made counter machine 'anbncndn'"):
-        compile_counter_machine("anbncndn")
+        encode_counter_machine("anbncndn")
     with pytest.raises(ValueError, match="kind must be"):
-        compile_counter_machine("anbn", "gru")
-    cc = compile_counter_machine("anbn")
+        encode_counter_machine("anbn", "gru")
+    cc = encode_counter_machine("anbn")
     with pytest.raises(ValueError, match="unknown symbol 'c' in string 0 at position 2"):
         cc.accepts([list("abc")])
     with pytest.raises(ValueError, match="unknown token id 7"):
-        cc.logits(torch.tensor([[0, 7]]))
+        cc(torch.tensor([[0, 7]]))
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_state_dict_round_trip(kind, tmp_path):
-    cc = compile_counter_machine("anbncn", kind)
+    cc = encode_counter_machine("anbncn", kind)
     path = tmp_path / "cc.pt"
-    torch.save({"layer": cc.layer.state_dict(), "readout": cc.readout.state_dict()}, path)
-    fresh = compile_counter_machine("anbncn", kind)
-    for p in [*fresh.layer.parameters(), *fresh.readout.parameters()]:
-        torch.nn.init.zeros_(p)
-    saved = torch.load(path)
-    fresh.layer.load_state_dict(saved["layer"])
-    fresh.readout.load_state_dict(saved["readout"])
+    torch.save(cc.state_dict(), path)
+    fresh = encode_counter_machine("anbncn", kind)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.zero_()
+    fresh.load_state_dict(torch.load(path))
     ids, _ = cc.ids([list("aaabbbccc"), list("aabbc")])
-    torch.testing.assert_close(fresh.logits(ids), cc.logits(ids))
+    torch.testing.assert_close(scores(fresh, ids), scores(cc, ids))

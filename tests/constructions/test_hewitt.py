@@ -3,6 +3,7 @@
 evaluation against the dense layers, the plain-torch export and ``hewitt_init_``."""
 
 import io
+import itertools
 import math
 
 import numpy as np
@@ -18,7 +19,7 @@ from memrnn.analysis.generation import (
     exhaustive_generation_check,
     sampled_generation_check,
 )
-from memrnn.constructions.hewitt import HewittLSTM, HewittSimpleRNN, hewitt_generator, hewitt_init_
+from memrnn.constructions.hewitt import HewittLSTM, HewittSimpleRNN, encode_dyck, hewitt_init_
 from memrnn.constructions.hewitt_spec import (
     GAMMA,
     construction_sizes,
@@ -67,7 +68,7 @@ def test_the_papers_example_is_150_units():
 
 def test_sizes_of_small_layers_match_the_spec():
     for arch, enc in CONSTRUCTIONS:
-        g = hewitt_generator(3, 2, arch, enc)
+        g = encode_dyck(3, 2, arch, enc)
         assert g.layer.hidden_size == hewitt_units(3, 2, arch, enc)
         assert g.readout.weight.shape == (7, g.layer.hidden_size)
 
@@ -105,7 +106,7 @@ def test_constants_follow_g3():
 def test_lstm_trace_by_hand():
     """Figure 2's mechanics on Dyck-(2,3), one-hot: pushes fill slots bottom-up, a pop empties
     the top slot, only the top slot passes the output gate (tanh(1) = 0.7616)."""
-    g = hewitt_generator(2, 3, "lstm", "one_hot", dtype=torch.float64)
+    g = encode_dyck(2, 3, "lstm", "one_hot", dtype=torch.float64)
     lang = DyckKM(2, 3)
     s = lang.encode("(0 (1 (0 0) 1)")
     tr = g.layer.trace(g.embedding(torch.tensor([[bos(2), *s]])))
@@ -138,7 +139,7 @@ def test_lstm_trace_by_hand():
 
 def test_simple_rnn_trace_by_hand():
     """Appendix D: the top of the stack lives in slot 1; pushes land in h_push, pops in h_pop."""
-    g = hewitt_generator(2, 3, "srnn", "one_hot", dtype=torch.float64)
+    g = encode_dyck(2, 3, "srnn", "one_hot", dtype=torch.float64)
     s = DyckKM(2, 3).encode("(0 (1 1)")
     with torch.no_grad():
         h, _ = g.layer(g.embedding(torch.tensor([[bos(2), *s]])))
@@ -167,9 +168,9 @@ def _step_fn(g):
 @pytest.mark.parametrize("k,m", EXHAUSTIVE_KM)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_exhaustive_generation_up_to_length_10(arch, encoding, k, m, dtype):
-    g = hewitt_generator(k, m, arch, encoding, dtype=dtype)
+    g = encode_dyck(k, m, arch, encoding, dtype=dtype)
     lang = DyckKM(k, m)
-    report = exhaustive_generation_check(_step_fn(g), lang, 10, g.spec.constants.epsilon)
+    report = exhaustive_generation_check(_step_fn(g), lang, 10, g.layer.spec.constants.epsilon)
     assert report.exact, report.examples
     assert report.min_allowed > 0.9 / (k + 1) and report.max_disallowed_mass <= 1e-3 * (1 + 1e-3)
     # every prefix of every string of length <= 10 (END counted) was visited
@@ -195,19 +196,19 @@ def _prefix_counts(k, m, n):
 @pytest.mark.parametrize("k,m", [(2, 2), (3, 2), (2, 3)])
 def test_stack_correspondence_at_every_prefix(arch, encoding, k, m):
     """Lemmas 3-4: the hidden (and cell) state equals the Python stack's encoding."""
-    g = hewitt_generator(k, m, arch, encoding, dtype=torch.float64)
+    g = encode_dyck(k, m, arch, encoding, dtype=torch.float64)
     worst = [0.0]
 
     def visit(prefixes, state):
         for i, p in enumerate(prefixes):
-            ideal = ideal_states(g.spec, [bos(k), *p])[-1]
+            ideal = ideal_states(g.layer.spec, [bos(k), *p])[-1]
             got = {"h": state.h[i].reshape(-1)}
             if arch == "lstm":
                 got["c"] = state.c[i].reshape(-1)
             for key, v in got.items():
                 worst[0] = max(worst[0], float((v - torch.from_numpy(ideal[key])).abs().max()))
 
-    exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 8, g.spec.constants.epsilon, visit=visit)
+    exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 8, g.layer.spec.constants.epsilon, visit=visit)
     assert worst[0] < 1e-7
 
 
@@ -224,7 +225,7 @@ def test_ideal_states_reject_strings_outside_the_language():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_structured_run_equals_dense_layer(arch, encoding, dtype, gen):
     k, m = 5, 3
-    g = hewitt_generator(k, m, arch, encoding, dtype=dtype)
+    g = encode_dyck(k, m, arch, encoding, dtype=dtype)
     lang = DyckKM(k, m)
     rng = np.random.default_rng(0)
     valid = [[bos(k), *lang.sample(rng, (20, 40))[:-1]][:30] for _ in range(4)]
@@ -233,7 +234,7 @@ def test_structured_run_equals_dense_layer(arch, encoding, dtype, gen):
     with torch.no_grad():
         dense, state = g(ids)
         h_dense, _ = g.layer(g.embedding(ids))
-    fast, fstate, hidden = g.spec.run(ids, g.spec.initial_state(ids.shape[0], dtype))
+    fast, fstate, hidden = g.layer.spec.run(ids, g.layer.spec.initial_state(ids.shape[0], dtype))
     tol = 1e-4 if dtype == torch.float32 else 1e-10
     torch.testing.assert_close(hidden, h_dense, atol=tol, rtol=0)
     torch.testing.assert_close(fast, dense, atol=tol * 100, rtol=0)
@@ -244,7 +245,7 @@ def test_structured_run_checks_ids():
     spec = hewitt_spec(2, 2)
     with pytest.raises(ValueError, match="unknown token id 9 at \\[0, 1\\]"):
         spec.run(torch.tensor([[0, 9]]))
-    g = hewitt_generator(2, 2)
+    g = encode_dyck(2, 2)
     with pytest.raises(ValueError, match="unknown token id -1"):
         g(torch.tensor([[5, -1]]))
 
@@ -253,7 +254,7 @@ def test_structured_run_checks_ids():
 def test_reset_tokens_make_strings_concatenate(arch, encoding):
     """END and BOS clear the stack (memrnn's extension), so a model reads many strings in a row."""
     k, m = 3, 2
-    g = hewitt_generator(k, m, arch, encoding, dtype=torch.float64)
+    g = encode_dyck(k, m, arch, encoding, dtype=torch.float64)
     lang = DyckKM(k, m)
     rng = np.random.default_rng(1)
     strings = [lang.sample(rng, (2, 12)) for _ in range(5)]
@@ -263,7 +264,7 @@ def test_reset_tokens_make_strings_concatenate(arch, encoding):
     pos = 0
     report = None
     for s in strings:
-        r = sampled_generation_check(logits[:, pos : pos + len(s)], [s], lang, g.spec.constants.epsilon)
+        r = sampled_generation_check(logits[:, pos : pos + len(s)], [s], lang, g.layer.spec.constants.epsilon)
         assert r.exact, (s, r.examples)
         pos += len(s)
         report = r
@@ -274,14 +275,42 @@ def test_reset_tokens_make_strings_concatenate(arch, encoding):
 @pytest.mark.parametrize("arch,encoding", CONSTRUCTIONS)
 def test_to_torch_is_the_same_network(arch, encoding, gen):
     k, m = 3, 3
-    g = hewitt_generator(k, m, arch, encoding, dtype=torch.float64)
+    g = encode_dyck(k, m, arch, encoding, dtype=torch.float64)
     plain = g.to_torch()
     assert isinstance(plain.rnn, nn.LSTM if arch == "lstm" else nn.RNN)
     ids = torch.cat([torch.full((6, 1), bos(k)), torch.randint(0, 2 * k, (6, 25), generator=gen)], 1)
     with torch.no_grad():
         a, _ = g(ids)
         b = plain(ids)
+        # without BOS first too: the plain module starts from the same state (h0 = -1 for tanh)
+        c, _ = g(ids[:, 1:])
+        d = plain(ids[:, 1:])
     torch.testing.assert_close(a, b, atol=1e-9, rtol=0)
+    torch.testing.assert_close(c, d, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("arch,encoding", CONSTRUCTIONS)
+def test_accepts_is_definition_5_and_log_prob_is_the_readout(arch, encoding):
+    """``accepts``: every symbol and END at probability >= epsilon; exactly Dyck-(k,m) membership."""
+    k, m = 2, 2
+    g = encode_dyck(k, m, arch, encoding, dtype=torch.float64)
+    lang = DyckKM(k, m)
+    assert g.vocabulary == (*lang.symbols, "BOS") and g.bos_id == lang.bos_id
+    assert len(g.units) == g.layer.hidden_size and g.units[0] == (
+        "slot0[0]" if arch == "lstm" else "push:slot0[0]"
+    )
+    words = [w for n in range(7) for w in itertools.product(lang.symbols[:-1], repeat=n)]
+    truth = [lang.accepts([lang.symbols.index(a) for a in w] + [lang.end_id]) for w in words]
+    assert sum(truth) > 10 and g.accepts(words) == truth
+    valid = [w for w, t in zip(words, truth, strict=True) if t][:25]
+    lp = g.log_prob(valid)
+    ids, _ = g.ids([valid[-1]])
+    with torch.no_grad():
+        logits, _ = g(ids)
+    target = [lang.symbols.index(a) for a in valid[-1]] + [lang.end_id]
+    by_hand = logits[0].log_softmax(-1)[torch.arange(len(target)), torch.tensor(target)].sum()
+    assert float(lp[-1]) == pytest.approx(float(by_hand), abs=1e-12)
+    assert bool((lp < 0).all()) and bool(torch.isfinite(lp).all())
 
 
 @pytest.mark.parametrize("arch", ["lstm", "srnn"])
@@ -373,7 +402,7 @@ def test_hewitt_init_errors_name_the_bad_value():
 
         hewitt_init_(ElmanRNN(6, 12), 2, 3)
     with pytest.raises(ValueError, match="log encoding needs k >= 2"):
-        hewitt_generator(1, 3, "lstm", "log")
+        encode_dyck(1, 3, "lstm", "log")
     with pytest.raises(ValueError, match="unknown arch 'gru'"):
         hewitt_spec(2, 2, "gru")
     with pytest.raises(ValueError, match="positive integer m, got m=0"):
@@ -496,8 +525,8 @@ def test_dfa_state_count_erratum_8(k, m):
 def test_the_papers_simple_rnn_readout_fails_erratum_9():
     """F.1's close rows zeta*e_i (no gamma) for the Simple RNN: allowed opens fall below epsilon."""
     k, m = 2, 3
-    g = hewitt_generator(k, m, "srnn", "one_hot", dtype=torch.float64)
+    g = encode_dyck(k, m, "srnn", "one_hot", dtype=torch.float64)
     with torch.no_grad():
         g.readout.weight[k : 2 * k] /= GAMMA
-    report = exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 6, g.spec.constants.epsilon)
+    report = exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 6, g.layer.spec.constants.epsilon)
     assert not report.exact and report.min_allowed == pytest.approx(0.065, abs=0.005)

@@ -13,10 +13,10 @@ from memrnn.analysis.generation import exhaustive_generation_check
 from memrnn.constructions.hewitt_spec import construction_sizes, dyck_state_count
 from memrnn.constructions.minsky import (
     dyck_pfsa,
+    encode_pfsa,
     extract_pfsa,
     finite_mass,
     minimize_pfsa,
-    minsky,
     naive_dyck_generator,
     tightness,
 )
@@ -25,7 +25,7 @@ from memrnn.languages.automata import DFA, PFSA
 from memrnn.layers import ElmanRNN
 
 
-def seed_example() -> PFSA:
+def worked_example() -> PFSA:
     return PFSA(
         ["q0", "q1"],
         ["a", "b"],
@@ -35,24 +35,25 @@ def seed_example() -> PFSA:
 
 
 def test_the_worked_example_of_cotterell_et_al():
-    rnn = minsky(seed_example(), log_zero=-1000.0)
-    assert rnn.units[:4] == [("q0", "a"), ("q0", "b"), ("q1", "a"), ("q1", "b")]
+    rnn = encode_pfsa(worked_example(), log_zero=-1000.0)
+    assert rnn.units[:4] == ("(q0, a)", "(q0, b)", "(q1, a)", "(q1, b)")
+    assert rnn.vocabulary == ("a", "b", "END", "BOS") and rnn.outputs == ("a", "b", "END")
     U = rnn.layer.weight_hh.detach()[:4, :4]
     V = rnn.layer.weight_ih.detach()[:4, :2]
-    # the seed's U; its last column (q1, b) is zero here: that pair has probability 0, our PFSA
+    # the paper's U; its last column (q1, b) is zero here: that pair has probability 0, our PFSA
     # drops it, and the unit can never be on
-    seed_u = torch.tensor([[1, 0, 1, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 1, 0, 1.0]], dtype=torch.float64)
-    seed_u[:, 3] = 0
-    torch.testing.assert_close(U, seed_u)
+    paper_u = torch.tensor([[1, 0, 1, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 1, 0, 1.0]], dtype=torch.float64)
+    paper_u[:, 3] = 0
+    torch.testing.assert_close(U, paper_u)
     torch.testing.assert_close(V, torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1.0]], dtype=torch.float64))
     torch.testing.assert_close(rnn.layer.bias.detach(), -torch.ones(5, dtype=torch.float64))
-    E = rnn.readout.weight.detach()[:2, :4].T  # the seed writes E as units x symbols
+    E = rnn.readout.weight.detach()[:2, :4].T  # the paper writes E as units x symbols
     l7, l3 = math.log(0.7), math.log(0.3)
-    # column (q, a) holds the distribution of delta(q, a) (the seed's example uses q's: erratum)
+    # column (q, a) holds the distribution of delta(q, a) (the paper's example uses q's: erratum)
     torch.testing.assert_close(
         E, torch.tensor([[l7, l3], [0, -1000], [l7, l3], [-1000, -1000.0]], dtype=torch.float64)
     )
-    # one update step: from (q0, a), read b -> (q0, b), now in q1: P(a) = 1 (the seed says 0.7)
+    # one update step: from (q0, a), read b -> (q0, b), now in q1: P(a) = 1 (the paper says 0.7)
     h = torch.tensor([[1.0, 0, 0, 0, 0]], dtype=torch.float64)
     x = torch.tensor([[0, 1.0, 0, 0]], dtype=torch.float64)
     out, _ = rnn.layer.step(x, type(rnn.layer.initial_state(1))(h))
@@ -75,20 +76,19 @@ def random_pfsa(rng, n_states, alphabet, zero_fraction=0.2) -> PFSA:
 
 
 def all_log_probs(rnn, max_length):
-    """Network log p(w, END) for every string up to max_length, batched per length."""
-    alphabet = rnn.pfsa.alphabet
-    out = {}
-    for n in range(max_length + 1):
-        words = list(itertools.product(range(len(alphabet)), repeat=n))
-        ids = torch.tensor([[rnn.bos_id, *w] for w in words])
+    """Network log p(w, END) for every string up to max_length: ``log_prob`` on all of them at
+    once (variable lengths in one batch), checked against the logits read position by position."""
+    alphabet = rnn.source.alphabet
+    words = [w for n in range(max_length + 1) for w in itertools.product(alphabet, repeat=n)]
+    got = rnn.log_prob(words).tolist()
+    for w in words[:: max(1, len(words) // 50)]:  # a sample, by hand
+        ids, _ = rnn.ids([w])
         with torch.no_grad():
-            logits, _ = rnn.step(ids)
-        lp = logits.double().log_softmax(-1)
-        target = torch.tensor([[*w, len(alphabet)] for w in words])
-        tot = lp.gather(2, target[..., None])[..., 0].sum(1)
-        for w, v in zip(words, tot.tolist(), strict=True):
-            out[tuple(alphabet[i] for i in w)] = v
-    return out
+            logits, _ = rnn(ids)
+        target = [alphabet.index(a) for a in w] + [len(alphabet)]
+        lp = logits[0].double().log_softmax(-1)[torch.arange(len(target)), torch.tensor(target)].sum()
+        assert abs(float(lp) - got[words.index(w)]) < 1e-9
+    return dict(zip(words, got, strict=True))
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def all_log_probs(rnn, max_length):
 @pytest.mark.parametrize("prune", [False, True])
 def test_string_probabilities_equal_the_pfsa(seed, n_states, alphabet, prune):
     pfsa = random_pfsa(np.random.default_rng(seed), n_states, alphabet)
-    rnn = minsky(pfsa, prune=prune)
+    rnn = encode_pfsa(pfsa, prune=prune)
     assert rnn.layer.hidden_size == (len(rnn.units)) and (
         prune or len(rnn.units) == n_states * len(alphabet) + 1
     )
@@ -106,6 +106,7 @@ def test_string_probabilities_equal_the_pfsa(seed, n_states, alphabet, prune):
     worst = 0.0
     for w, lp in got.items():
         ref = pfsa.log_prob(w)
+        assert rnn.accepts([w]) == [ref > -math.inf]
         if ref == -math.inf:
             assert lp < -500  # log 0 as log_zero
         else:
@@ -115,16 +116,16 @@ def test_string_probabilities_equal_the_pfsa(seed, n_states, alphabet, prune):
 
 def test_sigmoid_variant_matches_heaviside():
     pfsa = random_pfsa(np.random.default_rng(4), 4, ("a", "b"))
-    h = all_log_probs(minsky(pfsa), 6)
-    s = all_log_probs(minsky(pfsa, activation="sigmoid", beta=20.0), 6)
+    h = all_log_probs(encode_pfsa(pfsa), 6)
+    s = all_log_probs(encode_pfsa(pfsa, activation="sigmoid", beta=20.0), 6)
     worst = max(abs(math.exp(h[w]) - math.exp(s[w])) for w in h)
     assert worst < 1e-6
 
 
 def test_extraction_reads_the_pfsa_back():
     pfsa = random_pfsa(np.random.default_rng(5), 4, ("a", "b", "c"))
-    raw = extract_pfsa(minsky(pfsa), minimize=False)
-    back = extract_pfsa(minsky(pfsa))
+    raw = extract_pfsa(encode_pfsa(pfsa), minimize=False)
+    back = extract_pfsa(encode_pfsa(pfsa))
     assert len(raw.states) > len(pfsa.states)  # one hidden state per (q, a) pair
     assert len(back.states) == len(minimize_pfsa(pfsa).states) <= len(pfsa.states)
     for n in range(6):
@@ -152,7 +153,7 @@ def test_finite_mass():
     # the Minsky RNN of the trap is a softmax model: log_zero gives END e^-1000 > 0 in exact
     # arithmetic, so the bounded-dynamics theorem calls it tight, while the automaton it
     # computes in floating point (extracted) is not
-    rnn = minsky(leak)
+    rnn = encode_pfsa(leak)
     rep = tightness("heaviside", rnn.readout, end_id=1)
     assert rep.tight and rep.log_min_end < -900
     assert finite_mass(extract_pfsa(rnn)) == pytest.approx(0.5)
@@ -177,7 +178,7 @@ def test_naive_construction_generates_dyck(k, m):
     rnn = naive_dyck_generator(k, m)
     assert rnn.layer.hidden_size == dyck_state_count(k, m) * 2 * k + 1 == construction_sizes(k, m)["naive"]
     lang = DyckKM(k, m)
-    report = exhaustive_generation_check(rnn.step, lang, 10, 1 / (4 * k))
+    report = exhaustive_generation_check(rnn, lang, 10, 1 / (4 * k))
     assert report.exact and report.max_disallowed < 1e-100
     # its probabilities are H.1's (no length window): exact generator of the distribution
     rng = np.random.default_rng(0)
@@ -185,15 +186,15 @@ def test_naive_construction_generates_dyck(k, m):
     for _ in range(20):
         s = lang.sample(rng)
         with torch.no_grad():
-            logits, _ = heav.step(torch.tensor([[lang.bos_id, *s[:-1]]]))
+            logits, _ = heav(torch.tensor([[lang.bos_id, *s[:-1]]]))
         lp = logits[0].double().log_softmax(-1)[torch.arange(len(s)), torch.tensor(s)]
         np.testing.assert_allclose(lp.numpy(), lang.token_log_probs(s), atol=1e-12)
 
 
 def test_minsky_rejects_bad_arguments():
     with pytest.raises(ValueError, match="activation must be"):
-        minsky(seed_example(), activation="tanh")
+        encode_pfsa(worked_example(), activation="tanh")
     with pytest.raises(ValueError, match="log_zero must be negative"):
-        minsky(seed_example(), log_zero=0.0)
-    with pytest.raises(ValueError, match="unknown symbol 'z' at position 1"):
-        minsky(seed_example()).log_prob([["a", "z"]])
+        encode_pfsa(worked_example(), log_zero=0.0)
+    with pytest.raises(ValueError, match="unknown symbol 'z' in string 0 at position 1"):
+        encode_pfsa(worked_example()).log_prob([["a", "z"]])

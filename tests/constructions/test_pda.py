@@ -61,7 +61,7 @@ def net_accepts(enc, ids, lengths):
     with torch.no_grad():
         _, state = enc.layer(enc.inputs(ids), mask=mask)
     q = state.q
-    return (q.amax(-1) > 0.5) & (enc.accept[q.argmax(-1)] > 0.5)
+    return (q.amax(-1) > 0.5) & (enc.readout.accept[q.argmax(-1)] > 0.5)
 
 
 def test_appendix_e_dyck1_accepts_and_rejects_the_papers_strings():
@@ -82,7 +82,7 @@ def test_appendix_e_dyck1_accepts_and_rejects_the_papers_strings():
     assert (enc.layer.weight_pop[:, 1] == 1).all() and (enc.layer.weight_pop[:, [0, 2]] == 0).all()
     words = ["lre", "llrre", "llrlrre", "re", "llre", "llrrre"]
     assert enc.accepts([list(s) for s in words]) == [True, True, True, False, False, False]
-    q = enc.final_states([list(s) for s in words])
+    q = enc.final_state([list(s) for s in words]).q
     assert (q.amax(-1) > 0.99).all(), "final states are within 0.01 of one-hot at H = 10"
 
 
@@ -133,7 +133,7 @@ def check_long(name, count, max_len, dtype, sensitivity=10.0, mountains=1 / 3, c
         ids, mask = enc.ids([words[i] for i in rows])
         dev = deviation_from_ideal(enc.layer, ids, mask)
         assert not dev.overflow.any()
-        got = (dev.q.amax(-1) > 0.5) & (enc.accept[dev.q.argmax(-1)] > 0.5)
+        got = (dev.q.amax(-1) > 0.5) & (enc.readout.accept[dev.q.argmax(-1)] > 0.5)
         bad = int((got != want[rows]).sum())
         assert bad == 0, f"{bad} of {len(rows)} strings disagree"
         # Theorem 3.7 at H = 10: every state and every stack cell within 0.01 of the ideal, at every step
