@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from memrnn.constructions.hewitt_spec import (
     ARCHS,
     Arch,
+    DenseWeights,
     Encoding,
     HewittSpec,
     hewitt_spec,
@@ -84,31 +85,55 @@ def hewitt_init_(
     that flow.  Returns the :class:`HewittSpec` that was set.
     """
     arch, rnn = _target_rnn(module)
-    hidden = rnn.hidden_size
-    input_size = rnn.input_size
+    inputs = _input_mode(rnn.input_size, k, embedding)
+    spec = hewitt_spec(k, m, arch, encoding, inputs=inputs, beta=beta, lam=lam, zeta=zeta, scale=scale)
+    _check_fit(spec, rnn, embedding, readout)
+    w = spec.dense()
+    H, e = spec.hidden_size, spec.input_size
+    with torch.no_grad():
+        _set_recurrence(rnn, arch, w, H, e)
+        if embedding is not None:
+            embedding.weight.zero_()
+            embedding.weight[: spec.vocab_size, :e] = w.features.to(embedding.weight)
+        if readout is not None:
+            readout.weight.zero_()
+            readout.weight[:, :H] = w.readout_weight.to(readout.weight)
+            readout.bias.copy_(w.readout_bias.to(readout.bias))
+    return spec
+
+
+def _input_mode(input_size: int, k: int, embedding: nn.Embedding | None) -> Literal["compact", "one_hot"]:
+    """``"compact"`` features through ``embedding``, or the paper's one-hot tokens without one."""
     if embedding is not None:
-        inputs = "compact"
         if embedding.embedding_dim != input_size:
             raise ValueError(
                 f"embedding_dim={embedding.embedding_dim} must equal the module's input_size={input_size}"
             )
-    elif input_size == 2 * k + 2:
-        inputs = "one_hot"
-    else:
+        return "compact"
+    if input_size != 2 * k + 2:
         raise ValueError(
             f"without an embedding the module must read one-hot tokens: input_size must be 2k+2 = {2 * k + 2}, "
             f"got {input_size}; pass embedding= to use compact features"
         )
-    spec = hewitt_spec(k, m, arch, encoding, inputs=inputs, beta=beta, lam=lam, zeta=zeta, scale=scale)
-    H, e = spec.hidden_size, spec.input_size
-    if hidden < H:
+    return "one_hot"
+
+
+def _check_fit(
+    spec: HewittSpec, rnn: nn.Module, embedding: nn.Embedding | None, readout: nn.Linear | None
+) -> None:
+    """Raise, before anything is written, when the construction does not fit the modules."""
+    k, m, H, e = spec.k, spec.m, spec.hidden_size, spec.input_size
+    if rnn.hidden_size < H:
         raise ValueError(
-            f"Dyck-({k},{m}) with the {encoding} encoding needs {H} hidden units in a {arch}; the module has {hidden}"
+            f"Dyck-({k},{m}) with the {spec.encoding} encoding needs {H} hidden units in a {spec.arch}; "
+            f"the module has {rnn.hidden_size}"
         )
-    if input_size < e:
+    if rnn.input_size < e:
         raise ValueError(
-            f"the construction reads {e} input features; the module's input_size is {input_size}"
+            f"the construction reads {e} input features; the module's input_size is {rnn.input_size}"
         )
+    if getattr(rnn, "bias_ih_l0" if spec.arch == "lstm" else "bias", None) is None:
+        raise ValueError("the construction needs biases; the module was built with bias=False")
     if embedding is not None and embedding.num_embeddings < spec.vocab_size:
         raise ValueError(
             f"the embedding has {embedding.num_embeddings} rows; Dyck-({k},{m}) needs {spec.vocab_size} (2k + END + BOS)"
@@ -118,32 +143,24 @@ def hewitt_init_(
             f"the readout must map >= {H} features to 2k+1 = {2 * k + 1} symbols, got "
             f"{readout.in_features} -> {readout.out_features}"
         )
-    w = spec.dense()
-    gates = 4 if arch == "lstm" else 1
-    with torch.no_grad():
-        if arch == "lstm":
-            w_ih, w_hh, b_ih, b_hh = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
-        else:
-            w_ih, w_hh, b_ih, b_hh = rnn.weight_ih, rnn.weight_hh, rnn.bias, None
-        for p in (w_ih, w_hh, b_ih, b_hh):
-            if p is not None:
-                p.zero_()
-        for g in range(gates):
-            rows = slice(g * hidden, g * hidden + H)
-            src = slice(g * H, (g + 1) * H)
-            w_ih[rows, :e] = w.weight_ih[src].to(w_ih)
-            w_hh[rows, :H] = w.weight_hh[src].to(w_hh)
-            if b_ih is None:
-                raise ValueError("the construction needs biases; the module was built with bias=False")
-            b_ih[rows] = w.bias[src].to(b_ih)
-        if embedding is not None:
-            embedding.weight.zero_()
-            embedding.weight[: spec.vocab_size, :e] = w.features.to(embedding.weight)
-        if readout is not None:
-            readout.weight.zero_()
-            readout.weight[:, :H] = w.readout_weight.to(readout.weight)
-            readout.bias.copy_(w.readout_bias.to(readout.bias))
-    return spec
+
+
+def _set_recurrence(rnn: nn.Module, arch: Arch, w: DenseWeights, H: int, e: int) -> None:
+    """Zero the module's recurrence and write the construction into its first ``H`` units of
+    every gate (``e`` input features), under ``no_grad``."""
+    if arch == "lstm":
+        w_ih, w_hh, b_ih, b_hh = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
+    else:
+        w_ih, w_hh, b_ih, b_hh = rnn.weight_ih, rnn.weight_hh, rnn.bias, None
+    for p in (w_ih, w_hh, b_ih, b_hh):
+        if p is not None:
+            p.zero_()
+    hidden = rnn.hidden_size
+    for g in range(4 if arch == "lstm" else 1):
+        rows, src = slice(g * hidden, g * hidden + H), slice(g * H, (g + 1) * H)
+        w_ih[rows, :e] = w.weight_ih[src].to(w_ih)
+        w_hh[rows, :H] = w.weight_hh[src].to(w_hh)
+        b_ih[rows] = w.bias[src].to(b_ih)
 
 
 class _HewittMixin:

@@ -74,7 +74,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from memrnn.core.checks import finite_float
+from memrnn.core.checks import finite_float, positive_int
 
 GAMMA = math.tanh(1.0)
 Arch = Literal["srnn", "lstm"]
@@ -91,9 +91,8 @@ def log_bits(k: int) -> int:
 
 
 def _check_km(k: int, m: int, encoding: str = "one_hot") -> None:
-    for name, v in (("k", k), ("m", m)):
-        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"Hewitt's constructions need a positive integer {name}, got {name}={v!r}")
+    positive_int("k", k)
+    positive_int("m", m)
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; choose 'one_hot' or 'log'")
     if encoding == "log" and k < 2:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from collections.abc import Callable
 from typing import Any
 
@@ -183,11 +184,24 @@ def autocast_in_layer_dtype(fn: Callable) -> Callable:
 
 
 # -- constructor arguments ---------------------------------------------------------------------
+def _integer(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def positive_int(name: str, value: Any) -> int:
-    """``value`` if it is an int >= 1 (not a bool), else ``ValueError`` naming ``name``."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    """``int(value)`` if it is an integer >= 1 (Python or NumPy, not a bool), else a
+    ``ValueError`` naming ``name`` and the value."""
+    if not _integer(value) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return value
+    return int(value)
+
+
+def nonnegative_int(name: str, value: Any) -> int:
+    """``int(value)`` if it is an integer >= 0 (Python or NumPy, not a bool), else a
+    ``ValueError`` naming ``name`` and the value."""
+    if not _integer(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    return int(value)
 
 
 def finite_float(name: str, value: Any, *, positive: bool = False, nonnegative: bool = False) -> float:

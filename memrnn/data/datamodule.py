@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import nonnegative_int, positive_int
 from memrnn.data.presets import SplitPreset, get_preset
 from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations, check_window
 
@@ -143,8 +143,7 @@ class SplitDataModule(L.LightningDataModule, ABC):
             positive_int("eval_batch_size", eval_batch_size)
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ValueError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        nonnegative_int("num_workers", num_workers)
         self.batch_size = batch_size
         self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
         self.seed, self.num_workers = seed, num_workers
@@ -227,8 +226,7 @@ def resolve_splits(
     for split in SPLITS:
         v = sizes[split]
         v = v if v is not None else getattr(p, f"{split}_size") if p else fallback[split]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"{split}_size must be an int >= 0, got {v!r}")
+        nonnegative_int(f"{split}_size", v)
         out[split] = v
     p_train, p_test = p.windows(language) if p else (None, None)
     windows: dict[str, Lengths] = {
@@ -300,8 +298,7 @@ class FormalLanguageDataModule(LanguageDataModule):
             if n is not None
         }
         for split, n in self.tokens.items():
-            if n < 1:
-                raise ValueError(f"{split}_tokens must be >= 1, got {n}")
+            positive_int(f"{split}_tokens", n)
         sizes = {"train": train_size, "val": val_size, "test": test_size}
         p, self.sizes, self.windows, self.length_sampling = resolve_splits(
             language, preset, sizes, train_lengths, test_lengths, length_sampling
@@ -309,8 +306,8 @@ class FormalLanguageDataModule(LanguageDataModule):
         self.test_per_length = (
             test_per_length if test_per_length is not None else (p.test_per_length if p else None)
         )
-        if self.test_per_length is not None and self.test_per_length < 1:
-            raise ValueError(f"test_per_length must be >= 1, got {self.test_per_length}")
+        if self.test_per_length is not None:
+            positive_int("test_per_length", self.test_per_length)
         self.save_hyperparameters()
         self.language, self.next_sets = language, next_sets
 

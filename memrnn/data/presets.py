@@ -15,7 +15,7 @@ data-module argument the user left at ``None``; explicit arguments win.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from memrnn.languages.base import Language, Lengths
 
@@ -30,7 +30,7 @@ class SplitPreset:
     test_size: int
     train_lengths: Lengths | None
     test_lengths: Lengths | None
-    length_sampling: str = "natural"
+    length_sampling: Literal["natural", "uniform"] = "natural"
     test_per_length: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 

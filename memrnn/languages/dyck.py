@@ -40,6 +40,7 @@ from typing import Literal
 
 import numpy as np
 
+from memrnn.core.checks import positive_int
 from memrnn.languages.automata import DFA, DPDA, EMPTY, NOOP, POP, push
 from memrnn.languages.base import Language, Lengths, check_window
 
@@ -61,9 +62,8 @@ class DyckKM(Language):
     """
 
     def __init__(self, k: int = 2, m: int = 3, truncation: Literal["hewitt", "rejection"] = "hewitt") -> None:
-        for name, v in (("k", k), ("m", m)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"Dyck-(k,m) needs a positive integer {name}, got {name}={v!r}")
+        positive_int("k", k)
+        positive_int("m", m)
         if truncation not in ("hewitt", "rejection"):
             raise ValueError(f"truncation must be 'hewitt' or 'rejection', got {truncation!r}")
         self.k, self.m, self.truncation = k, m, truncation

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memrnn.core.checks import positive_int
 from memrnn.languages.automata import DPDA, EMPTY, NOOP, POP, push
 from memrnn.languages.grammar import GrammarLanguage, Root, StackOracle, bracket_pairs
 from memrnn.languages.pcfg import PCFG, cont
@@ -22,8 +23,7 @@ class DyckN(StackOracle, GrammarLanguage):
     test_lengths = (53, 101)
 
     def __init__(self, n: int = 1, p: float = 0.5, q: float = 0.25) -> None:
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"Dyck-n needs a positive integer n, got n={n!r}")
+        positive_int("n", n)
         if not (p > 0 and q >= 0 and p + q < 1):
             raise ValueError(f"need 0 < p, 0 <= q, p + q < 1; got p={p}, q={q}")
         self.n, self.p, self.q = n, p, q

@@ -144,127 +144,32 @@ class PCFG:
             raise ValueError(f"nonterminals {dead} derive no terminal string")
 
     def _build(self) -> None:
+        """The normal form the inside algorithm runs on: nullable probabilities, ε-removal, the
+        public root (``root="public"``), the unary closure, then binary rules and per-terminal
+        rules in log space, grouped by left-hand side."""
         nts = self.nonterminals
-        # 1. nullable probabilities, least fixed point
-        e = dict.fromkeys(nts, 0.0)
-        for _ in range(100_000):
-            new = {a: 0.0 for a in nts}
-            for r in self.rules:
-                p = r.weight
-                for s in r.rhs:
-                    p *= e.get(s, 0.0)
-                new[r.lhs] += p
-            delta = max(abs(new[a] - e[a]) for a in nts)
-            e = new
-            if delta < 1e-16:
-                break
+        e = _nullable_probs(self.rules, nts)
         self.null_prob = e
-        # 2. ε-removal: variants erasing nullable occurrences
-        nonempty: dict[tuple[str, tuple[str, ...]], float] = defaultdict(float)
-        for r in self.rules:
-            options = []
-            for s in r.rhs:
-                if s in e and e[s] > 0:
-                    options.append(((s,), (), e[s]))  # keep (weight 1) or erase (weight e)
-                else:
-                    options.append(((s,), None, 0.0))
-            for choice in itertools.product(*[(0, 1) if o[1] is not None else (0,) for o in options]):
-                w = r.weight
-                rhs: list[str] = []
-                for c, (keep, _, es) in zip(choice, options, strict=True):
-                    if c:
-                        w *= es
-                    else:
-                        rhs.extend(keep)
-                if rhs and w > 0:
-                    nonempty[(r.lhs, tuple(rhs))] += w
+        nonempty = _remove_epsilon(self.rules, e)
         lhs_names = list(nts)
+        top = self.start
         if self.root == "public":
-            root = "__root__"
-            lhs_names.append(root)
-            kept = {
-                rhs: w for (lhs, rhs), w in nonempty.items() if lhs == self.start and not _is_unary(rhs, nts)
-            }
-            if not kept:
-                raise ValueError(f"root='public' leaves {self.start!r} without a non-unary, non-ε rule")
-            for rhs, w in kept.items():
-                nonempty[(root, rhs)] += w
-            top = root
-        else:
-            top = self.start
-        # 3. unary closure
-        idx = {a: i for i, a in enumerate(lhs_names)}
-        n = len(lhs_names)
-        unary = np.zeros((n, n))
-        proper: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
-        for (lhs, rhs), w in nonempty.items():
-            if _is_unary(rhs, nts):
-                unary[idx[lhs], idx[rhs[0]]] += w
-            else:
-                proper[lhs].append((rhs, w))
-        if n and np.max(np.abs(np.linalg.eigvals(unary))) >= 1 - 1e-12:
-            raise ValueError("the grammar has a unary cycle taken with probability 1")
-        closure = np.linalg.inv(np.eye(n) - unary)
-        closed: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
-        for a in lhs_names:
-            for b in lhs_names:
-                c = closure[idx[a], idx[b]]
-                if c > 0:
-                    for rhs, w in proper[b]:
-                        closed[a][rhs] += c * w
-        # 4. binarise; nonterminal ids: original (and root) first, then helpers
-        names = list(lhs_names)
-        nt_id = {a: i for i, a in enumerate(names)}
-        term_rules: list[tuple[int, int, float]] = []  # (A, terminal, logw)
-        bin_rules: list[tuple[int, int, int, float]] = []  # (A, B, C, logw)
-        tid = {t: i for i, t in enumerate(self.terminals)}
-        pre: dict[str, int] = {}
-
-        def new_nt(name: str) -> int:
-            names.append(name)
-            nt_id[name] = len(names) - 1
-            return nt_id[name]
-
-        def sym(s: str) -> int:
-            if s in tid:
-                if s not in pre:
-                    pre[s] = new_nt(f"<{s}>")
-                    term_rules.append((pre[s], tid[s], 0.0))
-                return pre[s]
-            return nt_id[s]
-
-        chains: dict[tuple[str, ...], int] = {}
-
-        def chain(rhs: tuple[str, ...]) -> int:  # a helper deriving exactly rhs (len >= 2)
-            if rhs not in chains:
-                a = new_nt(f"<{' '.join(rhs)}>")
-                chains[rhs] = a
-                b = sym(rhs[0])
-                c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
-                bin_rules.append((a, b, c, 0.0))
-            return chains[rhs]
-
-        for a in lhs_names:
-            for rhs, w in closed[a].items():
-                lw = math.log(w)
-                if len(rhs) == 1:
-                    term_rules.append((nt_id[a], tid[rhs[0]], lw))
-                else:
-                    b = sym(rhs[0])
-                    c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
-                    bin_rules.append((nt_id[a], b, c, lw))
+            top = "__root__"
+            lhs_names.append(top)
+            _add_public_root(nonempty, self.start, nts)
+        closed = _unary_closure(nonempty, lhs_names, nts)
+        names, term_rules, bin_rules = _binarize(closed, lhs_names, self.terminals)
         self._names = names
         self._n_nt = len(names)
-        self._top = nt_id[top]
+        self._top = names.index(top)
         if self.root == "public":
             # P(root rule is non-unary, non-ε) for a consistent grammar: Σ_r w_r Π (1 − e[X])
             mass = 0.0
             for (lhs, rhs), w in nonempty.items():
                 if lhs == "__root__":
-                    p = w
                     for s in rhs:
-                        p *= 1.0 - e[s] if s in e else 1.0
-                    mass += p
+                        w *= 1.0 - e[s] if s in e else 1.0
+                    mass += w
             self._log_top_norm = math.log(mass)
             self._log_empty = _NEG_INF
         else:
@@ -390,6 +295,129 @@ class PCFG:
 
 def _is_unary(rhs: tuple[str, ...], nonterminals: Sequence[str]) -> bool:
     return len(rhs) == 1 and rhs[0] in nonterminals
+
+
+# -- the normal form, step by step (PCFG._build) -------------------------------------------------------
+RuleWeights = dict[tuple[str, tuple[str, ...]], float]
+
+
+def _nullable_probs(rules: Sequence[Rule], nts: Sequence[str]) -> dict[str, float]:
+    """``e[A]``: the probability that ``A`` derives the empty string, the least fixed point of
+    ``e[A] = Σ_{A → α} w Π_{X ∈ α} e[X]`` (iterated from 0; terminals have ``e = 0``)."""
+    e = dict.fromkeys(nts, 0.0)
+    for _ in range(100_000):
+        new = dict.fromkeys(nts, 0.0)
+        for r in rules:
+            p = r.weight
+            for s in r.rhs:
+                p *= e.get(s, 0.0)
+            new[r.lhs] += p
+        delta = max(abs(new[a] - e[a]) for a in nts)
+        e = new
+        if delta < 1e-16:
+            break
+    return e
+
+
+def _remove_epsilon(rules: Sequence[Rule], e: dict[str, float]) -> RuleWeights:
+    """Every non-empty variant of every rule: each nullable occurrence is kept (weight 1) or
+    erased (weight ``e[X]``); variants with the same lhs and rhs add up."""
+    nonempty: RuleWeights = defaultdict(float)
+    for r in rules:
+        nullable = [e.get(s, 0.0) > 0 for s in r.rhs]
+        for erase in itertools.product(*[(False, True) if n else (False,) for n in nullable]):
+            w = r.weight
+            for s, x in zip(r.rhs, erase, strict=True):
+                if x:
+                    w *= e[s]
+            rhs = tuple(s for s, x in zip(r.rhs, erase, strict=True) if not x)
+            if rhs and w > 0:
+                nonempty[(r.lhs, rhs)] += w
+    return nonempty
+
+
+def _add_public_root(nonempty: RuleWeights, start: str, nts: Sequence[str]) -> None:
+    """Add ``__root__``: ``start``'s non-unary, non-ε rules only (in place)."""
+    kept = {rhs: w for (lhs, rhs), w in nonempty.items() if lhs == start and not _is_unary(rhs, nts)}
+    if not kept:
+        raise ValueError(f"root='public' leaves {start!r} without a non-unary, non-ε rule")
+    for rhs, w in kept.items():
+        nonempty[("__root__", rhs)] += w
+
+
+def _unary_closure(
+    nonempty: RuleWeights, lhs_names: Sequence[str], nts: Sequence[str]
+) -> dict[str, dict[tuple[str, ...], float]]:
+    """Unary rules folded away: ``A → α`` gets ``Σ_B [(I − U)^{-1}]_{AB} w(B → α)`` for every
+    proper (non-unary) rule of ``B``, ``U`` the unary-rule matrix."""
+    idx = {a: i for i, a in enumerate(lhs_names)}
+    n = len(lhs_names)
+    unary = np.zeros((n, n))
+    proper: dict[str, list[tuple[tuple[str, ...], float]]] = defaultdict(list)
+    for (lhs, rhs), w in nonempty.items():
+        if _is_unary(rhs, nts):
+            unary[idx[lhs], idx[rhs[0]]] += w
+        else:
+            proper[lhs].append((rhs, w))
+    if n and np.max(np.abs(np.linalg.eigvals(unary))) >= 1 - 1e-12:
+        raise ValueError("the grammar has a unary cycle taken with probability 1")
+    closure = np.linalg.inv(np.eye(n) - unary)
+    closed: dict[str, dict[tuple[str, ...], float]] = defaultdict(lambda: defaultdict(float))
+    for a in lhs_names:
+        for b in lhs_names:
+            c = closure[idx[a], idx[b]]
+            if c > 0:
+                for rhs, w in proper[b]:
+                    closed[a][rhs] += c * w
+    return closed
+
+
+def _binarize(
+    closed: dict[str, dict[tuple[str, ...], float]], lhs_names: Sequence[str], terminals: Sequence[str]
+) -> tuple[list[str], list[tuple[int, int, float]], list[tuple[int, int, int, float]]]:
+    """Chomsky normal form: ``(names, term_rules (A, terminal, log w), bin_rules (A, B, C, log w))``.
+    Nonterminal ids: ``lhs_names`` first, then helpers: ``<t>`` for a terminal inside a longer
+    right-hand side, ``<X Y ...>`` for a rhs suffix of length >= 2 (shared between rules)."""
+    names = list(lhs_names)
+    nt_id = {a: i for i, a in enumerate(names)}
+    term_rules: list[tuple[int, int, float]] = []
+    bin_rules: list[tuple[int, int, int, float]] = []
+    tid = {t: i for i, t in enumerate(terminals)}
+    pre: dict[str, int] = {}
+    chains: dict[tuple[str, ...], int] = {}
+
+    def new_nt(name: str) -> int:
+        names.append(name)
+        nt_id[name] = len(names) - 1
+        return nt_id[name]
+
+    def sym(s: str) -> int:
+        if s in tid:
+            if s not in pre:
+                pre[s] = new_nt(f"<{s}>")
+                term_rules.append((pre[s], tid[s], 0.0))
+            return pre[s]
+        return nt_id[s]
+
+    def chain(rhs: tuple[str, ...]) -> int:  # a helper deriving exactly rhs (len >= 2)
+        if rhs not in chains:
+            a = new_nt(f"<{' '.join(rhs)}>")
+            chains[rhs] = a
+            b = sym(rhs[0])
+            c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
+            bin_rules.append((a, b, c, 0.0))
+        return chains[rhs]
+
+    for a in lhs_names:
+        for rhs, w in closed[a].items():
+            lw = math.log(w)
+            if len(rhs) == 1:
+                term_rules.append((nt_id[a], tid[rhs[0]], lw))
+            else:
+                b = sym(rhs[0])
+                c = sym(rhs[1]) if len(rhs) == 2 else chain(rhs[1:])
+                bin_rules.append((nt_id[a], b, c, lw))
+    return names, term_rules, bin_rules
 
 
 class Earley:

@@ -62,7 +62,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         hidden_size: controller units.
         counters: number of counters ``k``.
         activation: the controller's ``σ`` (``tanh``, ``relu``, ``sigmoid``, ...).
-        fused: ``forward`` runs :class:`memrnn.ops.bptt.CounterRNNSequence` (the default);
+        fused: ``forward`` runs :class:`memrnn.ops.counter.cpu.CounterRNNSequence` (the default);
             ``False``: the reference step loop under autograd.  Same numbers either way; the fused
             backward is first order, so second derivatives need ``False``.
 
@@ -146,7 +146,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
     def forward(self, x: Tensor, state: ReLUCounterState | None = None, mask: Tensor | None = None):
         """Fast path (same numbers as the reference ``step``, to rounding): both input projections
         for all steps in one matrix product ``[B, T, hidden + 2k]``, then
-        :class:`memrnn.ops.bptt.CounterRNNSequence` (no autograd graph per step, hand-written
+        :class:`memrnn.ops.counter.cpu.CounterRNNSequence` (no autograd graph per step, hand-written
         backpropagation through time); ``fused=False``: the reference loop."""
         if not self.fused:
             return super().forward(x, state, mask)
@@ -186,7 +186,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; Weiss et al. 2018
             footnote 3: counters can be compared) or ``tanh``.
         forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
-        fused: ``forward`` runs :class:`memrnn.ops.bptt.LSTMSequence` (the default); ``False``:
+        fused: ``forward`` runs :class:`memrnn.ops.lstm.cpu.LSTMSequence` (the default); ``False``:
             the reference step loop under autograd.  Same numbers either way; the fused
             backward is first order, so second derivatives need ``False``.
 
@@ -288,7 +288,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
     def forward(self, x: Tensor, state: CounterLSTMState | None = None, mask: Tensor | None = None):
         """Fast path (same numbers as the reference ``step``, to rounding): the controller and the
         counter cells merged into one ``(H+k)``-unit LSTM (:meth:`merged_weights`), the input
-        projection for all steps in one matrix product, then :class:`memrnn.ops.bptt.LSTMSequence`
+        projection for all steps in one matrix product, then :class:`memrnn.ops.lstm.cpu.LSTMSequence`
         (no autograd graph per step, hand-written backpropagation through time);
         ``fused=False``: the reference loop."""
         if not self.fused:

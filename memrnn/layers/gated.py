@@ -27,21 +27,44 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.ops.bptt import GRUSequence
 from memrnn.ops.buckets import final_by_length, masked_outputs
+from memrnn.ops.gru.cpu import GRUSequence
 
 
 class LSTMState(NamedTuple):
-    """State of ``LSTMLayer``: ``h``, ``c`` each ``[B, num_layers, hidden_size]``."""
+    """State of ``LSTMLayer``: ``h``, ``c`` each ``[B, num_layers, hidden_size]``.
+
+    Batch first like every memrnn state; ``nn.LSTM`` keeps ``(h, c)`` as
+    ``[num_layers, B, hidden_size]``: :meth:`to_torch` and :meth:`from_torch` convert."""
 
     h: Tensor
     c: Tensor
 
+    def to_torch(self) -> tuple[Tensor, Tensor]:
+        """``nn.LSTM``'s ``(h, c)``, each ``[num_layers, B, hidden_size]`` (contiguous)."""
+        return self.h.transpose(0, 1).contiguous(), self.c.transpose(0, 1).contiguous()
+
+    @classmethod
+    def from_torch(cls, hx: tuple[Tensor, Tensor]) -> LSTMState:
+        """From ``nn.LSTM``'s ``(h, c)``, each ``[num_layers, B, hidden_size]``."""
+        h, c = hx
+        return cls(h.transpose(0, 1), c.transpose(0, 1))
+
 
 class GRUState(NamedTuple):
-    """State of ``GRULayer``: ``h [B, num_layers, hidden_size]``."""
+    """State of ``GRULayer``: ``h [B, num_layers, hidden_size]`` (``nn.GRU``'s is
+    ``[num_layers, B, hidden_size]``: :meth:`to_torch` and :meth:`from_torch` convert)."""
 
     h: Tensor
+
+    def to_torch(self) -> Tensor:
+        """``nn.GRU``'s ``h`` ``[num_layers, B, hidden_size]`` (contiguous)."""
+        return self.h.transpose(0, 1).contiguous()
+
+    @classmethod
+    def from_torch(cls, h: Tensor) -> GRUState:
+        """From ``nn.GRU``'s ``h`` ``[num_layers, B, hidden_size]``."""
+        return cls(h.transpose(0, 1))
 
 
 # torch's fused CPU kernels slow down per step once a sequence's workspace outgrows the caches
@@ -268,7 +291,7 @@ class GRULayer(_FusedRecurrent):
     Args:
         input_size, hidden_size, num_layers, bias: as ``nn.GRU``.
         fused: use a fused path in ``forward`` (the reference loop otherwise).
-        bptt: on CPU, run :class:`memrnn.ops.bptt.GRUSequence` (hand-written backpropagation
+        bptt: on CPU, run :class:`memrnn.ops.gru.cpu.GRUSequence` (hand-written backpropagation
             through time, first order) instead of torch's CPU GRU kernel: forward+backward
             1.9–3.1x faster at hidden 16–64 and batch 1, 1.4–2.3x at batch 64, about equal at
             hidden 256 (``benchmarks/results/cpu-2core.md``).  Off by default so that results
@@ -336,7 +359,7 @@ class GRULayer(_FusedRecurrent):
         """``x [B, T, input_size]`` -> ``(h_t of the top layer [B, T, hidden_size], final state)``.
 
         ``fused=True``: torch's fused kernel, or with ``bptt=True`` on CPU
-        :class:`memrnn.ops.bptt.GRUSequence` per layer on ``self.rnn``'s parameters;
+        :class:`memrnn.ops.gru.cpu.GRUSequence` per layer on ``self.rnn``'s parameters;
         ``fused=False``: the gate-level reference loop.  Same numbers, to rounding.
         """
         if not (self.fused and self.bptt) or x.device.type != "cpu":

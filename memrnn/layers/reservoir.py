@@ -35,7 +35,7 @@ import torch
 from torch import Tensor
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
-from memrnn.core.checks import finite_float
+from memrnn.core.checks import finite_float, nonnegative_int, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.buckets import final_by_length, masked_outputs
@@ -102,10 +102,9 @@ def crj_weights(
     """
     if sign_order not in ("neurons", "inputs"):
         raise ValueError(f"sign_order must be 'neurons' or 'inputs', got {sign_order!r}")
-    if units < 1 or input_size < 1:
-        raise ValueError(f"units and input_size must be >= 1, got {units}, {input_size}")
-    if jump_length < 0:
-        raise ValueError(f"jump_length must be >= 0, got {jump_length}")
+    positive_int("units", units)
+    positive_int("input_size", input_size)
+    nonnegative_int("jump_length", jump_length)
     W = torch.zeros(units, units, dtype=dtype)
     if units > 1:
         W[0, units - 1] = cycle_weight
@@ -174,8 +173,8 @@ def random_weights(
     dtype: torch.dtype = torch.float64,
 ) -> tuple[Tensor, Tensor]:
     """Gaussian ``U``, ``W`` with ``W`` rescaled to the given spectral radius."""
-    if units < 1 or input_size < 1:
-        raise ValueError(f"units and input_size must be >= 1, got {units}, {input_size}")
+    positive_int("units", units)
+    positive_int("input_size", input_size)
     W = torch.randn(units, units, generator=generator, dtype=torch.float64)
     radius = torch.linalg.eigvals(W).abs().max()
     W = W * (spectral_radius / radius)
@@ -236,8 +235,7 @@ class Reservoir(MemoryLayer[ReservoirState]):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(input_size, int) or input_size < 1:
-            raise ValueError(f"input_size must be a positive int, got {input_size!r}")
+        positive_int("input_size", input_size)
         if sign_order not in ("neurons", "inputs"):
             raise ValueError(f"sign_order must be 'neurons' or 'inputs', got {sign_order!r}")
         if kind not in ("rand", "crj", "ldn"):
@@ -252,8 +250,8 @@ class Reservoir(MemoryLayer[ReservoirState]):
                     f"ldn order must be >= 1 (units={units} < input_size={input_size}?), got {order}"
                 )
             units = order * input_size
-        elif units is None or not isinstance(units, int) or units < 1:
-            raise ValueError(f"units must be a positive int, got {units!r}")
+        else:
+            positive_int("units", units)
         if not 0 < finite_float("leak", leak) <= 1:
             raise ValueError(f"leak must be in (0, 1], got {leak}")
         theta = finite_float("theta", theta, positive=True)
@@ -265,8 +263,7 @@ class Reservoir(MemoryLayer[ReservoirState]):
             ("input_weight", input_weight),
         ):
             finite_float(name, value)
-        if not isinstance(jump_length, int) or isinstance(jump_length, bool) or jump_length < 0:
-            raise ValueError(f"jump_length must be an integer >= 0, got {jump_length!r}")
+        nonnegative_int("jump_length", jump_length)
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             raise ValueError(f"seed must be an int or None, got {seed!r}")
         activation = activation or ("identity" if kind == "ldn" else "tanh")

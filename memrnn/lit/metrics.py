@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torchmetrics import Metric
 
+from memrnn.core.checks import positive_int
 from memrnn.data.datamodule import IGNORE_INDEX
 
 
@@ -66,8 +67,7 @@ class BracketClosingAccuracy(Metric):
     def __init__(self, bracket_types: int, threshold: float = 0.8, side_threshold: float = 0.2,
                  max_distance: int = 4096, **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
-        if bracket_types < 1:
-            raise ValueError(f"bracket_types must be >= 1, got {bracket_types}")
+        positive_int("bracket_types", bracket_types)
         self.k, self.threshold, self.side_threshold, self.max_distance = (
             bracket_types,
             threshold,

@@ -6,7 +6,7 @@ objective."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import torch
@@ -17,6 +17,7 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
+from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX, bos_inputs
 from memrnn.lit.metrics import (
@@ -43,6 +44,32 @@ def acceptor_end_logits(logits: Tensor, lengths: Tensor) -> Tensor:
     """``logits [B, T]`` read at each sequence's own last position ``lengths − 1`` -> ``[B]``
     (never the padded end)."""
     return logits.gather(1, (lengths - 1).clamp_min(0)[:, None].to(logits.device))[:, 0]
+
+
+def _check_objectives(objectives: Mapping[str, float] | None) -> dict[str, float]:
+    """The objectives with their coefficients (default the generator alone); unknown names and
+    non-positive coefficients raise."""
+    objectives = dict(objectives or {"generator": 1.0})
+    for name, coef in objectives.items():
+        if name not in OBJECTIVES:
+            raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
+        if not coef > 0:
+            raise ValueError(f"objective {name!r} needs a positive coefficient, got {coef}")
+    return objectives
+
+
+def _embedding_width(embedding: str, embedding_dim: int | None, vocab_size: int) -> int:
+    """The layer's input size: ``vocab_size`` for one-hot tokens, else ``embedding_dim`` (16)."""
+    if embedding not in ("learned", "one_hot"):
+        raise ValueError(f"unknown embedding {embedding!r}; choose 'learned' or 'one_hot'")
+    if embedding == "one_hot":
+        if embedding_dim not in (None, vocab_size):
+            raise ValueError(
+                f"embedding='one_hot' feeds vocab_size={vocab_size} features; embedding_dim="
+                f"{embedding_dim} would be ignored (leave it out)"
+            )
+        return vocab_size
+    return positive_int("embedding_dim", 16 if embedding_dim is None else embedding_dim)
 
 
 class SequenceModule(L.LightningModule):
@@ -98,31 +125,13 @@ class SequenceModule(L.LightningModule):
         lr_monitor: str | None = None,
         bracket_types: int | None = None,
         max_length: int = 1024,
-        embedding: str = "learned",
+        embedding: Literal["learned", "one_hot"] = "learned",
     ) -> None:
         super().__init__()
-        objectives = dict(objectives or {"generator": 1.0})
-        for name, coef in objectives.items():
-            if name not in OBJECTIVES:
-                raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
-            if not coef > 0:
-                raise ValueError(f"objective {name!r} needs a positive coefficient, got {coef}")
-        if not objectives:
-            raise ValueError("objectives must name at least one objective")
+        objectives = _check_objectives(objectives)
         if num_symbols < 1 or vocab_size < num_symbols:
             raise ValueError(f"need 1 <= num_symbols <= vocab_size, got {num_symbols=} {vocab_size=}")
-        if embedding not in ("learned", "one_hot"):
-            raise ValueError(f"unknown embedding {embedding!r}; choose 'learned' or 'one_hot'")
-        if embedding == "one_hot":
-            if embedding_dim not in (None, vocab_size):
-                raise ValueError(
-                    f"embedding='one_hot' feeds vocab_size={vocab_size} features; embedding_dim="
-                    f"{embedding_dim} would be ignored (leave it out)"
-                )
-            embedding_dim = vocab_size
-        embedding_dim = 16 if embedding_dim is None else embedding_dim
-        if embedding_dim < 1:
-            raise ValueError(f"embedding_dim must be positive, got {embedding_dim}")
+        embedding_dim = _embedding_width(embedding, embedding_dim, vocab_size)
         check_optimizer(optimizer, optimizer_args)
         if lr_scheduler is not None and not callable(lr_scheduler):
             raise ValueError(f"lr_scheduler must be a callable of the optimizer, got {lr_scheduler!r}")
@@ -138,31 +147,39 @@ class SequenceModule(L.LightningModule):
         self.layer = layer(embedding_dim)
         if not isinstance(self.layer, MemoryLayer):
             raise ValueError(f"layer must build a memrnn MemoryLayer, got {type(self.layer).__name__}")
-        h = self.layer.output_size
         self.vocab_size, self.num_symbols = vocab_size, num_symbols
-        self.heads = nn.ModuleDict()
-        if "generator" in objectives:
-            self.heads["generator"] = nn.Linear(h, num_symbols)
-        if "next_set" in objectives:
-            self.heads["next_set"] = nn.Linear(h, num_symbols)
-        if {"acceptor_end", "acceptor_prefix"} & set(objectives):
-            self.heads["acceptor"] = nn.Linear(h, 1)
+        self.heads = self._make_heads(self.layer.output_size)
         for split in ("val", "test"):
-            metrics = nn.ModuleDict()
-            if "generator" in objectives:
-                metrics["acc"] = MulticlassAccuracy(num_symbols, average="micro", ignore_index=IGNORE_INDEX)
-                metrics["ppl"] = Perplexity(ignore_index=IGNORE_INDEX)
-                metrics["gap"] = CrossEntropyGap()
-                if bracket_types is not None:
-                    metrics["closing"] = BracketClosingAccuracy(bracket_types)
-            if "next_set" in objectives:
-                metrics["next_set"] = NextSetAccuracy()
-            if "acceptor" in self.heads:
-                metrics["accept"] = AcceptorAccuracy()
-            setattr(self, f"{split}_metrics", metrics)
+            setattr(self, f"{split}_metrics", self._make_metrics(bracket_types))
             setattr(self, f"{split}_by_length", PerLengthStats(self._curve_stats(), max_length=max_length))
         #: per-length curves of the last validation/test epoch (``length_curves()``'s output)
         self.curves: dict[str, dict[str, list[float]]] = {}
+
+    def _make_heads(self, hidden: int) -> nn.ModuleDict:
+        """One linear head per output the objectives read: ``generator`` and ``next_set``
+        ``hidden -> num_symbols``, ``acceptor`` ``hidden -> 1``."""
+        heads = nn.ModuleDict()
+        for name in ("generator", "next_set"):
+            if name in self.objectives:
+                heads[name] = nn.Linear(hidden, self.num_symbols)
+        if {"acceptor_end", "acceptor_prefix"} & set(self.objectives):
+            heads["acceptor"] = nn.Linear(hidden, 1)
+        return heads
+
+    def _make_metrics(self, bracket_types: int | None) -> nn.ModuleDict:
+        """The torchmetrics of one evaluation split, for the objectives trained."""
+        metrics = nn.ModuleDict()
+        if "generator" in self.objectives:
+            metrics["acc"] = MulticlassAccuracy(self.num_symbols, average="micro", ignore_index=IGNORE_INDEX)
+            metrics["ppl"] = Perplexity(ignore_index=IGNORE_INDEX)
+            metrics["gap"] = CrossEntropyGap()
+            if bracket_types is not None:
+                metrics["closing"] = BracketClosingAccuracy(bracket_types)
+        if "next_set" in self.objectives:
+            metrics["next_set"] = NextSetAccuracy()
+        if "acceptor" in self.heads:
+            metrics["accept"] = AcceptorAccuracy()
+        return metrics
 
     def _curve_stats(self) -> tuple[str, ...]:
         names = []

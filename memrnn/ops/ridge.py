@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memrnn.core.checks import positive_int
+
 
 def with_bias(x: Tensor) -> Tensor:
     """``[N, d] -> [N, d + 1]``: a column of ones appended."""
@@ -22,8 +24,8 @@ class RidgeStats:
     """Running ``X̃ᵀX̃ [d+1, d+1]``, ``X̃ᵀY [d+1, L]`` and the row count, in float64."""
 
     def __init__(self, in_features: int, out_features: int, *, device: torch.device | str | None = None):
-        if in_features < 1 or out_features < 1:
-            raise ValueError(f"need in_features, out_features >= 1, got {in_features}, {out_features}")
+        positive_int("in_features", in_features)
+        positive_int("out_features", out_features)
         self.in_features, self.out_features = in_features, out_features
         self.xtx = torch.zeros(in_features + 1, in_features + 1, dtype=torch.float64, device=device)
         self.xty = torch.zeros(in_features + 1, out_features, dtype=torch.float64, device=device)

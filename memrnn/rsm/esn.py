@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from memrnn.core.checks import finite_float, nonnegative_int, positive_int
 from memrnn.layers.reservoir import Reservoir
 from memrnn.ops.ridge import RidgeStats
 
@@ -30,10 +31,9 @@ class EchoStateNetwork(nn.Module):
 
     def __init__(self, reservoir: Reservoir, output_size: int, alpha: float = 1e-6, washout: int = 0) -> None:
         super().__init__()
-        if output_size < 1 or alpha < 0 or washout < 0:
-            raise ValueError(
-                f"need output_size >= 1, alpha >= 0, washout >= 0; got {output_size}, {alpha}, {washout}"
-            )
+        positive_int("output_size", output_size)
+        nonnegative_int("washout", washout)
+        finite_float("alpha", alpha, nonnegative=True)
         self.reservoir, self.output_size, self.alpha, self.washout = reservoir, output_size, alpha, washout
         self.register_buffer("weight", torch.zeros(output_size, reservoir.units, dtype=torch.float64))
         self.register_buffer("bias", torch.zeros(output_size, dtype=torch.float64))

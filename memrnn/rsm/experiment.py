@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from memrnn.core.checks import positive_int
 from memrnn.data.presets import get_preset
 from memrnn.data.tasks import CopyTask, ListDataset, RepeatCopyTask
 from memrnn.languages import AnBn, DyckN, JsonLite, Language, Latch, Palindrome
@@ -329,8 +330,7 @@ class RSMDataModule(L.LightningDataModule):
         if negative_fraction:
             task_items(task, "train", 0, np.random.default_rng(0), negative_fraction)  # validates
         for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
-            if v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+            positive_int(name, v)
         self.task, self.seed, self.negative_fraction = task, seed, negative_fraction
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.save_hyperparameters()

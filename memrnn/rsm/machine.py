@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memrnn.core.checks import nonnegative_int, positive_int
 from memrnn.layers.reservoir import Reservoir
 from memrnn.rsm.readouts import RidgeClassifier, RidgeReadout
 
@@ -147,6 +148,47 @@ class _BatchStack:
         return torch.where(keep, self.S, -1)
 
 
+class _TeacherPairs:
+    """The classifiers' training pairs gathered by teacher forcing (Paaßen et al. 2021 Algorithm 4)."""
+
+    def __init__(self) -> None:
+        self.ax: list[Tensor] = []
+        self.ap: list[Tensor] = []
+        self.au: list[Tensor] = []
+        self.ai: list[Tensor] = []
+        self.sx: list[Tensor] = []
+        self.si: list[Tensor] = []
+        self.ss: list[Tensor] = []
+
+    def action(self, features: Tensor, rows: Tensor, t: int, tau: int, pop: Tensor, push: Tensor) -> None:
+        self.ax.append(features)
+        self.ai.append(torch.stack([rows, torch.full_like(rows, t), torch.full_like(rows, tau)], 1))
+        self.ap.append(pop)
+        self.au.append(push)
+
+    def step(self, features: Tensor, rows: Tensor, t: int, shift: Tensor) -> None:
+        self.sx.append(features)
+        self.si.append(torch.stack([rows, torch.full_like(rows, t)], 1))
+        self.ss.append(shift)
+
+    def tensors(self, empty_x: Tensor) -> dict[str, Tensor]:
+        """``empty_x [0, 2m]``: what an empty ``action_x``/``step_x`` is (dtype, device)."""
+
+        def cat(xs: list[Tensor], empty: Tensor) -> Tensor:
+            return torch.cat(xs) if xs else empty
+
+        long = torch.long
+        return {
+            "action_x": cat(self.ax, empty_x),
+            "pop_y": cat(self.ap, torch.zeros(0, dtype=long)),
+            "push_y": cat(self.au, torch.zeros(0, dtype=long)),
+            "action_index": cat(self.ai, torch.zeros(0, 3, dtype=long)),
+            "step_x": cat(self.sx, empty_x),
+            "step_index": cat(self.si, torch.zeros(0, 2, dtype=long)),
+            "shift_y": cat(self.ss, torch.zeros(0, dtype=long)),
+        }
+
+
 class ReservoirStackMachine(nn.Module):
     """Paaßen et al.'s (2021) RSM (module docstring).
 
@@ -184,25 +226,23 @@ class ReservoirStackMachine(nn.Module):
         max_depth: int | None = None,
     ) -> None:
         super().__init__()
-        if num_inputs < 1 or num_nonterminals < 0:
-            raise ValueError(
-                f"need num_inputs >= 1 and num_nonterminals >= 0, got {num_inputs}, {num_nonterminals}"
-            )
+        positive_int("num_inputs", num_inputs)
+        nonnegative_int("num_nonterminals", num_nonterminals)
         if reservoir.input_size != num_inputs + num_nonterminals:
             raise ValueError(
                 f"the reservoir has input_size={reservoir.input_size} but the machine needs "
                 f"num_inputs + num_nonterminals = {num_inputs} + {num_nonterminals}"
             )
-        if max_pop < 0 or max_inner < 1:
-            raise ValueError(f"need max_pop >= 0 and max_inner >= 1, got {max_pop}, {max_inner}")
+        nonnegative_int("max_pop", max_pop)
+        positive_int("max_inner", max_inner)
         if out_mode not in ("classify", "regress"):
             raise ValueError(f"out_mode must be 'classify' or 'regress', got {out_mode!r}")
         if out_mode == "classify" and output_size != 1:
             raise ValueError(f"out_mode='classify' gives one label per step; output_size={output_size}")
         if on_inner_limit not in ("raise", "stop"):
             raise ValueError(f"on_inner_limit must be 'raise' or 'stop', got {on_inner_limit!r}")
-        if max_depth is not None and max_depth < 1:
-            raise ValueError(f"max_depth must be >= 1 or None, got {max_depth}")
+        if max_depth is not None:
+            positive_int("max_depth", max_depth)
         self.reservoir = reservoir
         self.num_inputs, self.num_nonterminals, self.max_pop = num_inputs, num_nonterminals, max_pop
         self.output_size, self.out_mode = output_size, out_mode
@@ -395,67 +435,63 @@ class ReservoirStackMachine(nn.Module):
                 f"pops and pushes must be [batch, T+1, M] = [{B}, {T1}, M], got {tuple(pops.shape)}, {tuple(pushes.shape)}"
             )
         pops, pushes = pops.to(x_ext.device).long(), pushes.to(x_ext.device).long()
-        if shift is None:
-            shift = torch.ones(B, T1, dtype=torch.long)
+        shift = torch.ones(B, T1, dtype=torch.long) if shift is None else shift
         shift = shift.to(x_ext.device).long()
         res = self.reservoir
         steps_mask = torch.arange(T1, device=x_ext.device)[None] <= lens[:, None]
         H, _ = res(x_ext, mask=steps_mask)
         ux = res.project(x_ext)
-        u_nt = res.input_weight.T[self.num_inputs :].to(H.dtype)
-        M = pops.shape[2]
         st = _BatchStack(res, H, B, None)
-        ptr = st.ptr
-        ax, ap, au, ai, sx, si, ss = [], [], [], [], [], [], []
+        pairs = _TeacherPairs()
         for t in range(T1):
-            h = H[:, t]
-            busy = steps_mask[:, t].clone()
-            for tau in range(M):
-                rows = busy.nonzero()[:, 0]
-                if rows.numel() == 0:
-                    break
-                j, a = pops[rows, t, tau], pushes[rows, t, tau]
-                if bool(((j < 0) | (j > self.max_pop)).any()) or bool(
-                    ((a < 0) | (a > self.num_nonterminals)).any()
-                ):
-                    raise ValueError(
-                        f"teacher actions out of range at step {t}: pops must be in 0..{self.max_pop}, pushes in 0..{self.num_nonterminals}"
-                    )
-                if bool((j > ptr[rows]).any()):
-                    b = int(rows[j > ptr[rows]][0])
-                    raise ValueError(
-                        f"teacher pops {int(pops[b, t, tau])} from a stack of {int(ptr[b])} (row {b}, step {t})"
-                    )
-                ax.append(torch.cat([h[rows], st.top_state(rows)], 1))
-                ai.append(torch.stack([rows, torch.full_like(rows, t), torch.full_like(rows, tau)], 1))
-                ap.append(j)
-                au.append(a)
-                stop = (j == 0) & (a == 0)
-                busy[rows[stop]] = False
-                go, j, a = rows[~stop], j[~stop], a[~stop]
-                st.pop(go, j)
-                pushing = a > 0
-                if bool(pushing.any()):
-                    st.push(go[pushing], u_nt[a[pushing] - 1], self.num_inputs + a[pushing] - 1, t)
+            self._replay_actions(t, H[:, t], st, steps_mask[:, t].clone(), pops[:, t], pushes[:, t], pairs)
             rows = steps_mask[:, t].nonzero()[:, 0]
             if rows.numel():
-                sx.append(torch.cat([h[rows], st.top_state(rows)], 1))
-                si.append(torch.stack([rows, torch.full_like(rows, t)], 1))
                 rho = shift[rows, t]
-                ss.append(rho)
+                pairs.step(torch.cat([H[rows, t], st.top_state(rows)], 1), rows, t, rho)
                 pr = rows[rho > 0]
                 if pr.numel():
                     st.push(pr, ux[pr, t], torch.full_like(pr, -1), t)
-        cat = lambda xs, w: torch.cat(xs) if xs else H.new_zeros(0, w)  # noqa: E731
-        return {
-            "action_x": cat(ax, 2 * res.units),
-            "pop_y": torch.cat(ap) if ap else torch.zeros(0, dtype=torch.long),
-            "push_y": torch.cat(au) if au else torch.zeros(0, dtype=torch.long),
-            "action_index": torch.cat(ai) if ai else torch.zeros(0, 3, dtype=torch.long),
-            "step_x": cat(sx, 2 * res.units),
-            "step_index": torch.cat(si) if si else torch.zeros(0, 2, dtype=torch.long),
-            "shift_y": torch.cat(ss) if ss else torch.zeros(0, dtype=torch.long),
-        }
+        return pairs.tensors(H.new_zeros(0, 2 * res.units))
+
+    def _replay_actions(
+        self,
+        t: int,
+        h: Tensor,
+        st: _BatchStack,
+        busy: Tensor,
+        pops: Tensor,
+        pushes: Tensor,
+        pairs: _TeacherPairs,
+    ) -> None:
+        """Step ``t``'s teacher actions (``pops``/``pushes [B, M]``) on the rows still ``busy``
+        ``[B]``: record each action's classifier input, then pop and push as told."""
+        u_nt = self.reservoir.input_weight.T[self.num_inputs :].to(h.dtype)
+        for tau in range(pops.shape[1]):
+            rows = busy.nonzero()[:, 0]
+            if rows.numel() == 0:
+                break
+            j, a = pops[rows, tau], pushes[rows, tau]
+            if bool(((j < 0) | (j > self.max_pop)).any()) or bool(
+                ((a < 0) | (a > self.num_nonterminals)).any()
+            ):
+                raise ValueError(
+                    f"teacher actions out of range at step {t}: pops must be in 0..{self.max_pop}, "
+                    f"pushes in 0..{self.num_nonterminals}"
+                )
+            if bool((j > st.ptr[rows]).any()):
+                b = int(rows[j > st.ptr[rows]][0])
+                raise ValueError(
+                    f"teacher pops {int(pops[b, tau])} from a stack of {int(st.ptr[b])} (row {b}, step {t})"
+                )
+            pairs.action(torch.cat([h[rows], st.top_state(rows)], 1), rows, t, tau, j, a)
+            stop = (j == 0) & (a == 0)
+            busy[rows[stop]] = False
+            go, j, a = rows[~stop], j[~stop], a[~stop]
+            st.pop(go, j)
+            pushing = a > 0
+            if bool(pushing.any()):
+                st.push(go[pushing], u_nt[a[pushing] - 1], self.num_inputs + a[pushing] - 1, t)
 
     def fit(
         self,

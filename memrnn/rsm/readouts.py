@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from memrnn.core.checks import finite_float, positive_int
 from memrnn.ops.ridge import RidgeStats
 
 
@@ -225,8 +226,8 @@ class LogisticClassifier(RidgeClassifier):
         self, l2: float = 1e-4, *, max_iter: int = 500, standardize: bool = True, **kwargs: Any
     ) -> None:
         super().__init__(0.0, standardize=standardize, **kwargs)
-        if l2 < 0 or max_iter < 1:
-            raise ValueError(f"need l2 >= 0 and max_iter >= 1, got {l2}, {max_iter}")
+        finite_float("l2", l2, nonnegative=True)
+        positive_int("max_iter", max_iter)
         self.l2, self.max_iter = l2, max_iter
 
     def extra_repr(self) -> str:

@@ -405,10 +405,16 @@ def test_hewitt_init_errors_name_the_bad_value():
         encode_dyck(1, 3, "lstm", "log")
     with pytest.raises(ValueError, match="unknown arch 'gru'"):
         hewitt_spec(2, 2, "gru")
-    with pytest.raises(ValueError, match="positive integer m, got m=0"):
+    with pytest.raises(ValueError, match="m must be a positive integer, got 0"):
         hewitt_units(2, 0)
     with pytest.raises(TypeError, match="got GRU"):
         hewitt_init_(nn.GRU(6, 12), 2, 3)
+    # a module the construction does not fit is left as it was
+    lstm = nn.LSTM(18, 30, bias=False)
+    before = {k: v.clone() for k, v in lstm.state_dict().items()}
+    with pytest.raises(ValueError, match="needs biases; the module was built with bias=False"):
+        hewitt_init_(lstm, 8, 3)
+    assert all(torch.equal(v, before[k]) for k, v in lstm.state_dict().items())
 
 
 def test_constructed_layers_round_trip_state_dict():

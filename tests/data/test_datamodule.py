@@ -67,15 +67,15 @@ def test_epoch_shuffle_is_a_function_of_seed_and_epoch():
 @pytest.mark.parametrize(
     ("kw", "match"),
     [
-        ({"train_size": -1}, "train_size must be an int >= 0, got -1"),
+        ({"train_size": -1}, "train_size must be a non-negative integer, got -1"),
         ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
         ({"eval_batch_size": 0}, "eval_batch_size must be a positive integer, got 0"),
         ({"seed": 1.5}, "seed must be an int, got 1.5"),
-        ({"num_workers": -1}, "num_workers must be an int >= 0, got -1"),
+        ({"num_workers": -1}, "num_workers must be a non-negative integer, got -1"),
         ({"train_lengths": (1, 40.5)}, r"train_lengths bounds must be integers .*40\.5"),
         ({"test_lengths": (50, 10)}, r"test_lengths must satisfy 0 <= min <= max, got \(50, 10\)"),
         ({"language": "dyck"}, "must be a memrnn.languages.Language, got str"),
-        ({"val_tokens": 0}, "val_tokens must be >= 1, got 0"),
+        ({"val_tokens": 0}, "val_tokens must be a positive integer, got 0"),
     ],
 )
 def test_bad_arguments(kw, match):

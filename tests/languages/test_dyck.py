@@ -253,8 +253,8 @@ def test_dfa_transitions_of_appendix_b():
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: DyckKM(0, 3), "k=0"),
-        (lambda: DyckKM(2, -1), "m=-1"),
+        (lambda: DyckKM(0, 3), "k must be a positive integer, got 0"),
+        (lambda: DyckKM(2, -1), "m must be a positive integer, got -1"),
         (lambda: DyckKM(2, 3, truncation="local"), "'local'"),
         (lambda: DyckKM(2, 3).accepts([0, 7]), "unknown token id 7 at position 1"),
         (lambda: DyckKM(2, 3).accepts([-1]), "unknown token id -1"),

@@ -71,6 +71,18 @@ def test_wrapped_module_is_a_plain_torch_lstm(gen):
     torch.testing.assert_close(s.h, h.transpose(0, 1))
     torch.testing.assert_close(s.c, c.transpose(0, 1))
     assert set(layer.state_dict()) == {f"rnn.{k}" for k in layer.rnn.state_dict()}
+    # the batch-first state converts to and from torch's [num_layers, B, H], and carries on alike
+    torch.testing.assert_close(s.to_torch(), (h, c), atol=0, rtol=0)
+    assert gated.LSTMState.from_torch((h, c)).h.shape == (2, 2, 5)
+    x2 = torch.randn(2, 3, 3, generator=gen)
+    torch.testing.assert_close(
+        layer(x2, gated.LSTMState.from_torch((h, c)))[0], layer.rnn(x2, s.to_torch())[0]
+    )
+    gru = GRULayer(3, 5, num_layers=2)
+    _, h_gru = gru.rnn(x)
+    _, s_gru = gru(x)
+    torch.testing.assert_close(s_gru.to_torch(), h_gru)
+    torch.testing.assert_close(gated.GRUState.from_torch(h_gru).h, s_gru.h)
 
 
 def test_float32_default_and_device_dtype_arguments():

@@ -150,7 +150,7 @@ def test_registered_and_constructible():
 def test_reservoir_errors():
     with pytest.raises(ValueError, match="unknown reservoir kind 'esn'"):
         Reservoir(3, 5, "esn")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="units must be a positive int"):
+    with pytest.raises(ValueError, match="units must be a positive integer, got None"):
         Reservoir(3, None, "crj")
     with pytest.raises(ValueError, match="leak must be in"):
         Reservoir(3, 5, leak=0.0)

@@ -102,7 +102,7 @@ def test_probe_in_training_logs_numbers_tables_and_figures(tmp_path):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="threshold must lie in"):
         CounterProbe(threshold=1.5)
-    with pytest.raises(ValueError, match="n must be >= 1"):
+    with pytest.raises(ValueError, match="n must be a positive integer"):
         CounterProbe(n=0)
     lang = AnBn()
     with pytest.raises(ValueError, match=r"keys \['state.q'\] not in the layer's trace"):

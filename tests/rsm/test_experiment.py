@@ -68,7 +68,7 @@ def test_clear_errors(tmp_path):
         RSMModule("dyck4")
     with pytest.raises(ValueError, match="vocab_size=3"):
         RSMModule("dyck2", vocab_size=3)
-    with pytest.raises(ValueError, match="train_size must be >= 1, got 0"):
+    with pytest.raises(ValueError, match="train_size must be a positive integer, got 0"):
         RSMDataModule("dyck2", train_size=0)
     with pytest.raises(ValueError, match="task 'dyck2' but the data module serves 'anbn'"):
         trainer(tmp_path).fit(RSMModule("dyck2", units=16), RSMDataModule("anbn", train_size=5))

@@ -4,7 +4,7 @@ and the callback that starts training from that construction."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 from lightning.pytorch.utilities import rank_zero_info
@@ -150,7 +150,7 @@ class HewittInit(L.Callback):
     def __init__(
         self,
         scale: float = 1.0,
-        encoding: str = "log",
+        encoding: Literal["one_hot", "log"] = "log",
         k: int | None = None,
         m: int | None = None,
         freeze_embedding: bool = True,

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from memrnn.analysis.plots import trace_heatmaps
 from memrnn.analysis.reference import available_features, reference_features
 from memrnn.analysis.trace import layer_trace
+from memrnn.core.checks import positive_int
 from memrnn.lit.loggers import WandbLogger
 from memrnn.lit.runs import run_dir
 
@@ -58,8 +59,7 @@ class ModelComparison(L.Callback, ABC):
         for s in splits:
             if s not in ("val", "test"):
                 raise ValueError(f"splits must be 'val' and/or 'test', got {s!r}")
-        if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        positive_int("every_n_epochs", every_n_epochs)
         self.splits, self.every_n_epochs, self.figures = tuple(splits), every_n_epochs, figures
         self.results: dict[str, Comparison] = {}
 

@@ -20,6 +20,7 @@ from memrnn.analysis.counting import (
 )
 from memrnn.analysis.probe import probe_features
 from memrnn.analysis.reference import available_features, reference_features
+from memrnn.core.checks import positive_int
 from memrnn.languages.counting import CountingLanguage
 from memrnn.lit.callbacks.base import Comparison, ModelComparison, TraceComparison
 
@@ -133,8 +134,8 @@ class CounterProbe(ModelComparison):
         figures: bool = True,
     ) -> None:
         super().__init__(splits, every_n_epochs, figures)
-        if n is not None and n < 1:
-            raise ValueError(f"n must be >= 1, got {n}")
+        if n is not None:
+            positive_int("n", n)
         if not 0 < threshold <= 1:
             raise ValueError(f"threshold must lie in (0, 1], got {threshold}")
         self.n, self.threshold = n, threshold

@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from memrnn.analysis.counting import counting_sweep, strings_acceptor
 from memrnn.analysis.plots import length_plot
+from memrnn.core.checks import positive_int
 from memrnn.languages.counting import CountingLanguage
 from memrnn.lit.callbacks.base import Comparison, ModelComparison
 
@@ -112,8 +113,7 @@ class CountingReport(L.Callback):
     accepted; ``n_max + 1`` if none) and ``counting/positives_ok``, the share of ``x^n`` accepted."""
 
     def __init__(self, n_max: int = 1000) -> None:
-        if n_max < 1:
-            raise ValueError(f"n_max must be >= 1, got {n_max}")
+        positive_int("n_max", n_max)
         self.n_max = n_max
         self.result = None
 

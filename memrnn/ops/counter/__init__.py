@@ -1,5 +1,5 @@
 """The ReLU-counter recurrence (:class:`memrnn.layers.ReLUCounter`): the reference loop, the CPU
-fast path (:class:`memrnn.ops.bptt.CounterRNNSequence`) and the GPU kernels behind one entry
+fast path (:class:`memrnn.ops.counter.cpu.CounterRNNSequence`) and the GPU kernels behind one entry
 point, :func:`counter_sequence`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import Tensor
 
-from memrnn.ops.bptt import CounterRNNSequence
+from memrnn.ops.counter.cpu import CounterRNNSequence
 from memrnn.ops.counter.reference import counter_reference
 from memrnn.ops.dispatch import choose
 

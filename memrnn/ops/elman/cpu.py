@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.bptt import _blocks, _derivative
+from memrnn.ops.bptt import blocks, derivative
 
 
 class ElmanSequence(torch.autograd.Function):
@@ -53,8 +53,8 @@ class ElmanSequence(torch.autograd.Function):
         g_h = grad_hs[T].clone()
         gz = torch.empty_like(zs)
         gz_ = gz.unbind(0)
-        for lo, hi in _blocks(T):
-            d_ = _derivative(ctx.activation, zs[lo:hi]).mul_(leak).unbind(0)
+        for lo, hi in blocks(T):
+            d_ = derivative(ctx.activation, zs[lo:hi]).mul_(leak).unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 torch.mul(g_h, d_[s - lo], out=gz_[s])
                 if leak == 1.0:

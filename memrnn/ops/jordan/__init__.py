@@ -1,5 +1,5 @@
 """The Jordan recurrence (:class:`memrnn.layers.JordanRNN`): the reference loop, the CPU fast path
-(:class:`memrnn.ops.bptt.JordanSequence`) and the GPU kernels behind one entry point,
+(:class:`memrnn.ops.jordan.cpu.JordanSequence`) and the GPU kernels behind one entry point,
 :func:`jordan_sequence`."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from memrnn.ops.bptt import JordanSequence
 from memrnn.ops.dispatch import choose
+from memrnn.ops.jordan.cpu import JordanSequence
 
 ELEMENTWISE = ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear")
 

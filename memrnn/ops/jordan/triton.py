@@ -123,7 +123,7 @@ def _jordan_bwd(
 
 
 class JordanTriton(torch.autograd.Function):
-    """As :class:`memrnn.ops.bptt.JordanSequence`: ``pre [T, B, H]``, ``U [H, F]``, ``E [F, H]``,
+    """As :class:`memrnn.ops.jordan.cpu.JordanSequence`: ``pre [T, B, H]``, ``U [H, F]``, ``E [F, H]``,
     ``r0 [B, F]`` -> ``hs [T, B, H]``, ``rs [T+1, B, F]``; activations by code."""
 
     @staticmethod

@@ -1,6 +1,6 @@
 """The LSTM recurrence with counter cells (:class:`memrnn.layers.CounterLSTM`'s merged
 controller-and-counters LSTM): the reference loop, the CPU fast path
-(:class:`memrnn.ops.bptt.LSTMSequence`) and the GPU kernels behind one entry point,
+(:class:`memrnn.ops.lstm.cpu.LSTMSequence`) and the GPU kernels behind one entry point,
 :func:`lstm_sequence`."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor
 
-from memrnn.ops.bptt import LSTMSequence
 from memrnn.ops.dispatch import choose
+from memrnn.ops.lstm.cpu import LSTMSequence
 from memrnn.ops.lstm.reference import lstm_reference
 
 

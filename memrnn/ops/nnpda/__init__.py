@@ -4,6 +4,8 @@ buckets and the GPU kernels behind one entry point, :func:`nnpda_sequence`."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from torch import Tensor
 
 from memrnn.ops.buckets import TokenBuckets, use_buckets
@@ -19,7 +21,7 @@ def nnpda_sequence(
     stack0: Tensor,
     tail0: Tensor,
     ids: Tensor,
-    action: str = "identity",
+    action: Literal["identity", "sigmoid", "clamp"] = "identity",
     *,
     impl: str | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -1,0 +1,93 @@
+"""The Jordan RNN's recurrence on the CPU: :class:`JordanSequence`, forward without a graph and hand-written
+backpropagation through time (the method: :mod:`memrnn.ops.bptt`)."""
+
+from __future__ import annotations
+
+import torch
+
+from memrnn.ops.autograd import first_order
+from memrnn.ops.bptt import OUT_FNS, blocks, derivative
+
+
+class JordanSequence(torch.autograd.Function):
+    """The Jordan recurrence of :class:`memrnn.layers.JordanRNN` (Cotterell et al. 2023) over precomputed input
+    pre-activations.
+
+    ``pre [T, B, H]`` (time-major ``x_t Vᵀ + b``), ``weight_fb`` ``U [H, F]``, ``weight_out``
+    ``E [F, H]``, ``r0 [B, F]`` -> ``hs [T, B, H]`` and ``rs [T+1, B, F]`` (initial first)::
+
+        h_t = σ(pre_t + r_{t−1} Uᵀ),   r_t = σ_o(h_t Eᵀ)
+
+    ``σ`` elementwise, ``σ_o`` elementwise, ``identity`` or ``softmax`` (the last dimension).
+    Forward: per step one ``addmm``, one ``mm`` and two activation kernels; backward: one
+    ``addmm``, one ``mm`` (two with a gradient on ``rs``) and two elementwise kernels, the
+    activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps at a time.
+    """
+
+    @staticmethod
+    def forward(ctx, pre, weight_fb, weight_out, r0, activation, output_activation, out_name):  # type: ignore[override]
+        T, B, H = pre.shape
+        Fb = weight_fb.shape[1]
+        ctx.set_materialize_grads(False)
+        acts = pre.clone()  # σ's pre-activations, completed in place
+        hs = pre.new_empty(T, B, H)
+        outs = None if out_name in ("identity", "softmax") else pre.new_empty(T, B, Fb)
+        rs = pre.new_empty(T + 1, B, Fb)
+        rs[0] = r0
+        u_t, e_t = weight_fb.t(), weight_out.t()
+        act_out = OUT_FNS.get(getattr(activation, "__name__", ""))
+        a_, h_, r_ = acts.unbind(0), hs.unbind(0), rs.unbind(0)
+        o_ = None if outs is None else outs.unbind(0)
+        for s in range(T):
+            a_[s].addmm_(r_[s], u_t)
+            if act_out is not None:
+                act_out(a_[s], out=h_[s])
+            else:
+                h_[s].copy_(activation(a_[s]))
+            if out_name == "identity":
+                torch.mm(h_[s], e_t, out=r_[s + 1])
+            elif out_name == "softmax":
+                torch.softmax(torch.mm(h_[s], e_t), -1, out=r_[s + 1])
+            else:
+                torch.mm(h_[s], e_t, out=o_[s])
+                r_[s + 1].copy_(output_activation(o_[s]))
+        ctx.activation, ctx.output_activation, ctx.out_name = activation, output_activation, out_name
+        ctx.save_for_backward(weight_fb, weight_out, acts, hs, rs, outs)
+        return hs, rs
+
+    @staticmethod
+    @first_order
+    def backward(ctx, grad_hs, grad_rs):  # type: ignore[override]
+        weight_fb, weight_out, acts, hs, rs, outs = ctx.saved_tensors
+        T, B, H = acts.shape
+        out_name = ctx.out_name
+        g_r = rs.new_zeros(B, rs.shape[-1]) if grad_rs is None else grad_rs[T].clone()
+        ga = torch.empty_like(acts)
+        ga_ = ga.unbind(0)
+        grad_fb = torch.zeros_like(weight_fb)
+        grad_out = torch.zeros_like(weight_out)
+        for lo, hi in blocks(T):
+            d_ = derivative(ctx.activation, acts[lo:hi]).unbind(0)
+            do_ = None
+            if outs is not None:
+                do_ = derivative(ctx.output_activation, outs[lo:hi]).unbind(0)
+            go_block = rs.new_empty(hi - lo, B, rs.shape[-1])
+            for s in range(hi - 1, lo - 1, -1):
+                j = s - lo
+                # r_{s+1} = σ_o(h_s Eᵀ): ∂L/∂(h_s Eᵀ)
+                if out_name == "identity":
+                    go = go_block[j].copy_(g_r)
+                elif out_name == "softmax":
+                    go = torch._softmax_backward_data(g_r, rs[s + 1], -1, g_r.dtype)
+                    go_block[j] = go
+                else:
+                    go = torch.mul(g_r, do_[j], out=go_block[j])
+                g_h = torch.mm(go, weight_out) if grad_hs is None else torch.addmm(grad_hs[s], go, weight_out)
+                torch.mul(g_h, d_[j], out=ga_[s])
+                g_r = torch.mm(ga_[s], weight_fb)
+                if grad_rs is not None:
+                    g_r += grad_rs[s]
+            n = (hi - lo) * B
+            grad_fb += ga[lo:hi].reshape(n, H).t() @ rs[lo:hi].reshape(n, -1)
+            grad_out += go_block.reshape(n, -1).t() @ hs[lo:hi].reshape(n, H)
+        return ga, grad_fb, grad_out, g_r, None, None, None
