@@ -1,0 +1,147 @@
+"""The differentiable memories' batched steps against their literal references: Joulin &
+Mikolov's (2015) superposition stack and Grefenstette et al.'s (2015) stratification stack and
+neural queue; hand-worked examples, every reading and gradient, and what a bounded window drops."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrnn.ops.stratification import stratification_reference, stratification_step
+from memrnn.ops.superposition import superposition_reference, superposition_step
+
+
+def run_superposition(actions, pushed, depth):
+    B, T, m = pushed.shape
+    stack = pushed.new_zeros(B, depth, m)
+    readings, overflow = [], []
+    for t in range(T):
+        stack, lost = superposition_step(stack, actions[:, t], pushed[:, t])
+        readings.append(stack[:, 0])
+        overflow.append(lost)
+    return torch.stack(readings, 1), stack, torch.stack(overflow, 1)
+
+
+def run_stratification(pops, pushes, values, capacity, kind):
+    B, T, m = values.shape
+    V, s = values.new_zeros(B, capacity, m), values.new_zeros(B, capacity)
+    readings, overflow = [], []
+    for t in range(T):
+        V, s, r, lost = stratification_step(V, s, pops[:, t], pushes[:, t], values[:, t], kind)
+        readings.append(r)
+        overflow.append(lost)
+    return torch.stack(readings, 1), s, torch.stack(overflow, 1)
+
+
+def test_superposition_by_hand():
+    """Push [1, 0], push [0, 1], pop (the [2, 2] offered is not pushed): [1, 0] on top again;
+    then half a push of [4, 0] and half a no-op: 0.5·[4, 0] + 0.5·[1, 0] on top."""
+    v = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [2.0, 2.0], [4.0, 0.0]]], dtype=torch.float64)
+    a = torch.tensor([[[1.0, 0, 0], [1.0, 0, 0], [0, 1.0, 0], [0.5, 0, 0.5]]], dtype=torch.float64)
+    r, stack, _ = run_superposition(a, v, depth=4)
+    assert r[0].tolist() == [[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [2.5, 0.0]]
+    # below the top: 0.5·(v1 pushed down) + 0.5·(empty) = [0.5, 0]
+    assert stack[0, 1].tolist() == [0.5, 0.0]
+    ref, cells = superposition_reference(a, v)
+    assert torch.equal(ref, r) and len(cells[0]) == 4
+
+
+def test_stratification_by_hand():
+    """Grefenstette et al.'s (2015) worked example (their figure 1): r3 = 0.9·v3 + 0.1·v1."""
+    v = torch.eye(3, dtype=torch.float64)[None]
+    u = torch.tensor([[0.0, 0.1, 0.9]], dtype=torch.float64)
+    d = torch.tensor([[0.8, 0.5, 0.9]], dtype=torch.float64)
+    r, s, _ = run_stratification(u, d, v, capacity=3, kind="stack")
+    torch.testing.assert_close(
+        r[0], torch.tensor([[0.8, 0, 0], [0.5, 0.5, 0], [0.1, 0, 0.9]], dtype=torch.float64)
+    )
+    torch.testing.assert_close(s[0], torch.tensor([0.9, 0.0, 0.3], dtype=torch.float64))  # newest first
+    ref_r, ref_s = stratification_reference(u, d, v)
+    torch.testing.assert_close(ref_r, r)
+    torch.testing.assert_close(ref_s.flip(-1), s)
+    # the queue reads and pops from the front: v1 first
+    rq, _, _ = run_stratification(u, d, v, capacity=3, kind="queue")
+    torch.testing.assert_close(rq[0, 1], torch.tensor([0.7, 0.3, 0], dtype=torch.float64))
+
+
+def _inputs(B, T, m, dtype, gen):
+    actions = torch.randn(B, T, 3, generator=gen, dtype=dtype).softmax(-1).requires_grad_()
+    pushed = torch.randn(B, T, m, generator=gen, dtype=dtype).requires_grad_()
+    return actions, pushed
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_superposition_step_equals_the_reference_with_gradients(dtype):
+    gen = torch.Generator().manual_seed(0)
+    actions, pushed = _inputs(3, 9, 4, dtype, gen)
+    w = torch.randn(3, 9, 4, generator=gen, dtype=dtype)
+    fast, stack, overflow = run_superposition(actions, pushed, depth=9)
+    ref, cells = superposition_reference(actions, pushed)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-6, "rtol": 1e-5}
+    torch.testing.assert_close(fast, ref, **tol)
+    torch.testing.assert_close(stack, torch.stack([torch.stack(c) for c in cells]), **tol)
+    assert bool((overflow == 0).all())  # depth = T: nothing leaves the window
+    g_fast = torch.autograd.grad((fast * w).sum(), (actions, pushed))
+    g_ref = torch.autograd.grad((ref * w).sum(), (actions, pushed))
+    for a, b in zip(g_fast, g_ref, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_superposition_window_reports_what_it_drops():
+    gen = torch.Generator().manual_seed(1)
+    actions, pushed = _inputs(2, 12, 3, torch.float64, gen)
+    fast, _, overflow = run_superposition(actions, pushed, depth=4)
+    ref, _ = superposition_reference(actions, pushed)
+    assert bool((overflow[:, :4] == 0).all()) and bool((overflow[:, 4:] > 0).all())
+    # content needs depth steps down and back up to reach the top: the first 2·depth readings agree
+    torch.testing.assert_close(fast[:, :8], ref[:, :8], atol=1e-12, rtol=0)
+    assert not torch.allclose(fast, ref, atol=1e-12)
+    # hard pushes and pops that stay within 4 cells drop nothing and agree everywhere
+    seq = [0, 0, 0, 1, 0, 1, 1, 2, 0, 1, 1, 1]  # push push push pop push pop pop no-op push pop pop pop
+    hard = torch.nn.functional.one_hot(torch.tensor([seq, seq]), 3).double()
+    fast, _, overflow = run_superposition(hard, pushed.detach(), depth=4)
+    assert bool((overflow == 0).all())
+    torch.testing.assert_close(fast, superposition_reference(hard, pushed.detach())[0], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["stack", "queue"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_stratification_step_equals_the_reference_with_gradients(kind, dtype):
+    gen = torch.Generator().manual_seed(2)
+    B, T, m = 3, 8, 4
+    pops = torch.rand(B, T, generator=gen, dtype=dtype).requires_grad_()
+    pushes = torch.rand(B, T, generator=gen, dtype=dtype).requires_grad_()
+    values = torch.randn(B, T, m, generator=gen, dtype=dtype).requires_grad_()
+    w = torch.randn(B, T, m, generator=gen, dtype=dtype)
+    fast, s, overflow = run_stratification(pops, pushes, values, capacity=T, kind=kind)
+    ref, ref_s = stratification_reference(pops, pushes, values, kind)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-6, "rtol": 1e-5}
+    torch.testing.assert_close(fast, ref, **tol)
+    torch.testing.assert_close(s, ref_s.flip(-1), **tol)
+    assert bool((overflow == 0).all())
+    inputs = (pops, pushes, values)
+    for a, b in zip(
+        torch.autograd.grad((fast * w).sum(), inputs),
+        torch.autograd.grad((ref * w).sum(), inputs),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_stratification_window_drops_only_spent_elements_silently():
+    """A stack whose old elements were popped to strength 0 loses nothing when they leave a
+    small window; one that still holds strength there reports it."""
+    B, T, m = 1, 10, 2
+    values = torch.randn(B, T, m, dtype=torch.float64)
+    pushes = torch.ones(B, T, dtype=torch.float64)
+    pops = torch.ones(B, T, dtype=torch.float64)  # every step pops the previous element entirely
+    fast, _, overflow = run_stratification(pops, pushes, values, capacity=2, kind="stack")
+    assert bool((overflow == 0).all())
+    torch.testing.assert_close(fast, stratification_reference(pops, pushes, values)[0], atol=1e-12, rtol=0)
+    _, _, overflow = run_stratification(torch.zeros_like(pops), pushes, values, capacity=2, kind="stack")
+    assert overflow[0, 2:].tolist() == [1.0] * 8
+
+
+def test_reference_rejects_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind must be 'stack' or 'queue', got 'deque'"):
+        stratification_reference(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1, 1), "deque")  # type: ignore[arg-type]
