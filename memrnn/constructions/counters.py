@@ -226,7 +226,9 @@ def counter_values(c: Construction, ids: Tensor, mask: Tensor | None = None) -> 
     s = g @ T.T
     u, r = hd[..., c.units.index("U")] / scale, hd[..., c.units.index("R")] / scale
     s[..., 0] += u + 1 - r
-    mag = counter_magnitudes(c, ids, mask).double() + g @ D.T
+    # the ReLU layer's magnitudes are its own output units; the LSTMs' are read from their cells
+    raw = hd[..., counter_units(c)] if kind == "relu" else counter_magnitudes(c, ids, mask).double()
+    mag = raw + g @ D.T
     dead = torch.full_like(s[..., 0], -1, dtype=torch.long)
     state = torch.where(s.max(-1).values > 0.5, s.argmax(-1), dead)
     signs = torch.tensor([sg for _, sg in prog.states], dtype=torch.float64, device=h.device)

@@ -328,13 +328,13 @@ def encode_dyck(
     layer = cls(
         k=k, m=m, encoding=encoding, inputs=inputs, beta=beta, lam=lam, zeta=zeta, device=device, dtype=dtype
     )
-    spec = layer.spec
+    spec, language = layer.spec, DyckKM(k, m)
     return Construction(
         layer,
         layer.make_readout(),
         embedding=layer.make_embedding(),
-        vocabulary=(*DyckKM(k, m).symbols, BOS),
-        source=DyckKM(k, m),
+        vocabulary=(*language.symbols, BOS),
+        source=language,
         units=spec.unit_names(),
         task="generator",
         min_log_prob=math.log(spec.constants.epsilon),

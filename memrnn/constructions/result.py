@@ -279,8 +279,7 @@ class Construction(nn.Module):
         readout = copy.deepcopy(self.readout)
         h0 = None
         if isinstance(layer, LSTMLayer):
-            rnn = copy.deepcopy(layer.rnn)
-            rnn.batch_first = True
+            rnn = copy.deepcopy(layer.rnn)  # batch first, like every memrnn layer's
         elif isinstance(layer, ElmanRNN) and layer.activation in ("relu", "tanh", "sigmoid"):
             sig = layer.activation == "sigmoid"
             rnn = nn.RNN(layer.input_size, layer.hidden_size, nonlinearity="tanh" if sig else layer.activation,

@@ -443,8 +443,11 @@ class ReservoirStackMachine(nn.Module):
         ux = res.project(x_ext)
         st = _BatchStack(res, H, B, None)
         pairs = _TeacherPairs()
+        u_nt = res.input_weight.T[self.num_inputs :].to(H.dtype)  # the nonterminals' input columns [K, m]
         for t in range(T1):
-            self._replay_actions(t, H[:, t], st, steps_mask[:, t].clone(), pops[:, t], pushes[:, t], pairs)
+            self._replay_actions(
+                t, H[:, t], u_nt, st, steps_mask[:, t].clone(), pops[:, t], pushes[:, t], pairs
+            )
             rows = steps_mask[:, t].nonzero()[:, 0]
             if rows.numel():
                 rho = shift[rows, t]
@@ -458,6 +461,7 @@ class ReservoirStackMachine(nn.Module):
         self,
         t: int,
         h: Tensor,
+        u_nt: Tensor,
         st: _BatchStack,
         busy: Tensor,
         pops: Tensor,
@@ -466,7 +470,6 @@ class ReservoirStackMachine(nn.Module):
     ) -> None:
         """Step ``t``'s teacher actions (``pops``/``pushes [B, M]``) on the rows still ``busy``
         ``[B]``: record each action's classifier input, then pop and push as told."""
-        u_nt = self.reservoir.input_weight.T[self.num_inputs :].to(h.dtype)
         for tau in range(pops.shape[1]):
             rows = busy.nonzero()[:, 0]
             if rows.numel() == 0:
