@@ -4,9 +4,17 @@ registers them (``memrnn.core.list_layers``)."""
 from memrnn.layers.counters import CounterLSTM, CounterLSTMState, ReLUCounter, ReLUCounterState
 from memrnn.layers.elman import ElmanRNN, ElmanState, JordanRNN, JordanState
 from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
+from memrnn.layers.memories import (
+    Memory,
+    NeuralQueue,
+    StratificationStack,
+    SuperpositionStack,
+    Tape,
+)
 from memrnn.layers.nnpda import NNPDA, NNPDAState, StackOverflowError
 from memrnn.layers.reservoir import Reservoir, ReservoirState
 from memrnn.layers.second_order import SecondOrderRNN, SecondOrderState
+from memrnn.layers.stack_rnn import StackRNN
 
 __all__ = [
     "NNPDA",
@@ -20,7 +28,9 @@ __all__ = [
     "JordanState",
     "LSTMLayer",
     "LSTMState",
+    "Memory",
     "NNPDAState",
+    "NeuralQueue",
     "ReLUCounter",
     "ReLUCounterState",
     "Reservoir",
@@ -28,4 +38,8 @@ __all__ = [
     "SecondOrderRNN",
     "SecondOrderState",
     "StackOverflowError",
+    "StackRNN",
+    "StratificationStack",
+    "SuperpositionStack",
+    "Tape",
 ]

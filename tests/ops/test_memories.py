@@ -1,6 +1,7 @@
 """The differentiable memories' batched steps against their literal references: Joulin &
-Mikolov's (2015) superposition stack and Grefenstette et al.'s (2015) stratification stack and
-neural queue; hand-worked examples, every reading and gradient, and what a bounded window drops."""
+Mikolov's (2015) superposition stack, Grefenstette et al.'s (2015) stratification stack and
+neural queue, and the tape of Delétang et al.'s (2023) Tape-RNN; hand-worked examples, every
+reading and gradient, and what a bounded window drops."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 
 from memrnn.ops.stratification import stratification_reference, stratification_step
 from memrnn.ops.superposition import superposition_reference, superposition_step
+from memrnn.ops.tape import tape_reference, tape_step
 
 
 def run_superposition(actions, pushed, depth):
@@ -145,3 +147,53 @@ def test_stratification_window_drops_only_spent_elements_silently():
 def test_reference_rejects_an_unknown_kind():
     with pytest.raises(ValueError, match="kind must be 'stack' or 'queue', got 'deque'"):
         stratification_reference(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1, 1, 1), "deque")  # type: ignore[arg-type]
+
+
+def run_tape(actions, written, cells):
+    B, T, m = written.shape
+    tape = written.new_zeros(B, cells, m)
+    readings = []
+    for t in range(T):
+        tape = tape_step(tape, actions[:, t], written[:, t])
+        readings.append(tape[:, 0])
+    return torch.stack(readings, 1), tape
+
+
+def test_tape_by_hand():
+    """Three cells, head on cell 0; "right" rolls the contents one cell on (new[i] = W[i−1]),
+    "left" one cell back (new[i] = W[i+1]), after the write W:
+
+    write a, right: [0, a, 0];  write b, right: [0, b, a];  write c, left: [b, a, c] (reads b);
+    write 0, left: [a, c, 0] (reads a: the tape is a circle)."""
+    a, b, c = torch.eye(3, dtype=torch.float64)
+    zero = torch.zeros(3, dtype=torch.float64)
+    w = torch.stack([a, b, c, zero])[None]
+    _, left, right = torch.eye(3, dtype=torch.float64)
+    acts = torch.stack([right, right, left, left])[None]
+    r, tape = run_tape(acts, w, cells=3)
+    assert r[0].tolist() == [zero.tolist(), zero.tolist(), b.tolist(), a.tolist()]
+    assert tape[0].tolist() == [a.tolist(), c.tolist(), zero.tolist()]
+    ref_r, ref_tape = tape_reference(acts, w, cells=3)
+    assert torch.equal(ref_r, r) and torch.equal(ref_tape, tape)
+    # write a, b, c moving right each time: [a, c, b], the head is back on a
+    r3, _ = run_tape(torch.stack([right] * 3)[None], torch.stack([a, b, c])[None], cells=3)
+    assert r3[0, 2].tolist() == a.tolist()
+
+
+@pytest.mark.parametrize("cells", [1, 2, 5])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_tape_step_equals_the_reference_with_gradients(cells, dtype):
+    gen = torch.Generator().manual_seed(3)
+    actions, written = _inputs(3, 7, 2, dtype, gen)
+    w = torch.randn(3, 7, 2, generator=gen, dtype=dtype)
+    fast, tape = run_tape(actions, written, cells)
+    ref, ref_tape = tape_reference(actions, written, cells)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-6, "rtol": 1e-5}
+    torch.testing.assert_close(fast, ref, **tol)
+    torch.testing.assert_close(tape, ref_tape, **tol)
+    for x, y in zip(
+        torch.autograd.grad((fast * w).sum(), (actions, written)),
+        torch.autograd.grad((ref * w).sum(), (actions, written)),
+        strict=True,
+    ):
+        torch.testing.assert_close(x, y, **tol)

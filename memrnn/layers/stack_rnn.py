@@ -1,0 +1,295 @@
+"""A recurrent controller driving a differentiable memory: the stack RNNs of Joulin & Mikolov
+(2015), Grefenstette et al. (2015), DuSell & Chiang (2020) and the Tape-RNN of Delétang et al.
+(2023), as one :class:`memrnn.core.MemoryLayer`.
+
+At each step (DuSell & Chiang 2020, section 3, for every memory here)::
+
+    r_{t−1} = memory.read(M_{t−1})                       # [B, width]
+    h_t, C_t = controller([x_t ; r_{t−1}], C_{t−1})       # any memrnn recurrent layer
+    M_t = memory.step(h_t, M_{t−1})                      # the memory's heads read h_t
+    y_t = h_t            (output="hidden")  or  [h_t ; memory.read(M_t)]  (output="hidden+reading")
+
+The state is one flat NamedTuple: the controller's fields, then the memory's (for an LSTM
+controller on a superposition stack: ``LSTMSuperpositionState(h, c, stack)``), batch first like
+every memrnn state.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+from memrnn.core.checks import positive_int
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.registry import register_layer
+from memrnn.core.serialization import allow_in_checkpoints
+from memrnn.layers.elman import ElmanRNN
+from memrnn.layers.gated import GRULayer, LSTMLayer
+from memrnn.layers.memories import MEMORIES, Memory
+from memrnn.layers.nnpda import StackOverflowError
+from memrnn.ops.buckets import masked_outputs
+from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
+
+#: the controllers by name (``StackRNN(controller="…")``); any MemoryLayer instance works too
+CONTROLLERS: dict[str, type[MemoryLayer]] = {"lstm": LSTMLayer, "elman": ElmanRNN, "gru": GRULayer}
+
+
+@functools.cache
+def joint_state(controller_state: type, memory_state: type) -> type:
+    """The flat NamedTuple of a controller's state fields followed by a memory's, named after both
+    (``LSTMState`` + ``SuperpositionState`` -> ``LSTMSuperpositionState``).  One class per pair,
+    made once and placed in this module so that states pickle."""
+    fields = (*controller_state._fields, *memory_state._fields)
+    if len(set(fields)) != len(fields):
+        raise ValueError(
+            f"the controller's state fields {controller_state._fields} and the memory's "
+            f"{memory_state._fields} share a name; rename one"
+        )
+    name = controller_state.__name__.removesuffix("State") + memory_state.__name__
+    cls = NamedTuple(name, [(f, Tensor) for f in fields])
+    cls.__module__ = __name__
+    cls.__doc__ = (
+        f"State of a StackRNN: the controller's {controller_state.__name__} fields "
+        f"({', '.join(controller_state._fields)}), then the memory's {memory_state.__name__} "
+        f"fields ({', '.join(memory_state._fields)}), each batch first."
+    )
+    globals()[name] = cls
+    allow_in_checkpoints(cls)
+    return cls
+
+
+class StackRNN(MemoryLayer):
+    """A controller RNN with a differentiable memory (module docstring).
+
+    Args:
+        input_size: features of ``x_t``.
+        hidden_size: the controller's output size (its units; for a controller given as a
+            layer, its ``output_size``), which the memory's heads read.
+        memory: ``"superposition"`` (Joulin & Mikolov 2015), ``"stratification"`` (Grefenstette
+            et al. 2015), ``"queue"`` (their neural queue), ``"tape"`` (Delétang et al. 2023), or a
+            :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
+        controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
+            ``input_size`` is ``input_size + width`` and whose ``output_size`` is ``hidden_size``
+            (a counter, a second-order RNN, …).
+        width: units per memory cell (the reading's size).
+        depth: cells of the stack, queue or tape.  The stacks and the queue are windows of the
+            papers' unbounded structures: exact while nothing is pushed out of the window (always
+            when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
+            (``overflow``).
+        output: ``"hidden"`` (``y_t = h_t``) or ``"hidden+reading"`` (``[h_t ; r_t]``, DuSell
+            & Chiang's ``include_reading_in_output``).
+        strict: ``forward`` and ``trace`` raise :class:`StackOverflowError`, naming the step and
+            the batch row, when a real (unpadded) step drops any content out of the window.
+        fused: ``forward`` runs :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` (hand-written
+            backpropagation through time) when the controller is a one-layer LSTM or a tanh,
+            sigmoid or relu Elman RNN; otherwise, or with ``False``, the reference loop over
+            ``step``.  Same numbers; the fused backward is first order.
+        memory_args, controller_args: extra arguments of the memory and controller built by name
+            (``push_activation``, ``forget_bias``, ``activation``, …).
+
+    ``trace`` reports the memory's actions (``push``, ``pop``, … each ``[B, T]``), the pushed or
+    written ``value [B, T, width]``, the ``reading`` after each step and ``overflow [B, T]``.
+    """
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        memory: Literal["superposition", "stratification", "queue", "tape"] | Memory = "superposition",
+        controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
+        width: int = 8,
+        depth: int = 32,
+        output: Literal["hidden", "hidden+reading"] = "hidden",
+        strict: bool = False,
+        fused: bool = True,
+        memory_args: dict[str, Any] | None = None,
+        controller_args: dict[str, Any] | None = None,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.input_size = positive_int("input_size", input_size)
+        self.hidden_size = positive_int("hidden_size", hidden_size)
+        fk = {"device": device, "dtype": dtype}
+        self.memory = self._build_memory(memory, hidden_size, width, depth, memory_args or {}, fk)
+        self.width = self.memory.width
+        self.controller = self._build_controller(controller, controller_args or {}, fk)
+        if output not in ("hidden", "hidden+reading"):
+            raise ValueError(f"output must be 'hidden' or 'hidden+reading', got {output!r}")
+        self.output = output
+        self.output_size = hidden_size + (self.width if output == "hidden+reading" else 0)
+        self.strict, self.fused = bool(strict), bool(fused)
+        self._controller_state = type(self.controller.initial_state(1))
+        self.State = joint_state(self._controller_state, self.memory.State)
+
+    @staticmethod
+    def _build_memory(memory, hidden_size, width, depth, args, fk) -> Memory:
+        if isinstance(memory, Memory):
+            if memory.hidden_size != hidden_size:
+                raise ValueError(
+                    f"the memory reads hidden_size={memory.hidden_size} but the controller has "
+                    f"hidden_size={hidden_size}"
+                )
+            return memory
+        if memory not in MEMORIES:
+            raise ValueError(
+                f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)} or pass a Memory"
+            )
+        return MEMORIES[memory](hidden_size, width, depth, **args, **fk)
+
+    def _build_controller(self, controller, args, fk) -> MemoryLayer:
+        n_in = self.input_size + self.width
+        if isinstance(controller, MemoryLayer):
+            if controller.input_size != n_in or controller.output_size != self.hidden_size:
+                raise ValueError(
+                    f"the controller must read input_size + width = {self.input_size} + {self.width} "
+                    f"= {n_in} features and output hidden_size={self.hidden_size}; it has "
+                    f"input_size={controller.input_size}, output_size={controller.output_size}"
+                )
+            return controller
+        if controller not in CONTROLLERS:
+            raise ValueError(
+                f"unknown controller {controller!r}; choose one of {', '.join(CONTROLLERS)} or pass a MemoryLayer"
+            )
+        return CONTROLLERS[controller](n_in, self.hidden_size, **args, **fk)
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, output={self.output!r}, strict={self.strict}, fused={self.fused}"
+
+    # -- state -------------------------------------------------------------------------------
+    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> NamedTuple:
+        """The controller's initial state and the empty memory, as one flat NamedTuple."""
+        fk = self._default_factory(device, dtype)
+        c = self.controller.initial_state(batch_size, **fk)
+        m = self.memory.initial_state(batch_size, **fk)
+        return self.State(*c, *m)
+
+    def split(self, state: NamedTuple) -> tuple[NamedTuple, NamedTuple]:
+        """The flat state as (the controller's state, the memory's state)."""
+        k = len(self._controller_state._fields)
+        return self._controller_state(*state[:k]), self.memory.State(*state[k:])
+
+    # -- reference ---------------------------------------------------------------------------
+    def trace_step(self, x_t: Tensor, state: NamedTuple) -> tuple[Tensor, NamedTuple, dict[str, Tensor]]:
+        cs, ms = self.split(state)
+        h, cs = self.controller._unchecked_step(torch.cat([x_t, self.memory.read(ms)], -1), cs)
+        ms, diag = self.memory.step(h, ms)
+        reading = self.memory.read(ms)
+        y = h if self.output == "hidden" else torch.cat([h, reading], -1)
+        diag["reading"] = reading
+        return y, self.State(*cs, *ms), diag
+
+    def step(self, x_t: Tensor, state: NamedTuple) -> tuple[Tensor, NamedTuple]:
+        """``x_t [B, input_size]`` -> ``y_t [B, output_size]`` (module docstring)."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+    def _loop(self, x, state, mask, *, with_trace, step=None):
+        """The base loop; under ``strict`` it traces to check every real step's ``overflow``."""
+        if not self.strict:
+            return super()._loop(x, state, mask, with_trace=with_trace, step=step)
+        outputs, final, extra = super()._loop(x, state, mask, with_trace=True, step=step)
+        if "overflow" in extra:
+            self._check_overflow(extra["overflow"], mask)
+        return outputs, final, (extra if with_trace else {})
+
+    def _check_overflow(self, overflow: Tensor, mask: Tensor | None) -> None:
+        """Under ``strict``: raise naming the first (step, row) whose ``overflow [B, T]`` is not 0
+        (padded positions excluded)."""
+        bad = overflow > 0
+        if mask is not None:
+            bad = bad & mask
+        if bool(bad.any()):
+            t, row = (int(v) for v in bad.t().nonzero()[0])
+            raise StackOverflowError(
+                f"{type(self.memory).__name__} of depth {self.memory.depth} dropped "
+                f"{float(overflow[row, t].detach()):.3g} of content out of its window at step {t}, batch row {row} "
+                f"(strict=True); raise depth"
+            )
+
+    # -- fast path ---------------------------------------------------------------------------
+    def _fusable(self) -> tuple[str, str] | None:
+        """(controller kind, activation) when ``stack_rnn_sequence`` covers this pairing."""
+        c = self.controller
+        if isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias:
+            kind = ("lstm", "")
+        elif isinstance(c, ElmanRNN) and c.bias is not None and c.activation in ("tanh", "sigmoid", "relu"):
+            kind = ("elman", c.activation)
+        else:
+            return None
+        return kind if (kind[0], self.memory.kind) in fused_kinds() else None
+
+    def _fused_weights(self, kind: str) -> tuple[Tensor, Tensor, Tensor]:
+        """``(w_in [G, input_size + width], b [G], w_rec [G, hidden])`` of the controller, LSTM
+        gate blocks reordered to o, i, f, g (the sigmoids first)."""
+        c = self.controller
+        if kind == "lstm":
+            w_ih, w_hh, b_ih, b_hh = c._weights(0)
+            i, f, g, o = torch.arange(4 * self.hidden_size, device=w_ih.device).view(4, -1)
+            order = torch.cat([o, i, f, g])
+            return w_ih[order], (b_ih + b_hh)[order], w_hh[order]
+        return c.weight_ih, c.bias, c.weight_hh
+
+    def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
+        """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``.  The fused path
+        (``fused=True`` and a covered controller) or the reference loop over ``step``."""
+        kind = self._fusable() if self.fused else None
+        if kind is None:
+            state, mask = self.check_inputs(x, state, mask)
+            outputs, final, _ = self._loop(x, state, mask, with_trace=False)
+            return outputs, final
+        state, mask = self.check_inputs(x, state, mask)
+        w_in, b, w_rec = self._fused_weights(kind[0])
+        cs, ms = self.split(state)
+        lstm = kind[0] == "lstm"
+        lengths = None if mask is None else mask.sum(1)
+        hs, rs, h, c, *rest = stack_rnn_sequence(
+            x,
+            w_in,
+            b,
+            w_rec,
+            self.memory.head.weight,
+            self.memory.head.bias,
+            cs.h[:, 0] if lstm else cs.h,
+            cs.c[:, 0] if lstm else None,
+            tuple(ms),
+            controller=kind[0],
+            activation=kind[1],
+            memory=self.memory.kind,
+            value_activation=self.memory.value_activation,
+            lengths=lengths,
+            overflow=self.strict,
+        )
+        *memory, overflow = rest
+        if self.strict:
+            self._check_overflow(overflow, mask)
+        y = hs if self.output == "hidden" else torch.cat([hs, rs], -1)
+        y, _ = masked_outputs(y, mask)
+        controller = (h[:, None], c[:, None]) if lstm else (h,)
+        return y, self.State(*controller, *memory)
+
+
+_TINY = {"input_size": 3, "hidden_size": 5, "width": 2, "depth": 4}
+for _memory in MEMORIES:
+    for _controller in ("lstm", "elman"):
+        register_layer(
+            f"{_memory}_{_controller}",
+            tiny={**_TINY, "memory": _memory, "controller": _controller},
+            cls=StackRNN,
+        )
+register_layer(
+    "superposition_gru", tiny={**_TINY, "memory": "superposition", "controller": "gru"}, cls=StackRNN
+)
+register_layer(
+    "superposition_lstm_reading",
+    tiny={**_TINY, "memory": "superposition", "output": "hidden+reading"},
+    cls=StackRNN,
+)
+register_layer(
+    "stratification_lstm_reference", tiny={**_TINY, "memory": "stratification", "fused": False}, cls=StackRNN
+)
+del _memory, _controller

@@ -1,0 +1,149 @@
+"""StackRNN: a controller driving a memory.  The interface suite (tests/core) covers every
+registered pairing (fast path = reference loop with all gradients, masks, dtypes, export); this
+file checks what is particular to it: the memory it drives is exactly its paper's (the literal
+references run on the actions the layer took), strict windows, long sequences across the
+backward's blocks, any controller, and clear errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from memrnn.core import MemoryLayer, state_leaves, state_map
+from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
+from memrnn.ops.stratification import stratification_reference
+from memrnn.ops.superposition import superposition_reference
+from memrnn.ops.tape import tape_reference
+
+MEMORIES = ["superposition", "stratification", "queue", "tape"]
+
+
+def layer(memory, controller="lstm", depth=12, **kw):
+    torch.manual_seed(0)
+    return StackRNN(3, 6, memory, controller, width=2, depth=depth, **kw).double()
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_the_memory_is_its_papers_structure(memory, gen):
+    """With depth >= T the readings the controller saw equal the literal transcription of the
+    paper run on the actions and values the layer traced."""
+    net = layer(memory)
+    x = torch.randn(2, 12, 3, generator=gen, dtype=torch.float64)
+    tr = net.trace(x)
+    if memory == "superposition":
+        actions = torch.stack([tr["push"], tr["pop"], tr["noop"]], -1)
+        ref, _ = superposition_reference(actions, tr["value"])
+    elif memory == "tape":
+        actions = torch.stack([tr["stay"], tr["left"], tr["right"]], -1)
+        ref, _ = tape_reference(actions, tr["value"], cells=12)
+    else:
+        kind = "stack" if memory == "stratification" else "queue"
+        ref, _ = stratification_reference(tr["pop"], tr["push"], tr["value"], kind)
+    torch.testing.assert_close(tr["reading"], ref, atol=1e-12, rtol=0)
+    assert bool((tr["overflow"] == 0).all())
+
+
+@pytest.mark.parametrize("memory", MEMORIES)
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_fast_path_over_long_padded_sequences_in_float32(memory, controller, gen):
+    """T = 150 crosses the backward's blocks of 64 steps; float32; rows of three lengths."""
+    torch.manual_seed(1)
+    net = StackRNN(4, 8, memory, controller, width=3, depth=20)
+    x = torch.randn(3, 150, 4, generator=gen)
+    mask = torch.arange(150)[None] < torch.tensor([150, 97, 5])[:, None]
+    w = torch.randn(3, 150, 8, generator=gen)
+
+    def run(fn):
+        xx = x.clone().requires_grad_()
+        net.zero_grad()
+        y, s = fn(net, xx, None, mask)
+        ((y * w).sum() + sum(t.sum() for t in state_leaves(s))).backward()
+        return y, s, [xx.grad, *(p.grad for p in net.parameters())]
+
+    y1, s1, g1 = run(type(net).__call__)
+    y2, s2, g2 = run(MemoryLayer.forward)
+    torch.testing.assert_close(y1, y2, atol=2e-5, rtol=1e-4)
+    for a, b in zip(state_leaves(s1), state_leaves(s2), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_strict_names_the_step_and_row_and_ignores_padding(fused, gen):
+    net = layer("superposition", depth=3, strict=True, fused=fused)
+    x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+    # depth 3: the fourth step pushes (softly) the first cell's content out
+    with pytest.raises(
+        StackOverflowError, match=r"SuperpositionStack of depth 3 dropped .* at step 3, batch row 0"
+    ):
+        net(x)
+    with pytest.raises(StackOverflowError, match="at step 3, batch row 0"):
+        net.trace(x)
+    # rows no longer than the window never drop anything, whatever the padded steps do
+    mask = torch.arange(8)[None] < torch.tensor([3, 2])[:, None]
+    y, _ = net(x, mask=mask)
+    assert y.shape == (2, 8, 6)
+    # and a deep enough window is exact
+    layer("superposition", depth=8, strict=True, fused=fused)(x)
+
+
+def test_overflow_is_reported_without_strict(gen):
+    net = layer("stratification", depth=2)
+    tr = net.trace(torch.randn(1, 6, 3, generator=gen, dtype=torch.float64))
+    assert bool((tr["overflow"][:, :2] == 0).all()) and bool((tr["overflow"][:, 2:] > 0).all())
+
+
+def test_any_memory_layer_can_control(gen):
+    """A ReLU counter controller (reference loop) and a memory given as an instance."""
+    torch.manual_seed(0)
+    ctrl = ReLUCounter(3 + 2, 6, counters=2).double()
+    mem = SuperpositionStack(8, width=2, depth=5, push_activation="tanh").double()
+    net = StackRNN(3, 8, mem, ctrl, output="hidden+reading")  # the counter outputs 6 + 2 units
+    x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+    y, s = net(x)
+    assert y.shape == (2, 5, 10) and type(s).__name__ == "ReLUCounterSuperpositionState"
+    assert net._fusable() is None
+    tr = net.trace(x)
+    torch.testing.assert_close(y[..., 8:], tr["reading"])
+
+
+def test_state_is_one_flat_named_tuple_that_pickles():
+    net = layer("queue")
+    s = net.initial_state(2)
+    assert type(s).__name__ == "LSTMStratificationState"
+    assert s._fields == ("h", "c", "values", "strengths", "reading")
+    back = pickle.loads(pickle.dumps(s))
+    assert type(back) is type(s)
+    ctrl, mem = net.split(s)
+    assert type(ctrl).__name__ == "LSTMState" and type(mem).__name__ == "StratificationState"
+
+
+def test_step_loop_carries_the_memory(gen):
+    net = layer("tape", "elman")
+    x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+    _, s = net(x)
+    st = state_map(lambda t: t, net.initial_state(2))
+    for x_t in x.unbind(1):
+        _, st = net.step(x_t, st)
+    for a, b in zip(state_leaves(st), state_leaves(s), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="unknown memory 'deque'"):
+        StackRNN(3, 4, "deque")
+    with pytest.raises(ValueError, match="unknown controller 'transformer'"):
+        StackRNN(3, 4, controller="transformer")
+    with pytest.raises(ValueError, match="input_size \\+ width = 3 \\+ 2 = 5"):
+        StackRNN(3, 4, controller=ReLUCounter(3, 4), width=2)
+    with pytest.raises(ValueError, match="memory reads hidden_size=5"):
+        StackRNN(3, 4, SuperpositionStack(5))
+    with pytest.raises(ValueError, match="output must be"):
+        StackRNN(3, 4, output="reading")
+    with pytest.raises(ValueError, match="depth must be a positive integer, got 0"):
+        StackRNN(3, 4, depth=0)
+    with pytest.raises(ValueError, match="unknown value activation 'relu'"):
+        StackRNN(3, 4, memory_args={"push_activation": "relu"})
