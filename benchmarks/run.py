@@ -59,6 +59,7 @@ SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
 DEFAULT_LAYERS = (
     "elman", "jordan", "lstm", "gru", "gru_bptt", "hewitt_lstm", "hewitt_srnn", "second_order", "nnpda",
     "relu_counter", "counter_lstm", "reservoir_rand", "reservoir_crj", "reservoir_ldn",
+    "superposition_lstm", "stratification_lstm", "queue_lstm", "tape_lstm",
 )  # fmt: skip
 SCALING_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096)
 INPUT_SIZE = 16  # input features for the layers whose input size is free
@@ -77,6 +78,8 @@ def layer_kwargs(name: str, size: int) -> dict[str, Any]:
     if name == "hewitt_srnn":
         return {"k": max(1, size // 8), "m": 4, "encoding": "one_hot"}
     kw: dict[str, Any] = {"input_size": INPUT_SIZE, "hidden_size": size}
+    if name.startswith(("superposition_", "stratification_", "queue_", "tape_")):
+        kw.update(width=8, depth=32)  # Delétang et al.'s Stack-RNN: 30-40 cells of width 8
     if name == "jordan":
         kw["feedback_size"] = size
     if name.startswith(("relu_counter", "counter_lstm")):

@@ -60,3 +60,16 @@ def test_train_loop_benchmark_prints_every_row(capsys):
     assert all(r["steps_per_s"] > 0 and r["tokens_per_s"] > 0 for r in rows)
     out = capsys.readouterr().out
     assert "| module, Lightning |" in out and "× bare torch" in out
+
+
+def test_stack_rnn_benchmark_prints_every_row(capsys):
+    """``benchmarks/stack_rnn_speed.py`` at a tiny size: a row per memory, controller, length and
+    depth, each with a positive ratio to nn.LSTM (no timing asserted)."""
+    from benchmarks import stack_rnn_speed
+
+    rows = stack_rnn_speed.main(
+        ["--lengths", "8", "40", "--batch", "2", "--size", "4", "--width", "2", "--repeats", "1"]
+    )
+    assert len(rows) == 4 * 2 * 3  # T 8: depth 8 only; T 40: depths 32 and 40
+    assert all(r["ratio"] > 0 for r in rows)
+    assert "| superposition | lstm | 40 | 40 |" in capsys.readouterr().out

@@ -38,106 +38,175 @@ def _value_derivative(name: str, v: Tensor) -> Tensor | None:
 
 
 # -- memories ---------------------------------------------------------------------------------
+# Each kernel keeps its structure in the rows of ``z`` after ``h`` (``zmem [T+1, R, B]``) where
+# the controller reads them in place, or in its own buffers; every per-step view is made once.
 class _Superposition:
-    """Joulin & Mikolov's (2015) stack, ``S [T+1, D, m, B]`` (top first)."""
+    """Joulin & Mikolov's (2015) stack in ``z``: cells ``S_0 … S_{D−1}`` and one zero cell below
+    (``[T+1, D+1, m, B]``), so the controller's ``addmm`` reads ``[h ; S_0]`` in place and a pop
+    reads the cells one lower without a copy.  The head's actions are kept in the order pop,
+    no-op, push: the backward's three action gradients are then one product of the gradient,
+    zero-padded and viewed at shifts −1, 0, +1, with the old stack."""
 
     n_actions = 3
     softmax = True
+    order = (1, 2, 0)  # kernel row j holds the layer's action order[j] (push, pop, no-op)
 
-    def __init__(self, mem0: tuple[Tensor, ...], T: int) -> None:
+    @staticmethod
+    def rows(D: int, m: int) -> int:
+        return (D + 1) * m
+
+    def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
         (stack0,) = mem0
         B, D, m = stack0.shape
-        self.D, self.m = D, m
-        self.S = stack0.new_empty(T + 1, D, m, B)
-        self.S[0] = stack0.permute(1, 2, 0)
-        self.S_ = self.S.unbind(0)
+        self.T, self.D, self.m, self.want_overflow = T, D, m, want_overflow
+        Sp = zmem.view(T + 1, D + 1, m, B)
+        Sp[:, D] = 0
+        Sp[0, :D] = stack0.permute(1, 2, 0)
+        self.Sp = Sp
+        self.S_ = Sp[:, :D].unbind(0)
+        self.up_ = Sp[:, 1:].unbind(0)
+        self.lo_ = Sp[:, 1:D].unbind(0)
+        self.hi_ = Sp[:, : D - 1].unbind(0)
+        self.top_ = Sp[:, 0].unbind(0)
+        self.last_ = Sp[:, D - 1].unbind(0)
 
-    def reading(self, t: int) -> Tensor:
-        return self.S_[t][0]
-
-    def forward(self, s: int, a: Tensor, v: Tensor) -> Tensor:
-        """Step ``s``: ``a [3, B]`` (push, pop, no-op), ``v [m, B]``; returns ``overflow [B]``."""
+    def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
+        pop, noop, push = a
         old, new = self.S_[s], self.S_[s + 1]
-        push, pop, noop = a.unbind(0)
         torch.mul(old, noop, out=new)
-        new[1:].addcmul_(old[:-1], push)
-        new[0].addcmul_(v, push)
-        new[:-1].addcmul_(old[1:], pop)
-        return push * old[-1].abs().amax(0)
+        self.lo_[s + 1].addcmul_(self.hi_[s], push)
+        self.top_[s + 1].addcmul_(v, push)
+        new.addcmul_(self.up_[s], pop)
+        return push * self.last_[s].abs().amax(0) if self.want_overflow else None
 
     def start_backward(self) -> None:
-        self.g = torch.zeros_like(self.S[0])  # ∂L/∂S_{s+1}
+        D, m, B = self.D, self.m, self.Sp.shape[-1]
+        self.gpp = [self.Sp.new_zeros(D + 2, m, B) for _ in range(2)]  # ∂L/∂S, zero cell each side
+        self.g3 = [g.as_strided((3, D, m, B), (m * B, m * B, B, 1)) for g in self.gpp]
+        self.prod = self.Sp.new_empty(3, D, m, B)
+        self.cur = 0
 
-    def _local(self, lo: int, hi: int, heads: Tensor) -> None:
+    def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """Nothing to precompute."""
 
-    def backward(self, s: int, g_r: Tensor, a: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Given ``g_r = ∂L/∂r_{s+1}``: ``(∂L/∂a [3, B], ∂L/∂v [m, B])``; ``self.g`` becomes ∂L/∂S_s."""
-        g, S = self.g, self.S_[s]
+    def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
+        """Given ``g_r = ∂L/∂r_{s+1}`` (the reading, ``S_{s+1}[0]``): writes ``∂L/∂a`` into ``ga
+        [3, B]`` (kernel order) and ``∂L/∂v`` into ``gv [m, B]``; the state gradient moves to
+        ``∂L/∂S_s``."""
+        pop, noop, push = a
+        gpp, nxt = self.gpp[self.cur], self.gpp[1 - self.cur]
+        g = gpp[1:-1]
         g[0] += g_r
-        push, pop, noop = a.unbind(0)
-        ga = a.new_empty(3, a.shape[1])
-        gf, Sf = g.view(-1, g.shape[-1]), S.view(-1, S.shape[-1])
-        k = self.m
-        torch.sum(gf[k:] * Sf[:-k], 0, out=ga[0])
-        ga[0] += (g[0] * v).sum(0)
-        torch.sum(gf[:-k] * Sf[k:], 0, out=ga[1])
-        torch.sum(gf * Sf, 0, out=ga[2])
-        gv = g[0] * push
-        new = g * noop
-        new[:-1].addcmul_(g[1:], push)
-        new[1:].addcmul_(g[:-1], pop)
+        torch.mul(self.g3[self.cur], self.S_[s], out=self.prod)  # g[i−1]S[i], g[i]S[i], g[i+1]S[i]
+        torch.sum(self.prod.view(3, -1, self.prod.shape[-1]), 1, out=ga)
+        ga[2] += (g[0] * v).sum(0)
+        torch.mul(g[0], push, out=gv)
+        inner = nxt[1:-1]
+        torch.mul(g, noop, out=inner)
+        inner.addcmul_(gpp[2:], push)
+        inner.addcmul_(gpp[:-2], pop)
+        self.cur = 1 - self.cur
+
+    def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
+        return (_final(self.Sp[:, : self.D].permute(3, 0, 1, 2), lengths),)
+
+    def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
+        """Add ``∂L/∂`` (final state) of the rows whose state ``t`` is final (``rows [B]``, 0/1)."""
+        if grads[0] is not None:
+            self.gpp[self.cur][1:-1] += grads[0].permute(1, 2, 0) * rows
+        return None
+
+    def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
+        g = self.gpp[self.cur][1:-1]
+        g[0] += g_r
+        return (g.permute(2, 0, 1),)
+
+
+class _Tape:
+    """Delétang et al.'s (2023) circular tape in ``z`` (``[T+1, D, m, B]``, the head's cell
+    first, read in place): write into the head's cell, then move by (stay, left, right)."""
+
+    n_actions = 3
+    softmax = True
+    order = (0, 1, 2)
+
+    @staticmethod
+    def rows(D: int, m: int) -> int:
+        return D * m
+
+    def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
+        (tape0,) = mem0
+        B, D, m = tape0.shape
+        self.T, self.D, self.m = T, D, m
+        self.S = zmem.view(T + 1, D, m, B)
+        self.S[0] = tape0.permute(1, 2, 0)
+        self.S_ = self.S.unbind(0)
+        self.W = self.S.new_empty(D + 2, m, B)  # the written tape, one cell wrapped on each side
+        self.Wi = self.W[1:-1]
+
+    def _written(self, s: int, v: Tensor) -> Tensor:
+        W, Wi = self.W, self.Wi
+        Wi.copy_(self.S_[s])
+        Wi[0] = v
+        W[0] = Wi[-1]
+        W[-1] = Wi[0]
+        return W
+
+    def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
+        stay, left, right = a
+        W, new = self._written(s, v), self.S_[s + 1]
+        torch.mul(W[1:-1], stay, out=new)
+        new.addcmul_(W[2:], left)  # new[i] += left · W[i+1]
+        new.addcmul_(W[:-2], right)  # new[i] += right · W[i−1]
+        return None
+
+    def start_backward(self) -> None:
+        D, m, B = self.D, self.m, self.S.shape[-1]
+        self.g = self.S.new_zeros(D, m, B)
+        self.gp = self.S.new_empty(D + 2, m, B)
+        self.prod = self.S.new_empty(3, D, m, B)
+
+    def local(self, lo: int, hi: int, heads: Tensor) -> None:
+        """Nothing to precompute."""
+
+    def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
+        stay, left, right = a
+        g = self.g
+        g[0] += g_r
+        W = self._written(s, v)
+        D, m, B = self.D, self.m, g.shape[-1]
+        # Σ g[i] W[i], Σ g[i] W[i+1], Σ g[i] W[i−1] from the wrapped W at shifts 0, +1, −1
+        w3 = W.as_strided((3, D, m, B), (m * B, m * B, B, 1))  # W[i−1], W[i], W[i+1]
+        torch.mul(w3, g, out=self.prod)
+        tmp = self.prod.view(3, D * m, B).sum(1)
+        ga[0], ga[1], ga[2] = tmp[1], tmp[2], tmp[0]
+        gp = self.gp  # gW[j] = stay g[j] + left g[j−1] + right g[j+1]
+        gp[1:-1] = g
+        gp[0] = g[-1]
+        gp[-1] = g[0]
+        new = g * stay
+        new.addcmul_(gp[:-2], left).addcmul_(gp[2:], right)
+        gv.copy_(new[0])
+        new[0] = 0
         self.g = new
-        return ga, gv
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
         return (_final(self.S.permute(3, 0, 1, 2), lengths),)
 
-    def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> None:
-        """Add ``∂L/∂`` (final state) of the rows whose state ``t`` is final (``rows [B]``, 0/1)."""
+    def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         if grads[0] is not None:
             self.g += grads[0].permute(1, 2, 0) * rows
+        return None
 
     def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
         self.g[0] += g_r
         return (self.g.permute(2, 0, 1),)
 
 
-class _Tape(_Superposition):
-    """Delétang et al.'s (2023) circular tape, ``S [T+1, D, m, B]`` (head first): write into the
-    head's cell, then move by (stay, left, right)."""
-
-    def forward(self, s: int, a: Tensor, v: Tensor) -> Tensor:
-        old, new = self.S_[s], self.S_[s + 1]
-        W = old.clone()
-        W[0] = v
-        stay, left, right = a.unbind(0)
-        torch.mul(W, stay, out=new)
-        new[:-1].addcmul_(W[1:], left)
-        new[-1].addcmul_(W[0], left)
-        new[1:].addcmul_(W[:-1], right)
-        new[0].addcmul_(W[-1], right)
-        return a.new_zeros(a.shape[1])
-
-    def backward(self, s: int, g_r: Tensor, a: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        g = self.g
-        g[0] += g_r
-        W = self.S_[s].clone()
-        W[0] = v
-        stay, left, right = a.unbind(0)
-        # gW[j] = stay g[j] + left g[j−1] + right g[j+1]  (indices mod D)
-        gl = torch.roll(g, 1, 0)  # gl[j] = g[j−1]
-        gr = torch.roll(g, -1, 0)  # gr[j] = g[j+1]
-        ga = a.new_empty(3, a.shape[1])
-        torch.sum((g * W).flatten(0, 1), 0, out=ga[0])
-        torch.sum((gl * W).flatten(0, 1), 0, out=ga[1])  # Σ_i g[i] W[i+1]
-        torch.sum((gr * W).flatten(0, 1), 0, out=ga[2])  # Σ_i g[i] W[i−1]
-        gW = g * stay
-        gW.addcmul_(gl, left).addcmul_(gr, right)
-        gv = gW[0].clone()
-        gW[0] = 0
-        self.g = gW
-        return ga, gv
+def _windows(P: Tensor, T: int, D: int) -> list[Tensor]:
+    """``[P[T−t : T−t+D] for t in 0..T]`` as views made by one call."""
+    _, m, B = P.shape
+    return P.as_strided((T + 1, D, m, B), (m * B, m * B, B, 1), P.storage_offset()).unbind(0)[::-1]
 
 
 def _excl(s: Tensor, order: str) -> Tensor:
@@ -158,96 +227,99 @@ class _Stratification:
 
     The values only slide: ``V_t = P[T−t : T−t+D]`` in one buffer ``P [T+D, m, B]`` holding the
     pushed values newest first (``P[T−1−s] = v_s``) and then the initial values.  Strengths
-    ``s [T+1, D, B]``; the reading is stored by the caller in ``z``."""
+    ``s [T+1, D, B]``; the reading lives in ``z`` (``[T+1, m, B]``), where the controller reads it."""
 
     n_actions = 2
     softmax = False
+    order = (0, 1)  # push, pop
 
-    def __init__(self, mem0: tuple[Tensor, ...], T: int, order: str) -> None:
+    @staticmethod
+    def rows(D: int, m: int) -> int:
+        return m
+
+    def __init__(
+        self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool, kind: str
+    ) -> None:
         values0, strengths0, reading0 = mem0
         B, D, m = values0.shape
-        self.T, self.D, self.m, self.order = T, D, m, order
+        self.T, self.D, self.m, self.kind = T, D, m, kind
         self.P = values0.new_empty(T + D, m, B)
         self.P[T:] = values0.permute(1, 2, 0)
         self.s = values0.new_empty(T + 1, D, B)
         self.s[0] = strengths0.t()
-        self.reading0 = reading0.t()
-        self.r = values0.new_empty(T + 1, m, B)
-        self.r[0] = self.reading0
-        self.s_ = self.s.unbind(0)
+        self.r = zmem
+        self.r[0] = reading0.t()
+        self.s_, self.r_ = self.s.unbind(0), self.r.unbind(0)
+        self.head_ = self.s[:, 0].unbind(0)
+        self.tail_ = self.s[:, 1:].unbind(0)
+        self.win_ = _windows(self.P, T, D)
+        self.v_ = self.P[:T].unbind(0)[::-1]
 
-    def window(self, t: int) -> Tensor:
-        return self.P[self.T - t : self.T - t + self.D]
-
-    def reading(self, t: int) -> Tensor:
-        return self.r[t]
-
-    def forward(self, s: int, a: Tensor, v: Tensor) -> Tensor:
-        push, pop = a.unbind(0)
+    def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
+        push, pop = a
         old, new = self.s_[s], self.s_[s + 1]
-        popped = torch.clamp_min(old - torch.clamp_min(pop - _excl(old, self.order), 0), 0)
-        new[0] = push
-        new[1:] = popped[:-1]
-        self.P[self.T - 1 - s] = v
-        w = torch.minimum(new, torch.clamp_min(1 - _excl(new, self.order), 0))
-        torch.sum(w[:, None] * self.window(s + 1), 0, out=self.r[s + 1])
+        popped = torch.clamp_min(old - torch.clamp_min(pop - _excl(old, self.kind), 0), 0)
+        self.head_[s + 1].copy_(push)
+        self.tail_[s + 1].copy_(popped[:-1])
+        self.v_[s].copy_(v)
+        w = torch.minimum(new, torch.clamp_min(1 - _excl(new, self.kind), 0))
+        torch.sum(w[:, None] * self.win_[s + 1], 0, out=self.r_[s + 1])
         return popped[-1]
 
     def start_backward(self) -> None:
         self.gP = torch.zeros_like(self.P)
+        self.gwin_ = _windows(self.gP, self.T, self.D)
+        self.gv_ = self.gP[: self.T].unbind(0)[::-1]
         self.g = torch.zeros_like(self.s[0])
         self._block = None
 
-    def _local(self, lo: int, hi: int, heads: Tensor) -> None:
+    def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """The local derivatives of steps ``lo..hi−1`` (they do not depend on the gradient)."""
         old, new = self.s[lo:hi], self.s[lo + 1 : hi + 1]
         pop = heads[lo:hi, 1][:, None]
-        a1 = pop - _excl(old, self.order)
+        a1 = pop - _excl(old, self.kind)
         a2 = old - torch.clamp_min(a1, 0)
-        r3 = torch.clamp_min(1 - _excl(new, self.order), 0)
-        m3 = (1 - _excl(new, self.order)) >= 0
+        a3 = 1 - _excl(new, self.kind)
+        r3 = torch.clamp_min(a3, 0)
         da = torch.where(new < r3, 1.0, torch.where(new == r3, 0.5, 0.0)).to(new.dtype)
         self._block = (
             lo,
             (a1 >= 0).to(new.dtype).unbind(0),
-            (a2 >= 0).to(new.dtype).unbind(0),
+            (a2[:, :-1] >= 0).to(new.dtype).unbind(0),
             da.unbind(0),
-            ((1 - da) * m3).unbind(0),
-            torch.minimum(new, r3).unbind(0),
+            ((1 - da) * (a3 >= 0)).unbind(0),
+            torch.minimum(new, r3)[:, :, None].unbind(0),
         )
 
-    def backward(self, s: int, g_r: Tensor, a: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
         lo, m1, m2, da, db3, w = self._block
         j = s - lo
-        win, gwin = self.window(s + 1), self.gP[self.T - 1 - s : self.T - 1 - s + self.D]
-        g_w = (win * g_r).sum(1)  # ∂L/∂w [D, B]
-        gwin.addcmul_(w[j][:, None], g_r)
+        g_w = (self.win_[s + 1] * g_r).sum(1)  # ∂L/∂w [D, B]
+        self.gwin_[s + 1].addcmul_(w[j], g_r)
         g_new = torch.addcmul(self.g, g_w, da[j])
-        g_new -= _excl_t(g_w * db3[j], self.order)
-        ga = a.new_empty(2, a.shape[1])
+        g_new -= _excl_t(g_w * db3[j], self.kind)
         ga[0] = g_new[0]
-        g_a2 = a.new_zeros(g_new.shape)
-        torch.mul(g_new[1:], m2[j][:-1], out=g_a2[:-1])
-        g_a1 = g_a2 * m1[j]  # ∂L/∂(pop − covered) = −∂L/∂a2 · [a1 ≥ 0]; sign folded below
+        g_a2 = torch.zeros_like(g_new)
+        torch.mul(g_new[1:], m2[j], out=g_a2[:-1])
+        g_a1 = g_a2 * m1[j]  # −∂L/∂(pop − covered)
         torch.sum(g_a1, 0, out=ga[1])
         ga[1].neg_()
-        self.g = g_a2 + _excl_t(g_a1, self.order)
-        return ga, self.gP[self.T - 1 - s].clone()
+        self.g = g_a2 + _excl_t(g_a1, self.kind)
+        gv.copy_(self.gv_[s])
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
         T, D = self.T, self.D
         if lengths is None:
-            values = self.window(T).permute(2, 0, 1)
+            values = self.win_[T].permute(2, 0, 1)
         else:
             idx = (T - lengths)[:, None] + torch.arange(D, device=lengths.device)  # [B, D]
-            P = self.P.permute(2, 0, 1)  # [B, T+D, m]
-            values = P.gather(1, idx[..., None].expand(-1, -1, self.m))
+            values = self.P.permute(2, 0, 1).gather(1, idx[..., None].expand(-1, -1, self.m))
         return values, _final(self.s.permute(2, 0, 1), lengths), _final(self.r.permute(2, 0, 1), lengths)
 
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         gV, gs, gr = grads
         if gV is not None:
-            self.gP[self.T - t : self.T - t + self.D] += gV.permute(1, 2, 0) * rows
+            self.gwin_[t].add_(gV.permute(1, 2, 0) * rows)
         if gs is not None:
             self.g += gs.t() * rows
         return None if gr is None else gr.t() * rows
@@ -263,12 +335,20 @@ def _final(states: Tensor, lengths: Tensor | None) -> Tensor:
     return states.gather(1, idx)[:, 0]
 
 
-def _memory(kind: str, mem0: tuple[Tensor, ...], T: int):
+def _memory(kind: str, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool):
     if kind == "superposition":
-        return _Superposition(mem0, T)
+        return _Superposition(mem0, T, zmem, want_overflow)
     if kind == "tape":
-        return _Tape(mem0, T)
-    return _Stratification(mem0, T, "stack" if kind == "stratification" else "queue")
+        return _Tape(mem0, T, zmem, want_overflow)
+    return _Stratification(mem0, T, zmem, want_overflow, "stack" if kind == "stratification" else "queue")
+
+
+_KERNELS = {
+    "superposition": _Superposition,
+    "tape": _Tape,
+    "stratification": _Stratification,
+    "queue": _Stratification,
+}
 
 
 class StackRNNSequence(torch.autograd.Function):
@@ -276,11 +356,12 @@ class StackRNNSequence(torch.autograd.Function):
     and driving a memory through a linear head (module docstring).
 
     ``x [B, T, n]``, ``w_in [G, n + m]`` (the controller's input weights over ``[x ; r]``),
-    ``b [G]``, ``w_rec [G, N]``, ``w_head [K, N]``, ``b_head [K]``, ``h0 [B, N]``, ``c0 [B, N]``
-    (None for Elman), ``lengths [B]`` (None: all ``T``), ``spec = (controller, activation,
-    memory, value_activation, want_overflow)``, then the memory's initial state fields ->
-    ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``, ``c`` (None for Elman), the
-    memory's final fields, ``overflow [B, T]`` (not differentiable; zeros unless asked).
+    ``b [G]``, ``w_rec [G, N]``, ``w_head [K, N]``, ``b_head [K]`` (the layer's action order, then
+    the value), ``h0 [B, N]``, ``c0 [B, N]`` (None for Elman), ``lengths [B]`` (None: all ``T``),
+    ``spec = (controller, activation, memory, value_activation, want_overflow)``, then the
+    memory's initial state fields -> ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``,
+    ``c`` (None for Elman), the memory's final fields, ``overflow [B, T]`` (not differentiable;
+    zeros unless asked).
     """
 
     @staticmethod
@@ -289,17 +370,23 @@ class StackRNNSequence(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         B, T, nx = x.shape
         N = w_rec.shape[1]
-        mem = _memory(kind, mem0, T)
-        m, k = mem.m, mem.n_actions
-        w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + m]
-        acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
-        z = x.new_empty(T + 1, N + m, B)
+        cls = _KERNELS[kind]
+        k = cls.n_actions
+        m, D = mem0[0].shape[2], mem0[0].shape[1]
+        perm = torch.tensor([*cls.order, *range(k, w_head.shape[0])], device=w_head.device)
+        w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
+        z = x.new_empty(T + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
-        z[0, N:] = mem.reading(0)
-        heads = x.new_empty(T, k + m, B)
+        mem = _memory(kind, mem0, T, z[:, N:], want_overflow)
+        w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + m]: reads [h ; r], the first N + m rows of z
+        acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
+        heads = x.new_empty(T, w_head.shape[0], B)  # pre-activations; the value rows activated in place
+        A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
-        a_, z_, h_, hd_ = acts.unbind(0), z.unbind(0), z[:, :N].unbind(0), heads.unbind(0)
+        a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + m].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
+        ha_, hv_, A_ = heads[:, :k].unbind(0), heads[:, k:].unbind(0), A.unbind(0)
+        rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
         if lstm:
             cs = x.new_empty(T + 1, N, B)
             cs[0] = c0.t()
@@ -310,9 +397,10 @@ class StackRNNSequence(torch.autograd.Function):
         else:
             cs = xs = None
             act = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[activation]
-        vfn = _VALUE_ACT[value_act]
+        vfn = {"sigmoid": Tensor.sigmoid_, "tanh": Tensor.tanh_, "identity": None}[value_act]
+        afn = torch.softmax if mem.softmax else None
         for s in range(T):
-            a_[s].addmm_(w_z, z_[s])
+            a_[s].addmm_(w_z, zr_[s])
             if lstm:
                 sig_[s].sigmoid_()
                 g_[s].tanh_()
@@ -322,26 +410,24 @@ class StackRNNSequence(torch.autograd.Function):
                 torch.mul(o_[s], x_[s], out=h_[s + 1])
             else:
                 h_[s + 1].copy_(act(a_[s]))
-            hd = hd_[s]
-            torch.addmm(b_head[:, None], w_head, h_[s + 1], out=hd)
-            if mem.softmax:
-                hd[:k] = torch.softmax(hd[:k], 0)
+            torch.addmm(b_head[:, None], w_head, h_[s + 1], out=hd_[s])
+            if afn is not None:
+                torch.softmax(ha_[s], 0, out=A_[s])
             else:
-                hd[:k].sigmoid_()
+                torch.sigmoid(ha_[s], out=A_[s])
             if vfn is not None:
-                hd[k:] = vfn(hd[k:])
-            lost = mem.forward(s, hd[:k], hd[k:])
-            z_[s + 1][N:] = mem.reading(s + 1)
-            if want_overflow:
+                vfn(hv_[s])
+            lost = mem.forward(s, rows_[s], hv_[s])
+            if lost is not None and want_overflow:
                 overflow[s] = lost
-        ctx.spec, ctx.mem, ctx.N, ctx.lengths = spec, mem, N, lengths
-        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, cs, xs)
+        ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
+        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs)
         ctx.mark_non_differentiable(overflow)
         finals_h = _final(z[:, :N].permute(2, 0, 1), lengths)
         finals_c = _final(cs.permute(2, 0, 1), lengths) if lstm else None
         return (
             z[1:, :N].permute(2, 0, 1),
-            z[1:, N:].permute(2, 0, 1),
+            z[1:, N : N + m].permute(2, 0, 1),
             finals_h,
             finals_c,
             *mem.finals(lengths),
@@ -351,7 +437,7 @@ class StackRNNSequence(torch.autograd.Function):
     @staticmethod
     @first_order
     def backward(ctx, gy_h, gy_r, g_hT, g_cT, *rest):  # type: ignore[override]
-        x, w_in, w_z, w_head, acts, z, heads, cs, xs = ctx.saved_tensors
+        x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = ctx.saved_tensors
         controller, activation, _, value_act, _ = ctx.spec
         mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
         g_mem = rest[:-1]
@@ -361,32 +447,36 @@ class StackRNNSequence(torch.autograd.Function):
         tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous().unbind(0)  # noqa: E731
         gyh, gyr = tm(gy_h), tm(gy_r)
         ends = _ends(lengths, T, x)
-        g_h = x.new_zeros(N, B)
+        gz = x.new_zeros(N + m, B)  # ∂L/∂[h ; r] of the step being undone
+        gzh, gzr = gz[:N], gz[N:]
         g_c = x.new_zeros(N, B)
-        g_r = x.new_zeros(m, B)
         mem.start_backward()
         ga = acts.new_empty(T, G, B)
         ghd = heads.new_empty(T, K, B)
-        ga_, ghd_, hd_ = ga.unbind(0), ghd.unbind(0), heads.unbind(0)
+        gA = A.new_empty(T, k, B)
+        ga_, ghd_, gA_, A_ = ga.unbind(0), ghd.unbind(0), gA.unbind(0), A.unbind(0)
+        gha_, ghv_, hv_ = ghd[:, :k].unbind(0), ghd[:, k:].unbind(0), heads[:, k:].unbind(0)
+        rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
+        if lstm:
+            gah_, gac_ = ga[:, :N].unbind(0), ga[:, N:].view(T, 3, N, B).unbind(0)
         w_z_t, w_head_t = w_z.t(), w_head.t()
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_w_z = w_z.new_zeros(w_z.shape)
         grad_w_x = w_in.new_zeros(G, nx) if need_w else None
         grad_b = w_in.new_zeros(G) if need_b else None
         grad_xt = x.new_empty(T, nx, B) if need_x else None
-        grad_w_head = w_head.new_zeros(w_head.shape)
-        grad_b_head = w_head.new_zeros(K)
 
-        def add_final(t, g_h, g_c, g_r):
+        def add_final(t, g_c):
             rows = ends.get(t)
             if rows is None:
-                return g_h, g_c, g_r
+                return g_c
             if g_hT is not None:
-                g_h = g_h + g_hT.t() * rows
+                gzh.add_(g_hT.t() * rows)
             if g_cT is not None:
                 g_c = g_c + g_cT.t() * rows
             extra = mem.add_final_grads(t, g_mem, rows)
-            return g_h, g_c, (g_r if extra is None else g_r + extra)
+            if extra is not None:
+                gzr.add_(extra)
+            return g_c
 
         for lo, hi in blocks(T):
             n = hi - lo
@@ -409,50 +499,49 @@ class StackRNNSequence(torch.autograd.Function):
                 else:
                     dact = (hb > 0).to(hb.dtype)
                 dact_ = dact.unbind(0)
-            mem._local(lo, hi, heads)
+            mem.local(lo, hi, A)
             dval = _value_derivative(value_act, heads[lo:hi, k:])
             dval_ = None if dval is None else dval.unbind(0)
-            dsig_ = None if mem.softmax else (heads[lo:hi, :k] - heads[lo:hi, :k] ** 2).unbind(0)
+            dsig_ = None if mem.softmax else (A[lo:hi] - A[lo:hi] ** 2).unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 j = s - lo
                 if gyh is not None:
-                    g_h = g_h + gyh[s]
+                    gzh.add_(gyh[s])
                 if gyr is not None:
-                    g_r = g_r + gyr[s]
-                g_h, g_c, g_r = add_final(s + 1, g_h, g_c, g_r)
-                hd = hd_[s]
-                g_a, g_v = mem.backward(s, g_r, hd[:k], hd[k:])
-                gh = ghd_[s]
+                    gzr.add_(gyr[s])
+                if s + 1 in ends:
+                    g_c = add_final(s + 1, g_c)
+                mem.backward(s, gzr, rows_[s], hv_[s], gA_[s], ghv_[s])
                 if mem.softmax:
-                    a = hd[:k]
-                    torch.mul(a, g_a - (a * g_a).sum(0), out=gh[:k])
+                    t = A_[s] * gA_[s]
+                    torch.addcmul(t, A_[s], t.sum(0), value=-1, out=gha_[s])
                 else:
-                    torch.mul(g_a, dsig_[j], out=gh[:k])
-                if dval_ is None:
-                    gh[k:] = g_v
-                else:
-                    torch.mul(g_v, dval_[j], out=gh[k:])
-                g_h = torch.addmm(g_h, w_head_t, gh)
+                    torch.mul(gA_[s], dsig_[j], out=gha_[s])
+                if dval_ is not None:
+                    ghv_[s].mul_(dval_[j])
+                g_h = torch.addmm(gzh, w_head_t, ghd_[s])
                 if lstm:
                     g_c = torch.addcmul(g_c, g_h, dhdc_[j])
-                    torch.mul(kh_[j], g_h, out=ga_[s][:N])
-                    torch.mul(kc_[j], g_c[None], out=ga_[s][N:].view(3, N, B))
+                    torch.mul(kh_[j], g_h, out=gah_[s])
+                    torch.mul(kc_[j], g_c, out=gac_[s])
                     g_c = g_c * f_[j]
                 else:
                     torch.mul(g_h, dact_[j], out=ga_[s])
-                g_z = torch.mm(w_z_t, ga_[s])
-                g_h, g_r = g_z[:N], g_z[N:]
+                torch.mm(w_z_t, ga_[s], out=gz)
             gb = ga[lo:hi]
-            grad_w_z += torch.bmm(gb, z[lo:hi].transpose(1, 2)).sum(0)
             input_grads_block(gb, x, w_in[:, :nx], lo, hi, grad_w_x, grad_b, grad_xt)
-            grad_w_head += torch.bmm(ghd[lo:hi], z[lo + 1 : hi + 1, :N].transpose(1, 2)).sum(0)
-            grad_b_head += ghd[lo:hi].sum((0, 2))
-        g_h, g_c, g_r = add_final(0, g_h, g_c, g_r)
-        grad_w_in = None
-        if need_w:
-            grad_w_in = torch.cat([grad_w_x, grad_w_z[:, N:]], 1)
+        g_c = add_final(0, g_c)
+        # the weight gradients: one product each over all steps
+        zt = z[:T, : N + m]
+        grad_w_z = torch.bmm(ga, zt.transpose(1, 2)).sum(0)
+        grad_w_head_k = torch.bmm(ghd, z[1:, :N].transpose(1, 2)).sum(0)
+        grad_b_head_k = ghd.sum((0, 2))
+        perm = ctx.perm
+        grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(0, perm, grad_w_head_k)
+        grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(0, perm, grad_b_head_k)
+        grad_w_in = torch.cat([grad_w_x, grad_w_z[:, N:]], 1) if need_w else None
         grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
-        g_mem0 = mem.initial_grads(g_r)
+        g_mem0 = mem.initial_grads(gzr.clone())
         return (
             grad_x,
             grad_w_in,
@@ -460,7 +549,7 @@ class StackRNNSequence(torch.autograd.Function):
             grad_w_z[:, :N],
             grad_w_head,
             grad_b_head,
-            g_h.t(),
+            gzh.t().clone(),
             g_c.t() if lstm else None,
             None,
             None,

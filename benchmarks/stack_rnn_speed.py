@@ -1,0 +1,86 @@
+"""Stack RNNs against ``nn.LSTM`` in the same run: the cell of issue 23 (batch 64, input and
+controller 64, memory width 8, LSTM or Elman controller, forward+backward tokens/s), at depth 32
+(Delétang et al.'s Stack-RNN keeps 30-40 cells) and at depth T (the papers' unbounded stacks,
+exact for every string of the batch).
+
+    python benchmarks/stack_rnn_speed.py [--lengths 64 256 1024] [--threads 2]
+
+Prints one table row per (memory, controller, T, depth) with its ratio to ``nn.LSTM(64, 64)``
+forward+backward tokens/s measured in the same process.  For reference, measured on this
+project's 2-core CPU by issue 23's author with the public code: bdusell/rau's superposition
+stack RNN 0.12x / 0.11x / 0.08x of nn.LSTM at T 64 / 256 / 1024 and its stratification stack RNN
+0.031x / 0.010x / 0.003x."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from memrnn.layers import StackRNN
+
+MEMORIES = ("superposition", "stratification", "queue", "tape")
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--size", type=int, default=64)
+    ap.add_argument("--width", type=int, default=8)
+    ap.add_argument("--controllers", nargs="+", default=["lstm", "elman"])
+    ap.add_argument("--memories", nargs="+", default=list(MEMORIES))
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    B, S = args.batch, args.size
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {B}, input = controller = {S}, width {args.width}"
+    )
+    print("| memory | controller | T | depth | fwd+bwd ms | nn.LSTM ms | ×LSTM |")
+    print("|---|---|---|---|---|---|---|")
+    rows = []
+    for T in args.lengths:
+        x = torch.randn(B, T, S)
+        lstm = torch.nn.LSTM(S, S, batch_first=True)
+
+        def base(lstm=lstm, x=x):
+            y, _ = lstm(x)
+            y.sum().backward()
+
+        t_lstm = best_of(base, args.repeats)
+        for memory in args.memories:
+            for controller in args.controllers:
+                for depth in sorted({min(32, T), T}):
+                    layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth)
+
+                    def run(layer=layer, x=x):
+                        y, _ = layer(x)
+                        y.sum().backward()
+
+                    t = best_of(run, args.repeats)
+                    row = {"memory": memory, "controller": controller, "T": T, "depth": depth,
+                           "ms": t * 1e3, "lstm_ms": t_lstm * 1e3, "ratio": t_lstm / t}  # fmt: skip
+                    rows.append(row)
+                    print(
+                        f"| {memory} | {controller} | {T} | {depth} | {t * 1e3:.1f} | {t_lstm * 1e3:.1f} | {t_lstm / t:.2f} |"
+                    )
+    return rows
+
+
+if __name__ == "__main__":
+    main()
