@@ -249,6 +249,7 @@ class _Stratification:
         self.s[0] = strengths0.t()
         self.r = zmem
         self.r[0] = reading0.t()
+        self.buffers = (self.P, self.s)
         self.s_, self.r_ = self.s.unbind(0), self.r.unbind(0)
         self.head_ = self.s[:, 0].unbind(0)
         self.tail_ = self.s[:, 1:].unbind(0)
@@ -421,7 +422,9 @@ class StackRNNSequence(torch.autograd.Function):
             if lost is not None and want_overflow:
                 overflow[s] = lost
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
-        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs)
+        # the stratification kernel's own buffers are saved too, so that memory accounting
+        # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
+        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *getattr(mem, "buffers", ()))
         ctx.mark_non_differentiable(overflow)
         finals_h = _final(z[:, :N].permute(2, 0, 1), lengths)
         finals_c = _final(cs.permute(2, 0, 1), lengths) if lstm else None
@@ -437,7 +440,7 @@ class StackRNNSequence(torch.autograd.Function):
     @staticmethod
     @first_order
     def backward(ctx, gy_h, gy_r, g_hT, g_cT, *rest):  # type: ignore[override]
-        x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = ctx.saved_tensors
+        x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = ctx.saved_tensors[:10]
         controller, activation, _, value_act, _ = ctx.spec
         mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
         g_mem = rest[:-1]
