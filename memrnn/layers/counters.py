@@ -39,7 +39,7 @@ from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.buckets import final_by_length, masked_outputs
 from memrnn.ops.counter import counter_sequence
-from memrnn.ops.lstm import lstm_sequence
+from memrnn.ops.lstm import lstm_sequence, sigmoids_first
 
 #: what the LSTM counter may apply to its cell before the output gate
 CELL_ACTIVATIONS = ("identity", "tanh")
@@ -297,10 +297,11 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         H, k = self.hidden_size, self.counters
         N = H + k
         w_in, w_rec, b = self.merged_weights()
-        order = [3, 0, 1, 2]  # i, f, c̃, o -> o, i, f, c̃ (LSTMSequence's order: sigmoids first)
-        w_in = w_in.view(4, N, -1)[order].reshape(4 * N, -1)
-        w_rec = w_rec.view(4, N, N)[order].reshape(4 * N, N)
-        b = b.view(4, N)[order].reshape(-1)
+        w_in, w_rec, b = (
+            sigmoids_first(w_in),
+            sigmoids_first(w_rec),
+            sigmoids_first(b),
+        )  # LSTMSequence's order
         h0, c0 = torch.cat([state.h, state.e], 1), torch.cat([state.c, state.n], 1)
         tanh_units = N if self.cell_activation == "tanh" else H
         hs, cs = lstm_sequence(x, w_in, b, w_rec, h0, c0, tanh_units)

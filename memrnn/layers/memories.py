@@ -95,11 +95,6 @@ class Memory(nn.Module, ABC):
         self.value_activation = resolve_activation(value_activation, VALUE_ACTIVATIONS, "value activation")
         self.head = nn.Linear(hidden_size, len(self.actions) + width, device=device, dtype=dtype)
 
-    @property
-    def reading_size(self) -> int:
-        """Features of :meth:`read` (``width``)."""
-        return self.width
-
     def extra_repr(self) -> str:
         return f"width={self.width}, depth={self.depth}, value_activation={self.value_activation!r}"
 

@@ -31,6 +31,7 @@ from memrnn.layers.gated import GRULayer, LSTMLayer
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
+from memrnn.ops.lstm import sigmoids_first
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
 #: the controllers by name (``StackRNN(controller="…")``); any MemoryLayer instance works too
@@ -229,9 +230,7 @@ class StackRNN(MemoryLayer):
         c = self.controller
         if kind == "lstm":
             w_ih, w_hh, b_ih, b_hh = c._weights(0)
-            i, f, g, o = torch.arange(4 * self.hidden_size, device=w_ih.device).view(4, -1)
-            order = torch.cat([o, i, f, g])
-            return w_ih[order], (b_ih + b_hh)[order], w_hh[order]
+            return sigmoids_first(w_ih), sigmoids_first(b_ih + b_hh), sigmoids_first(w_hh)
         return c.weight_ih, c.bias, c.weight_hh
 
     def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
@@ -239,9 +238,7 @@ class StackRNN(MemoryLayer):
         (``fused=True`` and a covered controller) or the reference loop over ``step``."""
         kind = self._fusable() if self.fused else None
         if kind is None:
-            state, mask = self.check_inputs(x, state, mask)
-            outputs, final, _ = self._loop(x, state, mask, with_trace=False)
-            return outputs, final
+            return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         w_in, b, w_rec = self._fused_weights(kind[0])
         cs, ms = self.split(state)

@@ -38,4 +38,10 @@ def lstm_sequence(
     return lstm_triton(F.linear(x, w_in, b), w_rec, h0, c0, tanh_units)
 
 
-__all__ = ["lstm_reference", "lstm_sequence"]
+def sigmoids_first(w: Tensor) -> Tensor:
+    """Gate blocks of ``w [4N, ...]`` (or ``[4N]``) from torch's order ``i, f, g, o`` to the fast
+    paths' ``o, i, f, g`` (the three sigmoids first, one contiguous block)."""
+    return w.view(4, w.shape[0] // 4, *w.shape[1:])[[3, 0, 1, 2]].reshape(w.shape)
+
+
+__all__ = ["lstm_reference", "lstm_sequence", "sigmoids_first"]

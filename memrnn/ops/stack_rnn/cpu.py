@@ -24,8 +24,8 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.bptt import blocks, input_grads_block
-
-_VALUE_ACT = {"sigmoid": torch.sigmoid, "tanh": torch.tanh, "identity": None}
+from memrnn.ops.buckets import final_by_length
+from memrnn.ops.stratification import covered, covered_transpose
 
 
 def _value_derivative(name: str, v: Tensor) -> Tensor | None:
@@ -108,7 +108,7 @@ class _Superposition:
         self.cur = 1 - self.cur
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
-        return (_final(self.Sp[:, : self.D].permute(3, 0, 1, 2), lengths),)
+        return (final_by_length(self.Sp[:, : self.D].permute(3, 0, 1, 2), lengths),)
 
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         """Add ``∂L/∂`` (final state) of the rows whose state ``t`` is final (``rows [B]``, 0/1)."""
@@ -191,7 +191,7 @@ class _Tape:
         self.g = new
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
-        return (_final(self.S.permute(3, 0, 1, 2), lengths),)
+        return (final_by_length(self.S.permute(3, 0, 1, 2), lengths),)
 
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         if grads[0] is not None:
@@ -207,19 +207,6 @@ def _windows(P: Tensor, T: int, D: int) -> list[Tensor]:
     """``[P[T−t : T−t+D] for t in 0..T]`` as views made by one call."""
     _, m, B = P.shape
     return P.as_strided((T + 1, D, m, B), (m * B, m * B, B, 1), P.storage_offset()).unbind(0)[::-1]
-
-
-def _excl(s: Tensor, order: str) -> Tensor:
-    """For each element (dim −2 of ``s [..., D, B]``), the strength covering it: the elements
-    newer (stack: lower index) or older (queue: higher index)."""
-    c = torch.cumsum(s, -2)
-    return c - s if order == "stack" else s.sum(-2, keepdim=True) - c
-
-
-def _excl_t(g: Tensor, order: str) -> Tensor:
-    """The transpose of :func:`_excl` applied to ``g``."""
-    c = torch.cumsum(g, -2)
-    return g.sum(-2, keepdim=True) - c if order == "stack" else c - g
 
 
 class _Stratification:
@@ -259,11 +246,11 @@ class _Stratification:
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         push, pop = a
         old, new = self.s_[s], self.s_[s + 1]
-        popped = torch.clamp_min(old - torch.clamp_min(pop - _excl(old, self.kind), 0), 0)
+        popped = torch.clamp_min(old - torch.clamp_min(pop - covered(old, self.kind, -2), 0), 0)
         self.head_[s + 1].copy_(push)
         self.tail_[s + 1].copy_(popped[:-1])
         self.v_[s].copy_(v)
-        w = torch.minimum(new, torch.clamp_min(1 - _excl(new, self.kind), 0))
+        w = torch.minimum(new, torch.clamp_min(1 - covered(new, self.kind, -2), 0))
         torch.sum(w[:, None] * self.win_[s + 1], 0, out=self.r_[s + 1])
         return popped[-1]
 
@@ -278,9 +265,9 @@ class _Stratification:
         """The local derivatives of steps ``lo..hi−1`` (they do not depend on the gradient)."""
         old, new = self.s[lo:hi], self.s[lo + 1 : hi + 1]
         pop = heads[lo:hi, 1][:, None]
-        a1 = pop - _excl(old, self.kind)
+        a1 = pop - covered(old, self.kind, -2)
         a2 = old - torch.clamp_min(a1, 0)
-        a3 = 1 - _excl(new, self.kind)
+        a3 = 1 - covered(new, self.kind, -2)
         r3 = torch.clamp_min(a3, 0)
         da = torch.where(new < r3, 1.0, torch.where(new == r3, 0.5, 0.0)).to(new.dtype)
         self._block = (
@@ -298,14 +285,14 @@ class _Stratification:
         g_w = (self.win_[s + 1] * g_r).sum(1)  # ∂L/∂w [D, B]
         self.gwin_[s + 1].addcmul_(w[j], g_r)
         g_new = torch.addcmul(self.g, g_w, da[j])
-        g_new -= _excl_t(g_w * db3[j], self.kind)
+        g_new -= covered_transpose(g_w * db3[j], self.kind, -2)
         ga[0] = g_new[0]
         g_a2 = torch.zeros_like(g_new)
         torch.mul(g_new[1:], m2[j], out=g_a2[:-1])
         g_a1 = g_a2 * m1[j]  # −∂L/∂(pop − covered)
         torch.sum(g_a1, 0, out=ga[1])
         ga[1].neg_()
-        self.g = g_a2 + _excl_t(g_a1, self.kind)
+        self.g = g_a2 + covered_transpose(g_a1, self.kind, -2)
         gv.copy_(self.gv_[s])
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
@@ -315,7 +302,11 @@ class _Stratification:
         else:
             idx = (T - lengths)[:, None] + torch.arange(D, device=lengths.device)  # [B, D]
             values = self.P.permute(2, 0, 1).gather(1, idx[..., None].expand(-1, -1, self.m))
-        return values, _final(self.s.permute(2, 0, 1), lengths), _final(self.r.permute(2, 0, 1), lengths)
+        return (
+            values,
+            final_by_length(self.s.permute(2, 0, 1), lengths),
+            final_by_length(self.r.permute(2, 0, 1), lengths),
+        )
 
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         gV, gs, gr = grads
@@ -327,13 +318,6 @@ class _Stratification:
 
     def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
         return self.gP[self.T :].permute(2, 0, 1), self.g.t(), g_r.t()
-
-
-def _final(states: Tensor, lengths: Tensor | None) -> Tensor:
-    if lengths is None:
-        return states[:, -1]
-    idx = lengths.view(-1, *([1] * (states.dim() - 1))).expand(-1, 1, *states.shape[2:])
-    return states.gather(1, idx)[:, 0]
 
 
 def _memory(kind: str, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool):
@@ -426,8 +410,8 @@ class StackRNNSequence(torch.autograd.Function):
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
         ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *getattr(mem, "buffers", ()))
         ctx.mark_non_differentiable(overflow)
-        finals_h = _final(z[:, :N].permute(2, 0, 1), lengths)
-        finals_c = _final(cs.permute(2, 0, 1), lengths) if lstm else None
+        finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
+        finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
         return (
             z[1:, :N].permute(2, 0, 1),
             z[1:, N : N + m].permute(2, 0, 1),

@@ -21,12 +21,19 @@ from torch import Tensor
 from memrnn.ops.stratification.reference import stratification_reference
 
 
-def _covered(s: Tensor, kind: str) -> Tensor:
-    """For each element, the total strength of the elements that are popped and read before it:
-    newer ones for a stack (exclusive prefix sum), older ones for a queue (exclusive suffix sum)."""
-    if kind == "stack":
-        return torch.cumsum(s, -1) - s
-    return torch.flip(torch.cumsum(torch.flip(s, (-1,)), -1), (-1,)) - s
+def covered(s: Tensor, kind: str, dim: int = -1) -> Tensor:
+    """For each element along ``dim`` (newest first), the total strength of the elements that are
+    popped and read before it: newer ones for a stack (exclusive prefix sum), older ones for a
+    queue (exclusive suffix sum)."""
+    c = torch.cumsum(s, dim)
+    return c - s if kind == "stack" else s.sum(dim, keepdim=True) - c
+
+
+def covered_transpose(g: Tensor, kind: str, dim: int = -1) -> Tensor:
+    """The transpose of :func:`covered` (a linear map along ``dim``) applied to ``g``: what a
+    gradient ``g`` of the covered sums gives the strengths."""
+    c = torch.cumsum(g, dim)
+    return g.sum(dim, keepdim=True) - c if kind == "stack" else c - g
 
 
 def stratification_step(
@@ -47,13 +54,13 @@ def stratification_step(
     Returns:
         ``(values [B, C, m], strengths [B, C], reading [B, m], overflow [B])``.
     """
-    popped = torch.clamp_min(strengths - torch.clamp_min(pop[:, None] - _covered(strengths, kind), 0), 0)
+    popped = torch.clamp_min(strengths - torch.clamp_min(pop[:, None] - covered(strengths, kind), 0), 0)
     overflow = popped[:, -1]
     strengths = torch.cat([push[:, None], popped[:, :-1]], 1)
     values = torch.cat([value[:, None], values[:, :-1]], 1)
-    weight = torch.minimum(strengths, torch.clamp_min(1 - _covered(strengths, kind), 0))
+    weight = torch.minimum(strengths, torch.clamp_min(1 - covered(strengths, kind), 0))
     reading = torch.einsum("bc,bcm->bm", weight, values)
     return values, strengths, reading, overflow
 
 
-__all__ = ["stratification_reference", "stratification_step"]
+__all__ = ["covered", "covered_transpose", "stratification_reference", "stratification_step"]
