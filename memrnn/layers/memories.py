@@ -18,12 +18,16 @@ memory                  actions from ``h``                      structure
 ``NeuralQueue``         as the stratification stack             Grefenstette et al. 2015, §3.2
 ``Tape``                softmax(stay, left, right), written     Delétang et al. 2023, Tape-RNN
                         vector W h + b (``write_activation``)
+``Nondeterministic``    log weights of every push, replace and  DuSell & Chiang 2020 (NS-RNN),
+``Stack``               pop of a weighted PDA (Q states, S      2022 (RNS-RNN, memory-limited)
+                        stack symbols)
 ======================  ======================================  ================================
 
 Bounded windows: the stacks and the queue keep ``depth`` cells; a step that moves content out of
 the window reports the mass it dropped (``overflow [B]``); with ``depth ≥ T`` nothing is ever
 dropped and the window equals the paper's unbounded structure.  The tape is circular and drops
-nothing.
+nothing.  The nondeterministic stack keeps a window of ``depth`` start times and is exact for
+``depth ≥ T`` (its memory-limited variant below that).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
 from memrnn.core.checks import positive_int
+from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
 from memrnn.ops.stratification import stratification_step
 from memrnn.ops.superposition import superposition_step
 from memrnn.ops.tape import tape_step
@@ -93,7 +98,11 @@ class Memory(nn.Module, ABC):
         self.width = positive_int("width", width)
         self.depth = positive_int("depth", depth)
         self.value_activation = resolve_activation(value_activation, VALUE_ACTIVATIONS, "value activation")
-        self.head = nn.Linear(hidden_size, len(self.actions) + width, device=device, dtype=dtype)
+        self.head = nn.Linear(hidden_size, self._head_size(), device=device, dtype=dtype)
+
+    def _head_size(self) -> int:
+        """Outputs of the head: the actions, then the pushed or written vector."""
+        return len(self.actions) + self.width
 
     def extra_repr(self) -> str:
         return f"width={self.width}, depth={self.depth}, value_activation={self.value_activation!r}"
@@ -235,7 +244,114 @@ class Tape(Memory):
         return TapeState(tape_step(state.tape, actions, value)), value.new_zeros(value.shape[0])
 
 
+class NondeterministicState(NamedTuple):
+    """``steps [B]``, the steps taken (a float, as every state field, for masking and gradients
+    alike), the window of log inner weights ``gamma [B, depth, depth, QS, QS]`` and the log
+    forward weights ``alpha [B, depth + 1, QS]`` (:mod:`memrnn.ops.nondeterministic`)."""
+
+    steps: Tensor
+    gamma: Tensor
+    alpha: Tensor
+
+
+class NondeterministicStack(Memory):
+    """The nondeterministic stack of DuSell & Chiang: a weighted PDA with ``states`` states and
+    ``symbols`` stack symbols whose transition weights the controller emits at each step, simulated
+    exactly over all its runs by the dynamic programme of inner and forward weights
+    (:mod:`memrnn.ops.nondeterministic`, in log space).
+
+    Heads (DuSell & Chiang's ``operation_layer``): one linear map from ``h`` to the log weights of
+    every push ``q, x → r, xy``, replace ``q, x → r, y`` and pop ``q, x → r``
+    (``QS · (2·QS + Q)`` outputs).  Two switches select the published variants:
+
+    * ``normalize_transitions``: log-softmax over each ``(q, x)``'s transitions (a probabilistic
+      PDA, the NS-RNN of 2020), or raw ``exp`` weights (the RNS-RNN of 2022, the default);
+    * ``states_in_reading``: the reading is the normalised ``α[t][r, y]`` over every ``(r, y)``
+      (``width = Q·S``, RNS-RNN, the default) or over the top symbol ``y`` alone (``width = S``,
+      NS-RNN).
+
+    ``depth``: the window of start times kept (the memory-limited RNS-RNN, DuSell & Chiang 2022,
+    section 5).  With ``depth ≥ T`` the stack is the unlimited one; from step ``depth + 1`` on, runs
+    whose top element was pushed more than ``depth`` steps earlier are dropped, and ``overflow``
+    is 1 at each such step (0 before).  Each step costs ``O(depth² · Q³ · S²)`` per row.
+    """
+
+    kind = "nondeterministic"
+    State = NondeterministicState
+    actions = ("push", "repl", "pop")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        width: int | None = None,
+        depth: int = 32,
+        states: int = 2,
+        symbols: int = 3,
+        normalize_transitions: bool = False,
+        states_in_reading: bool = True,
+        **factory,
+    ) -> None:
+        self.states = positive_int("states", states)
+        self.symbols = positive_int("symbols", symbols)
+        self.normalize_transitions = bool(normalize_transitions)
+        self.states_in_reading = bool(states_in_reading)
+        reading = states * symbols if states_in_reading else symbols
+        if width is not None and width != reading:
+            raise ValueError(
+                f"the nondeterministic stack's reading has {reading} units "
+                f"({'states × symbols' if states_in_reading else 'symbols'}), got width={width}; "
+                "leave width out"
+            )
+        super().__init__(hidden_size, reading, depth, "identity", **factory)
+
+    def _head_size(self) -> int:
+        qs = self.states * self.symbols
+        return qs * (2 * qs + self.states)
+
+    def extra_repr(self) -> str:
+        return (
+            f"states={self.states}, symbols={self.symbols}, depth={self.depth}, "
+            f"normalize_transitions={self.normalize_transitions}, states_in_reading={self.states_in_reading}"
+        )
+
+    def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """``h [B, hidden_size]`` -> log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``."""
+        qs, Q = self.states * self.symbols, self.states
+        logits = self.head(h).view(h.shape[0], qs, 2 * qs + Q)
+        if self.normalize_transitions:
+            logits = torch.log_softmax(logits, -1)
+        push, repl, pop = logits.split([qs, qs, Q], -1)
+        return push, repl, pop
+
+    def initial_state(self, batch_size: int, *, device, dtype) -> NondeterministicState:
+        gamma, alpha = nondeterministic_initial(
+            batch_size, self.states, self.symbols, self.depth, device=device, dtype=dtype
+        )
+        return NondeterministicState(alpha.new_zeros(batch_size), gamma, alpha)
+
+    def read(self, state: NondeterministicState) -> Tensor:
+        top = state.alpha[:, -1]  # log α[t] [B, QS]
+        if not self.states_in_reading:
+            top = torch.logsumexp(top.view(-1, self.states, self.symbols), 1)
+        return torch.softmax(top, -1)
+
+    def update(self, state, actions, value):  # pragma: no cover - step is overridden
+        raise NotImplementedError("the nondeterministic stack acts through step()")
+
+    def step(
+        self, h: Tensor, state: NondeterministicState
+    ) -> tuple[NondeterministicState, dict[str, Tensor]]:
+        """Act on ``h [B, hidden_size]``; diagnostics: the log weights ``push [B, QS, QS]``,
+        ``repl [B, QS, QS]``, ``pop [B, QS, Q]`` and ``overflow [B]`` (1 where the window drops
+        runs)."""
+        push, repl, pop = self.transitions(h)
+        gamma, alpha = nondeterministic_step(state.gamma, state.alpha, push, repl, pop)
+        overflow = (state.steps.detach() >= self.depth).to(h.dtype)
+        diag = {"push": push, "repl": repl, "pop": pop, "overflow": overflow}
+        return NondeterministicState(state.steps + 1, gamma, alpha), diag
+
+
 #: the memories by name (``StackRNN(memory="…")``)
 MEMORIES: dict[str, type[Memory]] = {
-    m.kind: m for m in (SuperpositionStack, StratificationStack, NeuralQueue, Tape)
+    m.kind: m for m in (SuperpositionStack, StratificationStack, NeuralQueue, Tape, NondeterministicStack)
 }

@@ -70,13 +70,15 @@ class StackRNN(MemoryLayer):
         hidden_size: the controller's output size (its units; for a controller given as a
             layer, its ``output_size``), which the memory's heads read.
         memory: ``"superposition"`` (Joulin & Mikolov 2015), ``"stratification"`` (Grefenstette
-            et al. 2015), ``"queue"`` (their neural queue), ``"tape"`` (Delétang et al. 2023), or a
+            et al. 2015), ``"queue"`` (their neural queue), ``"tape"`` (Delétang et al. 2023),
+            ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), or a
             :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
         controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
             ``input_size`` is ``input_size + width`` and whose ``output_size`` is ``hidden_size``
             (a counter, a second-order RNN, …).
-        width: units per memory cell (the reading's size).
-        depth: cells of the stack, queue or tape.  The stacks and the queue are windows of the
+        width: units per memory cell (the reading's size); None for the memory's default (8,
+            or ``states × symbols`` for the nondeterministic stack, which fixes it).
+        depth: cells of the stack, queue or tape; start times kept by the nondeterministic stack.  The stacks and the queue are windows of the
             papers' unbounded structures: exact while nothing is pushed out of the window (always
             when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
             (``overflow``).
@@ -91,17 +93,19 @@ class StackRNN(MemoryLayer):
         memory_args, controller_args: extra arguments of the memory and controller built by name
             (``push_activation``, ``forget_bias``, ``activation``, …).
 
-    ``trace`` reports the memory's actions (``push``, ``pop``, … each ``[B, T]``), the pushed or
-    written ``value [B, T, width]``, the ``reading`` after each step and ``overflow [B, T]``.
+    ``trace`` reports the memory's actions (``push``, ``pop``, … each ``[B, T]``; the
+    nondeterministic stack's log transition weights ``[B, T, QS, …]``), the pushed or written
+    ``value [B, T, width]``, the ``reading`` after each step and ``overflow [B, T]``.
     """
 
     def __init__(
         self,
         input_size: int,
         hidden_size: int,
-        memory: Literal["superposition", "stratification", "queue", "tape"] | Memory = "superposition",
+        memory: Literal["superposition", "stratification", "queue", "tape", "nondeterministic"]
+        | Memory = "superposition",
         controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
-        width: int = 8,
+        width: int | None = None,
         depth: int = 32,
         output: Literal["hidden", "hidden+reading"] = "hidden",
         strict: bool = False,
@@ -140,7 +144,8 @@ class StackRNN(MemoryLayer):
             raise ValueError(
                 f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)} or pass a Memory"
             )
-        return MEMORIES[memory](hidden_size, width, depth, **args, **fk)
+        size = {} if width is None else {"width": width}
+        return MEMORIES[memory](hidden_size, depth=depth, **size, **args, **fk)
 
     def _build_controller(self, controller, args, fk) -> MemoryLayer:
         n_in = self.input_size + self.width
@@ -271,11 +276,18 @@ class StackRNN(MemoryLayer):
 
 
 _TINY = {"input_size": 3, "hidden_size": 5, "width": 2, "depth": 4}
+#: tiny nondeterministic stacks: 2 states × 2 symbols (width 4), depth 4 < the suite's 7 steps, so
+#: the memory-limited window is exercised too
+_TINY_NS = {**_TINY, "width": None, "memory": "nondeterministic", "memory_args": {"states": 2, "symbols": 2}}
 for _memory in MEMORIES:
     for _controller in ("lstm", "elman"):
         register_layer(
             f"{_memory}_{_controller}",
-            tiny={**_TINY, "memory": _memory, "controller": _controller},
+            tiny={
+                **(_TINY_NS if _memory == "nondeterministic" else _TINY),
+                "memory": _memory,
+                "controller": _controller,
+            },
             cls=StackRNN,
         )
 register_layer(
@@ -288,5 +300,13 @@ register_layer(
 )
 register_layer(
     "stratification_lstm_reference", tiny={**_TINY, "memory": "stratification", "fused": False}, cls=StackRNN
+)
+register_layer(
+    "nondeterministic_lstm_ns",  # the NS-RNN of 2020: normalised transitions, reading over symbols
+    tiny={
+        **_TINY_NS,
+        "memory_args": {"states": 2, "symbols": 2, "normalize_transitions": True, "states_in_reading": False},
+    },
+    cls=StackRNN,
 )
 del _memory, _controller

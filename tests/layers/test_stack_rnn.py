@@ -13,6 +13,7 @@ import torch
 
 from memrnn.core import MemoryLayer, state_leaves, state_map
 from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
+from memrnn.ops.nondeterministic import nondeterministic_reference
 from memrnn.ops.stratification import stratification_reference
 from memrnn.ops.superposition import superposition_reference
 from memrnn.ops.tape import tape_reference
@@ -90,6 +91,51 @@ def test_strict_names_the_step_and_row_and_ignores_padding(fused, gen):
     layer("superposition", depth=8, strict=True, fused=fused)(x)
 
 
+@pytest.mark.parametrize("variant", ["rns", "ns"])
+def test_the_nondeterministic_stack_is_its_papers_structure(variant, gen):
+    """With depth >= T the readings equal DuSell & Chiang's recurrences (the literal reference)
+    run on the log transition weights the layer traced: the RNS-RNN reads the normalised α over
+    (state, symbol), the NS-RNN over the top symbol with normalised transitions."""
+    rns = variant == "rns"
+    args = {"states": 2, "symbols": 2, "normalize_transitions": not rns, "states_in_reading": rns}
+    torch.manual_seed(0)
+    net = StackRNN(3, 6, "nondeterministic", depth=6, memory_args=args).double()
+    assert net.width == (4 if rns else 2)
+    x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    tr = net.trace(x)
+    B, T = 2, 6
+    push = tr["push"].reshape(B, T, 2, 2, 2, 2)
+    repl = tr["repl"].reshape(B, T, 2, 2, 2, 2)
+    pop = tr["pop"].reshape(B, T, 2, 2, 2)
+    if not rns:  # a probabilistic PDA: each configuration's transitions sum to 1
+        total = torch.cat([tr["push"], tr["repl"], tr["pop"]], -1).exp().sum(-1)
+        torch.testing.assert_close(total, torch.ones_like(total))
+    alpha = nondeterministic_reference(push, repl, pop).exp()
+    ref = alpha.reshape(B, T, 4) if rns else alpha.sum(2)
+    torch.testing.assert_close(tr["reading"], ref / ref.sum(-1, keepdim=True), atol=1e-12, rtol=0)
+    assert bool((tr["overflow"] == 0).all())
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_nondeterministic_window_is_strict_about_time(fused, gen):
+    """Depth d keeps start times d back: step d (0-based) is the first to drop runs, whatever the
+    weights; rows of at most d real steps never do."""
+    torch.manual_seed(0)
+    net = StackRNN(3, 6, "nondeterministic", depth=3, strict=True, fused=fused).double()
+    x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+    with pytest.raises(
+        StackOverflowError, match=r"NondeterministicStack of depth 3 .* at step 3, batch row 0"
+    ):
+        net(x)
+    net(x, mask=torch.arange(8)[None] < torch.tensor([3, 2])[:, None])
+    tr = StackRNN(3, 6, "nondeterministic", depth=3).double().trace(x)
+    assert tr["overflow"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+    # chunks: the step count travels in the state
+    _, s = net(x[:, :2])
+    with pytest.raises(StackOverflowError, match="at step 1, batch row 0"):
+        net(x[:, 2:], s)
+
+
 def test_overflow_is_reported_without_strict(gen):
     net = layer("stratification", depth=2)
     tr = net.trace(torch.randn(1, 6, 3, generator=gen, dtype=torch.float64))
@@ -133,8 +179,10 @@ def test_step_loop_carries_the_memory(gen):
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(ValueError, match="unknown memory 'deque'"):
-        StackRNN(3, 4, "deque")
+    with pytest.raises(ValueError, match="unknown memory 'heap'"):
+        StackRNN(3, 4, "heap")
+    with pytest.raises(ValueError, match=r"reading has 6 units .* got width=8"):
+        StackRNN(3, 4, "nondeterministic", width=8)
     with pytest.raises(ValueError, match="unknown controller 'transformer'"):
         StackRNN(3, 4, controller="transformer")
     with pytest.raises(ValueError, match="input_size \\+ width = 3 \\+ 2 = 5"):

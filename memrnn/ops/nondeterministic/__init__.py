@@ -1,0 +1,137 @@
+"""The nondeterministic stack of DuSell & Chiang (NS-RNN 2020; RNS-RNN and its memory-limited
+variant 2022) as one batched step in log space, vectorised over the window of inner weights and
+over PDA configurations: no Python loop over steps, states or stack symbols
+(:mod:`memrnn.ops.nondeterministic.reference` is the literal version it is tested against, and
+its docstring states the recurrences).
+
+Layout.  Configurations ``(q, x)`` are flattened to ``qx = q·S + x`` (``QS = Q·S`` of them).
+After step ``t`` with window ``depth`` (``W = depth + 1`` start times ``i`` per column)::
+
+    gamma [B, depth, depth, QS, QS]   gamma[a, c] = log γ[t−depth+a → t−depth+1+c]
+    alpha [B, depth + 1, QS]          alpha[p]    = log α[t−depth+p]
+
+Entries for ``i ≥ j`` or before the start are "log 0", stored as the finite :data:`LOG_ZERO`
+so that no gradient is ever ``nan``; every new column is clamped there.  Each step divides its
+transition weights by the total forward weight ``Σ α[t]``: the readings (``α[t]`` normalised)
+are exactly the papers', the stored weights are theirs up to one factor per step, and ``alpha``
+stays normalised (log-sum 0) however long the sequence.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory ``O(depth² · Q²S²)``:
+with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in T); a smaller
+``depth`` is their memory-limited variant (linear in T).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from memrnn.ops.nondeterministic.reference import nondeterministic_reference
+
+#: the finite stand-in for log 0: ``exp(LOG_ZERO)`` is 0 in float32 and float64, and a state
+#: holding it stays safe to square, sum and differentiate
+LOG_ZERO = -1.0e4
+
+
+class _LogMatmul(torch.autograd.Function):
+    """``out[..., i, j] = log Σ_k exp(a[..., i, k] + b[..., k, j])``, exact (the sum is formed
+    inside one log-sum-exp, never as a product of separately shifted exponentials), keeping only
+    ``a``, ``b`` and ``out`` for the backward pass, which recomputes the ``[..., I, K, J]`` terms."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor) -> Tensor:
+        out = torch.logsumexp(a.unsqueeze(-1) + b.unsqueeze(-3), -2)
+        ctx.save_for_backward(a, b, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, Tensor]:
+        a, b, out = ctx.saved_tensors
+        p = torch.exp(a.unsqueeze(-1) + b.unsqueeze(-3) - out.unsqueeze(-2))
+        p.mul_(g.unsqueeze(-2))
+        ga, gb = p.sum(-1), p.sum(-3)
+        return _sum_to(ga, a.shape), _sum_to(gb, b.shape)
+
+
+def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
+    """Sum the broadcast dimensions of ``g`` back to ``shape``."""
+    if g.shape == shape:
+        return g
+    lead = g.dim() - len(shape)
+    g = g.sum(tuple(range(lead))) if lead else g
+    dims = tuple(d for d, (n, m) in enumerate(zip(g.shape, shape, strict=True)) if m == 1 and n != 1)
+    return g.sum(dims, keepdim=True) if dims else g
+
+
+def log_matmul(a: Tensor, b: Tensor) -> Tensor:
+    """The log-semiring matrix product of ``a [..., I, K]`` and ``b [..., K, J]`` (leading
+    dimensions broadcast): ``[..., I, J]``."""
+    return _LogMatmul.apply(a, b)
+
+
+def nondeterministic_initial(
+    batch_size: int, states: int, symbols: int, depth: int, *, device=None, dtype=None
+) -> tuple[Tensor, Tensor]:
+    """The stack before step 1: ``(gamma [B, depth, depth, QS, QS], alpha [B, depth + 1, QS])``
+    holding ``γ[−1 → 0] = α[−1] = α[0] = 1`` at state 0 and the bottom symbol 0."""
+    dtype = dtype or torch.get_default_dtype()
+    qs = states * symbols
+    lz = LOG_ZERO
+    gamma = torch.full((batch_size, depth, depth, qs, qs), lz, device=device, dtype=dtype)
+    gamma[:, depth - 1, depth - 1, 0, 0] = 0.0
+    alpha = torch.full((batch_size, depth + 1, qs), lz, device=device, dtype=dtype)
+    alpha[:, depth - 1 :, 0] = 0.0
+    return gamma, alpha
+
+
+def nondeterministic_step(
+    gamma: Tensor, alpha: Tensor, push: Tensor, repl: Tensor, pop: Tensor
+) -> tuple[Tensor, Tensor]:
+    """One step of DuSell & Chiang's recurrences for the whole batch (module docstring).
+
+    Args:
+        gamma: ``[B, depth, depth, QS, QS]``, alpha ``[B, depth + 1, QS]``: the stack after
+            step ``t`` (log weights).
+        push, repl: ``[B, QS, QS]`` log weights of ``q, x → r, xy`` and ``q, x → r, y``;
+            pop ``[B, QS, Q]`` of ``q, x → r, ε``.
+
+    Returns:
+        The stack after step ``t + 1``; ``alpha[:, -1] [B, QS]`` is ``log α[t + 1]``.
+    """
+    B, D, _, QS, _ = gamma.shape
+    Q = pop.shape[-1]
+    S = QS // Q
+    lz = LOG_ZERO
+    last = gamma[:, :, D - 1]  # γ[i → t] for the D start times i = t−D..t−1: [B, D, QS, QS]
+    # replace: every run still open at t takes one replace transition
+    col = log_matmul(last, repl[:, None])  # [B, D, QS, QS]
+    if D >= 2:
+        # pop: a run from i reaches k with y on top, the element pushed at k+1 is popped at t+1
+        # γ'[k] = Σ_{s,z} γ[k → t][t', y → s, z] pop[s, z → r]  for k = t−D+1..t−1
+        gp = log_matmul(last[:, 1:], pop[:, None])  # [B, D−1, QS(t'y), Q(r)]
+        E = D - 1
+        # γ[i → k][qx, t'y] for i = t−D..t−2 (rows 0..D−2), k = t−D+1..t−1 (columns 0..D−2)
+        inner = gamma[:, :E, :E].reshape(B, E, E, QS, Q, S)
+        lhs = inner.permute(0, 5, 1, 3, 2, 4).reshape(B, S, E * QS, E * Q)  # [B, y, (i, qx), (k, t')]
+        rhs = gp.reshape(B, E, Q, S, Q).permute(0, 3, 1, 2, 4).reshape(B, S, E * Q, Q)  # [B, y, (k, t'), r]
+        popped = log_matmul(lhs, rhs).reshape(B, S, E, QS, Q).permute(0, 2, 3, 4, 1)  # [B, i, qx, r, y]
+        col = torch.cat([torch.logaddexp(col[:, :E], popped.reshape(B, E, QS, QS)), col[:, E:]], 1)
+    col = torch.cat([col, push[:, None]], 1)  # [B, D + 1, QS, QS], i = t−D..t
+    new_alpha = log_matmul(alpha.reshape(B, 1, -1), col.reshape(B, -1, QS))[:, 0]
+    # scale step t+1's transitions by 1 / Σ α[t+1]: the readings do not change, and α stays
+    # normalised however long the sequence
+    z = torch.logsumexp(new_alpha, -1)
+    new_alpha = (new_alpha - z[:, None]).clamp_min(lz)
+    col = (col - z[:, None, None, None]).clamp_min(lz)
+    # slide the window: drop start time t−D and step t−D+1's column; the newest start time t has
+    # no earlier column (log 0); the new column holds i = t−D+1..t
+    older = torch.cat([gamma[:, 1:, 1:], gamma.new_full((B, 1, D - 1, QS, QS), lz)], 1)
+    gamma = torch.cat([older, col[:, 1:, None]], 2)
+    return gamma, torch.cat([alpha[:, 1:], new_alpha[:, None]], 1)
+
+
+__all__ = [
+    "LOG_ZERO",
+    "log_matmul",
+    "nondeterministic_initial",
+    "nondeterministic_reference",
+    "nondeterministic_step",
+]
