@@ -73,3 +73,20 @@ def test_stack_rnn_benchmark_prints_every_row(capsys):
     assert len(rows) == 4 * 2 * 3  # T 8: depth 8 only; T 40: depths 32 and 40
     assert all(r["ratio"] > 0 for r in rows)
     assert "| superposition | lstm | 40 | 40 |" in capsys.readouterr().out
+
+
+def test_nondeterministic_scaling_prints_rows_and_exponents(capsys):
+    """``benchmarks/nondeterministic_scaling.py`` at a tiny size: the unlimited stack up to
+    ``--max-unlimited``, the limited one at every length, and a fitted exponent for each."""
+    from benchmarks import nondeterministic_scaling
+
+    rows = nondeterministic_scaling.main(
+        ["--lengths", "4", "8", "12", "--window", "4", "--max-unlimited", "8", "--batch", "2", "--hidden", "4",
+         "--repeats", "1"]
+    )  # fmt: skip
+    assert [(r["stack"], r["T"]) for r in rows] == [
+        ("unlimited", 4), ("limited", 4), ("unlimited", 8), ("limited", 8), ("limited", 12)
+    ]  # fmt: skip
+    assert all(r["ms"] > 0 and r["mib"] > 0 for r in rows)
+    out = capsys.readouterr().out
+    assert "unlimited: time ∝ T^" in out and "limited: time ∝ T^" in out

@@ -11,6 +11,8 @@ automaton                      encoder (network; task)              reader
 DFA                            ``encode_dfa`` (second-order RNN;    ``extract_dfa``
                                acceptor)
 deterministic PDA              ``encode_pda`` (nnPDA; acceptor)     ``extract_pda``
+deterministic PDA              ``encode_superposition_pda``         none
+                               (superposition-stack RNN; acceptor)
 PFSA (Minsky's construction)   ``encode_pfsa`` (Elman RNN;          ``extract_pfsa``
                                generator)
 real-time counter machine      ``encode_counter_machine`` (ReLU     none;
@@ -65,6 +67,7 @@ from memrnn.constructions.pda import (
     ideal_pda_run,
 )
 from memrnn.constructions.result import AcceptingState, Construction, TorchConstruction
+from memrnn.constructions.stack_rnn import encode_superposition_pda
 
 __all__ = [
     "GAMMA",
@@ -90,6 +93,7 @@ __all__ = [
     "encode_dyck",
     "encode_pda",
     "encode_pfsa",
+    "encode_superposition_pda",
     "extract_dfa",
     "extract_pda",
     "extract_pfsa",
