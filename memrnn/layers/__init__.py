@@ -7,6 +7,7 @@ from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
 from memrnn.layers.memories import (
     Memory,
     NeuralQueue,
+    NondeterministicStack,
     StratificationStack,
     SuperpositionStack,
     Tape,
@@ -31,6 +32,7 @@ __all__ = [
     "Memory",
     "NNPDAState",
     "NeuralQueue",
+    "NondeterministicStack",
     "ReLUCounter",
     "ReLUCounterState",
     "Reservoir",
