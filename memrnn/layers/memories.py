@@ -335,20 +335,26 @@ class NondeterministicStack(Memory):
             top = torch.logsumexp(top.view(-1, self.states, self.symbols), 1)
         return torch.softmax(top, -1)
 
-    def update(self, state, actions, value):  # pragma: no cover - step is overridden
-        raise NotImplementedError("the nondeterministic stack acts through step()")
+    def update(
+        self,
+        state: NondeterministicState,
+        actions: tuple[Tensor, Tensor, Tensor],
+        value: Tensor | None = None,
+    ) -> tuple[NondeterministicState, Tensor]:
+        """One step on the log weights ``actions = (push, repl, pop)`` (:meth:`transitions`; no
+        pushed vector); ``overflow [B]`` is 1 where the window drops runs."""
+        gamma, alpha = nondeterministic_step(state.gamma, state.alpha, *actions)
+        overflow = (state.steps.detach() >= self.depth).to(alpha.dtype)
+        return NondeterministicState(state.steps + 1, gamma, alpha), overflow
 
     def step(
         self, h: Tensor, state: NondeterministicState
     ) -> tuple[NondeterministicState, dict[str, Tensor]]:
         """Act on ``h [B, hidden_size]``; diagnostics: the log weights ``push [B, QS, QS]``,
-        ``repl [B, QS, QS]``, ``pop [B, QS, Q]`` and ``overflow [B]`` (1 where the window drops
-        runs)."""
-        push, repl, pop = self.transitions(h)
-        gamma, alpha = nondeterministic_step(state.gamma, state.alpha, push, repl, pop)
-        overflow = (state.steps.detach() >= self.depth).to(h.dtype)
-        diag = {"push": push, "repl": repl, "pop": pop, "overflow": overflow}
-        return NondeterministicState(state.steps + 1, gamma, alpha), diag
+        ``repl [B, QS, QS]``, ``pop [B, QS, Q]`` and ``overflow [B]``."""
+        actions = self.transitions(h)
+        new, overflow = self.update(state, actions)
+        return new, dict(zip(self.actions, actions, strict=True), overflow=overflow)
 
 
 #: the memories by name (``StackRNN(memory="…")``)

@@ -78,8 +78,8 @@ class StackRNN(MemoryLayer):
             (a counter, a second-order RNN, …).
         width: units per memory cell (the reading's size); None for the memory's default (8,
             or ``states × symbols`` for the nondeterministic stack, which fixes it).
-        depth: cells of the stack, queue or tape; start times kept by the nondeterministic stack.  The stacks and the queue are windows of the
-            papers' unbounded structures: exact while nothing is pushed out of the window (always
+        depth: cells of the stack, queue or tape; start times kept by the nondeterministic
+            stack.  The stacks and the queue are windows of the papers' unbounded structures: exact while nothing is pushed out of the window (always
             when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
             (``overflow``).
         output: ``"hidden"`` (``y_t = h_t``) or ``"hidden+reading"`` (``[h_t ; r_t]``, DuSell

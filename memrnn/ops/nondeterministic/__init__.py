@@ -48,17 +48,7 @@ class _LogMatmul(torch.autograd.Function):
         p = torch.exp(a.unsqueeze(-1) + b.unsqueeze(-3) - out.unsqueeze(-2))
         p.mul_(g.unsqueeze(-2))
         ga, gb = p.sum(-1), p.sum(-3)
-        return _sum_to(ga, a.shape), _sum_to(gb, b.shape)
-
-
-def _sum_to(g: Tensor, shape: torch.Size) -> Tensor:
-    """Sum the broadcast dimensions of ``g`` back to ``shape``."""
-    if g.shape == shape:
-        return g
-    lead = g.dim() - len(shape)
-    g = g.sum(tuple(range(lead))) if lead else g
-    dims = tuple(d for d, (n, m) in enumerate(zip(g.shape, shape, strict=True)) if m == 1 and n != 1)
-    return g.sum(dims, keepdim=True) if dims else g
+        return ga.sum_to_size(a.shape), gb.sum_to_size(b.shape)  # undo the broadcasting
 
 
 def log_matmul(a: Tensor, b: Tensor) -> Tensor:
