@@ -140,30 +140,19 @@ def encode_superposition_pda(
         net.controller.bias.copy_(bias)
         net.memory.head.weight.copy_(head_w)
         net.memory.head.bias.copy_(head_b)
-    head = nn.Linear(H, 1, device=device, dtype=dtype)
+    score = nn.Sequential(nn.Linear(H, 1, device=device, dtype=dtype), nn.Flatten(-2))  # [.., H] -> [..]
     with torch.no_grad():
-        head.weight.copy_(readout[None])
-        head.bias.fill_(-0.5)
+        score[0].weight.copy_(readout[None])
+        score[0].bias.fill_(-0.5)
     return Construction(
         net,
-        _Score(head),
+        score,
         vocabulary=vocab,
         source=pda,
         units=[u[0] for u in units],
         task="acceptor",
         bos=BOS,
     )
-
-
-class _Score(nn.Module):
-    """``h [..., H]`` -> accept score ``[...]``: the units ending in accepting states, minus 1/2."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.linear = linear
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.linear(h)[..., 0]
 
 
 __all__ = ["encode_superposition_pda"]

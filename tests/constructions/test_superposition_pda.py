@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from memrnn.constructions import encode_superposition_pda
-from memrnn.languages.automata import EMPTY
 from tests.constructions.test_pda import PDAS, long_strings
 
 
@@ -79,4 +78,3 @@ def test_bad_arguments_are_named():
         encode_superposition_pda(pda, gain=0)
     with pytest.raises(ValueError, match="vocabulary symbol 'x' is not in the automaton's alphabet"):
         encode_superposition_pda(pda, vocabulary=[*pda.alphabet, "x", "BOS"])
-    assert EMPTY is None
