@@ -13,29 +13,12 @@ forward+backward (best of ``--repeats``); memory is the bytes autograd saves for
 from __future__ import annotations
 
 import argparse
-import time
 
 import torch
 
-from benchmarks.run import SavedBytes, fit_slope
+from benchmarks.run import fit_slope, memory
+from benchmarks.stack_rnn_speed import best_of
 from memrnn.layers import StackRNN
-
-
-def best_of(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return min(times)
-
-
-def saved_mib(module, x) -> float:
-    with SavedBytes() as saved:
-        y, _ = module(x)
-    del y
-    return saved.bytes / 2**20
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -80,7 +63,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 y.sum().backward()
 
             t = best_of(run, args.repeats)
-            m = saved_mib(net, x)
+            m = memory(net, x, "cpu", input_grad=False) / 2**20
             rows.append(
                 {"stack": name, "T": T, "depth": depth, "ms": t * 1e3, "mib": m, "lstm_ms": t_lstm * 1e3}
             )
