@@ -332,7 +332,7 @@ class FormalLanguageDataModule(LanguageDataModule):
                     total += len(w)
         else:
             strings = lang.sample_many(self.sizes[split], rng, window, mode)
-        refs = [lang.reference_log_probs(s, window, mode) for s in strings]
+        refs = lang.reference_log_probs_many(strings, window, mode)
         sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
         ann = [bracket_annotations(lang, s) for s in strings] if lang.bracket_types is not None else None
         return StringDataset(strings, refs, window, sets, ann)

@@ -286,6 +286,16 @@ class Language(ABC):
             out[-1] = self.log_prob_given_length(ids) if uniform else self.log_prob(ids, lengths)
             return out
 
+    def reference_log_probs_many(
+        self,
+        strings: Sequence[Sequence[int]],
+        lengths: Lengths | None = None,
+        length_sampling: LengthSampling = "natural",
+    ) -> list[np.ndarray]:
+        """:meth:`reference_log_probs` of every string (what a dataset split stores); languages
+        whose exact probabilities batch well (the PCFG languages' inside algorithm) override it."""
+        return [self.reference_log_probs(s, lengths, length_sampling) for s in strings]
+
     # -- oracles for training targets -----------------------------------------------------------
     def allowed_next_all(self, ids: Sequence[int]) -> list[frozenset[int]]:
         """``allowed_next(ids[:t])`` for ``t = 0..len(ids) - 1``: the set each token was drawn

@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from memrnn.languages.base import Lengths, SymbolLanguage
+from memrnn.languages.base import Lengths, LengthSampling, SymbolLanguage
 from memrnn.languages.pcfg import PCFG, Earley
 
 Root = Literal["paper", "public"]
@@ -66,6 +66,40 @@ class GrammarLanguage(SymbolLanguage):
                 return -math.inf
         lp = self.grammar.log_prob(ids[:-1])
         return lp - self.window_log_mass(lengths) if lengths is not None and lp > -math.inf else lp
+
+    def reference_log_probs_many(
+        self,
+        strings: Sequence[Sequence[int]],
+        lengths: Lengths | None = None,
+        length_sampling: LengthSampling = "natural",
+    ) -> list[np.ndarray]:
+        """As :meth:`reference_log_probs` string by string (the whole ``log p(w)``, or ``log p(w |
+        |w|)`` for ``"uniform"``, on ``END``), with one inside pass per group of equal lengths
+        (:meth:`PCFG.log_probs`)."""
+        if length_sampling not in ("natural", "uniform"):
+            raise ValueError(f"length_sampling must be 'natural' or 'uniform', got {length_sampling!r}")
+        ids = [self.check_ids(s) for s in strings]
+        keep = [
+            j
+            for j, w in enumerate(ids)
+            if self.is_complete(w)
+            and (length_sampling == "uniform" or lengths is None or self._in(w, lengths))
+        ]
+        inside = self.grammar.log_probs([ids[j][:-1] for j in keep])
+        out = [np.zeros(len(w)) for w in ids]
+        for w in out:
+            if len(w):
+                w[-1] = -math.inf
+        for j, lp in zip(keep, inside, strict=True):
+            if lp > -math.inf:
+                n = len(ids[j])
+                window = (n, n) if length_sampling == "uniform" else lengths
+                out[j][-1] = lp - (self.window_log_mass(window) if window is not None else 0.0)
+        return out
+
+    def _in(self, ids: Sequence[int], lengths: Lengths) -> bool:
+        lo, hi = self._check_window(lengths)
+        return lo <= len(ids) <= hi
 
     # -- membership and oracles -------------------------------------------------------------------
     def _names(self, ids: Sequence[int]) -> list[str]:

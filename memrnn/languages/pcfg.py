@@ -292,6 +292,41 @@ class PCFG:
                 chart[s][: n - s + 1, self._group_lhs] = self._grouped_logsumexp(per_rule)
         return float(chart[n, 0, self._top] - self._log_top_norm)
 
+    def log_probs(self, words: Sequence[Sequence[int]], chunk: int = 64) -> np.ndarray:
+        """``log p(w)`` of many strings, ``[len(words)]``: the same CKY as :meth:`log_prob`,
+        vectorised over up to ``chunk`` strings of equal length at a time (a dataset's strings
+        share a few lengths, so the per-span Python work is paid once per group, not per string)."""
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+        out = np.full(len(words), _NEG_INF)
+        by_length: dict[int, list[int]] = defaultdict(list)
+        for j, w in enumerate(words):
+            for pos, t in enumerate(w):
+                if not 0 <= int(t) < len(self.terminals):
+                    raise ValueError(f"unknown terminal index {t!r} at position {pos} of string {j}")
+            by_length[len(w)].append(j)
+        _, b_idx, c_idx = self._bin.T if len(self._bin) else (None, None, None)
+        for n, rows in by_length.items():
+            if n == 0:
+                out[rows] = self._log_empty
+                continue
+            for lo in range(0, len(rows), chunk):
+                idx = rows[lo : lo + chunk]
+                ids = np.array([words[j] for j in idx], dtype=np.int64)  # [B, n]
+                chart = np.full((n + 1, len(idx), n, self._n_nt), _NEG_INF)  # [span, B, start, A]
+                chart[1] = self._term[:, ids].transpose(1, 2, 0)
+                for s in range(2, n + 1) if len(self._bin) else ():
+                    k = np.arange(1, s)[:, None]
+                    i = np.arange(n - s + 1)[None, :]
+                    left = chart[k, :, i][..., b_idx]  # [s-1, m, B, R]
+                    right = chart[s - k, :, i + k][..., c_idx]
+                    per_rule = self._bin_logw + _logsumexp(left + right, axis=0)  # [m, B, R]
+                    m, b = per_rule.shape[:2]
+                    grouped = self._grouped_logsumexp(per_rule.reshape(m * b, -1)).reshape(m, b, -1)
+                    chart[s][:, : n - s + 1][..., self._group_lhs] = grouped.transpose(1, 0, 2)
+                out[idx] = chart[n, :, 0, self._top] - self._log_top_norm
+        return out
+
 
 def _is_unary(rhs: tuple[str, ...], nonterminals: Sequence[str]) -> bool:
     return len(rhs) == 1 and rhs[0] in nonterminals

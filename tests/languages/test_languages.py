@@ -330,3 +330,39 @@ def test_languages_round_trip_through_weights_only_checkpoints(name):
         np.random.default_rng(0), (7, 30) if name == "hardest_cfl" else language.default_lengths("train")
     )
     assert loaded.log_prob(w) == language.log_prob(w) and loaded.accepts(w)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("mode", ["natural", "uniform"])
+def test_batched_reference_log_probs_equal_the_per_string_ones(name, mode):
+    """What a dataset split stores (``reference_log_probs_many``, one inside pass per length for
+    the PCFG languages) equals ``reference_log_probs`` string by string: members of several
+    lengths, non-members, a string outside the window and an incomplete one."""
+    language = lang(name)
+    rng = np.random.default_rng(7)
+    window = (language.lengths_in((1, 14))[0], 14)
+    strings = language.sample_many(12, rng, window, mode)
+    possible = set(language.lengths_in((1, 4)))  # uniform: scored given a length it can have
+    strings += [list(w) for w in strings_upto(language, 3) if mode == "natural" or len(w) in possible]
+    strings.append(language.sample_many(1, rng, (15, 22), mode)[0])  # outside the window
+    if mode == "natural":
+        strings.append(strings[0][:-1])  # no END
+    got = language.reference_log_probs_many(strings, window, mode)
+    assert len(got) == len(strings)
+    for w, g in zip(strings, got, strict=True):
+        want = language.reference_log_probs(w, window, mode)
+        assert g.shape == want.shape
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-12)
+
+
+def test_pcfg_batched_inside_equals_cky_and_names_bad_terminals():
+    grammar = lang("hardest_cfl").grammar
+    rng = np.random.default_rng(3)
+    words = [grammar.sample_given_length(rng, n) for n in (6, 6, 7, 9, 9, 9)] + [[], [0, 1], [0] * 6]
+    want = np.array([grammar.log_prob(w) for w in words])
+    np.testing.assert_allclose(grammar.log_probs(words, chunk=2), want, rtol=1e-12)
+    assert np.isfinite(want[:6]).all() and want[-1] == -math.inf
+    with pytest.raises(ValueError, match="unknown terminal index 99 at position 1 of string 1"):
+        grammar.log_probs([[0], [0, 99]])
+    with pytest.raises(ValueError, match="chunk must be a positive int, got 0"):
+        grammar.log_probs(words, chunk=0)
