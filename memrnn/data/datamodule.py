@@ -25,24 +25,47 @@ class StringDataset(Dataset):
     """Complete strings of a language with the exact per-token log-probabilities of the
     distribution they were drawn from (``ref_logprob``, natural log, one per token) and,
     optionally, the set of allowed next symbols at every position (``next_sets``) and bracket
-    annotations (``annotations``: ``distance``, ``depth``, ``full`` per token)."""
+    annotations (``annotations``: ``distance``, ``depth``, ``full`` per token).
+
+    ``ref_logprobs`` may be a zero-argument callable: it is called the first time the
+    ``ref_logprobs`` attribute is read (exact scores of a PCFG language cost an inside pass per
+    string, and nothing reads a training split's).  With ``with_reference=False`` items carry no
+    ``ref_logprob`` and batches have none: the training split's form."""
 
     def __init__(
         self,
         strings: list[list[int]],
-        ref_logprobs: list[np.ndarray],
+        ref_logprobs: list[np.ndarray] | Callable[[], list[np.ndarray]],
         lengths: Lengths,
         next_sets: list[list[frozenset[int]]] | None = None,
         annotations: list[dict[str, np.ndarray]] | None = None,
+        *,
+        with_reference: bool = True,
     ) -> None:
-        self.strings, self.ref_logprobs, self.lengths = strings, ref_logprobs, lengths
+        self.strings, self.lengths = strings, lengths
+        self._refs, self._score = (None, ref_logprobs) if callable(ref_logprobs) else (ref_logprobs, None)
         self.next_sets, self.annotations = next_sets, annotations
+        self.with_reference = bool(with_reference)
+
+    @property
+    def ref_logprobs(self) -> list[np.ndarray]:
+        """``log p(w_t | w_<t)`` of every token of every string (computed on first use)."""
+        if self._refs is None:
+            refs = self._score()
+            if len(refs) != len(self.strings):
+                raise ValueError(
+                    f"the scorer gave {len(refs)} reference rows for {len(self.strings)} strings"
+                )
+            self._refs, self._score = refs, None
+        return self._refs
 
     def __len__(self) -> int:
         return len(self.strings)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        item = {"ids": self.strings[i], "ref_logprob": self.ref_logprobs[i]}
+        item: dict[str, Any] = {"ids": self.strings[i]}
+        if self.with_reference:
+            item["ref_logprob"] = self.ref_logprobs[i]
         if self.next_sets is not None:
             item["next_set"] = self.next_sets[i]
         if self.annotations is not None:
@@ -75,7 +98,7 @@ def collate_generator(
 
     Returns ``input [B, T]`` (``BOS`` then the string without its ``END``), ``target [B, T]``
     (the string, ``END`` last; ``-100`` at padding), ``mask [B, T]`` bool, ``ref_logprob [B, T]``
-    float64 (0 at padding) and ``lengths [B]``; ``T`` is the longest string, ``END`` counted.
+    float64 (0 at padding; only when the items carry it: evaluation splits) and ``lengths [B]``; ``T`` is the longest string, ``END`` counted.
     With next sets in the items (and ``num_symbols``), also ``next_set [B, T, num_symbols]``
     bool: Suzgun et al.'s multi-hot targets (all False at padding).  With bracket annotations
     (:func:`memrnn.languages.bracket_annotations`), also ``distance``, ``depth`` (−1 at
@@ -84,12 +107,16 @@ def collate_generator(
     inp, mask, lengths = bos_inputs([it["ids"][:-1] for it in items], bos_id)
     batch, steps = inp.shape
     tgt = torch.full((batch, steps), IGNORE_INDEX, dtype=torch.long)
+    scored = bool(items) and "ref_logprob" in items[0]
     ref = torch.zeros(batch, steps, dtype=torch.float64)
     for b, it in enumerate(items):
         n = len(it["ids"])
         tgt[b, :n] = torch.as_tensor(it["ids"], dtype=torch.long)
-        ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
-    out = {"input": inp, "target": tgt, "mask": mask, "ref_logprob": ref, "lengths": lengths}
+        if scored:
+            ref[b, :n] = torch.as_tensor(it["ref_logprob"], dtype=torch.float64)
+    out = {"input": inp, "target": tgt, "mask": mask, "lengths": lengths}
+    if scored or not items:
+        out["ref_logprob"] = ref
     for key, fill, dtype in (
         ("distance", 0, torch.long),
         ("depth", -1, torch.long),
@@ -332,10 +359,12 @@ class FormalLanguageDataModule(LanguageDataModule):
                     total += len(w)
         else:
             strings = lang.sample_many(self.sizes[split], rng, window, mode)
-        refs = lang.reference_log_probs_many(strings, window, mode)
+        score = partial(lang.reference_log_probs_many, strings, window, mode)
         sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
         ann = [bracket_annotations(lang, s) for s in strings] if lang.bracket_types is not None else None
-        return StringDataset(strings, refs, window, sets, ann)
+        if split == "train":  # training never reads the exact scores: computed only if asked for
+            return StringDataset(strings, score, window, sets, ann, with_reference=False)
+        return StringDataset(strings, score(), window, sets, ann)
 
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
         return partial(collate_generator, bos_id=self.language.bos_id, num_symbols=self.language.num_symbols)

@@ -52,6 +52,29 @@ def test_loaders_batch_and_mask():
     assert len(dm.val_dataloader().dataset) == 20
 
 
+def test_training_batches_carry_no_reference_and_the_train_scores_are_computed_on_demand():
+    """Nothing reads a training split's exact scores, so they are computed only when asked
+    for (a PCFG language's inside pass per string was most of a DuSell run's set-up), and then
+    equal the eager ones; evaluation batches keep theirs."""
+    from memrnn.data.datamodule import StringDataset
+    from memrnn.languages import MarkedReversal
+
+    dm = make_dm(language=MarkedReversal(mean_length=6), train_size=12, length_sampling="uniform")
+    dm.setup("fit")
+    train = dm.datasets["train"]
+    assert train._refs is None and not train.with_reference
+    batch = next(iter(dm.train_dataloader()))
+    assert "ref_logprob" not in batch and batch["target"].shape[0] == 8
+    assert "ref_logprob" in next(iter(dm.val_dataloader()))
+    assert train._refs is None  # still not computed
+    eager = dm.language.reference_log_probs_many(train.strings, train.lengths, "uniform")
+    for got, want in zip(train.ref_logprobs, eager, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert all(np.isfinite(r[-1]) and r[-1] < 0 for r in train.ref_logprobs)
+    with pytest.raises(ValueError, match="the scorer gave 1 reference rows for 2 strings"):
+        _ = StringDataset([[0], [1]], lambda: [np.zeros(1)], (1, 1)).ref_logprobs
+
+
 def test_epoch_shuffle_is_a_function_of_seed_and_epoch():
     s = EpochShuffleSampler(50, seed=1)
     s.set_epoch(2)
