@@ -1,0 +1,207 @@
+"""DuSell & Chiang's context-free language-modelling table: every model × task × seed of
+``configs/dusell``, trained, tested on the checkpoint with the lowest validation loss, and
+scored by the cross-entropy difference from the exact lower bound (nats per token,
+``test/ce_gap``); then one table of the median and the max (and the min) over seeds per cell.
+
+    python scripts/dusell_table.py [--models lstm superposition stratification] \\
+        [--tasks marked_reversal unmarked_reversal padded_reversal dyck hardest_cfl] \\
+        [--seeds 0 1 2] [--jobs 2] [--out runs/dusell] [--table FILE] [-- train.py overrides]
+
+Each (task, seed) is one worker process (``--jobs`` at a time, one thread each) that samples
+and scores the data once and trains every model on it, so the exact scores of the test
+strings (an inside pass per string) are paid once, not once per model; every model's config is
+checked to resolve to the same ``data`` section first.  A cell that finishes writes
+``<out>/<model>_<task>/seed<S>/result.json``; running the command again skips those and re-runs
+the rest, so a crashed or killed cell (reported, with its log) is never dropped.  Runs log
+offline to W&B under the cell's folder.  ``--table-only`` prints the table of what is there.
+
+The NS-RNN and RNS-RNN cells (``--models ns rns``) cost O(T^2.65) per string on a CPU
+(``benchmarks/results/nondeterministic-cpu-2core.md``): run them on a GPU
+(``-- --trainer.accelerator=gpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODELS = {"lstm": "LSTM", "superposition": "Superposition", "stratification": "Stratification",
+          "ns": "NS-RNN", "rns": "RNS-RNN"}  # fmt: skip
+TASKS = {"marked_reversal": "Marked reversal", "unmarked_reversal": "Unmarked reversal",
+         "padded_reversal": "Padded reversal", "dyck": "Dyck", "hardest_cfl": "Hardest CFL"}  # fmt: skip
+CONFIGS = ROOT / "configs" / "dusell"
+
+
+def cell_dir(out: Path, model: str, task: str, seed: int) -> Path:
+    return out / f"{model}_{task}" / f"seed{seed}"
+
+
+def cli_args(model: str, task: str, seed: int, save: Path, extra: list[str]) -> list[str]:
+    return [
+        "--config", str(CONFIGS / f"{model}_{task}.yaml"), f"--seed_everything={seed}",
+        f"--data.init_args.seed={seed}", f"--trainer.logger.init_args.save_dir={save}",
+        *extra,
+    ]  # fmt: skip
+
+
+def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str]) -> int:
+    """Train and test ``models`` on one (task, seed), sharing one data module; 1 if any failed."""
+    import torch
+    import wandb
+
+    from memrnn.lit.cli import build_cli
+
+    torch.set_num_threads(1)
+    defaults = [ROOT / "configs" / "defaults.yaml"]
+    shared, data_config, failed = None, None, 0
+    for model in models:
+        save = cell_dir(out, model, task, seed)
+        if (save / "result.json").exists():
+            continue
+        save.mkdir(parents=True, exist_ok=True)
+        (save / "FAILED").unlink(missing_ok=True)
+        try:
+            start = time.perf_counter()
+            cli = build_cli(
+                cli_args(model, task, seed, save, extra), run=False, default_config_files=defaults
+            )
+            data = cli.config.data.as_dict()
+            if shared is None:
+                shared, data_config = cli.datamodule, data
+                shared.setup("fit")
+                shared.setup("test")
+            elif data != data_config:
+                raise ValueError(
+                    f"{model}_{task}.yaml resolves to another data section than {models[0]}_{task}.yaml"
+                )
+            cli.trainer.fit(cli.model, datamodule=shared)
+            best = cli.trainer.checkpoint_callback.best_model_path
+            (tested,) = cli.trainer.test(cli.model, datamodule=shared, ckpt_path=best or None)
+            result = {
+                "model": model, "task": task, "seed": seed,
+                "test_ce_gap": tested["test/ce_gap"],
+                "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score or float("nan")),
+                "epochs": cli.trainer.current_epoch, "steps": cli.trainer.global_step,
+                "checkpoint": str(best), "seconds": time.perf_counter() - start, "overrides": extra,
+            }  # fmt: skip
+            (save / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+            print(f"[dusell] {model}_{task} seed {seed}: test/ce_gap {result['test_ce_gap']:.4f} "
+                  f"({result['seconds']:.0f} s)", flush=True)  # fmt: skip
+        except Exception:
+            failed = 1
+            (save / "FAILED").write_text(traceback.format_exc())
+            print(
+                f"[dusell] {model}_{task} seed {seed} FAILED:\n{traceback.format_exc()}",
+                file=sys.stderr,
+                flush=True,
+            )
+        finally:
+            if wandb.run is not None:  # each cell is its own W&B run
+                wandb.finish(exit_code=failed)
+    return failed
+
+
+def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> tuple[str, list[str]]:
+    """The markdown table of ``test/ce_gap`` (median / max / min over seeds, and how many seeds)
+    and the cells still missing."""
+    missing = []
+    head = "| task | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
+    lines = [head, "|---" * (len(models) + 1) + "|"]
+    for task in tasks:
+        cells = []
+        for model in models:
+            gaps = []
+            for seed in seeds:
+                f = cell_dir(out, model, task, seed) / "result.json"
+                if f.exists():
+                    gaps.append(json.loads(f.read_text())["test_ce_gap"])
+                else:
+                    missing.append(f"{model}_{task} seed {seed}")
+            cells.append(
+                f"{statistics.median(gaps):.3f} / {max(gaps):.3f} / {min(gaps):.3f} ({len(gaps)})"
+                if gaps
+                else "—"
+            )
+        lines.append(f"| {TASKS.get(task, task)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines), missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["lstm", "superposition", "stratification"])
+    p.add_argument("--tasks", nargs="+", default=list(TASKS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=1, help="worker processes at a time")
+    p.add_argument("--out", type=Path, default=Path("runs/dusell"))
+    p.add_argument("--table", type=Path, help="also write the table here")
+    p.add_argument("--table-only", action="store_true")
+    p.add_argument("--worker", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    for name, given, known in (("model", args.models, MODELS), ("task", args.tasks, TASKS)):
+        for g in given:
+            if g not in known:
+                p.error(f"unknown {name} {g!r}; choose from {', '.join(known)}")
+    if args.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.worker:
+        return worker(args.worker[0], int(args.worker[1]), args.models, args.out, extra)
+    failed = []
+    if not args.table_only:
+        todo = [(t, s) for t in args.tasks for s in args.seeds
+                if any(not (cell_dir(args.out, m, t, s) / "result.json").exists() for m in args.models)]  # fmt: skip
+        running: list[tuple[str, int, subprocess.Popen, Path]] = []
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        while todo or running:
+            while todo and len(running) < args.jobs:
+                task, seed = todo.pop(0)
+                log = args.out / "logs" / f"{task}_seed{seed}.log"
+                log.parent.mkdir(parents=True, exist_ok=True)
+                cmd = [sys.executable, __file__, "--worker", task, str(seed), "--models", *args.models,
+                       "--out", str(args.out), "--", *extra]  # fmt: skip
+                print(f"[dusell] start {task} seed {seed} (log {log})", flush=True)
+                with log.open("a") as fh:
+                    running.append(
+                        (task, seed, subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env), log)
+                    )
+            time.sleep(1)
+            for item in list(running):
+                task, seed, proc, log = item
+                if proc.poll() is not None:
+                    running.remove(item)
+                    status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}; see {log})"
+                    print(f"[dusell] {task} seed {seed}: {status}", flush=True)
+                    if proc.returncode:
+                        failed.append(f"{task} seed {seed}")
+    table, missing = collect(args.out, args.models, args.tasks, args.seeds)
+    note = (
+        "test/ce_gap (nats per token above the exact lower bound, DuSell & Chiang's metric): "
+        "median / max / min over seeds (seeds)"
+    )
+    print(f"\n{note}\n\n{table}")
+    if args.table:
+        args.table.parent.mkdir(parents=True, exist_ok=True)
+        args.table.write_text(f"{note}\n\n{table}\n")
+    if missing:
+        print(f"\nmissing ({len(missing)}): {', '.join(missing)}", file=sys.stderr)
+    if failed:
+        print(f"failed workers: {', '.join(failed)} (run the command again to retry)", file=sys.stderr)
+    return 1 if failed or (missing and not args.table_only) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""scripts/dusell_table.py: trains every model of a (task, seed) on one shared data module, writes
+one result per cell, re-runs only what is missing or failed, and tabulates median / max / min."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "dusell_table.py"
+TINY = ["--trainer.max_epochs=1", "--data.init_args.train_size=48", "--data.init_args.val_size=16",
+        "--data.init_args.test_per_length=1", "--trainer.logger.init_args.offline=true"]  # fmt: skip
+
+
+def table(out: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(SCRIPT), "--tasks", "marked_reversal", "--models", "lstm", "superposition",
+           "--seeds", "0", "1", "--jobs", "2", "--out", str(out), *args, "--", *TINY]  # fmt: skip
+    return subprocess.run(cmd, cwd=out.parent, capture_output=True, text=True, timeout=timeout)
+
+
+def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_path):
+    out = tmp_path / "dusell"
+    done = table(out, "--table", str(tmp_path / "table.md"))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    results = {}
+    for model in ("lstm", "superposition"):
+        for seed in (0, 1):
+            cell = out / f"{model}_marked_reversal" / f"seed{seed}"
+            r = json.loads((cell / "result.json").read_text())
+            assert (r["model"], r["task"], r["seed"], r["epochs"]) == (model, "marked_reversal", seed, 1)
+            assert 0 < r["test_ce_gap"] < 5 and Path(r["checkpoint"]).exists()
+            assert list(cell.glob("wandb/offline-run-*/run-*.wandb"))  # one W&B run per cell
+            results[model, seed] = r["test_ce_gap"]
+    assert results["lstm", 0] != results["lstm", 1]  # the seeds differ
+    row = next(
+        line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| Marked")
+    )
+    lstm = sorted([results["lstm", 0], results["lstm", 1]])
+    assert row.split("|")[2].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
+
+    # a killed cell (no result, a stale FAILED) is run again; finished cells are left alone
+    kept = out / "lstm_marked_reversal" / "seed0" / "result.json"
+    stamp = kept.stat().st_mtime_ns
+    redo = out / "superposition_marked_reversal" / "seed1"
+    (redo / "result.json").unlink()
+    (redo / "FAILED").write_text("killed")
+    again = table(out)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (
+        kept.stat().st_mtime_ns == stamp
+        and (redo / "result.json").exists()
+        and not (redo / "FAILED").exists()
+    )
+    assert (
+        "start marked_reversal seed 1" in again.stdout and "start marked_reversal seed 0" not in again.stdout
+    )
+
+
+def test_a_failing_cell_is_reported_and_the_command_fails(tmp_path):
+    out = tmp_path / "dusell"
+    cmd = [sys.executable, str(SCRIPT), "--tasks", "dyck", "--models", "lstm", "--seeds", "0", "--out", str(out),
+           "--", *TINY, "--model.init_args.lr=-1"]  # fmt: skip
+    done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "dyck seed 0: FAILED" in done.stdout and "missing (1): lstm_dyck seed 0" in done.stderr
+    assert (out / "lstm_dyck" / "seed0" / "FAILED").read_text().strip()
+
+
+@pytest.mark.parametrize(("args", "message"), [(["--models", "gru"], "unknown model 'gru'"),
+                                               (["--tasks", "copy"], "unknown task 'copy'"),
+                                               (["--jobs", "0"], "--jobs must be >= 1, got 0")])  # fmt: skip
+def test_bad_arguments_are_named(tmp_path, args, message):
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *args, "--out", str(tmp_path)], capture_output=True, text=True
+    )
+    assert done.returncode == 2 and message in done.stderr
