@@ -49,7 +49,8 @@ import memrnn.ops.elman.triton
 import memrnn.ops.jordan.triton
 import memrnn.ops.lstm.triton
 import memrnn.ops.nnpda.triton
-import memrnn.ops.second_order_rnn.triton  # noqa: F401
+import memrnn.ops.second_order_rnn.triton
+import memrnn.ops.stack_rnn.triton  # noqa: F401
 from memrnn.core import create_layer
 from memrnn.ops.dispatch import implementation
 
@@ -62,6 +63,8 @@ LAYERS: dict[str, dict[str, Any]] = {
     "counter_lstm": {"input_size": 16, "hidden_size": 62},
     "second_order": {"input_size": 16, "hidden_size": 64},
     "nnpda": {"input_size": 16, "num_states": 64, "stack_symbols": 4, "depth": 64},
+    "superposition_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "superposition_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
 }
 ONE_HOT = ("second_order", "nnpda")
 TORCH_TO_TRITON = {

@@ -32,13 +32,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--symbols", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (memory is then the peak allocated)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    B, H, n_in = args.batch, args.hidden, 3
+    B, H, n_in, dev = args.batch, args.hidden, 3, args.device
     mem = {"states": args.states, "symbols": args.symbols}
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
+        f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
         f"{args.states} states x {args.symbols} symbols"
     )
     print("| stack | T | depth | fwd+bwd ms | saved MiB | nn.LSTM ms | ×LSTM |")
@@ -46,24 +47,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows = []
     for T in args.lengths:
         torch.manual_seed(0)
-        x = torch.randn(B, T, n_in)
-        lstm = torch.nn.LSTM(n_in, H, batch_first=True)
+        x = torch.randn(B, T, n_in, device=dev)
+        lstm = torch.nn.LSTM(n_in, H, batch_first=True).to(dev)
 
         def base(lstm=lstm, x=x):
             y, _ = lstm(x)
             y.sum().backward()
 
-        t_lstm = best_of(base, args.repeats)
+        t_lstm = best_of(base, args.repeats, dev)
         cells = [("unlimited", T)] if args.max_unlimited >= T else []
         for name, depth in [*cells, ("limited", min(args.window, T))]:
-            net = StackRNN(n_in, H, "nondeterministic", depth=depth, memory_args=mem)
+            net = StackRNN(n_in, H, "nondeterministic", depth=depth, memory_args=mem).to(dev)
 
             def run(net=net, x=x):
                 y, _ = net(x)
                 y.sum().backward()
 
-            t = best_of(run, args.repeats)
-            m = memory(net, x, "cpu", input_grad=False) / 2**20
+            t = best_of(run, args.repeats, dev)
+            m = memory(net, x, dev, input_grad=False) / 2**20
             rows.append(
                 {"stack": name, "T": T, "depth": depth, "ms": t * 1e3, "mib": m, "lstm_ms": t_lstm * 1e3}
             )

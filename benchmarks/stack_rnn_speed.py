@@ -23,12 +23,18 @@ from memrnn.layers import StackRNN
 MEMORIES = ("superposition", "stratification", "queue", "tape")
 
 
-def best_of(fn, repeats: int) -> float:
+def best_of(fn, repeats: int, device: str = "cpu") -> float:
+    def sync() -> None:
+        if device == "cuda":
+            torch.cuda.synchronize()
+
     fn()
+    sync()
     times = []
     for _ in range(repeats):
         t = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t)
     return min(times)
 
@@ -43,36 +49,38 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--memories", nargs="+", default=list(MEMORIES))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the baseline is then cuDNN's LSTM)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    B, S = args.batch, args.size
+    B, S, dev = args.batch, args.size, args.device
+    where = torch.cuda.get_device_name() if dev == "cuda" else f"{torch.get_num_threads()} threads"
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {B}, input = controller = {S}, width {args.width}"
+        f"torch {torch.__version__}, {dev} ({where}), batch {B}, input = controller = {S}, width {args.width}"
     )
     print("| memory | controller | T | depth | fwd+bwd ms | nn.LSTM ms | ×LSTM |")
     print("|---|---|---|---|---|---|---|")
     rows = []
     for T in args.lengths:
-        x = torch.randn(B, T, S)
-        lstm = torch.nn.LSTM(S, S, batch_first=True)
+        x = torch.randn(B, T, S, device=dev)
+        lstm = torch.nn.LSTM(S, S, batch_first=True).to(dev)
 
         def base(lstm=lstm, x=x):
             y, _ = lstm(x)
             y.sum().backward()
 
-        t_lstm = best_of(base, args.repeats)
+        t_lstm = best_of(base, args.repeats, dev)
         for memory in args.memories:
             for controller in args.controllers:
                 for depth in sorted({min(32, T), T}):
-                    layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth)
+                    layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth).to(dev)
 
                     def run(layer=layer, x=x):
                         y, _ = layer(x)
                         y.sum().backward()
 
-                    t = best_of(run, args.repeats)
+                    t = best_of(run, args.repeats, dev)
                     row = {"memory": memory, "controller": controller, "T": T, "depth": depth,
                            "ms": t * 1e3, "lstm_ms": t_lstm * 1e3, "ratio": t_lstm / t}  # fmt: skip
                     rows.append(row)

@@ -170,13 +170,15 @@ def test_forward_and_backward_under_cpu_autocast(name, amp, gen):
 @pytest.mark.parametrize("amp", [torch.bfloat16, torch.float16])
 def test_forward_and_backward_under_cuda_autocast(name, amp, gen):
     layer = make(name).cuda()
+    head = torch.nn.Linear(layer.output_size, 2).cuda()  # a trainable head: reservoirs are frozen
     x = inputs(layer, gen, name).cuda()
     with torch.autocast("cuda", dtype=amp):
         y, s = layer(x)
-        y.float().square().sum().backward()
+        head(y).float().square().sum().backward()
     assert torch.isfinite(y).all()
     assert all(t.dtype == torch.float32 and torch.isfinite(t).all() for t in state_leaves(s))
-    assert all(torch.isfinite(p.grad).all() for p in layer.parameters() if p.requires_grad)
+    grads = [p.grad for p in [*layer.parameters(), *head.parameters()] if p.requires_grad]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
 
 
 def _float_arguments(name):

@@ -274,5 +274,8 @@ def test_cuda_matches_cpu(name, gen):
     cu = copy.deepcopy(layer).cuda()
     yc, sc = cu(x.cuda(), mask=mask.cuda())
     assert all(t.is_cuda for t in state_leaves(sc))
-    torch.testing.assert_close(yc.cpu(), y, atol=1e-5, rtol=1e-4)
-    assert_close_tree(state_map(lambda t: t.cpu(), sc), s, atol=1e-5, rtol=1e-4)
+    # the superposition stack's kernels: 3e-5 from the CPU path on an H100 (a softmax over the
+    # actions feeds every later step)
+    atol = 1e-4 if name.startswith("superposition") else 1e-5
+    torch.testing.assert_close(yc.cpu(), y, atol=atol, rtol=1e-4)
+    assert_close_tree(state_map(lambda t: t.cpu(), sc), s, atol=atol, rtol=1e-4)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from memrnn.ops.dispatch import choose
 from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape")
+_TRITON_MEMORIES = ("superposition",)
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -36,6 +38,7 @@ def stack_rnn_sequence(
     value_activation: str,
     lengths: Tensor | None = None,
     overflow: bool = False,
+    impl: str | None = None,
 ) -> tuple[Tensor, ...]:
     """Run the controller and the memory over ``x [B, T, n]``.
 
@@ -47,11 +50,22 @@ def stack_rnn_sequence(
             state fields, batch first.
         lengths: ``[B]`` each row's length (right padding), None for all ``T``.
         overflow: compute what each step drops out of the window.
+        impl: ``"triton"`` (the superposition stack on CUDA, float32/bfloat16/float16: two
+            persistent kernels, :mod:`memrnn.ops.stack_rnn.triton`) or ``"cpu"`` (the
+            hand-written BPTT of :mod:`memrnn.ops.stack_rnn.cpu`, any device); None picks by
+            device and dtype (:func:`memrnn.ops.dispatch.choose`).
 
     Returns:
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
     """
+    if choose(x, impl, triton_ok=memory in _TRITON_MEMORIES) == "triton":
+        from memrnn.ops.stack_rnn.triton import superposition_stack_rnn_triton
+
+        return superposition_stack_rnn_triton(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, *memory0,
+            controller=controller, activation=activation, value_activation=value_activation, lengths=lengths,
+        )  # fmt: skip
     spec = (controller, activation, memory, value_activation, bool(overflow))
     return StackRNNSequence.apply(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
 
