@@ -47,6 +47,21 @@ def _act_grad(z, CODE: tl.constexpr):
         return z * 0.0 + 1.0
 
 
+@triton.jit
+def _sig(z):
+    """The logistic function without overflow: ``exp(−|z|)`` only."""
+    e = tl.exp(-tl.abs(z))
+    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def _tanh(z):
+    """``tanh`` from ``exp(−2|z|)`` only."""
+    e = tl.exp(-2.0 * tl.abs(z))
+    t = (1.0 - e) / (1.0 + e)
+    return tl.where(z >= 0, t, -t)
+
+
 #: rows per program: ``tl.dot`` needs at least 16
 BLOCK_B = 16
 

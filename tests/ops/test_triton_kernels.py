@@ -302,13 +302,14 @@ def test_superposition_stack_kernels_in_bfloat16_and_strict_mode():
     kernels raises the reference's error, naming the same step and row."""
     from memrnn.core import reference_paths
     from memrnn.layers import StackRNN
+    from memrnn.layers.nnpda import StackOverflowError
 
     torch.manual_seed(2)
     layer = StackRNN(4, 8, "superposition", "lstm", width=3, depth=2, strict=True).to(DEVICE)
     x = torch.randn(5, 6, 4, device=DEVICE)
     messages = []
     for context in (implementation("triton"), reference_paths()):
-        with context, pytest.raises(Exception, match=r"at step \d+, batch row \d+") as err:
+        with context, pytest.raises(StackOverflowError, match=r"at step \d+, batch row \d+") as err:
             layer(x)
         messages.append(str(err.value))
     assert messages[0] == messages[1]

@@ -19,20 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, unit_blocks
-
-
-@triton.jit
-def _sig(z):
-    e = tl.exp(-tl.abs(z))
-    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-@triton.jit
-def _tanh(z):
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z >= 0, t, -t)
+from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _sig, _tanh, unit_blocks
 
 
 @triton.jit

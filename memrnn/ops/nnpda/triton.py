@@ -32,15 +32,9 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import grouped_weight_grad
+from memrnn.ops.triton_common import _sig
 
 ACTION_CODES = {"identity": 0, "sigmoid": 1, "clamp": 2}
-
-
-@triton.jit
-def _sig(x):
-    """The logistic function without overflow: ``exp(−|x|)`` only."""
-    e = tl.exp(-tl.abs(x))
-    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
 
 
 @triton.jit

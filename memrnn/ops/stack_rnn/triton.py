@@ -34,7 +34,7 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import final_by_length
-from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_WARPS, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_WARPS, _act, _act_grad, _sig, _tanh, unit_blocks
 
 #: flattened stack cells per chunk of the stack phases
 BLOCK_F = 128
@@ -49,19 +49,6 @@ VALUE_CODES = {"sigmoid": CODES["sigmoid"], "tanh": CODES["tanh"], "identity": C
 
 
 @triton.jit
-def _sig(z):
-    e = tl.exp(-tl.abs(z))
-    return tl.where(z >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-
-
-@triton.jit
-def _tanh(z):
-    e = tl.exp(-2.0 * tl.abs(z))
-    t = (1.0 - e) / (1.0 + e)
-    return tl.where(z >= 0, t, -t)
-
-
-@triton.jit
 def _value_grad_from_output(v, VCODE: tl.constexpr):
     """``act'`` from the activation's output ``v``: sigmoid, tanh or identity."""
     if VCODE == 1:
@@ -70,6 +57,15 @@ def _value_grad_from_output(v, VCODE: tl.constexpr):
         return 1.0 - v * v
     else:
         return v * 0.0 + 1.0
+
+
+@triton.jit
+def _actions(hrow, rmask):
+    """Push, pop and no-op of each row of the tile, ``[BLOCK_B]`` float32, from ``hd[t]``."""
+    push = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
+    pop = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
+    noop = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+    return push, pop, noop
 
 
 @triton.jit
@@ -183,10 +179,7 @@ def _stack_fwd(
         )
         tl.debug_barrier()
         # 3. the stack
-        hrow = hd_ptr + t * B * KH + rows * KH
-        push1 = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
-        pop1 = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
-        noop1 = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+        push1, pop1, noop1 = _actions(hd_ptr + t * B * KH + rows * KH, rmask)
         push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
         old_row = s_ptr + t * B * DM + rows[:, None] * DM
         new_row = s_ptr + (t + 1) * B * DM + rows[:, None] * DM
@@ -244,10 +237,7 @@ def _stack_bwd(
         t = T - 1 - step
         cur, nxt = (t + 1) % 2, t % 2
         # A. the stack: ∂S_t, the actions' and the pushed vector's gradients
-        hrow = hd_ptr + t * B * KH + rows * KH
-        push1 = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
-        pop1 = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
-        noop1 = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+        push1, pop1, noop1 = _actions(hd_ptr + t * B * KH + rows * KH, rmask)
         push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
         old_row = s_ptr + t * B * DM + rows[:, None] * DM
         g_row = gs_ptr + cur * B * DM + rows[:, None] * DM  # ∂L/∂S_{t+1} (without the reading's share)
