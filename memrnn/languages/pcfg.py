@@ -295,7 +295,14 @@ class PCFG:
     def log_probs(self, words: Sequence[Sequence[int]], chunk: int = 64) -> np.ndarray:
         """``log p(w)`` of many strings, ``[len(words)]``: the same CKY as :meth:`log_prob`,
         vectorised over up to ``chunk`` strings of equal length at a time (a dataset's strings
-        share a few lengths, so the per-span Python work is paid once per group, not per string)."""
+        share a few lengths, so the per-span Python work is paid once per group, not per string).
+
+        The chart is kept in probability space with one log scale per (string, span length),
+        ``inside[A, i, s] = exp(L[s]) · P[s][i, A]`` with ``max P[s] = 1``: the split points of a
+        span then sum as plain products (no ``exp``/``log`` per term), each split weighted by
+        ``exp(L[k] + L[s−k] − max)``.  A string whose probability underflows the scaled chart
+        (its inside weight below 1e-308 of the largest at the same span length) is rescored by
+        the log-space CKY, so the result never reports ``-inf`` for a generated string."""
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"chunk must be a positive int, got {chunk!r}")
         out = np.full(len(words), _NEG_INF)
@@ -305,27 +312,83 @@ class PCFG:
                 if not 0 <= int(t) < len(self.terminals):
                     raise ValueError(f"unknown terminal index {t!r} at position {pos} of string {j}")
             by_length[len(w)].append(j)
-        _, b_idx, c_idx = self._bin.T if len(self._bin) else (None, None, None)
         for n, rows in by_length.items():
             if n == 0:
                 out[rows] = self._log_empty
                 continue
-            for lo in range(0, len(rows), chunk):
-                idx = rows[lo : lo + chunk]
+            # the chart takes about 2·n²·rules float64 per string: at most ~256 MB at a time
+            per_string = 16 * n * (n + 1) * max(len(self._bin), 1)
+            step = max(1, min(chunk, (256 << 20) // per_string))
+            for lo in range(0, len(rows), step):
+                idx = rows[lo : lo + step]
                 ids = np.array([words[j] for j in idx], dtype=np.int64)  # [B, n]
-                chart = np.full((n + 1, len(idx), n, self._n_nt), _NEG_INF)  # [span, B, start, A]
-                chart[1] = self._term[:, ids].transpose(1, 2, 0)
-                for s in range(2, n + 1) if len(self._bin) else ():
-                    k = np.arange(1, s)[:, None]
-                    i = np.arange(n - s + 1)[None, :]
-                    left = chart[k, :, i][..., b_idx]  # [s-1, m, B, R]
-                    right = chart[s - k, :, i + k][..., c_idx]
-                    per_rule = self._bin_logw + _logsumexp(left + right, axis=0)  # [m, B, R]
-                    m, b = per_rule.shape[:2]
-                    grouped = self._grouped_logsumexp(per_rule.reshape(m * b, -1)).reshape(m, b, -1)
-                    chart[s][:, : n - s + 1][..., self._group_lhs] = grouped.transpose(1, 0, 2)
-                out[idx] = chart[n, :, 0, self._top] - self._log_top_norm
+                lp = self._scaled_inside(ids)
+                for j, v in zip(idx, lp, strict=True):
+                    out[j] = v if v > _NEG_INF else self.log_prob(words[j])
         return out
+
+    def _scaled_inside(self, ids: np.ndarray) -> np.ndarray:
+        """``log p(w)`` of ``ids [B, n]`` (equal lengths) by the scaled probability-space CKY of
+        :meth:`log_probs`; ``-inf`` where ``w`` is not generated or the scaled chart may have
+        lost precision (a stored value below 1e-150 of its cell's largest, or a cell whose
+        largest sum fell below 1e-250: products of two such values could leave float64's range)."""
+        import torch
+        from torch import Tensor
+
+        B, n = ids.shape
+        nt, top = self._n_nt, self._top
+        term = torch.from_numpy(np.exp(self._term[:, ids].transpose(1, 2, 0)))  # [B, n, NT]
+        if n == 1 or not len(self._bin):
+            with np.errstate(divide="ignore"):
+                one = np.log(term[:, 0, top].numpy()) if n == 1 else np.full(B, _NEG_INF)
+            return one - self._log_top_norm
+        b_idx, c_idx, lhs = (torch.from_numpy(self._bin[:, j]) for j in (1, 2, 0))
+        w = torch.from_numpy(np.exp(self._bin_logw))
+        R, f64 = len(w), torch.float64
+        # The chart gathered at each rule's left and right child, [start, span, B, R], with one
+        # log scale per cell, [start, span, B]: inside(A, i, s) = exp(L[i, s]) · P[i, s, A] and
+        # max_A P[i, s, A] = 1.  The left children of span s at start i (span k, start i) are
+        # then a slice and the right ones (span s−k, start i+k) a strided view, k = 1..s−1.
+        left = torch.zeros(n, n + 1, B, R, dtype=f64)
+        right = torch.zeros(n, n + 1, B, R, dtype=f64)
+        L = torch.full((n, n + 1, B), -math.inf, dtype=f64)
+        risky = torch.zeros(B, dtype=torch.bool)
+
+        def normalise(P: Tensor) -> tuple[Tensor, Tensor]:  # P [m, B, NT] -> P / max, log max
+            mx = P.amax(2)  # [m, B]
+            ok = mx > 0
+            risky.logical_or_((ok & (mx < 1e-250)).any(0))
+            one = torch.where(ok, mx, torch.ones_like(mx))
+            P /= one[..., None]
+            risky.logical_or_(((P > 0) & (P < 1e-150)).any(2).any(0))
+            return P, torch.where(ok, torch.log(one), -math.inf)
+
+        P1, L[:, 1] = normalise(term.permute(1, 0, 2).contiguous())  # [start, B, NT]
+        left[:, 1], right[:, 1] = P1[..., b_idx], P1[..., c_idx]
+        st, sl = right.stride(), L.stride()
+        scratch = torch.empty(max((n - s + 1) * (s - 1) for s in range(2, n + 1)) * B * R, dtype=f64)
+        for s in range(2, n + 1):
+            m, k = n - s + 1, s - 1
+            off, offl = st[0] + (s - 1) * st[1], sl[0] + (s - 1) * sl[1]
+            lft, lftL = left[:m, 1:s], L[:m, 1:s]  # [m, k, B, R], [m, k, B]
+            rgt = right.as_strided((m, k, B, R), (st[0], st[0] - st[1], st[2], st[3]), off)
+            rgtL = L.as_strided((m, k, B), (sl[0], sl[0] - sl[1], sl[2]), offl)
+            E = lftL + rgtL  # each split's log scale
+            M = E.amax(1)  # [m, B]
+            M = torch.where(torch.isfinite(M), M, torch.zeros_like(M))
+            f = torch.exp(E - M[:, None])  # [m, k, B], ≤ 1
+            prod = scratch[: m * k * B * R].view(m, k, B, R)  # reused: no page faults
+            torch.mul(lft, f[..., None], out=prod).mul_(rgt)
+            per_rule = prod.sum(1).mul_(w)  # [m, B, R]
+            P, logmx = normalise(torch.zeros(m, B, nt, dtype=f64).index_add_(2, lhs, per_rule))
+            Ls = M + logmx
+            if s < n:
+                L[:m, s] = Ls
+                left[:m, s], right[:m, s] = P[..., b_idx], P[..., c_idx]
+        with np.errstate(divide="ignore"):
+            val = np.log(P[0, :, top].numpy()) + Ls[0].numpy()
+        val[risky.numpy()] = _NEG_INF
+        return val - self._log_top_norm
 
 
 def _is_unary(rhs: tuple[str, ...], nonterminals: Sequence[str]) -> bool:
