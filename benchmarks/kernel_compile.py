@@ -65,6 +65,11 @@ LAYERS: dict[str, dict[str, Any]] = {
     "nnpda": {"input_size": 16, "num_states": 64, "stack_symbols": 4, "depth": 64},
     "superposition_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
     "superposition_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "stratification_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "stratification_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "queue_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "tape_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "tape_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
 }
 ONE_HOT = ("second_order", "nnpda")
 TORCH_TO_TRITON = {
@@ -80,6 +85,7 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
     every launch (kernel, signature, constexprs, options) instead of running it."""
     launches: dict[tuple, dict[str, Any]] = {}
     original = JITFunction.run
+    current = {"layer": ""}  # the layer being run: the first to launch a kernel names its row
 
     def record(self: JITFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
@@ -101,12 +107,14 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
                 raise TypeError(f"{self.__name__}: cannot type argument {p.name}={v!r}")
         key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())))
         launches.setdefault(key, {"fn": self, "name": self.__name__, "signature": signature,
-                                  "constexprs": constexprs, "options": options})  # fmt: skip
+                                  "constexprs": constexprs, "options": options,
+                                  "layer": current["layer"]})  # fmt: skip
 
     JITFunction.run = record  # type: ignore[method-assign]
     os.environ["TRITON_INTERPRET"] = "1"  # lets the dispatch send CPU tensors to the kernels
     try:
         for name, kwargs in LAYERS.items():
+            current["layer"] = name
             for dtype in dtypes:
                 layer = create_layer(name, **kwargs).to(dtype)
                 gen = torch.Generator().manual_seed(0)
@@ -170,7 +178,7 @@ def _compile_into(rows: list[dict[str, Any]], launches: list[dict[str, Any]], ta
                 {t for t in launch["signature"].values() if t.startswith("*fp") or t.startswith("*bf")}
             )
             rows.append({
-                "kernel": launch["name"], "target": f"sm_{arch}", "dtypes": ",".join(d[1:] for d in dtypes),
+                "kernel": launch["name"], "layer": launch["layer"], "target": f"sm_{arch}", "dtypes": ",".join(d[1:] for d in dtypes),
                 "warps": launch["options"].get("num_warps", 4), "regs": usage["regs"],
                 "spills": usage["spills"], "stack": usage["stack"], "shared": compiled.metadata.shared,
                 "seconds": seconds,
@@ -187,12 +195,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     rows = compile_all(launches, args.targets)
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
           f"from {', '.join(LAYERS)} (state 64, batch 64); compiled without a GPU")  # fmt: skip
-    head = ["kernel", "target", "storage", "warps", "registers/thread", "spill stores (bytes/thread)",
+    head = ["kernel", "first launched by", "target", "storage", "warps", "registers/thread", "spill stores (bytes/thread)",
             "stack frame (bytes/thread)", "shared bytes", "compile s"]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
-        cells = [r["kernel"], r["target"], r["dtypes"], r["warps"], r["regs"], r["spills"], r["stack"],
+        cells = [r["kernel"], r["layer"], r["target"], r["dtypes"], r["warps"], r["regs"], r["spills"], r["stack"],
                  r["shared"], f"{r['seconds']:.1f}"]  # fmt: skip
         print("| " + " | ".join(str(c) for c in cells) + " |")
     return rows

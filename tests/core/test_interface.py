@@ -274,8 +274,9 @@ def test_cuda_matches_cpu(name, gen):
     cu = copy.deepcopy(layer).cuda()
     yc, sc = cu(x.cuda(), mask=mask.cuda())
     assert all(t.is_cuda for t in state_leaves(sc))
-    # the superposition stack's kernels: 3e-5 from the CPU path on an H100 (a softmax over the
-    # actions feeds every later step)
-    atol = 1e-4 if name.startswith("superposition") else 1e-5
+    # the stack RNN's kernels: 3e-5 from the CPU path on an H100 for the superposition stack (a
+    # softmax over the actions feeds every later step); the other memories' not yet run on a GPU
+    stack_kernels = ("superposition", "stratification", "queue", "tape")
+    atol = 1e-4 if name.startswith(stack_kernels) else 1e-5
     torch.testing.assert_close(yc.cpu(), y, atol=atol, rtol=1e-4)
     assert_close_tree(state_map(lambda t: t.cpu(), sc), s, atol=atol, rtol=1e-4)

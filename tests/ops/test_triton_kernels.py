@@ -195,6 +195,12 @@ LAYERS_WITH_KERNELS = [
             "nnpda",
             "superposition_lstm",
             "superposition_elman",
+            "stratification_lstm",
+            "stratification_elman",
+            "queue_lstm",
+            "queue_elman",
+            "tape_lstm",
+            "tape_elman",
         )
     )
 ]
@@ -230,18 +236,29 @@ def test_layers_on_their_kernels_equal_the_reference(name):
         torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
 
 
+#: each memory's value-activation argument
+VALUE_ARG = {
+    "superposition": "push_activation",
+    "stratification": "value_activation",
+    "queue": "value_activation",
+    "tape": "write_activation",
+}
+
+
 @needs_triton
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape"])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 @pytest.mark.parametrize(
     ("activation", "push_activation", "depth"),
     [("tanh", "sigmoid", 4), ("relu", "identity", 3), ("sigmoid", "tanh", 17)],
 )
-def test_superposition_stack_kernels_equal_the_reference(controller, activation, push_activation, depth):
-    """The superposition stack RNN's two kernels (:mod:`memrnn.ops.stack_rnn.triton`) against the
-    layer's reference loop: every value activation, Elman activations, a window shorter than the
-    sequence (content pushed out of it), a stack of several chunks of cells (depth 17 × width 9 >
-    BLOCK_F), padding, gradients of the final states and of every weight; the overflow the kernel
-    reports equals the reference's."""
+def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, push_activation, depth):
+    """The stack RNN's two kernels (:mod:`memrnn.ops.stack_rnn.triton`) against the layer's
+    reference loop, for every memory: every value activation, Elman activations, a window shorter
+    than the sequence (content pushed out of it), a memory of several chunks of cells (depth 17 ×
+    width 9 > BLOCK_F; for the stratification memories, chunks of 16 elements), padding, gradients
+    of the final states and of every weight; the overflow the kernel reports equals the
+    reference's."""
     from memrnn.core import reference_paths
     from memrnn.layers import StackRNN
 
@@ -249,8 +266,8 @@ def test_superposition_stack_kernels_equal_the_reference(controller, activation,
     width = 9 if depth == 17 else 3
     args = {"activation": activation} if controller == "elman" else {}
     layer = StackRNN(
-        4, 6, "superposition", controller, width=width, depth=depth, output="hidden+reading",
-        memory_args={"push_activation": push_activation}, controller_args=args,
+        4, 6, memory, controller, width=width, depth=depth, output="hidden+reading",
+        memory_args={VALUE_ARG[memory]: push_activation}, controller_args=args,
     ).to(DEVICE)  # fmt: skip
     B, T = 19, 7
     x = torch.randn(B, T, 4, device=DEVICE, requires_grad=True)
@@ -258,6 +275,11 @@ def test_superposition_stack_kernels_equal_the_reference(controller, activation,
         torch.arange(T)[None] < torch.tensor([T, 0, 3, *torch.randint(0, T + 1, (B - 3,)).tolist()])[:, None]
     ).to(DEVICE)
     s0 = state_map(lambda t: (t + 0.1 * torch.randn_like(t)).requires_grad_(), layer.initial_state(B))
+    if memory in ("stratification", "queue"):  # strengths in [0, 1], some of them full
+        g = torch.Generator().manual_seed(3)
+        strengths = torch.rand(B, depth, generator=g).to(DEVICE)
+        strengths[:, ::3] = 1.0
+        s0 = s0._replace(strengths=strengths.requires_grad_())
     results = []
     for context in (implementation("triton"), reference_paths()):
         with context:
@@ -286,33 +308,42 @@ def test_superposition_stack_kernels_equal_the_reference(controller, activation,
         *_, overflow = stack_rnn_sequence(
             x, w_in, b, w_rec, layer.memory.head.weight, layer.memory.head.bias,
             cs.h[:, 0] if lstm else cs.h, cs.c[:, 0] if lstm else None, tuple(ms),
-            controller=controller, activation=activation, memory="superposition",
+            controller=controller, activation=activation, memory=memory,
             value_activation=push_activation, lengths=mask.sum(1), overflow=True, impl="triton",
         )  # fmt: skip
         with reference_paths():
             expected = layer.trace(x, s0, mask)["overflow"] * mask
     tol = 1e-4 if DEVICE == "cuda" else 1e-5
     torch.testing.assert_close(overflow * mask, expected, atol=tol, rtol=tol)
-    assert bool((expected > 0).any())  # the random initial stack has content in its last cell
+    if memory != "tape":  # the random initial memory has content in its last cell (the tape is circular)
+        assert bool((expected > 0).any())
 
 
 @needs_triton
-def test_superposition_stack_kernels_in_bfloat16_and_strict_mode():
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape"])
+def test_stack_rnn_kernels_in_bfloat16_and_strict_mode(memory):
     """bfloat16 storage (float32 accumulation) stays near the float32 reference; ``strict`` on the
-    kernels raises the reference's error, naming the same step and row."""
+    kernels raises the reference's error, naming the same step and row (the tape is circular:
+    nothing overflows, so strict mode never raises)."""
     from memrnn.core import reference_paths
     from memrnn.layers import StackRNN
     from memrnn.layers.nnpda import StackOverflowError
 
     torch.manual_seed(2)
-    layer = StackRNN(4, 8, "superposition", "lstm", width=3, depth=2, strict=True).to(DEVICE)
+    depth = 1 if memory == "queue" else 2  # a queue pops its oldest element: a window of 1 overflows
+    layer = StackRNN(4, 8, memory, "lstm", width=3, depth=depth, strict=True).to(DEVICE)
     x = torch.randn(5, 6, 4, device=DEVICE)
-    messages = []
-    for context in (implementation("triton"), reference_paths()):
-        with context, pytest.raises(StackOverflowError, match=r"at step \d+, batch row \d+") as err:
-            layer(x)
-        messages.append(str(err.value))
-    assert messages[0] == messages[1]
+    if memory == "tape":
+        for context in (implementation("triton"), reference_paths()):
+            with context:
+                layer(x)
+    else:
+        messages = []
+        for context in (implementation("triton"), reference_paths()):
+            with context, pytest.raises(StackOverflowError, match=r"at step \d+, batch row \d+") as err:
+                layer(x)
+            messages.append(str(err.value))
+        assert messages[0] == messages[1]
     layer.strict = False
     with reference_paths():
         ref, _ = layer(x)

@@ -13,7 +13,7 @@ from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape")
-_TRITON_MEMORIES = ("superposition",)
+_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape")
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -50,8 +50,8 @@ def stack_rnn_sequence(
             state fields, batch first.
         lengths: ``[B]`` each row's length (right padding), None for all ``T``.
         overflow: compute what each step drops out of the window.
-        impl: ``"triton"`` (the superposition stack on CUDA, float32/bfloat16/float16: two
-            persistent kernels, :mod:`memrnn.ops.stack_rnn.triton`) or ``"cpu"`` (the
+        impl: ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
+            :mod:`memrnn.ops.stack_rnn.triton`) or ``"cpu"`` (the
             hand-written BPTT of :mod:`memrnn.ops.stack_rnn.cpu`, any device); None picks by
             device and dtype (:func:`memrnn.ops.dispatch.choose`).
 
@@ -60,11 +60,11 @@ def stack_rnn_sequence(
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
     """
     if choose(x, impl, triton_ok=memory in _TRITON_MEMORIES) == "triton":
-        from memrnn.ops.stack_rnn.triton import superposition_stack_rnn_triton
+        from memrnn.ops.stack_rnn.triton import stack_rnn_triton
 
-        return superposition_stack_rnn_triton(
-            x, w_in, b, w_rec, w_head, b_head, h0, c0, *memory0,
-            controller=controller, activation=activation, value_activation=value_activation, lengths=lengths,
+        return stack_rnn_triton(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller,
+            activation=activation, memory=memory, value_activation=value_activation, lengths=lengths,
         )  # fmt: skip
     spec = (controller, activation, memory, value_activation, bool(overflow))
     return StackRNNSequence.apply(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)

@@ -1,28 +1,29 @@
-"""A controller RNN (LSTM, gate blocks o, i, f, g, or Elman) driving Joulin & Mikolov's (2015)
-superposition stack, as two persistent Triton kernels: one launch for the forward pass of a whole
-sequence and one for the backward (the tiling of :mod:`memrnn.ops.elman.triton`: one program per
-tile of ``BLOCK_B`` batch rows, the state kept by the program for every step, blocks ordered by a
-barrier).  The CPU path of the same computation is :class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence`;
-the reference is :class:`memrnn.layers.StackRNN`'s loop over ``step``.
+"""A controller RNN (LSTM, gate blocks o, i, f, g, or Elman) driving a differentiable memory, as
+two persistent Triton kernels: one launch for the forward pass of a whole sequence and one for the
+backward (the tiling of :mod:`memrnn.ops.elman.triton`: one program per tile of ``BLOCK_B`` batch
+rows, the state kept by the program for every step, phases ordered by a barrier).  The memories:
+Joulin & Mikolov's (2015) superposition stack, Delétang et al.'s (2023) tape, and Grefenstette et
+al.'s (2015) stratification stack and neural queue.  The CPU path of the same computation is
+:class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence`; the reference is
+:class:`memrnn.layers.StackRNN`'s loop over ``step``.
 
 Forward, per step ``t`` (time-major buffers):
 
 1. the controller's gate pre-activations ``pre_t + z_{t−1} W_zᵀ`` with ``z = [h ; r]`` (the
-   controller's output and the stack's reading) by ``tl.dot``, then the LSTM or Elman update; ``h_t``
-   goes to ``zs[t+1, :, :N]``;
-2. the head ``h_t W_headᵀ + b_head``: the actions ``softmax`` over (push, pop, no-op), the pushed
-   vector ``v_t = act(·)`` (Joulin & Mikolov 2015, section 3.1), into ``hd[t]``;
-3. the stack (their equations 5–6) over the flattened ``[depth · width]`` cells in chunks:
-   ``S_t[i] = push · S_{t−1}[i−1] + pop · S_{t−1}[i+1] + noop · S_{t−1}[i]`` with ``S_{t−1}[−1] = v_t``
-   and an empty cell below the window; the top cell is the reading ``r_t`` (``zs[t+1, :, N:]``);
-   ``overflow_t = push · max|S_{t−1}[depth−1]|``, the mass a push moves out of the window.
+   controller's output and the memory's reading) by ``tl.dot``, then the LSTM or Elman update;
+   ``h_t`` goes to ``zs[t+1, :, :N]``;
+2. the head ``h_t W_headᵀ + b_head``: the actions (``softmax`` over push, pop, no-op or stay,
+   left, right; ``sigmoid`` push and pop strengths for the stratification memories) and the
+   pushed or written vector ``v_t = act(·)``, into ``hd[t]``;
+3. the memory, over its cells in chunks (each memory's ``_*_step`` below says how); its reading
+   ``r_t`` goes to ``zs[t+1, :, N:]`` and what leaves its window to ``ovf[t]``.
 
-Backward, per step, the same three phases reversed: the stack's ``∂S_{t−1}``, the three action
-gradients (sums over the cells) and ``∂v``; the softmax's and the value activation's derivatives
-into ``ghd``; ``∂h_t += ghd W_head`` and the controller's gate gradients into ``ga``; then
-``∂z_{t−1} = ga W_z`` by ``tl.dot``.  The weight gradients are single matrix products outside the
-kernels, and the input projection's through autograd.  Float32 accumulation whatever the storage
-dtype (float32, bfloat16, float16).
+Backward, per step, the same three phases reversed: the memory's state gradient, its action and
+value gradients (each memory's ``_*_step_grad``) with the head's activation derivatives into ``ghd``;
+``∂h_t += ghd W_head`` and the controller's gate gradients into ``ga``; then ``∂z_{t−1} = ga W_z``
+by ``tl.dot``.  The weight gradients are single matrix products outside the kernels, and the
+input projection's through autograd.  Float32 accumulation whatever the storage dtype (float32,
+bfloat16, float16).
 """
 
 from __future__ import annotations
@@ -60,27 +61,398 @@ def _value_grad_from_output(v, VCODE: tl.constexpr):
 
 
 @triton.jit
-def _actions(hrow, rmask):
-    """Push, pop and no-op of each row of the tile, ``[BLOCK_B]`` float32, from ``hd[t]``."""
-    push = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
-    pop = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
-    noop = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
-    return push, pop, noop
+def _three(hrow, rmask):
+    """Head columns 0, 1, 2 of each row of the tile (push, pop, no-op or stay, left, right),
+    ``[BLOCK_B]`` float32 each, from ``hd[t]``."""
+    a0 = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
+    a1 = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
+    a2 = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+    return a0, a1, a2
+
+
+# -- the memories' steps: ``t`` the step, ``rows``/``rmask`` the tile's batch rows -----------------
+@triton.jit
+def _superposition_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, DM, KH, NZ, BLOCK_B, BLOCK_F):
+    """Joulin & Mikolov's (2015) equations 5–6 over the flattened ``[depth · width]`` cells
+    ``s [T+1, B, DM]``: ``S_t[i] = push · S_{t−1}[i−1] + pop · S_{t−1}[i+1] + noop · S_{t−1}[i]``
+    with ``S_{t−1}[−1] = v_t`` and an empty cell below the window; returns ``push · max|S_{t−1}[D−1]|``,
+    the mass a push moves out of the window."""
+    push1, pop1, noop1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
+    push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
+    old_row = s_ptr + t * B * DM + rows[:, None] * DM
+    new_row = s_ptr + (t + 1) * B * DM + rows[:, None] * DM
+    lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for f0 in range(0, DM, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = rmask[:, None] & (fi < DM)[None, :]
+        topf = (fi < M)[None, :]
+        old = tl.load(old_row + fi[None, :], mask=mf, other=0.0).to(tl.float32)
+        up = tl.load(old_row + fi[None, :] + M, mask=mf & (fi + M < DM)[None, :], other=0.0).to(tl.float32)
+        below = tl.load(old_row + fi[None, :] - M, mask=mf & ~topf, other=0.0).to(tl.float32)
+        v = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :], mask=mf & topf, other=0.0).to(
+            tl.float32
+        )
+        new = push * tl.where(topf, v, below) + pop * up + noop * old
+        tl.store(new_row + fi[None, :], new.to(s_ptr.dtype.element_ty), mask=mf)
+        tl.store(
+            zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + fi[None, :],
+            new.to(zs_ptr.dtype.element_ty),
+            mask=mf & topf,
+        )
+        last = mf & (fi >= DM - M)[None, :]
+        lost = tl.maximum(lost, tl.max(tl.where(last, tl.abs(old), 0.0), 1))
+    return push1 * lost
+
+
+@triton.jit
+def _superposition_step_grad(
+    t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+    B, N, M, DM, KH, NZ, VCODE: tl.constexpr, HAS_GS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_F: tl.constexpr,
+):  # fmt: skip
+    """``∂S_t`` into ``gs[nxt]`` from ``∂S_{t+1}`` (``gs[cur]`` plus the reading's share, ``gz[cur]``);
+    the three action gradients through the softmax and the pushed vector's into ``ghd[t]``."""
+    push1, pop1, noop1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
+    push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
+    old_row = s_ptr + t * B * DM + rows[:, None] * DM
+    g_row = gs_ptr + cur * B * DM + rows[:, None] * DM  # ∂L/∂S_{t+1} (without the reading's share)
+    r_row = gz_ptr + cur * B * NZ + rows[:, None] * NZ + N  # ∂L/∂r_{t+1}
+    out_row = gs_ptr + nxt * B * DM + rows[:, None] * DM
+    g_push = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_pop = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_noop = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for f0 in range(0, DM, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = rmask[:, None] & (fi < DM)[None, :]
+        topf = (fi < M)[None, :]
+        has_up = mf & (fi + M < DM)[None, :]
+        has_below = mf & ~topf
+        # ∂L/∂S_{t+1} at fi, fi + M (one cell lower) and fi − M (one cell higher): the reading's
+        # share is on the top cell, fi < M
+        g0 = tl.load(g_row + fi[None, :], mask=mf, other=0.0) + tl.load(
+            r_row + fi[None, :], mask=mf & topf, other=0.0
+        )
+        g_dn = tl.load(g_row + fi[None, :] + M, mask=has_up, other=0.0)
+        g_hi = tl.load(g_row + fi[None, :] - M, mask=has_below, other=0.0) + tl.load(
+            r_row + fi[None, :] - M, mask=has_below & (fi < 2 * M)[None, :], other=0.0
+        )
+        old = tl.load(old_row + fi[None, :], mask=mf, other=0.0).to(tl.float32)
+        up = tl.load(old_row + fi[None, :] + M, mask=has_up, other=0.0).to(tl.float32)
+        below = tl.load(old_row + fi[None, :] - M, mask=has_below, other=0.0).to(tl.float32)
+        v = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :], mask=mf & topf, other=0.0).to(
+            tl.float32
+        )
+        g_push += tl.sum(g0 * tl.where(topf, v, below), 1)
+        g_pop += tl.sum(g0 * up, 1)
+        g_noop += tl.sum(g0 * old, 1)
+        g_old = noop * g0 + push * g_dn + pop * g_hi
+        if HAS_GS:
+            g_old += tl.load(gsx_ptr + t * B * DM + rows[:, None] * DM + fi[None, :], mask=mf, other=0.0).to(
+                tl.float32
+            )
+        tl.store(out_row + fi[None, :], g_old, mask=mf)
+        gv = push * g0 * _value_grad_from_output(v, VCODE)
+        tl.store(
+            ghd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :],
+            gv.to(ghd_ptr.dtype.element_ty),
+            mask=mf & topf,
+        )
+    _softmax3_grads(ghd_ptr + t * B * KH + rows * KH, rmask, push1, pop1, noop1, g_push, g_pop, g_noop)
+
+
+@triton.jit
+def _softmax3_grads(grow, rmask, a0, a1, a2, g0, g1, g2):
+    """The three actions' pre-activation gradients through their softmax into ``ghd[t]``."""
+    dot = a0 * g0 + a1 * g1 + a2 * g2
+    gty = grow.dtype.element_ty
+    tl.store(grow, (a0 * (g0 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 1, (a1 * (g1 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 2, (a2 * (g2 - dot)).to(gty), mask=rmask)
+
+
+@triton.jit
+def _written(s_row, v_row, q, mask, M):
+    """The tape after the write, at flat cells ``q``: the written vector in the head's cell
+    (``q < M``), the old tape elsewhere."""
+    head = q < M
+    v = tl.load(v_row + q, mask=mask & head, other=0.0).to(tl.float32)
+    s = tl.load(s_row + q, mask=mask & ~head, other=0.0).to(tl.float32)
+    return tl.where(head, v, s)
+
+
+@triton.jit
+def _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, DM, KH, NZ, BLOCK_F):
+    """Delétang et al.'s (2023) tape, ``s [T+1, B, DM]`` (the head's cell first, circular): write
+    ``v_t`` into the head's cell, then ``S_t[i] = stay · W[i] + left · W[i+1] + right · W[i−1]``."""
+    stay1, left1, right1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
+    stay, left, right = stay1[:, None], left1[:, None], right1[:, None]
+    old_row = s_ptr + t * B * DM + rows[:, None] * DM
+    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + 3
+    new_row = s_ptr + (t + 1) * B * DM + rows[:, None] * DM
+    for f0 in range(0, DM, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = rmask[:, None] & (fi < DM)[None, :]
+        q = fi[None, :]
+        new = (
+            stay * _written(old_row, v_row, q, mf, M)
+            + left * _written(old_row, v_row, (q + M) % DM, mf, M)
+            + right * _written(old_row, v_row, (q + DM - M) % DM, mf, M)
+        )
+        tl.store(new_row + q, new.to(s_ptr.dtype.element_ty), mask=mf)
+        tl.store(
+            zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + q,
+            new.to(zs_ptr.dtype.element_ty),
+            mask=mf & (q < M),
+        )
+
+
+@triton.jit
+def _tape_grad_at(g_row, r_row, q, mask, M):
+    """``∂L/∂S_{t+1}`` at flat cells ``q``: the carried gradient plus the reading's (head cell)."""
+    return tl.load(g_row + q, mask=mask, other=0.0) + tl.load(r_row + q, mask=mask & (q < M), other=0.0)
+
+
+@triton.jit
+def _tape_step_grad(
+    t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+    B, N, M, DM, KH, NZ, VCODE: tl.constexpr, HAS_GS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_F: tl.constexpr,
+):  # fmt: skip
+    """``∂S_t`` into ``gs[nxt]``: ``∂W[j] = stay · g[j] + left · g[j−1] + right · g[j+1]``, the head's
+    cell to the written vector and the rest to the old tape; the moves' gradients through their
+    softmax into ``ghd[t]``."""
+    stay1, left1, right1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
+    stay, left, right = stay1[:, None], left1[:, None], right1[:, None]
+    old_row = s_ptr + t * B * DM + rows[:, None] * DM
+    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + 3
+    g_row = gs_ptr + cur * B * DM + rows[:, None] * DM
+    r_row = gz_ptr + cur * B * NZ + rows[:, None] * NZ + N
+    out_row = gs_ptr + nxt * B * DM + rows[:, None] * DM
+    g_stay = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_left = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_right = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for f0 in range(0, DM, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = rmask[:, None] & (fi < DM)[None, :]
+        q = fi[None, :]
+        ql, qr = (q + M) % DM, (q + DM - M) % DM  # one cell to the right / to the left, circular
+        g0 = _tape_grad_at(g_row, r_row, q, mf, M)
+        g_stay += tl.sum(g0 * _written(old_row, v_row, q, mf, M), 1)
+        g_left += tl.sum(g0 * _written(old_row, v_row, ql, mf, M), 1)
+        g_right += tl.sum(g0 * _written(old_row, v_row, qr, mf, M), 1)
+        gw = (
+            stay * g0
+            + left * _tape_grad_at(g_row, r_row, qr, mf, M)
+            + right * _tape_grad_at(g_row, r_row, ql, mf, M)
+        )
+        head = q < M
+        g_old = tl.where(head, 0.0, gw)
+        if HAS_GS:
+            g_old += tl.load(gsx_ptr + t * B * DM + rows[:, None] * DM + q, mask=mf, other=0.0).to(tl.float32)
+        tl.store(out_row + q, g_old, mask=mf)
+        v = tl.load(v_row + q, mask=mf & head, other=0.0).to(tl.float32)
+        tl.store(
+            ghd_ptr + t * B * KH + rows[:, None] * KH + 3 + q,
+            (gw * _value_grad_from_output(v, VCODE)).to(ghd_ptr.dtype.element_ty),
+            mask=mf & head,
+        )
+    _softmax3_grads(ghd_ptr + t * B * KH + rows * KH, rmask, stay1, left1, right1, g_stay, g_left, g_right)
+
+
+@triton.jit
+def _chunk(c, D, BLOCK_D: tl.constexpr, REV: tl.constexpr):
+    """The first element of the ``c``-th chunk of ``D`` elements, last chunk first if ``REV``."""
+    if REV:
+        return (tl.cdiv(D, BLOCK_D) - 1 - c) * BLOCK_D
+    else:
+        return c * BLOCK_D
+
+
+@triton.jit
+def _exclusive(x, carry, REV: tl.constexpr):
+    """Exclusive running sums of ``x [BLOCK_B, BLOCK_D]`` along the elements, continuing ``carry``
+    (the earlier chunks' total): prefix sums, or suffix sums if ``REV``.  A stack's covered sums
+    are prefix sums over the elements (newest first) and their transpose suffix sums; a queue's
+    the other way round.  Both directions are scans, never ``total − prefix``, so the last
+    element's suffix sum is exactly 0 (a tie the subgradients see)."""
+    return carry[:, None] + tl.cumsum(x, 1, reverse=REV) - x
+
+
+@triton.jit
+def _strat_step(
+    t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
+    QUEUE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Grefenstette et al.'s (2015) equations 1–3 (stack) or their queue: strengths ``s [T+1, B, D]``
+    newest first; the values slide in ``p [T+D, B, M]`` (``p[T−1−t] = v_t``, the window of step
+    ``t`` is ``p[T−t : T−t+D]``).  Pop ``s' = max(0, s − max(0, pop − covered(s)))``, push ``v_t``
+    with strength ``push``, read ``Σ_i min(s_i, max(0, 1 − covered(s)_i)) · V_i``; returns the
+    strength that leaves the window."""
+    push = tl.load(hd_ptr + t * B * KH + rows * KH, mask=rmask, other=0.0).to(tl.float32)
+    pop = tl.load(hd_ptr + t * B * KH + rows * KH + 1, mask=rmask, other=0.0).to(tl.float32)
+    old_row = s_ptr + t * B * D + rows[:, None] * D
+    new_row = s_ptr + (t + 1) * B * D + rows[:, None] * D
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        cov = _exclusive(old, carry, QUEUE)
+        carry += tl.sum(old, 1)
+        popped = tl.maximum(old - tl.maximum(pop[:, None] - cov, 0.0), 0.0)
+        tl.store(
+            new_row + di[None, :] + 1, popped.to(s_ptr.dtype.element_ty), mask=md & (di + 1 < D)[None, :]
+        )
+        lost += tl.sum(tl.where(md & (di == D - 1)[None, :], popped, 0.0), 1)
+    tl.store(new_row, push[:, None].to(s_ptr.dtype.element_ty), mask=rmask[:, None])
+    mcols = tl.arange(0, BLOCK_M)
+    mm = rmask[:, None] & (mcols < M)[None, :]
+    v = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 2 + mcols[None, :], mask=mm, other=0.0)
+    tl.store(
+        p_ptr + (T - 1 - t) * B * M + rows[:, None] * M + mcols[None, :],
+        v.to(p_ptr.dtype.element_ty),
+        mask=mm,
+    )
+    tl.debug_barrier()
+    # the reading of the new structure
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    r = tl.zeros((BLOCK_B, BLOCK_M), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        cov = _exclusive(new, carry, QUEUE)
+        carry += tl.sum(new, 1)
+        w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
+        V = tl.load(
+            p_ptr + (T - 1 - t + di)[None, :, None] * B * M + rows[:, None, None] * M + mcols[None, None, :],
+            mask=md[:, :, None] & (mcols < M)[None, None, :],
+            other=0.0,
+        ).to(tl.float32)
+        r += tl.sum(w[:, :, None] * V, 1)
+    tl.store(
+        zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + mcols[None, :],
+        r.to(zs_ptr.dtype.element_ty),
+        mask=mm,
+    )
+    return lost
+
+
+@triton.jit
+def _strat_step_grad(
+    t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, gs_ptr, gp_ptr, x_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+    B, N, M, D, KH, NZ, VCODE: tl.constexpr, QUEUE: tl.constexpr, HAS_GS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`_strat_step` with autograd's subgradients (``max(·, 0)`` passes at 0,
+    ``minimum`` splits a tie in halves): the strengths' gradient ``gs[cur] -> gs[nxt]``, the
+    values' accumulated in ``gp [T+D, B, M]`` (float32), the push and pop strengths' through their
+    sigmoid and the pushed vector's into ``ghd[t]``.  ``x [2, B, D]`` is float32 scratch."""
+    push = tl.load(hd_ptr + t * B * KH + rows * KH, mask=rmask, other=0.0).to(tl.float32)
+    pop = tl.load(hd_ptr + t * B * KH + rows * KH + 1, mask=rmask, other=0.0).to(tl.float32)
+    old_row = s_ptr + t * B * D + rows[:, None] * D
+    new_row = s_ptr + (t + 1) * B * D + rows[:, None] * D
+    g_row = gs_ptr + cur * B * D + rows[:, None] * D  # ∂L/∂s_{t+1}, then with the reading's share
+    out_row = gs_ptr + nxt * B * D + rows[:, None] * D
+    x_row = x_ptr + rows[:, None] * D
+    y_row = x_ptr + B * D + rows[:, None] * D
+    mcols = tl.arange(0, BLOCK_M)
+    mm = rmask[:, None] & (mcols < M)[None, :]
+    g_r = tl.load(gz_ptr + cur * B * NZ + rows[:, None] * NZ + N + mcols[None, :], mask=mm, other=0.0)
+    # 1. the reading: ∂w, the values' share, and the strengths' through w = min(s, max(0, 1 − cov(s)))
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        a3 = 1.0 - _exclusive(new, carry, QUEUE)
+        carry += tl.sum(new, 1)
+        r3 = tl.maximum(a3, 0.0)
+        w = tl.minimum(new, r3)
+        da = tl.where(new < r3, 1.0, tl.where(new == r3, 0.5, 0.0))
+        db3 = tl.where(a3 >= 0, 1.0 - da, 0.0)
+        m3 = md[:, :, None] & (mcols < M)[None, None, :]
+        off = (T - 1 - t + di)[None, :, None] * B * M + rows[:, None, None] * M + mcols[None, None, :]
+        V = tl.load(p_ptr + off, mask=m3, other=0.0).to(tl.float32)
+        g_w = tl.sum(V * g_r[:, None, :], 2)
+        gp = tl.load(gp_ptr + off, mask=m3, other=0.0)
+        tl.store(gp_ptr + off, gp + w[:, :, None] * g_r[:, None, :], mask=m3)
+        tl.store(x_row + di[None, :], g_w * db3, mask=md)  # −∂L/∂cov
+        tl.store(y_row + di[None, :], g_w * da, mask=md)
+    tl.debug_barrier()
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_push = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, not QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        x = tl.load(x_row + di[None, :], mask=md, other=0.0)
+        gn = tl.load(g_row + di[None, :], mask=md, other=0.0) + tl.load(
+            y_row + di[None, :], mask=md, other=0.0
+        )
+        gn -= _exclusive(x, carry, not QUEUE)
+        carry += tl.sum(x, 1)
+        tl.store(g_row + di[None, :], gn, mask=md)
+        g_push += tl.sum(tl.where(md & (di == 0)[None, :], gn, 0.0), 1)
+    tl.debug_barrier()
+    # 2. the pop (new strength 0 is the push, new i+1 is popped i)
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_pop = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        a1 = pop[:, None] - _exclusive(old, carry, QUEUE)
+        carry += tl.sum(old, 1)
+        a2 = old - tl.maximum(a1, 0.0)
+        g_a2 = tl.load(g_row + di[None, :] + 1, mask=md & (di + 1 < D)[None, :], other=0.0)
+        g_a2 = tl.where(a2 >= 0, g_a2, 0.0)
+        g_a1 = tl.where(a1 >= 0, g_a2, 0.0)  # −∂L/∂a1
+        g_pop -= tl.sum(g_a1, 1)
+        tl.store(x_row + di[None, :], g_a1, mask=md)
+        tl.store(y_row + di[None, :], g_a2, mask=md)
+    tl.debug_barrier()
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(D, BLOCK_D)):
+        di = _chunk(c, D, BLOCK_D, not QUEUE) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < D)[None, :]
+        x = tl.load(x_row + di[None, :], mask=md, other=0.0)
+        g_old = tl.load(y_row + di[None, :], mask=md, other=0.0) + _exclusive(x, carry, not QUEUE)
+        carry += tl.sum(x, 1)
+        if HAS_GS:
+            g_old += tl.load(gsx_ptr + t * B * D + rows[:, None] * D + di[None, :], mask=md, other=0.0).to(
+                tl.float32
+            )
+        tl.store(out_row + di[None, :], g_old, mask=md)
+    # 3. the pushed vector (its gradient is complete: the windows after step t are done) and the heads
+    v = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 2 + mcols[None, :], mask=mm, other=0.0).to(
+        tl.float32
+    )
+    gv = tl.load(gp_ptr + (T - 1 - t) * B * M + rows[:, None] * M + mcols[None, :], mask=mm, other=0.0)
+    gty = ghd_ptr.dtype.element_ty
+    grow = ghd_ptr + t * B * KH + rows * KH
+    tl.store(grow[:, None] + 2 + mcols[None, :], (gv * _value_grad_from_output(v, VCODE)).to(gty), mask=mm)
+    tl.store(grow, (g_push * push * (1.0 - push)).to(gty), mask=rmask)
+    tl.store(grow + 1, (g_pop * pop * (1.0 - pop)).to(gty), mask=rmask)
+
+
+#: the memories the kernels run, by code
+MEMORY_CODES = {"superposition": 0, "tape": 1, "stratification": 2, "queue": 3}
 
 
 @triton.jit
 def _stack_fwd(
-    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, ovf_ptr,
-    T, B, N, M, DM, KH,
-    LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr,
+    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr,
+    T, B, N, M, D, SW, KH,
+    LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
     BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_F: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``gates`` ``[T, B, G]`` (``G = 4N`` LSTM, ``N`` Elman; ``gates`` holds the LSTM's
     activated gates or the Elman pre-activation), ``wz [G, N+M]``, ``wh [KH, N]``, ``bh [KH]``,
     ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]``, ``hd [T, B, KH]`` (actions, then the pushed vector),
-    ``s [T+1, B, DM]`` (the stack, ``DM = depth · M``), ``ovf [T, B]``; index 0 of ``zs``, ``cs``
-    and ``s`` holds the initial state."""
+    ``s [T+1, B, SW]`` (the memory's cells, ``SW = D · M``, or the stratification strengths,
+    ``SW = D``), ``p [T+D, B, M]`` (the stratification values; unused otherwise), ``ovf [T, B]``;
+    index 0 of ``zs``, ``cs`` and ``s`` holds the initial state."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -168,63 +540,55 @@ def _stack_fwd(
                 wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
             ).to(tl.float32)
             acc += tl.sum(h[:, :, None] * wt[None, :, :], 1)  # a tl.dot here: 43 KB/thread of spills
-        is_act = (hcols < 3)[None, :]
-        logits = tl.where(is_act, acc, float("-inf"))
-        e = tl.where(is_act, tl.exp(logits - tl.max(logits, 1)[:, None]), 0.0)
-        heads = tl.where(is_act, e / tl.sum(e, 1)[:, None], _act(acc, VCODE))
+        if MEM < 2:  # softmax over three actions
+            is_act = (hcols < 3)[None, :]
+            logits = tl.where(is_act, acc, float("-inf"))
+            e = tl.where(is_act, tl.exp(logits - tl.max(logits, 1)[:, None]), 0.0)
+            heads = tl.where(is_act, e / tl.sum(e, 1)[:, None], _act(acc, VCODE))
+        else:  # sigmoid push and pop strengths
+            heads = tl.where((hcols < 2)[None, :], _sig(acc), _act(acc, VCODE))
         tl.store(
             hd_ptr + t * B * KH + rows[:, None] * KH + hcols[None, :],
             heads.to(hd_ptr.dtype.element_ty),
             mask=rmask[:, None] & hmask[None, :],
         )
         tl.debug_barrier()
-        # 3. the stack
-        push1, pop1, noop1 = _actions(hd_ptr + t * B * KH + rows * KH, rmask)
-        push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
-        old_row = s_ptr + t * B * DM + rows[:, None] * DM
-        new_row = s_ptr + (t + 1) * B * DM + rows[:, None] * DM
-        lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
-        for f0 in range(0, DM, BLOCK_F):
-            fi = f0 + tl.arange(0, BLOCK_F)
-            mf = rmask[:, None] & (fi < DM)[None, :]
-            topf = (fi < M)[None, :]
-            old = tl.load(old_row + fi[None, :], mask=mf, other=0.0).to(tl.float32)
-            up = tl.load(old_row + fi[None, :] + M, mask=mf & (fi + M < DM)[None, :], other=0.0).to(
-                tl.float32
+        # 3. the memory
+        if MEM == 0:
+            lost = _superposition_step(
+                t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_B, BLOCK_F
             )
-            below = tl.load(old_row + fi[None, :] - M, mask=mf & ~topf, other=0.0).to(tl.float32)
-            v = tl.load(
-                hd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :], mask=mf & topf, other=0.0
-            ).to(tl.float32)
-            new = push * tl.where(topf, v, below) + pop * up + noop * old
-            tl.store(new_row + fi[None, :], new.to(s_ptr.dtype.element_ty), mask=mf)
-            tl.store(
-                zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + fi[None, :],
-                new.to(zs_ptr.dtype.element_ty),
-                mask=mf & topf,
-            )
-            last = mf & (fi >= DM - M)[None, :]
-            lost = tl.maximum(lost, tl.max(tl.where(last, tl.abs(old), 0.0), 1))
-        tl.store(ovf_ptr + t * B + rows, (push1 * lost).to(ovf_ptr.dtype.element_ty), mask=rmask)
+        elif MEM == 1:
+            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_F)
+            lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        else:
+            lost = _strat_step(
+                t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
+                MEM == 3, BLOCK_B, BLOCK_D, BLOCK_M,
+            )  # fmt: skip
+        tl.store(ovf_ptr + t * B + rows, lost.to(ovf_ptr.dtype.element_ty), mask=rmask)
         tl.debug_barrier()
 
 
 @triton.jit
 def _stack_bwd(
-    gzx_ptr, gcx_ptr, gsx_ptr, wz_ptr, wh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr,
-    ga_ptr, ghd_ptr, gz_ptr, gc_ptr, gs_ptr,
-    T, B, N, M, DM, KH,
-    LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr,
+    gzx_ptr, gcx_ptr, gsx_ptr, wz_ptr, wh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr,
+    ga_ptr, ghd_ptr, gz_ptr, gc_ptr, gs_ptr, gp_ptr, x_ptr,
+    T, B, N, M, D, SW, KH,
+    LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     HAS_GZ: tl.constexpr, HAS_GC: tl.constexpr, HAS_GS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
     BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_F: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
 ):  # fmt: skip
     """The gradients from outside: ``gzx [T+1, B, N+M]`` (of ``zs``), ``gcx [T+1, B, N]`` (of
-    ``cs``), ``gsx [T+1, B, DM]`` (of the stacks), each used only when its ``HAS_*`` is set.  Out:
+    ``cs``), ``gsx [T+1, B, SW]`` (of ``s``), each used only when its ``HAS_*`` is set.  Out:
     ``ga [T, B, G]`` (gate pre-activations), ``ghd [T, B, KH]`` (head pre-activations).  Float32
-    ping-pong scratch ``gz [2, B, N+M]``, ``gc [2, B, N]``, ``gs [2, B, DM]`` hold the gradients of
+    ping-pong scratch ``gz [2, B, N+M]``, ``gc [2, B, N]``, ``gs [2, B, SW]`` hold the gradients of
     step ``t``'s state in slot ``t % 2`` (slot ``T % 2`` filled by the caller); slot 0 ends with
-    the initial state's (``gs`` without the initial reading's share, which ``gz`` holds)."""
+    the initial state's (``gs`` without the initial reading's share, which ``gz`` holds).  The
+    stratification memories also take ``gp [T+D, B, M]`` (float32, the values' gradient, filled
+    with the outside gradient of ``p`` by the caller) and scratch ``x [2, B, D]``."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -236,58 +600,22 @@ def _stack_bwd(
     for step in range(T):
         t = T - 1 - step
         cur, nxt = (t + 1) % 2, t % 2
-        # A. the stack: ∂S_t, the actions' and the pushed vector's gradients
-        push1, pop1, noop1 = _actions(hd_ptr + t * B * KH + rows * KH, rmask)
-        push, pop, noop = push1[:, None], pop1[:, None], noop1[:, None]
-        old_row = s_ptr + t * B * DM + rows[:, None] * DM
-        g_row = gs_ptr + cur * B * DM + rows[:, None] * DM  # ∂L/∂S_{t+1} (without the reading's share)
-        r_row = gz_ptr + cur * B * NZ + rows[:, None] * NZ + N  # ∂L/∂r_{t+1}
-        out_row = gs_ptr + nxt * B * DM + rows[:, None] * DM
-        g_push = tl.zeros((BLOCK_B,), dtype=tl.float32)
-        g_pop = tl.zeros((BLOCK_B,), dtype=tl.float32)
-        g_noop = tl.zeros((BLOCK_B,), dtype=tl.float32)
-        for f0 in range(0, DM, BLOCK_F):
-            fi = f0 + tl.arange(0, BLOCK_F)
-            mf = rmask[:, None] & (fi < DM)[None, :]
-            topf = (fi < M)[None, :]
-            has_up = mf & (fi + M < DM)[None, :]
-            has_below = mf & ~topf
-            # ∂L/∂S_{t+1} at fi, fi + M (one cell lower) and fi − M (one cell higher): the reading's
-            # share is on the top cell, fi < M
-            g0 = tl.load(g_row + fi[None, :], mask=mf, other=0.0) + tl.load(
-                r_row + fi[None, :], mask=mf & topf, other=0.0
-            )
-            g_dn = tl.load(g_row + fi[None, :] + M, mask=has_up, other=0.0)
-            g_hi = tl.load(g_row + fi[None, :] - M, mask=has_below, other=0.0) + tl.load(
-                r_row + fi[None, :] - M, mask=has_below & (fi < 2 * M)[None, :], other=0.0
-            )
-            old = tl.load(old_row + fi[None, :], mask=mf, other=0.0).to(tl.float32)
-            up = tl.load(old_row + fi[None, :] + M, mask=has_up, other=0.0).to(tl.float32)
-            below = tl.load(old_row + fi[None, :] - M, mask=has_below, other=0.0).to(tl.float32)
-            v = tl.load(
-                hd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :], mask=mf & topf, other=0.0
-            ).to(tl.float32)
-            g_push += tl.sum(g0 * tl.where(topf, v, below), 1)
-            g_pop += tl.sum(g0 * up, 1)
-            g_noop += tl.sum(g0 * old, 1)
-            g_old = noop * g0 + push * g_dn + pop * g_hi
-            if HAS_GS:
-                g_old += tl.load(
-                    gsx_ptr + t * B * DM + rows[:, None] * DM + fi[None, :], mask=mf, other=0.0
-                ).to(tl.float32)
-            tl.store(out_row + fi[None, :], g_old, mask=mf)
-            gv = push * g0 * _value_grad_from_output(v, VCODE)
-            tl.store(
-                ghd_ptr + t * B * KH + rows[:, None] * KH + 3 + fi[None, :],
-                gv.to(ghd_ptr.dtype.element_ty),
-                mask=mf & topf,
-            )
-        dot = push1 * g_push + pop1 * g_pop + noop1 * g_noop
-        gty = ghd_ptr.dtype.element_ty
-        grow = ghd_ptr + t * B * KH + rows * KH
-        tl.store(grow, (push1 * (g_push - dot)).to(gty), mask=rmask)
-        tl.store(grow + 1, (pop1 * (g_pop - dot)).to(gty), mask=rmask)
-        tl.store(grow + 2, (noop1 * (g_noop - dot)).to(gty), mask=rmask)
+        # A. the memory: its state gradient, the actions' and the pushed vector's gradients
+        if MEM == 0:
+            _superposition_step_grad(
+                t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+                B, N, M, SW, KH, NZ, VCODE, HAS_GS, BLOCK_B, BLOCK_F,
+            )  # fmt: skip
+        elif MEM == 1:
+            _tape_step_grad(
+                t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+                B, N, M, SW, KH, NZ, VCODE, HAS_GS, BLOCK_B, BLOCK_F,
+            )  # fmt: skip
+        else:
+            _strat_step_grad(
+                t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, gs_ptr, gp_ptr, x_ptr, gz_ptr, gsx_ptr, ghd_ptr,
+                cur, nxt, B, N, M, D, KH, NZ, VCODE, MEM == 3, HAS_GS, BLOCK_B, BLOCK_D, BLOCK_M,
+            )  # fmt: skip
         tl.debug_barrier()
         # B. ∂h_t (the head's share added) and the controller's gate gradients
         ghd = tl.load(
@@ -356,72 +684,93 @@ def _stack_bwd(
         tl.debug_barrier()
 
 
-class SuperpositionStackTriton(torch.autograd.Function):
+class StackRNNTriton(torch.autograd.Function):
     """``pre [T, B, G]`` (time-major ``x w_xᵀ + b``), ``w_z [G, N+M]`` (over ``[h ; r]``),
-    ``w_head [3+M, N]``, ``b_head [3+M]`` (push, pop, no-op, then the value), ``h0 [B, N]``,
-    ``c0 [B, N]`` (ignored for Elman), ``s0 [B, D·M]`` -> ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]``
-    (empty for Elman), ``stacks [T+1, B, D·M]``, ``overflow [T, B]`` (not differentiable)."""
+    ``w_head [KH, N]``, ``b_head [KH]`` (the actions in the layer's order, then the value),
+    ``h0 [B, N]``, ``c0 [B, N]`` (ignored for Elman), ``s0 [B, SW]`` (the memory's initial cells or
+    strengths), ``p0 [B, D, M]`` (the stratification memories' initial values, else None), ``r0
+    [B, M]`` (the initial reading) -> ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]`` (empty for Elman),
+    ``s [T+1, B, SW]``, ``p [T+D, B, M]`` (empty but for the stratification memories; the window
+    of step ``t`` is ``p[T−t : T−t+D]``), ``overflow [T, B]`` (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, pre, w_z, w_head, b_head, h0, c0, s0, spec):  # type: ignore[override]
-        lstm, code, vcode = spec
+    def forward(ctx, pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, spec):  # type: ignore[override]
+        lstm, code, vcode, mem = spec
         T, B, _ = pre.shape
-        N, KH, DM = w_head.shape[1], w_head.shape[0], s0.shape[1]
-        M = KH - 3
+        N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
+        strat = mem >= 2
+        M = KH - (2 if strat else 3)
+        D = p0.shape[1] if strat else SW // M
         NZ = N + M
         pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
         zs = pre.new_empty(T + 1, B, NZ)
         zs[0, :, :N] = h0
-        zs[0, :, N:] = s0[:, :M]
+        zs[0, :, N:] = r0
         cs = pre.new_empty(T + 1, B, N) if lstm else pre.new_empty(0)
         if lstm:
             cs[0] = c0
         gates = torch.empty_like(pre)
         hd = pre.new_empty(T, B, KH)
-        stacks = pre.new_empty(T + 1, B, DM)
-        stacks[0] = s0
+        s = pre.new_empty(T + 1, B, SW)
+        s[0] = s0
+        p = pre.new_empty(T + D, B, M) if strat else pre.new_empty(0)
+        if strat:
+            p[T:] = p0.transpose(0, 1)
         ovf = pre.new_zeros(T, B)
         if T > 0 and B > 0:
             _stack_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, stacks, ovf, T, B, N, M, DM, KH,
-                lstm, code, vcode, BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F,
+                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s, ovf,
+                T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
+                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
                 num_warps=DOT_WARPS,
             )  # fmt: skip
-        ctx.spec = spec
+        ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(ovf)
-        ctx.save_for_backward(w_z, w_head, zs, cs, gates, hd, stacks)
-        return zs, cs, stacks, ovf
+        ctx.save_for_backward(w_z, w_head, zs, cs, gates, hd, s, p)
+        return zs, cs, s, p, ovf
 
     @staticmethod
     @first_order
-    def backward(ctx, g_zs, g_cs, g_stacks, _g_ovf):  # type: ignore[override]
-        w_z, w_head, zs, cs, gates, hd, stacks = ctx.saved_tensors
-        lstm, code, vcode = ctx.spec
+    def backward(ctx, g_zs, g_cs, g_s, g_p, _g_ovf):  # type: ignore[override]
+        w_z, w_head, zs, cs, gates, hd, s, p = ctx.saved_tensors
+        lstm, code, vcode, mem = ctx.spec
+        M, D = ctx.dims
+        strat = mem >= 2
         T, B, G = gates.shape
-        N, KH, DM = w_head.shape[1], w_head.shape[0], stacks.shape[2]
-        M, NZ = KH - 3, N + KH - 3
+        N, KH, SW = w_head.shape[1], w_head.shape[0], s.shape[2]
+        NZ = N + M
         f32 = dict(device=zs.device, dtype=torch.float32)
-        gz, gc, gs = torch.zeros(2, B, NZ, **f32), torch.zeros(2, B, N, **f32), torch.zeros(2, B, DM, **f32)
+        gz, gc, gs = torch.zeros(2, B, NZ, **f32), torch.zeros(2, B, N, **f32), torch.zeros(2, B, SW, **f32)
         if not lstm:
             g_cs = None
-        for buf, g in ((gz, g_zs), (gc, g_cs), (gs, g_stacks)):
+        for buf, g in ((gz, g_zs), (gc, g_cs), (gs, g_s)):
             if g is not None:
                 buf[T % 2] = g[T]
-        g_zs, g_cs, g_stacks = (None if g is None else g.contiguous() for g in (g_zs, g_cs, g_stacks))
+        gp = torch.zeros(T + D, B, M, **f32) if strat else gs  # contiguous, whatever g_p's strides
+        if strat and g_p is not None:
+            gp.copy_(g_p)
+        scratch = torch.empty(2, B, D, **f32) if strat else gs
+        g_zs, g_cs, g_s = (None if g is None else g.contiguous() for g in (g_zs, g_cs, g_s))
         ga = torch.empty_like(gates)
         ghd = torch.empty_like(hd)
         if T > 0 and B > 0:
             _stack_bwd[(triton.cdiv(B, BLOCK_B),)](
-                zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_stacks is None else g_stacks,
-                w_z, w_head, zs, cs if lstm else zs, gates, hd, stacks, ga, ghd, gz, gc, gs, T, B, N, M, DM, KH,
-                lstm, code, vcode, g_zs is not None, g_cs is not None, g_stacks is not None,
-                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F,
+                zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_s is None else g_s,
+                w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s,
+                ga, ghd, gz, gc, gs, gp, scratch, T, B, N, M, D, SW, KH,
+                lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
+                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
                 num_warps=DOT_WARPS,
             )  # fmt: skip
         dt = zs.dtype
         g_s0 = gs[0].clone()
-        g_s0[:, :M] += gz[0, :, N:]
+        g_r0 = None
+        if strat:  # the reading is a state field of its own
+            g_r0 = gz[0, :, N:].to(dt)
+        else:  # the reading is the top (head) cell
+            g_s0[:, :M] += gz[0, :, N:]
+        g_p0 = gp[T:].transpose(0, 1).to(dt) if strat else None
         g_w_z = g_w_head = g_b_head = None
         if ctx.needs_input_grad[1]:
             g_w_z = (ga.reshape(T * B, G).t().float() @ zs[:T].reshape(T * B, NZ).float()).to(w_z.dtype)
@@ -430,7 +779,7 @@ class SuperpositionStackTriton(torch.autograd.Function):
         if ctx.needs_input_grad[3]:
             g_b_head = ghd.float().sum((0, 1)).to(dt)
         g_c0 = gc[0].to(dt) if lstm else None
-        return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), None
+        return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None
 
 
 def _head_block(KH: int) -> int:
@@ -438,7 +787,14 @@ def _head_block(KH: int) -> int:
     return max(16, triton.next_power_of_2(KH))
 
 
-def superposition_stack_rnn_triton(
+def _depth_blocks(D: int, M: int) -> tuple[int, int]:
+    """``(BLOCK_D, BLOCK_M)`` of the stratification memories: elements per chunk and the width's
+    tile, so that a chunk of values (``BLOCK_B × BLOCK_D × BLOCK_M``) holds at most 4096."""
+    block_m = triton.next_power_of_2(max(M, 1))
+    return max(1, min(triton.next_power_of_2(max(D, 1)), 4096 // (BLOCK_B * block_m))), block_m
+
+
+def stack_rnn_triton(
     x: Tensor,
     w_in: Tensor,
     b: Tensor,
@@ -447,41 +803,53 @@ def superposition_stack_rnn_triton(
     b_head: Tensor,
     h0: Tensor,
     c0: Tensor | None,
-    stack0: Tensor,
+    memory0: tuple[Tensor, ...],
     *,
     controller: str,
     activation: str,
+    memory: str,
     value_activation: str,
     lengths: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
-    """:func:`memrnn.ops.stack_rnn.stack_rnn_sequence` for the superposition stack on the two
-    kernels above: ``x [B, T, n]``, ``stack0 [B, D, M]`` -> ``h [B, T, N]``, ``r [B, T, M]``,
-    final ``h``, ``c`` (None for Elman), ``stack [B, D, M]`` at each row's length, ``overflow
+    """:func:`memrnn.ops.stack_rnn.stack_rnn_sequence` on the two kernels above: ``x [B, T, n]``,
+    ``memory0`` the memory's state fields (``stack [B, D, M]``, ``tape [B, D, M]``, or ``values
+    [B, D, M]``, ``strengths [B, D]``, ``reading [B, M]``) -> ``h [B, T, N]``, ``r [B, T, M]``,
+    final ``h``, ``c`` (None for Elman), the memory's fields at each row's length, ``overflow
     [B, T]``."""
-    B, _, nx = x.shape
+    B, T, nx = x.shape
     N = w_rec.shape[1]
-    _, D, M = stack0.shape
     lstm = controller == "lstm"
     code = 0 if lstm else CODES[activation]
     if value_activation not in VALUE_CODES:
         raise ValueError(f"the stack kernel has no value activation {value_activation!r}")
+    if memory not in MEMORY_CODES:
+        raise ValueError(f"the stack kernels have no memory {memory!r}; they have {sorted(MEMORY_CODES)}")
+    mem = MEMORY_CODES[memory]
     pre = torch.nn.functional.linear(x, w_in[:, :nx], b).transpose(0, 1)
     w_z = torch.cat([w_rec, w_in[:, nx:]], 1)
-    zs, cs, stacks, ovf = SuperpositionStackTriton.apply(
-        pre,
-        w_z,
-        w_head,
-        b_head,
-        h0,
-        c0,
-        stack0.reshape(B, D * M),
-        (lstm, code, VALUE_CODES[value_activation]),
+    if mem >= 2:
+        values0, strengths0, reading0 = memory0
+        D, M = values0.shape[1], values0.shape[2]
+        s0, p0, r0 = strengths0, values0, reading0
+    else:
+        (cells0,) = memory0
+        _, D, M = cells0.shape
+        s0, p0, r0 = cells0.reshape(B, D * M), None, cells0[:, 0]
+    zs, cs, s, p, ovf = StackRNNTriton.apply(
+        pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, (lstm, code, VALUE_CODES[value_activation], mem)
     )
     zs_b = zs.transpose(0, 1)  # [B, T+1, N+M]
     h_fin = final_by_length(zs_b[:, :, :N], lengths)
     c_fin = final_by_length(cs.transpose(0, 1), lengths) if lstm else None
-    s_fin = final_by_length(stacks.transpose(0, 1), lengths).reshape(B, D, M)
-    return zs_b[:, 1:, :N], zs_b[:, 1:, N:], h_fin, c_fin, s_fin, ovf.t()
+    s_fin = final_by_length(s.transpose(0, 1), lengths)
+    if mem >= 2:
+        ends = torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
+        idx = (T - ends)[:, None] + torch.arange(D, device=x.device)  # [B, D]: the final window
+        values = p.transpose(0, 1).gather(1, idx[..., None].expand(-1, -1, M))
+        finals = (values, s_fin, final_by_length(zs_b[:, :, N:], lengths))
+    else:
+        finals = (s_fin.reshape(B, D, M),)
+    return zs_b[:, 1:, :N], zs_b[:, 1:, N:], h_fin, c_fin, *finals, ovf.t()
 
 
 def _k_blocks(K: int) -> tuple[int, int]:

@@ -21,19 +21,23 @@ from torch import Tensor
 from memrnn.ops.stratification.reference import stratification_reference
 
 
+def _suffix(x: Tensor, dim: int) -> Tensor:
+    """Inclusive suffix sums along ``dim``."""
+    return torch.flip(torch.cumsum(torch.flip(x, (dim,)), dim), (dim,))
+
+
 def covered(s: Tensor, kind: str, dim: int = -1) -> Tensor:
     """For each element along ``dim`` (newest first), the total strength of the elements that are
     popped and read before it: newer ones for a stack (exclusive prefix sum), older ones for a
-    queue (exclusive suffix sum)."""
-    c = torch.cumsum(s, dim)
-    return c - s if kind == "stack" else s.sum(dim, keepdim=True) - c
+    queue (exclusive suffix sum).  Each is a running sum in its own direction, never ``total −
+    prefix``, so the first element of a stack and the last of a queue are covered by exactly 0."""
+    return (torch.cumsum(s, dim) if kind == "stack" else _suffix(s, dim)) - s
 
 
 def covered_transpose(g: Tensor, kind: str, dim: int = -1) -> Tensor:
     """The transpose of :func:`covered` (a linear map along ``dim``) applied to ``g``: what a
     gradient ``g`` of the covered sums gives the strengths."""
-    c = torch.cumsum(g, dim)
-    return g.sum(dim, keepdim=True) - c if kind == "stack" else c - g
+    return (_suffix(g, dim) if kind == "stack" else torch.cumsum(g, dim)) - g
 
 
 def stratification_step(
