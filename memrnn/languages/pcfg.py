@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+import torch
+from torch import Tensor
 
 _NEG_INF = -math.inf
 
@@ -332,9 +334,6 @@ class PCFG:
         :meth:`log_probs`; ``-inf`` where ``w`` is not generated or the scaled chart may have
         lost precision (a stored value below 1e-150 of its cell's largest, or a cell whose
         largest sum fell below 1e-250: products of two such values could leave float64's range)."""
-        import torch
-        from torch import Tensor
-
         B, n = ids.shape
         nt, top = self._n_nt, self._top
         term = torch.from_numpy(np.exp(self._term[:, ids].transpose(1, 2, 0)))  # [B, n, NT]
