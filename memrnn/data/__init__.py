@@ -1,5 +1,6 @@
 """Data modules and collation for formal-language experiments."""
 
+from memrnn.data.chomsky import ChomskyDataModule, collate_chomsky
 from memrnn.data.datamodule import (
     IGNORE_INDEX,
     EpochShuffleSampler,
@@ -23,6 +24,7 @@ __all__ = [
     "IGNORE_INDEX",
     "PRESETS",
     "AcceptorDataModule",
+    "ChomskyDataModule",
     "CopyTask",
     "EpochShuffleSampler",
     "FormalLanguageDataModule",
@@ -33,6 +35,7 @@ __all__ = [
     "TransductionDataModule",
     "bos_inputs",
     "collate_acceptor",
+    "collate_chomsky",
     "collate_generator",
     "collate_transduction",
     "get_preset",

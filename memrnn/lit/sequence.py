@@ -357,7 +357,9 @@ class SequenceModule(L.LightningModule):
             m["accept"].update(
                 out["acceptor"], batch["prefix_label"], batch["label"], batch["mask"], batch["lengths"]
             )
-        getattr(self, f"{split}_by_length").update(self._per_string(batch, out), batch["lengths"])
+        # per-length curves by the string's length (``input_lengths``: a transduction's input)
+        lengths = batch.get("input_lengths", batch["lengths"])
+        getattr(self, f"{split}_by_length").update(self._per_string(batch, out), lengths)
 
     def _per_string(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> Tensor:
         """``[B, S]`` statistics of each string for the per-length curves (``_curve_stats``)."""
@@ -368,7 +370,8 @@ class SequenceModule(L.LightningModule):
             nll = F.cross_entropy(
                 logits.transpose(1, 2).double(), target, ignore_index=IGNORE_INDEX, reduction="none"
             )
-            cols += [nll.sum(1), -(batch["ref_logprob"].double() * mask).sum(1), mask.sum(1).double()]
+            scored = (target != IGNORE_INDEX) & mask  # transductions score their output positions only
+            cols += [nll.sum(1), -(batch["ref_logprob"].double() * mask).sum(1), scored.sum(1).double()]
             cols.append(((logits.argmax(-1) == target) & mask).sum(1).double())
         if "next_set" in self.objectives:
             ok = ((out["next_set"] > 0) == batch["next_set"].bool()).all(-1) | ~mask
