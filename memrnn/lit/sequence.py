@@ -129,8 +129,10 @@ class SequenceModule(L.LightningModule):
     ) -> None:
         super().__init__()
         objectives = _check_objectives(objectives)
-        if num_symbols < 1 or vocab_size < num_symbols:
-            raise ValueError(f"need 1 <= num_symbols <= vocab_size, got {num_symbols=} {vocab_size=}")
+        # language models predict their own input ids (num_symbols <= vocab_size); transductions
+        # (Delétang et al.'s cycle navigation: 3 input symbols, 5 outputs) may predict more classes
+        if num_symbols < 1 or vocab_size < 1:
+            raise ValueError(f"need num_symbols >= 1 and vocab_size >= 1, got {num_symbols=} {vocab_size=}")
         embedding_dim = _embedding_width(embedding, embedding_dim, vocab_size)
         check_optimizer(optimizer, optimizer_args)
         if lr_scheduler is not None and not callable(lr_scheduler):
@@ -216,6 +218,12 @@ class SequenceModule(L.LightningModule):
         if "accept_ok" in col:
             out["accept_end"] = (col["accept_ok"] / counts[seen]).tolist()
         self.curves[split] = out
+        # Delétang et al.'s (2023) score: the mean over lengths of the per-length accuracy (every
+        # length weighs the same, however many strings it has)
+        for name in ("acc", "accept_end", "next_set_sequence"):
+            if out.get(name):
+                mean = sum(out[name]) / len(out[name])
+                self.log(f"{split}/{name}_mean_over_lengths", torch.tensor(mean, dtype=torch.float32))
 
     @property
     def readout(self) -> nn.Linear:
