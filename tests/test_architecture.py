@@ -45,6 +45,7 @@ FLOORS = {
     "analysis": 4,
     "rsm": 4,
     "lit": 5,
+    "suite": 6,
 }
 #: imports that may sit inside a function: optional dependencies, and imports whose cost only
 #: some runs should pay (wandb loads in about a second; pyplot picks a backend when imported)

@@ -16,9 +16,12 @@ from memrnn.lit.cli import build_cli, config_chain, expand_config_bases
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULTS = ROOT / "configs" / "defaults.yaml"
+SUITES = ROOT / "configs" / "suites"  # suite files (memrnn.suite; tests/suite checks them)
 #: the experiment configs (``_*.yaml`` are the bases they overlay, not experiments of their own)
 CONFIGS = sorted(
-    p for p in (ROOT / "configs").rglob("*.yaml") if p != DEFAULTS and not p.name.startswith("_")
+    p
+    for p in (ROOT / "configs").rglob("*.yaml")
+    if p != DEFAULTS and not p.name.startswith("_") and SUITES not in p.parents
 )
 BASES = sorted((ROOT / "configs").rglob("_*.yaml"))
 

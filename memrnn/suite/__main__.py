@@ -1,0 +1,203 @@
+"""``python -m memrnn.suite``: list, run, launch and collect a suite of ``train.py`` runs.
+
+    python -m memrnn.suite list    SUITE                    the cells and where each stands
+    python -m memrnn.suite run     SUITE [--jobs N]         every cell not done, N at a time here
+    python -m memrnn.suite cell    SUITE --cell NAME        one cell in this process
+    python -m memrnn.suite slurm   SUITE [--submit]         a SLURM array script (and sbatch it)
+    python -m memrnn.suite sweep   SUITE                    a W&B sweep configuration
+    python -m memrnn.suite collect SUITE [--wandb E/P/ID]   the results table, curves and plot
+
+SUITE is a suite file (``configs/suites/*.yaml``).  ``run``, ``slurm`` and ``sweep`` take
+``--arch/--task/--seed/--lr`` to select cells (``run`` and ``slurm``) and pass anything after
+``--`` to ``train.py`` for every cell (``-- --trainer.accelerator=gpu``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
+
+from memrnn.suite.cluster import slurm_script, wandb_sweep
+from memrnn.suite.collect import collect, collect_wandb
+from memrnn.suite.runner import cell_status, run_cell, run_local
+from memrnn.suite.spec import Cell, Suite
+
+
+def _select(suite: Suite, args: argparse.Namespace) -> list[Cell]:
+    cells = suite.cells()
+    for key, known in (
+        ("arch", suite.architectures),
+        ("task", suite.tasks),
+        ("seed", suite.seeds),
+        ("lr", suite.lrs),
+    ):
+        wanted = getattr(args, key, None)
+        if not wanted:
+            continue
+        bad = [w for w in wanted if w not in known]
+        if bad:
+            raise SystemExit(f"error: suite {suite.name!r} has no {key} {bad}; it has {list(known)}")
+        cells = [c for c in cells if getattr(c, key) in wanted]
+    return cells
+
+
+def _filters(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--arch", nargs="+", help="only these architectures")
+    p.add_argument("--task", nargs="+", help="only these tasks")
+    p.add_argument("--seed", nargs="+", type=int, help="only these seeds")
+    p.add_argument("--lr", nargs="+", type=float, help="only these learning rates")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m memrnn.suite", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help: str) -> argparse.ArgumentParser:
+        q = sub.add_parser(name, help=help)
+        q.add_argument("suite", type=Path, help="a suite file (configs/suites/*.yaml)")
+        q.add_argument("--out", type=Path, help="the runs' folder (default: the suite's `out`)")
+        return q
+
+    q = add("list", "the cells and their status")
+    _filters(q)
+    q.add_argument("--commands", action="store_true", help="also print each cell's train.py arguments")
+    q = add("run", "run every cell that is not done on this machine")
+    _filters(q)
+    q.add_argument("--jobs", type=int, default=1, help="cells at a time (default 1)")
+    q.add_argument("--threads", type=int, default=1, help="torch threads per cell (default 1)")
+    q = add("cell", "run one cell in this process")
+    q.add_argument("--cell", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0")
+    q.add_argument("--index", type=int, help="the cell's index in `list`")
+    q.add_argument("--arch")
+    q.add_argument("--task")
+    q.add_argument("--seed", type=int)
+    q.add_argument("--lr", type=float)
+    q.add_argument("--force", action="store_true", help="run it even if it is done")
+    q = add("slurm", "write a SLURM job-array script for the cells not done")
+    _filters(q)
+    q.add_argument("--script", type=Path, help="where to write it (default: <out>/slurm.sbatch)")
+    q.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="an #SBATCH option over the suite's slurm section (repeat)")  # fmt: skip
+    q.add_argument("--parallel", type=int, help="at most this many array tasks at once")
+    q.add_argument("--python", help="the interpreter on the nodes (default: this one)")
+    q.add_argument("--submit", action="store_true", help="run sbatch on the script")
+    q = add("sweep", "write a W&B sweep configuration of the suite's grid")
+    q.add_argument("--config", type=Path, help="where to write it (default: <out>/sweep.yaml)")
+    q = add("collect", "the results table, per-length curves and plot of the finished cells")
+    q.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="read a W&B sweep's runs instead")
+    q.add_argument("--to", type=Path, help="where to write them (default: <out>/results)")
+    q.add_argument("--partial", action="store_true", help="exit 0 even if some cells are not done")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    args = parser().parse_args(argv)
+    try:
+        suite = Suite.load(args.suite, out=args.out)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    if args.command == "list":
+        for cell in _select(suite, args):
+            print(f"{cell.index:>5}  {cell_status(suite, cell):<8} {cell.name}")
+            if args.commands:
+                print("       train.py fit " + " ".join(suite.cli_args(cell) + extra))
+        return 0
+
+    if args.command == "cell":
+        try:
+            if args.cell is not None:
+                cell = suite.cell(args.cell)
+            elif args.index is not None:
+                cells = suite.cells()
+                if not 0 <= args.index < len(cells):
+                    raise KeyError(f"suite {suite.name!r} has cells 0..{len(cells) - 1}, not {args.index}")
+                cell = cells[args.index]
+            else:
+                cell = suite.cell(arch=args.arch, task=args.task, seed=args.seed, lr=args.lr)
+        except KeyError as e:
+            print(f"error: {e.args[0]}", file=sys.stderr)
+            return 2
+        if cell_status(suite, cell) == "done" and not args.force:
+            print(
+                f"[suite {suite.name}] {cell.name} is done ({suite.cell_dir(cell) / 'result.json'}); --force runs it again"
+            )
+            return 0
+        (suite.cell_dir(cell) / "result.json").unlink(missing_ok=True)
+        result = run_cell(suite, cell, extra)
+        print(f"[suite {suite.name}] {cell.name}: {suite.metric} = {result['score']:.6g}")
+        return 0
+
+    if args.command == "run":
+        report = run_local(
+            suite, jobs=args.jobs, threads=args.threads, extra=extra, cells=_select(suite, args)
+        )
+        results = collect(suite)
+        paths = results.write(suite.out / "results")
+        print("\n" + results.table())
+        print(f"written: {', '.join(str(p) for p in paths.values())}")
+        failed = [k for k, v in report.items() if v != "done"]
+        if failed:
+            print(
+                f"failed ({len(failed)}; run the command again to re-run them): {', '.join(failed)}",
+                file=sys.stderr,
+            )
+        return 1 if failed else 0
+
+    if args.command == "slurm":
+        options = {}
+        for o in args.option:
+            key, sep, value = o.partition("=")
+            if not sep or not key:
+                print(f"error: --option takes KEY=VALUE, got {o!r}", file=sys.stderr)
+                return 2
+            options[key] = value
+        try:
+            text = slurm_script(suite, cells=_select(suite, args), options=options, parallel=args.parallel,
+                                extra=extra, python=args.python)  # fmt: skip
+        except ValueError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        script = args.script or suite.out / "slurm.sbatch"
+        script.parent.mkdir(parents=True, exist_ok=True)
+        (suite.out / "logs").mkdir(parents=True, exist_ok=True)  # sbatch does not create --output's folder
+        script.write_text(text)
+        n = sum(cell_status(suite, c) != "done" for c in _select(suite, args))
+        print(f"wrote {script}: a job array of {n} cell(s); submit with `sbatch {script}`")
+        if args.submit:
+            done = subprocess.run(["sbatch", str(script)], capture_output=True, text=True)
+            sys.stdout.write(done.stdout)
+            sys.stderr.write(done.stderr)
+            return done.returncode
+        return 0
+
+    if args.command == "sweep":
+        path = args.config or suite.out / "sweep.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(wandb_sweep(suite, extra=extra), sort_keys=False))
+        print(
+            f"wrote {path}: `wandb sweep {path}`, then `wandb agent <entity/project/sweep id>` on each machine"
+        )
+        return 0
+
+    # collect
+    results = collect_wandb(suite, args.wandb) if args.wandb else collect(suite)
+    paths = results.write(args.to or suite.out / "results")
+    print(results.table())
+    print(f"written: {', '.join(str(p) for p in paths.values())}")
+    return 0 if args.partial or not results.missing else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

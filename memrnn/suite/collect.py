@@ -1,0 +1,237 @@
+"""Read a suite's finished cells into one results table, per-length curves and a plot.
+
+:func:`collect` reads the cells' ``result.json`` files (local, SLURM: a shared file system);
+:func:`collect_wandb` reads the runs of a W&B sweep through the W&B API instead (a sweep whose
+agents ran on machines without a shared disk).  Both give a :class:`Results`: one row per
+finished run, and the cells that are not done with their status, so a crashed or killed run
+is reported, never dropped.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from memrnn.suite.runner import cell_status
+from memrnn.suite.spec import Suite
+
+#: the per-length curve tabulated when the suite's metric does not name one
+CURVE_ORDER = ("acc", "ce_gap", "accept_end", "next_set_sequence")
+
+
+def curve_of(metric: str, available: list[str]) -> str | None:
+    """The per-length curve that goes with a metric: ``test/acc_mean_over_lengths`` -> ``acc``;
+    otherwise the first of :data:`CURVE_ORDER` that a run has."""
+    stem = metric.split("/", 1)[-1].removesuffix("_mean_over_lengths")
+    if stem in available:
+        return stem
+    return next((c for c in CURVE_ORDER if c in available), None)
+
+
+@dataclass
+class Results:
+    """``rows``: one dict per finished run (the cell's coordinates, ``score``, ``parameters``,
+    ``steps``, ``seconds``, ``curves``); ``missing``: ``{cell name: status}`` of the others."""
+
+    suite: Suite
+    rows: list[dict[str, Any]]
+    missing: dict[str, str] = field(default_factory=dict)
+
+    def groups(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
+        """The rows by (architecture, task), over seeds and learning rates."""
+        out: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for row in self.rows:
+            out[row["arch"], row["task"]].append(row)
+        return out
+
+    def summary(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Per (architecture, task): ``mean``, ``median``, ``best`` (max, or min when the suite's
+        mode is ``min``), ``n`` runs, and the ``best_lr`` whose median over seeds is best."""
+        pick = max if self.suite.mode == "max" else min
+        out = {}
+        for key, rows in self.groups().items():
+            scores = [r["score"] for r in rows]
+            by_lr: dict[Any, list[float]] = defaultdict(list)
+            for r in rows:
+                by_lr[r.get("lr")].append(r["score"])
+            best_lr = pick(by_lr, key=lambda lr: statistics.median(by_lr[lr]))
+            out[key] = {
+                "mean": statistics.fmean(scores),
+                "median": statistics.median(scores),
+                "best": pick(scores),
+                "n": len(scores),
+                "best_lr": best_lr,
+                "parameters": rows[0].get("parameters"),
+            }
+        return out
+
+    def table(self) -> str:
+        """A markdown table, tasks by architectures: ``mean / median / best (n)`` of the suite's
+        metric over seeds and learning rates, with the parameter counts under the header."""
+        s = self.suite
+        best = "max" if s.mode == "max" else "min"
+        summ = self.summary()
+        archs = list(s.architectures)
+        params = []
+        for a in archs:
+            counts = sorted(
+                {v["parameters"] for (arch, _), v in summ.items() if arch == a and v["parameters"]}
+            )
+            params.append("/".join(f"{c:,}" for c in counts) or "—")
+        lines = [
+            f"`{s.metric}`: mean / median / {best} over seeds"
+            + (" and learning rates" if s.lrs else "")
+            + " (runs); parameters under each architecture",
+            "",
+            "| task | " + " | ".join(archs) + " |",
+            "|---" * (len(archs) + 1) + "|",
+            "| *parameters* | " + " | ".join(params) + " |",
+        ]
+        for task in s.tasks:
+            cells = []
+            for a in archs:
+                v = summ.get((a, task))
+                cells.append(
+                    f"{v['mean']:.3f} / {v['median']:.3f} / {v['best']:.3f} ({v['n']})" if v else "—"
+                )
+            lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        if self.missing:
+            lines += [
+                "",
+                f"Not done ({len(self.missing)}): "
+                + ", ".join(f"{k} ({v})" for k, v in self.missing.items()),
+            ]
+        return "\n".join(lines) + "\n"
+
+    def curves(self) -> list[dict[str, Any]]:
+        """Per (architecture, task, length): median, min and max over runs of the per-length
+        curve that goes with the suite's metric (:func:`curve_of`)."""
+        out = []
+        for (arch, task), rows in self.groups().items():
+            per_len: dict[int, list[float]] = defaultdict(list)
+            name = None
+            for r in rows:
+                curves = r.get("curves") or {}
+                name = name or curve_of(
+                    self.suite.metric, [k for k in curves if k not in ("length", "count")]
+                )
+                if name is None or name not in curves:
+                    continue
+                for length, v in zip(curves["length"], curves[name], strict=True):
+                    per_len[int(length)].append(float(v))
+            for length in sorted(per_len):
+                vals = per_len[length]
+                out.append({"arch": arch, "task": task, "curve": name, "length": length,
+                            "median": statistics.median(vals), "min": min(vals), "max": max(vals),
+                            "runs": len(vals)})  # fmt: skip
+        return out
+
+    def write(self, folder: str | Path) -> dict[str, Path]:
+        """Write ``table.md``, ``results.csv`` (one row per run), ``curves.csv`` and, when there
+        are curves, ``curves.png`` into ``folder``; returns the paths by kind."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = {
+            "table": folder / "table.md",
+            "results": folder / "results.csv",
+            "curves": folder / "curves.csv",
+        }
+        paths["table"].write_text(self.table())
+        cols = ["cell", "arch", "task", "lr", "seed", "score", "parameters", "steps", "epochs", "seconds"]
+        with paths["results"].open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(self.rows)
+        curves = self.curves()
+        with paths["curves"].open("w", newline="") as fh:
+            w = csv.DictWriter(
+                fh, fieldnames=["arch", "task", "curve", "length", "median", "min", "max", "runs"]
+            )
+            w.writeheader()
+            w.writerows(curves)
+        if curves:
+            paths["plot"] = folder / "curves.png"
+            self.plot(curves).savefig(paths["plot"], dpi=110, bbox_inches="tight")
+        return paths
+
+    def plot(self, curves: list[dict[str, Any]] | None = None) -> Figure:
+        """One panel per task: the median curve of each architecture against the length, with
+        its min–max band over runs (a matplotlib ``Figure``)."""
+        curves = self.curves() if curves is None else curves
+        tasks = [t for t in self.suite.tasks if any(c["task"] == t for c in curves)]
+        fig = Figure(figsize=(4.2 * max(len(tasks), 1), 3.2))
+        axes = fig.subplots(1, max(len(tasks), 1), squeeze=False)
+        for ax, task in zip(axes[0], tasks, strict=False):
+            for arch in self.suite.architectures:
+                pts = [c for c in curves if c["task"] == task and c["arch"] == arch]
+                if not pts:
+                    continue
+                x = [c["length"] for c in pts]
+                (line,) = ax.plot(x, [c["median"] for c in pts], label=arch, lw=1.2)
+                ax.fill_between(
+                    x, [c["min"] for c in pts], [c["max"] for c in pts], alpha=0.2, color=line.get_color()
+                )
+            ax.set_title(task)
+            ax.set_xlabel("length")
+            ax.set_ylabel(pts[0]["curve"] if pts else "")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"{self.suite.name}: median and range over runs")
+        return fig
+
+
+def collect(suite: Suite) -> Results:
+    """The finished cells' ``result.json`` under the suite's ``out``; every other cell in
+    ``missing`` with its status (``failed``, ``killed``, ``pending``)."""
+    rows, missing = [], {}
+    for cell in suite.cells():
+        status = cell_status(suite, cell)
+        if status != "done":
+            missing[cell.name] = status
+            continue
+        result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
+        rows.append({**result, **cell.params, "cell": cell.name})
+    return Results(suite, rows, missing)
+
+
+def collect_wandb(suite: Suite, sweep: str, *, api: Any = None) -> Results:
+    """The runs of the W&B sweep ``entity/project/sweep_id`` (made by :func:`wandb_sweep`) as
+    :class:`Results`: a run counts when its state is ``finished`` and its summary has the
+    suite's metric; the cells without such a run are ``missing`` with the state of their last
+    run (``failed``, ``crashed``, ``running``, or ``pending`` when none ran).  Per-length curves
+    stay in the runs' tables (``test/length_curves``) and are not read.  ``api``: a
+    ``wandb.Api`` (default: a new one, which needs the network and a login)."""
+    if api is None:
+        import wandb
+
+        api = wandb.Api()
+    states: dict[str, str] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    for run in api.sweep(sweep).runs:
+        config = {
+            k: (v.get("value") if isinstance(v, dict) and "value" in v else v)
+            for k, v in dict(run.config).items()
+        }
+        try:
+            cell = suite.cell(
+                **{k: config.get(k) for k in ("arch", "task", "seed", "lr") if config.get(k) is not None}
+            )
+        except KeyError:
+            continue  # a run of another grid
+        summary = dict(run.summary)
+        score = summary.get(suite.metric)
+        if run.state == "finished" and isinstance(score, int | float):
+            rows[cell.name] = {**cell.params, "cell": cell.name, "score": float(score), "run": run.id,
+                               "steps": summary.get("trainer/global_step"), "metrics": {
+                                   k: v for k, v in summary.items() if isinstance(v, int | float)}}  # fmt: skip
+        elif cell.name not in rows:
+            states[cell.name] = run.state
+    ordered = [rows[c.name] for c in suite.cells() if c.name in rows]
+    missing = {c.name: states.get(c.name, "pending") for c in suite.cells() if c.name not in rows}
+    return Results(suite, ordered, missing)

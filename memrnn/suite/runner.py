@@ -1,0 +1,219 @@
+"""Run a suite's cells: one in this process (:func:`run_cell`, what every launcher calls), or all
+that are not done, N at a time on this machine (:func:`run_local`).
+
+A cell's folder (``Suite.cell_dir``) says where it stands:
+
+* ``STARTED``: the cell began (host, process, time, SLURM and W&B ids, as JSON);
+* ``result.json``: it finished (:func:`run_cell` says what is in it); the cell is *done*;
+* ``FAILED``: it raised (the traceback); the W&B run is marked failed (exit code 1).
+
+A cell with ``STARTED`` and neither of the others was killed (or is still running).  Every
+launcher runs the cells that are not done, so running a suite again re-runs the failed and the
+killed ones and never repeats a finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from memrnn.lit.cli import build_cli
+from memrnn.suite.spec import Cell, Suite
+
+#: the ``train.py`` defaults read before every config when the suite names none
+PROJECT_DEFAULTS = Path("configs") / "defaults.yaml"
+
+
+def cell_status(suite: Suite, cell: Cell) -> str:
+    """``"done"``, ``"failed"``, ``"killed"`` (started, no result: killed or still running) or
+    ``"pending"``."""
+    folder = suite.cell_dir(cell)
+    if (folder / "result.json").is_file():
+        return "done"
+    if (folder / "FAILED").is_file():
+        return "failed"
+    if (folder / "STARTED").is_file():
+        return "killed"
+    return "pending"
+
+
+def _scalars(d: dict[str, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out[k] = float(v)
+    return out
+
+
+def _write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, indent=1) + "\n")
+    tmp.replace(path)  # atomic: a reader never sees half a result
+
+
+def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Train ``cell`` (``trainer.fit``), test the checkpoint with the best monitored value (the
+    last weights without checkpointing), and write ``result.json`` into the cell's folder:
+    the cell's coordinates, ``metrics`` (every scalar the test logged), ``curves`` (the test's
+    per-length curves), ``parameters`` (trainable), ``steps``, ``epochs``, ``best_score`` and
+    ``checkpoint``, ``seconds``, and the ``args`` it ran with (``extra`` last).  Returns that
+    dict; on an exception writes ``FAILED``, finishes the W&B run with exit code 1 and raises.
+
+    Runs in this process (one cell, one W&B run); DDP ranks each call it, rank 0 writes."""
+    import wandb
+
+    folder = suite.cell_dir(cell)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "FAILED").unlink(missing_ok=True)
+    args = [*suite.cli_args(cell), *extra]
+    stamp = {
+        "cell": cell.name,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **{k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                                      "WANDB_SWEEP_ID", "WANDB_RUN_ID") if k in os.environ},
+    }  # fmt: skip
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:
+        _write_json(folder / "STARTED", stamp)
+    os.environ.setdefault("WANDB_RUN_GROUP", f"{suite.name}:{cell.arch}/{cell.task}")
+    os.environ.setdefault("WANDB_TAGS", ",".join([suite.name, cell.arch, cell.task]))
+    defaults = [suite.defaults or PROJECT_DEFAULTS]
+    if not defaults[0].is_file():
+        raise FileNotFoundError(
+            f"suite {suite.name!r} names no 'defaults' and {PROJECT_DEFAULTS} is not here: run from the "
+            "project root or give the suite a 'defaults:' file"
+        )
+    start = time.perf_counter()
+    failed = 0
+    try:
+        cli = build_cli(args, run=False, default_config_files=defaults)
+        trainer, model = cli.trainer, cli.model
+        trainer.fit(model, datamodule=cli.datamodule)
+        ckpt = trainer.checkpoint_callback
+        best = ckpt.best_model_path if ckpt is not None else ""
+        (tested,) = trainer.test(model, datamodule=cli.datamodule, ckpt_path=best or None)
+        curves = model.length_curves("test") if hasattr(model, "length_curves") else {}
+        best_score = ckpt.best_model_score if ckpt is not None else None
+        result = {
+            **cell.params,
+            "cell": cell.name,
+            "suite": suite.name,
+            "metric": suite.metric,
+            "score": _scalars(tested).get(suite.metric),
+            "metrics": _scalars(tested),
+            "curves": curves,
+            "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "steps": trainer.global_step,
+            "epochs": trainer.current_epoch,
+            "best_score": None if best_score is None else float(best_score),
+            "checkpoint": str(best),
+            "seconds": round(time.perf_counter() - start, 1),
+            "args": args,
+        }
+        if trainer.is_global_zero:
+            if result["score"] is None:
+                raise KeyError(
+                    f"the test logged no {suite.metric!r} (the suite's metric); it logged {sorted(result['metrics'])}"
+                )
+            _write_json(folder / "result.json", result)
+        return result
+    except BaseException:
+        failed = 1
+        if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+            (folder / "FAILED").write_text(traceback.format_exc())
+        raise
+    finally:
+        if wandb.run is not None:
+            wandb.finish(exit_code=failed)
+
+
+def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str]) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "memrnn.suite",
+        "cell",
+        str(suite.path),
+        "--cell",
+        cell.name,
+        "--out",
+        str(suite.out),
+    ]
+    return cmd + (["--", *extra] if extra else [])
+
+
+def run_local(
+    suite: Suite,
+    *,
+    jobs: int = 1,
+    threads: int = 1,
+    extra: Sequence[str] = (),
+    cells: Sequence[Cell] | None = None,
+    log=print,
+) -> dict[str, str]:
+    """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
+    a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
+    in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran
+    (``done`` or ``failed (exit N; log …)``); Ctrl-C stops the running cells, which then count
+    as killed and run again next time."""
+    if jobs < 1 or threads < 1:
+        raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
+    todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    running: list[tuple[Cell, subprocess.Popen, Path, float]] = []
+    report: dict[str, str] = {}
+    log(f"[suite {suite.name}] {len(todo)} cell(s) to run, {jobs} at a time")
+    try:
+        while todo or running:
+            while todo and len(running) < jobs:
+                cell = todo.pop(0)
+                path = suite.out / "logs" / f"{cell.name.replace('/', '_')}.log"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a") as fh:
+                    proc = subprocess.Popen(
+                        _cell_command(suite, cell, extra), stdout=fh, stderr=subprocess.STDOUT, env=env
+                    )
+                running.append((cell, proc, path, time.perf_counter()))
+                log(f"[suite {suite.name}] start {cell.name} (log {path})")
+            time.sleep(0.2)
+            for item in list(running):
+                cell, proc, path, t0 = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                if proc.returncode == 0 and cell_status(suite, cell) == "done":
+                    report[cell.name] = "done"
+                    score = json.loads((suite.cell_dir(cell) / "result.json").read_text())["score"]
+                    log(
+                        f"[suite {suite.name}] {cell.name}: {suite.metric} {score:.4g} ({time.perf_counter() - t0:.0f} s)"
+                    )
+                else:
+                    report[cell.name] = f"failed (exit {proc.returncode}; log {path})"
+                    tail = path.read_text(errors="replace").strip().splitlines()[-5:]
+                    log(
+                        f"[suite {suite.name}] {cell.name}: FAILED (exit {proc.returncode}; log {path})\n    "
+                        + "\n    ".join(tail)
+                    )
+    finally:
+        for _, proc, _, _ in running:
+            proc.terminate()
+        for _, proc, _, _ in running:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return report

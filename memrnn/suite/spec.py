@@ -1,0 +1,236 @@
+"""A suite: architectures × tasks × learning rates × seeds, each cell one ``train.py`` run.
+
+A suite is a YAML file (``configs/suites/*.yaml``)::
+
+    name: chomsky_dcf                      # runs go to runs/suites/<name>/ unless `out` is given
+    defaults: ../defaults.yaml             # read before every config, as train.py does
+    architectures:                         # name -> a train.py config, with optional overrides
+      lstm: ../chomsky/lstm.yaml
+      stack_rnn: {config: ../chomsky/stack_rnn.yaml, args: {model.init_args.layer.init_args.depth: 40}}
+    tasks:                                 # name -> overrides (a mapping or a list of --key=value)
+      reverse_string: {data.init_args.task: reverse_string}
+    seeds: [0, 1, 2]
+    lrs: [1.0e-4, 3.0e-4, 5.0e-4]          # optional; set at `lr_key` (default model.init_args.lr)
+    args: {trainer.max_steps: 2000}        # overrides for every cell
+    metric: test/acc_mean_over_lengths     # the score the collector tabulates
+    mode: max                              # max: higher is better (min: lower)
+    slurm: {time: "04:00:00", cpus-per-task: 1}   # #SBATCH options of the array job
+
+Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
+of its architecture, the suite's ``args``, the task's, the architecture's, then the seed
+(``--seed_everything`` and ``--data.init_args.seed``), the learning rate and the run folder, so
+later overrides win.  Cells are named ``<arch>/<task>/lr<lr>/seed<seed>`` (no ``lr`` part
+without ``lrs``); the name is also the cell's folder under the suite's ``out``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: the keys a suite file may have
+SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
+              "args", "metric", "mode", "out", "slurm")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of a suite: an architecture on a task at one learning rate (``None``: the
+    config's) and seed; ``index`` is its place in :meth:`Suite.cells`."""
+
+    index: int
+    arch: str
+    task: str
+    seed: int
+    lr: float | None = None
+
+    @property
+    def name(self) -> str:
+        """``<arch>/<task>/lr<lr>/seed<seed>``: the cell's id and its folder under the suite's ``out``."""
+        lr = "" if self.lr is None else f"lr{self.lr:g}/"
+        return f"{self.arch}/{self.task}/{lr}seed{self.seed}"
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The cell's coordinates, as a W&B sweep passes them (``--arch=… --task=…``)."""
+        out: dict[str, Any] = {"arch": self.arch, "task": self.task, "seed": self.seed}
+        if self.lr is not None:
+            out["lr"] = self.lr
+        return out
+
+
+def _overrides(value: Any, where: str) -> list[str]:
+    """``{key: value}`` or ``["--key=value", …]`` as a list of ``--key=value`` arguments."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            text = v if isinstance(v, str) else yaml.safe_dump(v, default_flow_style=True).strip()
+            text = text.removesuffix("\n...").strip()
+            out.append(f"--{str(k).removeprefix('--')}={text}")
+        return out
+    if isinstance(value, list) and all(isinstance(a, str) and a.startswith("--") for a in value):
+        return list(value)
+    raise ValueError(
+        f"{where}: expected a mapping of overrides or a list of '--key=value' strings, got {value!r}"
+    )
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A ``train.py`` config and the overrides this suite adds to it."""
+
+    config: Path
+    args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Suite:
+    """A parsed suite file (module docstring); build it with :meth:`load`."""
+
+    name: str
+    path: Path
+    architectures: dict[str, Architecture]
+    tasks: dict[str, list[str]]
+    seeds: list[int]
+    lrs: list[float]
+    lr_key: str
+    args: list[str]
+    metric: str
+    mode: str
+    out: Path
+    defaults: Path | None = None
+    description: str = ""
+    slurm: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
+        """Read and check a suite file; ``out`` overrides its run folder."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no suite file {str(path)!r}")
+        raw = yaml.safe_load(path.read_text()) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: a suite is a mapping, got {type(raw).__name__}")
+        unknown = sorted(set(raw) - set(SUITE_KEYS))
+        if unknown:
+            raise ValueError(f"{path}: unknown suite key(s) {unknown}; a suite has {list(SUITE_KEYS)}")
+        for key in ("name", "architectures", "tasks", "seeds", "metric"):
+            if key not in raw:
+                raise ValueError(f"{path}: the suite has no {key!r}")
+        here = path.parent
+
+        def existing(p: str, what: str) -> Path:
+            full = (here / p).resolve()
+            if not full.is_file():
+                raise FileNotFoundError(f"{path}: {what} {p!r} does not exist (looked at {full})")
+            return full
+
+        archs: dict[str, Architecture] = {}
+        if not isinstance(raw["architectures"], dict) or not raw["architectures"]:
+            raise ValueError(f"{path}: 'architectures' must be a non-empty mapping name -> config")
+        for name, spec in raw["architectures"].items():
+            if isinstance(spec, str):
+                spec = {"config": spec}
+            if not isinstance(spec, dict) or set(spec) - {"config", "args"} or "config" not in spec:
+                raise ValueError(
+                    f"{path}: architecture {name!r} must be a config path or {{config:, args:}}, got {spec!r}"
+                )
+            archs[str(name)] = Architecture(
+                existing(spec["config"], f"architecture {name!r}'s config"),
+                _overrides(spec.get("args"), f"{path}: architecture {name!r}"),
+            )
+        if not isinstance(raw["tasks"], dict) or not raw["tasks"]:
+            raise ValueError(f"{path}: 'tasks' must be a non-empty mapping name -> overrides")
+        tasks = {str(k): _overrides(v, f"{path}: task {k!r}") for k, v in raw["tasks"].items()}
+        seeds = raw["seeds"]
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+            raise ValueError(f"{path}: 'seeds' must be a non-empty list of integers >= 0, got {seeds!r}")
+        lrs = raw.get("lrs") or []
+        if not isinstance(lrs, list) or not all(isinstance(x, int | float) and x > 0 for x in lrs):
+            raise ValueError(f"{path}: 'lrs' must be a list of positive numbers, got {lrs!r}")
+        for what, values in (("seed", seeds), ("learning rate", lrs)):
+            if len(set(values)) != len(values):
+                raise ValueError(f"{path}: a {what} is listed twice in {values!r}")
+        mode = raw.get("mode", "max")
+        if mode not in ("max", "min"):
+            raise ValueError(f"{path}: 'mode' must be 'max' or 'min', got {mode!r}")
+        slurm = raw.get("slurm") or {}
+        if not isinstance(slurm, dict):
+            raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
+        for name in [*archs, *tasks]:
+            if not name or "/" in name or name.startswith(("lr", "seed")) or name != name.strip():
+                raise ValueError(
+                    f"{path}: {name!r} cannot name an architecture or a task (no '/', no 'lr…'/'seed…')"
+                )
+        return cls(
+            name=str(raw["name"]),
+            path=path.resolve(),
+            architectures=archs,
+            tasks=tasks,
+            seeds=[int(s) for s in seeds],
+            lrs=[float(x) for x in lrs],
+            lr_key=str(raw.get("lr_key", "model.init_args.lr")),
+            args=_overrides(raw.get("args"), f"{path}: args"),
+            metric=str(raw["metric"]),
+            mode=mode,
+            out=Path(out if out is not None else raw.get("out", f"runs/suites/{raw['name']}")),
+            defaults=existing(raw["defaults"], "defaults") if raw.get("defaults") else None,
+            description=str(raw.get("description", "")),
+            slurm={str(k): v for k, v in slurm.items()},
+        )
+
+    def cells(self) -> list[Cell]:
+        """Every cell, architectures outermost, then tasks, learning rates and seeds."""
+        lrs: list[float | None] = list(self.lrs) or [None]
+        grid = itertools.product(self.architectures, self.tasks, lrs, self.seeds)
+        return [Cell(i, a, t, s, lr) for i, (a, t, lr, s) in enumerate(grid)]
+
+    def cell(self, name: str | None = None, **params: Any) -> Cell:
+        """The cell named ``name`` (``lstm/parity_check/lr0.0003/seed0``) or with the given
+        coordinates (``arch=``, ``task=``, ``seed=``, ``lr=``, as a W&B sweep passes them)."""
+        cells = self.cells()
+        if name is not None:
+            found = [c for c in cells if c.name == name.strip("/")]
+            if not found:
+                raise KeyError(f"suite {self.name!r} has no cell {name!r}; e.g. {cells[0].name!r}")
+            return found[0]
+        for key, known in (("arch", self.architectures), ("task", self.tasks)):
+            if params.get(key) not in known:
+                raise KeyError(f"suite {self.name!r} has no {key} {params.get(key)!r}; it has {list(known)}")
+        seed, lr = int(params.get("seed", -1)), params.get("lr")
+        if seed not in self.seeds:
+            raise KeyError(f"suite {self.name!r} has no seed {params.get('seed')!r}; it has {self.seeds}")
+        if (lr is None) != (not self.lrs) or (
+            lr is not None and not any(math.isclose(float(lr), x, rel_tol=1e-9) for x in self.lrs)
+        ):
+            raise KeyError(f"suite {self.name!r} has no learning rate {lr!r}; it has {self.lrs or 'none'}")
+        for c in cells:
+            if (c.arch, c.task, c.seed) == (params["arch"], params["task"], seed) and (
+                lr is None or math.isclose(float(lr), c.lr or 0.0, rel_tol=1e-9)
+            ):
+                return c
+        raise AssertionError("unreachable: every coordinate was checked")  # pragma: no cover
+
+    def cell_dir(self, cell: Cell) -> Path:
+        """The cell's folder: ``<out>/<cell name>``."""
+        return self.out / cell.name
+
+    def cli_args(self, cell: Cell) -> list[str]:
+        """The cell's ``train.py`` arguments after the subcommand (module docstring's order)."""
+        arch = self.architectures[cell.arch]
+        args = ["--config", str(arch.config), *self.args, *self.tasks[cell.task], *arch.args,
+                f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
+        if cell.lr is not None:
+            args.append(f"--{self.lr_key}={cell.lr!r}")
+        args += [
+            f"--trainer.logger.init_args.save_dir={self.cell_dir(cell)}",
+            f"--trainer.logger.init_args.name={self.name}:{cell.name}",
+        ]
+        return args

@@ -1,0 +1,361 @@
+"""memrnn.suite: a suite's grid, its cells run here (N at a time, resumed after failures), as a
+SLURM array through a fake ``sbatch``, as a W&B sweep through W&B's own grid and command
+expansion, and the collector's table, curves and plot."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from memrnn.lit.cli import build_cli
+from memrnn.suite import Suite, cell_status, collect, collect_wandb, run_local, slurm_script, wandb_sweep
+from memrnn.suite.__main__ import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = ROOT / "configs"
+#: a Chomsky-hierarchy cell small enough for seconds on a CPU
+TINY = {
+    "model.init_args.layer.init_args.hidden_size": 8,
+    "data.init_args.train_size": 32,
+    "data.init_args.val_size": 8,
+    "data.init_args.test_per_length": 2,
+    "data.init_args.train_lengths": [1, 3],
+    "data.init_args.test_lengths": [4, 6],
+    "data.init_args.batch_size": 16,
+    "trainer.max_steps": 2,
+    "trainer.max_epochs": -1,
+}
+
+
+def write_suite(folder: Path, **changes) -> Path:
+    spec = {
+        "name": "tiny",
+        "defaults": str(CONFIGS / "defaults.yaml"),
+        "architectures": {"lstm": str(CONFIGS / "chomsky/lstm.yaml")},
+        "tasks": {
+            "parity_check": {"data.init_args.task": "parity_check"},
+            "reverse_string": ["--data.init_args.task=reverse_string"],
+        },
+        "seeds": [0, 1],
+        "args": TINY,
+        "metric": "test/acc_mean_over_lengths",
+        "out": str(folder / "runs"),
+    }
+    spec.update(changes)
+    path = folder / "suite.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+# -- the grid ------------------------------------------------------------------------------------
+def test_cells_are_the_grid_in_a_fixed_order(tmp_path):
+    suite = Suite.load(write_suite(tmp_path, lrs=[0.001, 0.0003], seeds=[3, 1]))
+    cells = suite.cells()
+    assert len(cells) == 1 * 2 * 2 * 2
+    assert [c.index for c in cells] == list(range(8))
+    assert cells[0].name == "lstm/parity_check/lr0.001/seed3"
+    assert cells[-1].name == "lstm/reverse_string/lr0.0003/seed1"
+    assert suite.cell("lstm/reverse_string/lr0.0003/seed3") == cells[6]
+    assert suite.cell(arch="lstm", task="reverse_string", seed="3", lr="0.0003") == cells[6]
+    assert suite.cell_dir(cells[6]) == tmp_path / "runs/lstm/reverse_string/lr0.0003/seed3"
+    no_lr = Suite.load(write_suite(tmp_path)).cells()
+    assert no_lr[0].name == "lstm/parity_check/seed0" and no_lr[0].lr is None
+
+
+def test_cell_arguments_go_in_order_so_later_overrides_win(tmp_path):
+    path = write_suite(tmp_path, lrs=[0.01], architectures={
+        "lstm": {"config": str(CONFIGS / "chomsky/lstm.yaml"),
+                 "args": {"model.init_args.layer.init_args.hidden_size": 5}}})  # fmt: skip
+    suite = Suite.load(path)
+    cell = suite.cell(arch="lstm", task="parity_check", seed=1, lr=0.01)
+    args = suite.cli_args(cell)
+    assert args[:2] == ["--config", str(CONFIGS / "chomsky/lstm.yaml")]
+    assert args.index("--data.init_args.task=parity_check") > args.index("--trainer.max_steps=2")
+    assert "--data.init_args.test_lengths=[4, 6]" in args
+    cli = build_cli(
+        [*args, "--trainer.logger=false"], run=False, default_config_files=[CONFIGS / "defaults.yaml"]
+    )
+    assert cli.model.layer.hidden_size == 5  # the architecture's override beats the suite's 8
+    assert cli.datamodule.task.name == "parity_check"
+    assert cli.config.seed_everything == 1 and cli.datamodule.hparams.seed == 1
+    assert math.isclose(cli.model.hparams.lr, 0.01)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seed": [0]}, "unknown suite key(s) ['seed']"),
+        (
+            {"architectures": {"lstm": "nowhere.yaml"}},
+            "architecture 'lstm''s config 'nowhere.yaml' does not exist",
+        ),
+        ({"seeds": [0, 0]}, "a seed is listed twice"),
+        ({"seeds": [-1]}, "'seeds' must be a non-empty list of integers >= 0"),
+        ({"lrs": [0.1, -1]}, "'lrs' must be a list of positive numbers"),
+        ({"mode": "best"}, "'mode' must be 'max' or 'min', got 'best'"),
+        ({"tasks": {"a/b": {}}}, "'a/b' cannot name an architecture or a task"),
+        ({"tasks": {"t": "--x"}}, "task 't': expected a mapping of overrides"),
+        ({"metric": None}, None),
+    ],
+)
+def test_bad_suites_are_named(tmp_path, change, message):
+    spec = write_suite(tmp_path, **change)
+    if message is None:  # a missing key
+        raw = yaml.safe_load(spec.read_text())
+        del raw["metric"]
+        spec.write_text(yaml.safe_dump(raw))
+        message = "the suite has no 'metric'"
+    with pytest.raises((ValueError, FileNotFoundError)) as e:
+        Suite.load(spec)
+    assert message in str(e.value)
+
+
+def test_unknown_cells_are_named(tmp_path):
+    suite = Suite.load(write_suite(tmp_path, lrs=[0.001]))
+    with pytest.raises(KeyError, match="no cell 'lstm/parity_check/seed0'"):
+        suite.cell("lstm/parity_check/seed0")
+    with pytest.raises(KeyError, match="no task 'parity'"):
+        suite.cell(arch="lstm", task="parity", seed=0, lr=0.001)
+    with pytest.raises(KeyError, match="no seed 7"):
+        suite.cell(arch="lstm", task="parity_check", seed=7, lr=0.001)
+    with pytest.raises(KeyError, match=r"no learning rate 0\.002"):
+        suite.cell(arch="lstm", task="parity_check", seed=0, lr=0.002)
+    assert main(["cell", str(suite.path), "--cell", "lstm/nope/seed0"]) == 2
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "suites").glob("*.yaml")))
+def test_committed_suites_resolve(name):
+    """Every architecture and every task of each committed suite builds (model, data, trainer)."""
+    suite = Suite.load(CONFIGS / "suites" / name)
+    cells = suite.cells()
+    first = cells[0]
+    picked = {c.arch: c for c in cells if c.task == first.task} | {
+        c.task: c for c in cells if c.arch == first.arch
+    }
+    for cell in picked.values():
+        args = [*suite.cli_args(cell), "--trainer.accelerator=cpu", "--trainer.logger=false"]
+        cli = build_cli(args, run=False, default_config_files=[suite.defaults])
+        assert cli.datamodule.task.name == cell.task
+        if cell.lr is not None:
+            assert math.isclose(cli.model.hparams.lr, cell.lr)
+
+
+# -- running: here, resumed, on SLURM, as a W&B sweep ---------------------------------------------
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory):
+    """Four good cells and one that fails (a config key that does not exist), run 2 at a time."""
+    folder = tmp_path_factory.mktemp("suite")
+    archs = {
+        "lstm": str(CONFIGS / "chomsky/lstm.yaml"),
+        "broken": {"config": str(CONFIGS / "chomsky/lstm.yaml"), "args": {"model.init_args.no_such_key": 1}},
+    }
+    suite = Suite.load(write_suite(folder, architectures=archs, tasks={
+        "parity_check": {"data.init_args.task": "parity_check"}, "reverse_string": {"data.init_args.task": "reverse_string"}}))  # fmt: skip
+    lines: list[str] = []
+    report = run_local(
+        suite, jobs=2, cells=[c for c in suite.cells() if c.arch == "lstm" or c.seed == 0], log=lines.append
+    )
+    return SimpleNamespace(folder=folder, suite=suite, report=report, lines=lines, archs=archs)
+
+
+def test_run_local_runs_every_cell_and_reports_the_failed(ran):
+    suite, report = ran.suite, ran.report
+    assert sorted(report) == sorted(
+        [c.name for c in suite.cells() if c.arch == "lstm"]
+        + ["broken/parity_check/seed0", "broken/reverse_string/seed0"]
+    )
+    assert [k for k, v in report.items() if v != "done"] == [
+        "broken/parity_check/seed0",
+        "broken/reverse_string/seed0",
+    ]
+    assert "no_such_key" in (suite.cell_dir(suite.cell("broken/parity_check/seed0")) / "FAILED").read_text()
+    assert any("FAILED" in line and "no_such_key" in line for line in ran.lines)
+    for cell in suite.cells():
+        if cell.arch != "lstm":
+            continue
+        result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
+        assert (result["arch"], result["task"], result["seed"]) == (cell.arch, cell.task, cell.seed)
+        assert result["steps"] == 2 and result["parameters"] > 0
+        # the metric is Delétang et al.'s: the per-length accuracies' mean, each length weighing 1
+        assert result["curves"]["length"] == [4, 5, 6]
+        assert result["score"] == pytest.approx(sum(result["curves"]["acc"]) / 3, abs=1e-6)
+        assert result["metrics"]["test/acc_mean_over_lengths"] == result["score"]
+        # its own W&B run, offline, finished with exit code 0
+        from memrnn.lit.wandb_files import read_offline_run
+
+        (run_file,) = suite.cell_dir(cell).glob("wandb/offline-run-*/run-*.wandb")
+        run = read_offline_run(run_file, wait=30)
+        assert run["exit_code"] == 0
+        assert any("test/acc_mean_over_lengths" in row for row in run["history"])
+
+
+def test_collect_reports_the_missing_and_the_table(ran):
+    suite = ran.suite
+    (suite.cell_dir(suite.cell("broken/reverse_string/seed1")) / "STARTED").parent.mkdir(
+        parents=True, exist_ok=True
+    )
+    (suite.cell_dir(suite.cell("broken/reverse_string/seed1")) / "STARTED").write_text("{}")
+    results = collect(suite)
+    assert len(results.rows) == 4
+    assert results.missing == {"broken/parity_check/seed0": "failed", "broken/parity_check/seed1": "pending",
+                               "broken/reverse_string/seed0": "failed", "broken/reverse_string/seed1": "killed"}  # fmt: skip
+    summary = results.summary()
+    scores = [r["score"] for r in results.rows if r["task"] == "parity_check"]
+    assert summary["lstm", "parity_check"]["median"] == pytest.approx(sum(scores) / 2)
+    assert (
+        summary["lstm", "parity_check"]["best"] == max(scores) and summary["lstm", "parity_check"]["n"] == 2
+    )
+    table = results.table()
+    assert "| parity_check | " in table and "—" in table  # the broken architecture has no result
+    assert "Not done (4)" in table and "broken/reverse_string/seed1 (killed)" in table
+    paths = results.write(ran.folder / "results")
+    assert {p.name for p in paths.values()} == {"table.md", "results.csv", "curves.csv", "curves.png"}
+    assert len(paths["results"].read_text().strip().splitlines()) == 1 + 4
+    curves = paths["curves"].read_text().strip().splitlines()
+    assert curves[0] == "arch,task,curve,length,median,min,max,runs" and len(curves) == 1 + 2 * 3
+    assert paths["plot"].stat().st_size > 1000
+
+
+def test_running_again_reruns_only_what_is_not_done(ran, tmp_path):
+    suite = ran.suite
+    done = {
+        c.name: (suite.cell_dir(c) / "result.json").stat().st_mtime_ns
+        for c in suite.cells()
+        if c.arch == "lstm"
+    }
+    fixed = dict(ran.archs, broken=str(CONFIGS / "chomsky/lstm.yaml"))
+    suite = Suite.load(write_suite(ran.folder, architectures=fixed, tasks={
+        "parity_check": {"data.init_args.task": "parity_check"}, "reverse_string": {"data.init_args.task": "reverse_string"}}))  # fmt: skip
+    report = run_local(
+        suite,
+        jobs=2,
+        cells=[c for c in suite.cells() if c.arch == "lstm" or c.task == "reverse_string"],
+        log=lambda _: None,
+    )
+    assert sorted(report) == ["broken/reverse_string/seed0", "broken/reverse_string/seed1"]  # failed, killed
+    assert set(report.values()) == {"done"}
+    assert {c: (suite.cell_dir(suite.cell(c)) / "result.json").stat().st_mtime_ns for c in done} == done
+    assert not (suite.cell_dir(suite.cell("broken/reverse_string/seed0")) / "FAILED").exists()
+    assert cell_status(suite, suite.cell("broken/parity_check/seed0")) == "failed"  # not selected
+
+
+def test_slurm_array_through_a_fake_sbatch(ran, tmp_path):
+    """``slurm --submit`` writes a script that a fake sbatch checks (the array covers the cells
+    not done, one per task) and runs as SLURM would run its task 0: that cell gets done."""
+    suite = ran.suite
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    sbatch = bin_ / "sbatch"
+    sbatch.write_text(f"""#!{sys.executable}
+import os, re, subprocess, sys
+text = open(sys.argv[1]).read()
+array = re.search(r"^#SBATCH --array=0-(\\d+)$", text, re.M)
+cells = re.search(r"^CELLS=\\(\\n(.*?)\\n\\)$", text, re.S | re.M).group(1).split()
+assert array and int(array.group(1)) + 1 == len(cells), (array, cells)
+assert text.startswith("#!/bin/bash") and "#SBATCH --time=00:05:00" in text
+env = dict(os.environ, SLURM_ARRAY_TASK_ID="0", SLURM_ARRAY_JOB_ID="77", SLURM_JOB_ID="78", SLURM_CPUS_PER_TASK="1")
+done = subprocess.run(["bash", sys.argv[1]], env=env)
+print("Submitted batch job 77")
+sys.exit(done.returncode)
+""")
+    sbatch.chmod(sbatch.stat().st_mode | stat.S_IEXEC)
+    todo = [c for c in suite.cells() if cell_status(suite, c) != "done"]
+    assert todo, "the earlier tests leave a cell not done"
+    env = dict(os.environ, PATH=f"{bin_}{os.pathsep}{os.environ['PATH']}")
+    out = subprocess.run(
+        [sys.executable, "-m", "memrnn.suite", "slurm", str(suite.path), "--option", "time=00:05:00", "--submit"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert "Submitted batch job 77" in out.stdout
+    assert cell_status(suite, todo[0]) == "done"
+    started = json.loads((suite.cell_dir(todo[0]) / "STARTED").read_text())
+    assert started["SLURM_ARRAY_TASK_ID"] == "0" and started["SLURM_ARRAY_JOB_ID"] == "77"
+    assert all(cell_status(suite, c) != "done" for c in todo[1:])
+
+
+def test_slurm_tasks_share_cells_past_the_array_limit(tmp_path):
+    suite = Suite.load(write_suite(tmp_path, seeds=[0, 1, 2]))  # 6 cells
+    script = tmp_path / "s.sbatch"
+    script.write_text(
+        slurm_script(suite, max_array_size=4, parallel=2, python="echo", extra=["--trainer.max_steps=9"])
+    )
+    text = script.read_text()
+    assert "#SBATCH --array=0-3%2" in text
+    ran = [
+        subprocess.run(["bash", str(script)], env=dict(os.environ, SLURM_ARRAY_TASK_ID=str(i)), capture_output=True,
+                       text=True, check=True).stdout.split("\n")[:-1]
+        for i in range(4)
+    ]  # fmt: skip
+    cells = [line.split("--cell ")[1].split()[0] for task in ran for line in task]
+    assert sorted(cells) == sorted(c.name for c in suite.cells())  # every cell once
+    assert [len(t) for t in ran] == [2, 2, 1, 1]
+    assert all(line.endswith("-- --trainer.max_steps=9") for t in ran for line in t)
+    with pytest.raises(ValueError, match="do not set 'array'"):
+        slurm_script(suite, options={"array": "0-1"})
+
+
+def test_wandb_sweep_is_valid_and_its_agent_command_runs_a_cell(ran, tmp_path):
+    """The sweep configuration passes W&B's own schema check (the ``sweeps`` package that
+    ``wandb sweep``'s local controller uses); W&B's grid gives exactly the suite's cells; the
+    command an agent builds for one of them (W&B's own expansion) runs that cell."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import sweeps
+
+    suite = Suite.load(write_suite(ran.folder, lrs=[0.003], seeds=[5]))
+    config = wandb_sweep(suite)
+    assert sweeps.schema_violations_from_proposed_config(config) == []
+    grid = [
+        {k: v["value"] for k, v in run.config.items()} for run in sweeps.next_runs(config, [], n=100) if run
+    ]
+    assert sorted(suite.cell(**p).name for p in grid) == sorted(c.name for c in suite.cells())
+    assert main(["sweep", str(suite.path), "--config", str(tmp_path / "sweep.yaml")]) == 0
+    assert yaml.safe_load((tmp_path / "sweep.yaml").read_text()) == config
+
+    from wandb.sdk.launch.sweeps import utils as sweep_utils
+
+    command = sweep_utils.create_sweep_command(list(config["command"]))
+    values = sweep_utils.create_sweep_command_args({"args": {k: {"value": v} for k, v in grid[0].items()}})
+    values |= {"env": ["/usr/bin/env"], "interpreter": [sys.executable]}
+    argv = [part for c in command for part in (values[c[2:-1]] if c.startswith("${") else [c])]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    cell = suite.cell(**grid[0])
+    assert cell_status(suite, cell) == "done"
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert again.returncode == 0 and "is done" in again.stdout  # an agent re-running a done cell skips it
+
+
+def test_collect_wandb_reads_a_sweeps_runs(tmp_path):
+    suite = Suite.load(write_suite(tmp_path, lrs=[0.001]))
+
+    def run(rid, state, score=None, **cfg):
+        summary = {} if score is None else {suite.metric: score, "trainer/global_step": 10}
+        return SimpleNamespace(
+            id=rid, state=state, config={k: {"value": v} for k, v in cfg.items()}, summary=summary
+        )
+
+    runs = [
+        run("a", "finished", 0.9, arch="lstm", task="parity_check", seed=0, lr=0.001),
+        run("b", "crashed", None, arch="lstm", task="parity_check", seed=1, lr=0.001),
+        run("c", "finished", 0.7, arch="lstm", task="reverse_string", seed=0, lr=0.001),
+        run("d", "finished", 0.5, arch="gru", task="parity_check", seed=0, lr=0.001),  # another grid
+        run("e", "running", None, arch="lstm", task="reverse_string", seed=1, lr=0.001),
+    ]
+    api = SimpleNamespace(sweep=lambda path: SimpleNamespace(runs=runs) if path == "me/memrnn/abc" else None)
+    results = collect_wandb(suite, "me/memrnn/abc", api=api)
+    assert [(r["cell"], r["score"], r["run"]) for r in results.rows] == [
+        ("lstm/parity_check/lr0.001/seed0", 0.9, "a"), ("lstm/reverse_string/lr0.001/seed0", 0.7, "c")]  # fmt: skip
+    assert results.missing == {"lstm/parity_check/lr0.001/seed1": "crashed",
+                               "lstm/reverse_string/lr0.001/seed1": "running"}  # fmt: skip
