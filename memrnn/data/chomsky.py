@@ -31,16 +31,33 @@ from torch.utils.data import Dataset
 from memrnn.data.datamodule import IGNORE_INDEX, SPLITS, SplitDataModule
 from memrnn.data.tasks import collate_transduction
 from memrnn.languages.base import check_window
-from memrnn.languages.chomsky import TransductionTask, chomsky_task
+from memrnn.languages.chomsky import TransductionTask
+from memrnn.languages.state_tracking import transduction_task
 
 
 def transduction_item(task: TransductionTask, x: Sequence[int], y: Sequence[int]) -> dict[str, Any]:
     """One sequence: ``input [n + L]`` (``x``, then the blank id ``len(input_symbols)``),
     ``target [n + L]`` (``-100``, then ``y`` where scored), ``loss_mask``, ``ref_logprob`` (0)
-    and ``input_length`` ``n``."""
+    and ``input_length`` ``n``; for an aligned task (a word problem) ``input [n]`` is ``x`` and
+    ``target [n]`` is ``y``."""
     n, L = len(x), len(y)
     blank = len(task.input_symbols)
     scored = task.scored(y)
+    if task.aligned:  # the output is read at the input positions: no blanks
+        if n != L:
+            raise ValueError(
+                f"{task.name}: an aligned task needs one output per input, got {n} inputs and {L} outputs"
+            )
+        target_arr = np.array(
+            [t if s else IGNORE_INDEX for t, s in zip(y, scored, strict=True)], dtype=np.int64
+        )
+        return {
+            "input": np.array(x, dtype=np.int64),
+            "target": target_arr,
+            "loss_mask": target_arr != IGNORE_INDEX,
+            "ref_logprob": np.zeros(n, dtype=np.float64),
+            "input_length": n,
+        }
     target = [IGNORE_INDEX] * n + [t if s else IGNORE_INDEX for t, s in zip(y, scored, strict=True)]
     target_arr = np.array(target, dtype=np.int64)
     return {
@@ -98,7 +115,8 @@ class ChomskyDataModule(SplitDataModule):
     """One Chomsky-hierarchy task (module docstring).
 
     Args:
-        task: a name of :data:`memrnn.languages.chomsky.CHOMSKY_TASKS` (``reverse_string``, …).
+        task: a name of :data:`memrnn.languages.chomsky.CHOMSKY_TASKS` (``reverse_string``, …)
+            or of :data:`memrnn.languages.state_tracking.STATE_TRACKING_TASKS` (``s5``, ``a5``, …).
         train_size: training sequences per epoch (drawn lazily).
         val_size: validation sequences, lengths uniform in ``val_lengths``.
         test_per_length: test sequences at every length of ``test_lengths``.
@@ -122,7 +140,7 @@ class ChomskyDataModule(SplitDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
-        self.task = chomsky_task(task)
+        self.task = transduction_task(task)
         for name, v in (
             ("train_size", train_size),
             ("val_size", val_size),
@@ -145,7 +163,8 @@ class ChomskyDataModule(SplitDataModule):
 
     @property
     def vocab_size(self) -> int:
-        """Input ids: the task's input symbols and the blank read while the output is produced."""
+        """Input ids: the task's input symbols and the blank read while the output is produced
+        (never read by an aligned task)."""
         return len(self.task.input_symbols) + 1
 
     @property

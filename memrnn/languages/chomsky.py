@@ -78,6 +78,9 @@ class TransductionTask(ABC):
     output_symbols: tuple[str, ...]
     #: whether the output ends with the termination token and only up to it is scored
     terminated: ClassVar[bool] = False
+    #: whether the output is read at the input positions (``y_t`` after ``x_t``; the word
+    #: problems of :mod:`memrnn.languages.state_tracking`) instead of after the input
+    aligned: ClassVar[bool] = False
 
     def output_length(self, n: int) -> int:
         """Output positions for an input of ``n`` symbols (1 for the classification tasks)."""

@@ -224,6 +224,13 @@ class SequenceModule(L.LightningModule):
             if out.get(name):
                 mean = sum(out[name]) / len(out[name])
                 self.log(f"{split}/{name}_mean_over_lengths", torch.tensor(mean, dtype=torch.float32))
+                if name == "acc" and self.num_symbols > 1:
+                    # Grazzi et al.'s (2025) scaled accuracy, chance = 1 / num_symbols
+                    chance = 1.0 / self.num_symbols
+                    scaled = (mean - chance) / (1.0 - chance)
+                    self.log(
+                        f"{split}/acc_scaled_mean_over_lengths", torch.tensor(scaled, dtype=torch.float32)
+                    )
 
     @property
     def readout(self) -> nn.Linear:

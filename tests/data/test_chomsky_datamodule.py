@@ -49,7 +49,7 @@ def test_batches_hold_the_input_then_blanks_and_the_scored_outputs():
 
 
 def test_bad_arguments_are_named():
-    with pytest.raises(ValueError, match="unknown Chomsky-hierarchy task 'reverse'"):
+    with pytest.raises(ValueError, match="unknown transduction task 'reverse'"):
         ChomskyDataModule("reverse")
     with pytest.raises(ValueError, match="train_size must be a positive int, got 0"):
         ChomskyDataModule(train_size=0)

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from memrnn.languages.chomsky import chomsky_task
 from memrnn.lit.cli import build_cli
 from memrnn.suite import Suite, cell_status, collect, collect_wandb, run_local, slurm_script, wandb_sweep
 from memrnn.suite.__main__ import main
@@ -190,6 +191,9 @@ def test_run_local_runs_every_cell_and_reports_the_failed(ran):
         assert result["curves"]["length"] == [4, 5, 6]
         assert result["score"] == pytest.approx(sum(result["curves"]["acc"]) / 3, abs=1e-6)
         assert result["metrics"]["test/acc_mean_over_lengths"] == result["score"]
+        chance = 1 / len(chomsky_task(cell.task).output_symbols)  # Grazzi et al.'s scaled accuracy
+        scaled = (result["score"] - chance) / (1 - chance)
+        assert result["metrics"]["test/acc_scaled_mean_over_lengths"] == pytest.approx(scaled, abs=1e-6)
         # its own W&B run, offline, finished with exit code 0
         from memrnn.lit.wandb_files import read_offline_run
 
