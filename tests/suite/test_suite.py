@@ -146,7 +146,10 @@ def test_committed_suites_resolve(name):
     for cell in picked.values():
         args = [*suite.cli_args(cell), "--trainer.accelerator=cpu", "--trainer.logger=false"]
         cli = build_cli(args, run=False, default_config_files=[suite.defaults])
-        assert cli.datamodule.task.name == cell.task
+        for arg in suite.tasks[cell.task]:  # the task's overrides reached the resolved config
+            key, value = arg.removeprefix("--").split("=", 1)
+            got = cli.config[key]
+            assert (list(got) if isinstance(got, tuple) else got) == yaml.safe_load(value), (cell.name, key)
         if cell.lr is not None:
             assert math.isclose(cli.model.hparams.lr, cell.lr)
 
