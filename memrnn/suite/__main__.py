@@ -15,6 +15,7 @@ SUITE is a suite file (``configs/suites/*.yaml``).  ``run``, ``slurm`` and ``swe
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -112,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cell in _select(suite, args):
             print(f"{cell.index:>5}  {cell_status(suite, cell):<8} {cell.name}")
             if args.commands:
-                print("       train.py fit " + " ".join(suite.cli_args(cell) + extra))
+                print("       train.py fit " + shlex.join(suite.cli_args(cell) + extra))
         return 0
 
     if args.command == "cell":

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -141,6 +141,10 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
             wandb.finish(exit_code=failed)
 
 
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str]) -> list[str]:
     cmd = [
         sys.executable,
@@ -163,13 +167,14 @@ def run_local(
     threads: int = 1,
     extra: Sequence[str] = (),
     cells: Sequence[Cell] | None = None,
-    log=print,
+    log: Callable[[str], None] | None = None,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
     a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
     in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran
     (``done`` or ``failed (exit N; log …)``); Ctrl-C stops the running cells, which then count
     as killed and run again next time."""
+    log = log or _say
     if jobs < 1 or threads < 1:
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
