@@ -100,6 +100,11 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
     start = time.perf_counter()
     failed = 0
     try:
+        sized = None
+        if suite.budget is not None:
+            sized = fit_budget(suite, cell, defaults, extra)
+            key = suite.architectures[cell.arch].budget_key
+            args = [*suite.cli_args(cell), f"--{key}={sized}", *extra]
         cli = build_cli(args, run=False, default_config_files=defaults)
         trainer, model = cli.trainer, cli.model
         trainer.fit(model, datamodule=cli.datamodule)
@@ -117,6 +122,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
             "metrics": _scalars(tested),
             "curves": curves,
             "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+            "budget": None if sized is None else {**suite.budget, "value": sized},
             "steps": trainer.global_step,
             "epochs": trainer.current_epoch,
             "best_score": None if best_score is None else float(best_score),
@@ -139,6 +145,52 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
     finally:
         if wandb.run is not None:
             wandb.finish(exit_code=failed)
+
+
+def _parameters(args: Sequence[str], defaults: Sequence[Path]) -> int:
+    cli = build_cli([*args, "--trainer.logger=false"], run=False, default_config_files=defaults)
+    return sum(p.numel() for p in cli.model.parameters() if p.requires_grad)
+
+
+def fit_budget(suite: Suite, cell: Cell, defaults: Sequence[Path], extra: Sequence[str] = ()) -> int:
+    """The largest value of the cell's architecture's ``budget_key`` in ``1..budget["max"]``
+    whose model has at most ``budget["parameters"]`` trainable parameters (a bisection; the
+    count grows with the size), found once per architecture and task and kept in
+    ``<out>/budget/<arch>__<task>.json``.  Raises ``ValueError`` when even size 1 exceeds it."""
+    assert suite.budget is not None
+    target, top = suite.budget["parameters"], suite.budget["max"]
+    key = suite.architectures[cell.arch].budget_key
+    cache = suite.out / "budget" / f"{cell.arch}__{cell.task}.json"
+    if cache.is_file():
+        saved = json.loads(cache.read_text())
+        if (saved.get("parameters"), saved.get("max"), saved.get("key"), saved.get("extra")) == (
+            target,
+            top,
+            key,
+            list(extra),
+        ):
+            return int(saved["value"])
+
+    def count(v: int) -> int:
+        return _parameters([*suite.cli_args(cell), f"--{key}={v}", *extra], defaults)
+
+    if count(1) > target:
+        raise ValueError(
+            f"{cell.arch} on {cell.task} has {count(1)} parameters at {key}=1, over the budget {target}"
+        )
+    lo, hi = 1, top
+    while lo < hi:  # the largest v with count(v) <= target
+        mid = (lo + hi + 1) // 2
+        if count(mid) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    _write_json(
+        cache,
+        {"parameters": target, "max": top, "key": key, "extra": list(extra), "value": lo, "count": count(lo)},
+    )
+    return lo
 
 
 def _say(line: str) -> None:

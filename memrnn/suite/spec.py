@@ -14,7 +14,14 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     args: {trainer.max_steps: 2000}        # overrides for every cell
     metric: test/acc_mean_over_lengths     # the score the collector tabulates
     mode: max                              # max: higher is better (min: lower)
+    budget: {parameters: 64000}            # optional: each architecture's size set to match it
     slurm: {time: "04:00:00", cpus-per-task: 1}   # #SBATCH options of the array job
+
+With a ``budget``, every cell's ``key`` (default ``model.init_args.layer.init_args.hidden_size``;
+an architecture may name its own as ``budget_key``, e.g. an nnPDA's ``num_states``) is set to the
+largest value (up to ``max``, default 4096) whose model has at most ``parameters`` trainable
+parameters, so architectures compare at a matched parameter budget (the value is found once per
+architecture and task and recorded in the result).
 
 Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
 of its architecture, the suite's ``args``, the task's, the architecture's, then the seed
@@ -35,7 +42,9 @@ import yaml
 
 #: the keys a suite file may have
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
-              "args", "metric", "mode", "out", "slurm")  # fmt: skip
+              "args", "metric", "mode", "out", "slurm", "budget")  # fmt: skip
+#: the size a parameter budget sets unless an architecture names another
+BUDGET_KEY = "model.init_args.layer.init_args.hidden_size"
 
 
 @dataclass(frozen=True)
@@ -88,6 +97,7 @@ class Architecture:
 
     config: Path
     args: list[str] = field(default_factory=list)
+    budget_key: str = BUDGET_KEY
 
 
 @dataclass
@@ -108,6 +118,8 @@ class Suite:
     defaults: Path | None = None
     description: str = ""
     slurm: dict[str, Any] = field(default_factory=dict)
+    #: ``{"parameters": N, "max": M}`` or ``None`` (module docstring)
+    budget: dict[str, int] | None = None
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
@@ -138,13 +150,19 @@ class Suite:
         for name, spec in raw["architectures"].items():
             if isinstance(spec, str):
                 spec = {"config": spec}
-            if not isinstance(spec, dict) or set(spec) - {"config", "args"} or "config" not in spec:
+            if (
+                not isinstance(spec, dict)
+                or set(spec) - {"config", "args", "budget_key"}
+                or "config" not in spec
+            ):
                 raise ValueError(
-                    f"{path}: architecture {name!r} must be a config path or {{config:, args:}}, got {spec!r}"
+                    f"{path}: architecture {name!r} must be a config path or {{config:, args:, budget_key:}}, "
+                    f"got {spec!r}"
                 )
             archs[str(name)] = Architecture(
                 existing(spec["config"], f"architecture {name!r}'s config"),
                 _overrides(spec.get("args"), f"{path}: architecture {name!r}"),
+                str(spec.get("budget_key", BUDGET_KEY)),
             )
         if not isinstance(raw["tasks"], dict) or not raw["tasks"]:
             raise ValueError(f"{path}: 'tasks' must be a non-empty mapping name -> overrides")
@@ -161,6 +179,17 @@ class Suite:
         mode = raw.get("mode", "max")
         if mode not in ("max", "min"):
             raise ValueError(f"{path}: 'mode' must be 'max' or 'min', got {mode!r}")
+        budget = raw.get("budget")
+        if budget is not None:
+            if (
+                not isinstance(budget, dict)
+                or set(budget) - {"parameters", "max"}
+                or "parameters" not in budget
+            ):
+                raise ValueError(f"{path}: 'budget' must be {{parameters: N, max: M}}, got {budget!r}")
+            for k, v in budget.items():
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ValueError(f"{path}: budget {k} must be a positive int, got {v!r}")
         slurm = raw.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
@@ -184,6 +213,7 @@ class Suite:
             defaults=existing(raw["defaults"], "defaults") if raw.get("defaults") else None,
             description=str(raw.get("description", "")),
             slurm={str(k): v for k, v in slurm.items()},
+            budget=None if budget is None else {"max": 4096, **budget},
         )
 
     def cells(self) -> list[Cell]:

@@ -19,8 +19,18 @@ import yaml
 
 from memrnn.languages.chomsky import chomsky_task
 from memrnn.lit.cli import build_cli
-from memrnn.suite import Suite, cell_status, collect, collect_wandb, run_local, slurm_script, wandb_sweep
+from memrnn.suite import (
+    Suite,
+    cell_status,
+    collect,
+    collect_wandb,
+    run_cell,
+    run_local,
+    slurm_script,
+    wandb_sweep,
+)
 from memrnn.suite.__main__ import main
+from memrnn.suite.runner import _parameters, fit_budget
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -366,3 +376,56 @@ def test_collect_wandb_reads_a_sweeps_runs(tmp_path):
         ("lstm/parity_check/lr0.001/seed0", 0.9, "a"), ("lstm/reverse_string/lr0.001/seed0", 0.7, "c")]  # fmt: skip
     assert results.missing == {"lstm/parity_check/lr0.001/seed1": "crashed",
                                "lstm/reverse_string/lr0.001/seed1": "running"}  # fmt: skip
+
+
+# -- a matched parameter budget -------------------------------------------------------------------
+def test_budget_sets_each_architecture_to_the_largest_size_that_fits(tmp_path):
+    archs = {
+        "lstm": str(CONFIGS / "chomsky/lstm.yaml"),
+        "nnpda": {
+            "config": str(CONFIGS / "chomsky/nnpda.yaml"),
+            "budget_key": "model.init_args.layer.init_args.num_states",
+        },
+    }
+    args = {k: v for k, v in TINY.items() if "hidden_size" not in k}
+    suite = Suite.load(
+        write_suite(tmp_path, architectures=archs, args=args, budget={"parameters": 3000, "max": 64})
+    )
+    defaults = [suite.defaults]
+    for arch, key in (("lstm", "hidden_size"), ("nnpda", "num_states")):
+        cell = suite.cell(arch=arch, task="parity_check", seed=0)
+        size = fit_budget(suite, cell, defaults)
+        full = f"--model.init_args.layer.init_args.{key}"
+        at = _parameters([*suite.cli_args(cell), f"{full}={size}"], defaults)
+        above = _parameters([*suite.cli_args(cell), f"{full}={size + 1}"], defaults)
+        assert at <= 3000 < above, (arch, size, at, above)
+        saved = json.loads((suite.out / "budget" / f"{arch}__parity_check.json").read_text())
+        assert saved["value"] == size and saved["count"] == at
+    # a cell runs at that size and records it
+    cell = suite.cell(arch="lstm", task="parity_check", seed=1)
+    result = run_cell(suite, cell)
+    assert result["budget"] == {"parameters": 3000, "max": 64, "value": size_of(suite, "lstm")}
+    assert result["parameters"] <= 3000
+    (tmp_path / "x").mkdir()
+    (tmp_path / "y").mkdir()
+    with pytest.raises(ValueError, match="over the budget 10"):
+        fit_budget(Suite.load(write_suite(tmp_path / "x", budget={"parameters": 10})), cell, defaults)
+    with pytest.raises(ValueError, match="'budget' must be"):
+        Suite.load(write_suite(tmp_path / "y", budget={"params": 10}))
+
+
+def size_of(suite: Suite, arch: str) -> int:
+    return json.loads((suite.out / "budget" / f"{arch}__parity_check.json").read_text())["value"]
+
+
+@pytest.mark.slow
+def test_every_architecture_of_the_matched_suite_fits_its_budget(tmp_path):
+    suite = Suite.load(CONFIGS / "suites" / "chomsky_matched.yaml", out=tmp_path)
+    extra = ["--trainer.accelerator=cpu"]
+    sizes = {}
+    for arch in suite.architectures:
+        cell = suite.cell(arch=arch, task="reverse_string", seed=0, lr=suite.lrs[0])
+        sizes[arch] = fit_budget(suite, cell, [suite.defaults], extra)
+        saved = json.loads((tmp_path / "budget" / f"{arch}__reverse_string.json").read_text())
+        assert 0.8 * suite.budget["parameters"] < saved["count"] <= suite.budget["parameters"], (arch, saved)
+    assert sizes["lstm"] < sizes["rnn"]  # an LSTM unit costs about 4 Elman units
