@@ -84,11 +84,13 @@ class Results:
             counts = sorted(
                 {v["parameters"] for (arch, _), v in summ.items() if arch == a and v["parameters"]}
             )
-            params.append("/".join(f"{c:,}" for c in counts) or "—")
+            params.append(
+                f"{counts[0]:,}–{counts[-1]:,}" if len(counts) > 1 else f"{counts[0]:,}" if counts else "—"
+            )
         lines = [
             f"`{s.metric}`: mean / median / {best} over seeds"
             + (" and learning rates" if s.lrs else "")
-            + " (runs); parameters under each architecture",
+            + " (runs); parameters under each architecture (a range where the tasks' vocabularies differ)",
             "",
             "| task | " + " | ".join(archs) + " |",
             "|---" * (len(archs) + 1) + "|",
