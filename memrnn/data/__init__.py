@@ -10,6 +10,7 @@ from memrnn.data.datamodule import (
     collate_generator,
 )
 from memrnn.data.presets import PRESETS, SplitPreset, get_preset
+from memrnn.data.recognition import RecognizerDataModule, collate_recognizer
 from memrnn.data.tasks import (
     AcceptorDataModule,
     CopyTask,
@@ -28,6 +29,7 @@ __all__ = [
     "CopyTask",
     "EpochShuffleSampler",
     "FormalLanguageDataModule",
+    "RecognizerDataModule",
     "RepeatCopyTask",
     "ReversalTask",
     "SplitPreset",
@@ -37,6 +39,7 @@ __all__ = [
     "collate_acceptor",
     "collate_chomsky",
     "collate_generator",
+    "collate_recognizer",
     "collate_transduction",
     "get_preset",
 ]

@@ -20,6 +20,7 @@ from memrnn.languages.hardest import HardestCFL
 from memrnn.languages.json_lite import JsonLite
 from memrnn.languages.lr import LRAutomaton, LRTrace, latch_automaton, table1_automaton
 from memrnn.languages.pcfg import PCFG, Earley
+from memrnn.languages.recognizers import FLARE_LANGUAGES, RecognitionLanguage, flare_language
 from memrnn.languages.regular import Latch, PFSALanguage
 from memrnn.languages.reversal import MarkedReversal, PaddedReversal, Palindrome, UnmarkedReversal
 
@@ -27,6 +28,7 @@ __all__ = [
     "ACCEPT",
     "DFA",
     "DPDA",
+    "FLARE_LANGUAGES",
     "PCFG",
     "PFSA",
     "REJECT",
@@ -51,6 +53,7 @@ __all__ = [
     "PFSALanguage",
     "PaddedReversal",
     "Palindrome",
+    "RecognitionLanguage",
     "UnmarkedReversal",
     "anbmcnm_counter_machine",
     "anbn_counter_machine",
@@ -58,6 +61,7 @@ __all__ = [
     "bracket_annotations",
     "dyck1_counter_machine",
     "dyck1_pda",
+    "flare_language",
     "latch_automaton",
     "table1_automaton",
 ]

@@ -151,8 +151,9 @@ class NextSetAccuracy(Metric):
 class AcceptorAccuracy(Metric):
     """Binary acceptance accuracy at each sequence's own end (``logits [B, T]`` gathered at
     ``lengths − 1``, never the padded end) and per prefix (all real positions).
-    ``update(logits [B, T], prefix_label [B, T], label [B], mask [B, T], lengths [B])``;
-    ``compute()`` gives ``{"end", "prefix"}``."""
+    ``update(logits [B, T], prefix_label [B, T] | None, label [B], mask [B, T], lengths [B])``;
+    ``compute()`` gives ``{"end", "prefix"}``, ``"prefix"`` only when some batch had prefix
+    labels (a recognizer benchmark labels whole strings only)."""
 
     full_state_update = False
 
@@ -162,19 +163,20 @@ class AcceptorAccuracy(Metric):
             self.add_state(name, torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(
-        self, logits: Tensor, prefix_label: Tensor, label: Tensor, mask: Tensor, lengths: Tensor
+        self, logits: Tensor, prefix_label: Tensor | None, label: Tensor, mask: Tensor, lengths: Tensor
     ) -> None:
         last = logits.gather(1, (lengths - 1).clamp_min(0)[:, None])[:, 0]
         self.end_ok += ((last > 0) == label.bool()).sum()
         self.ends += label.numel()
-        self.prefix_ok += (((logits > 0) == prefix_label.bool()) & mask).sum()
-        self.prefixes += mask.sum()
+        if prefix_label is not None:
+            self.prefix_ok += (((logits > 0) == prefix_label.bool()) & mask).sum()
+            self.prefixes += mask.sum()
 
     def compute(self) -> dict[str, Tensor]:
-        return {
-            "end": self.end_ok / self.ends.clamp_min(1),
-            "prefix": self.prefix_ok / self.prefixes.clamp_min(1),
-        }
+        out = {"end": self.end_ok / self.ends.clamp_min(1)}
+        if self.prefixes > 0:
+            out["prefix"] = self.prefix_ok / self.prefixes
+        return out
 
 
 class PerLengthStats(Metric):

@@ -370,7 +370,7 @@ class SequenceModule(L.LightningModule):
             m["next_set"].update(out["next_set"], batch["next_set"], batch["mask"])
         if "accept" in m:
             m["accept"].update(
-                out["acceptor"], batch["prefix_label"], batch["label"], batch["mask"], batch["lengths"]
+                out["acceptor"], batch.get("prefix_label"), batch["label"], batch["mask"], batch["lengths"]
             )
         # per-length curves by the string's length (``input_lengths``: a transduction's input)
         lengths = batch.get("input_lengths", batch["lengths"])

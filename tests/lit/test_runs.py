@@ -137,6 +137,8 @@ def test_every_config_trains_and_tests_with_the_logger_off(path, tmp_path):
     text = "".join(f.read_text() for f, _ in config_chain(path))  # the overlay and its bases
     if "ChomskyDataModule" in text:  # test_per_length sequences at every test length, no test_size
         data = [*data[:2], "--data.init_args.test_per_length=1", "--data.init_args.test_lengths=[41, 48]"]
+    if "RecognizerDataModule" in text:  # test_per_length strings per test length in number
+        data = [*data[:2], "--data.init_args.test_per_length=1", "--data.init_args.test_lengths=[0, 8]"]
     if "FormalLanguageDataModule" in text:
         data += ["--data.init_args.train_tokens=null", "--data.init_args.val_tokens=null",
                  "--data.init_args.test_tokens=null"]  # fmt: skip

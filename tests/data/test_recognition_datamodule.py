@@ -1,0 +1,87 @@
+"""The recognizer benchmark's data module: the protocol's split sizes and windows, labels that
+agree with membership, batches read at each string's own end, errors, and train.py end to end."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from memrnn.data import RecognizerDataModule
+from memrnn.languages.recognizers import flare_language
+from memrnn.lit.wandb_files import read_offline_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_protocols_splits():
+    dm = RecognizerDataModule("marked_reversal", test_lengths=(0, 60), seed=3)
+    dm.setup()
+    assert [len(dm.datasets[s]) for s in ("train", "val", "test")] == [10_000, 1_000, 610]
+    assert dm.windows == {"train": (0, 40), "val": (0, 40), "test": (0, 60)}
+    assert RecognizerDataModule("parity", validation="long").windows["val"] == (0, 80)
+    lang = flare_language("marked_reversal")
+    for split, (lo, hi) in dm.windows.items():
+        items = dm.datasets[split].items
+        assert all(lo <= len(it["body"]) <= hi for it in items)
+        assert all(lang.accepts(it["body"]) == it["label"] for it in items)
+        share = sum(it["label"] for it in items) / len(items)
+        assert 0.4 < share < 0.6, (split, share)
+    again = RecognizerDataModule("marked_reversal", test_lengths=(0, 60), seed=3)
+    again.setup("test")
+    assert again.datasets["test"].items == dm.datasets["test"].items  # deterministic in the seed
+    other = RecognizerDataModule("marked_reversal", test_lengths=(0, 60), seed=4)
+    other.setup("test")
+    assert other.datasets["test"].items != dm.datasets["test"].items
+
+
+def test_batches_put_bos_first_and_count_it_in_the_lengths():
+    dm = RecognizerDataModule("parity", train_size=64, val_size=8, test_per_length=2, test_lengths=(0, 5))
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert set(batch) == {"input", "mask", "label", "lengths"}
+    assert dm.vocab_size == 3 and dm.num_symbols == 2 and dm.bracket_types is None
+    assert (batch["input"][:, 0] == 2).all()  # BOS
+    assert torch.equal(batch["mask"].sum(1), batch["lengths"])
+    items = [dm.datasets["train"][i] for i in range(64)]
+    assert sorted(len(it["body"]) + 1 for it in items) == sorted(
+        int(n) for b in dm.train_dataloader() for n in b["lengths"]
+    )
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(ValueError, match="unknown recognizer language 'dyck'"):
+        RecognizerDataModule("dyck")
+    with pytest.raises(ValueError, match="validation must be 'short' or 'long'"):
+        RecognizerDataModule("parity", validation="medium")
+    with pytest.raises(ValueError, match="train_size must be a positive int"):
+        RecognizerDataModule("parity", train_size=0)
+    with pytest.raises(ValueError, match="perturbation_probability"):
+        RecognizerDataModule("parity", perturbation_probability=-0.1)
+    with pytest.raises(ValueError, match="0 <= min <= max"):
+        RecognizerDataModule("parity", test_lengths=(9, 3))
+
+
+def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
+    """``train.py`` with configs/flare/lstm.yaml on a CPU: an LSTM recognises ``first`` (the first
+    symbol is 1) and the validation accuracy lands in the offline W&B run's summary."""
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    args = [
+        "fit", "--config", str(ROOT / "configs/flare/lstm.yaml"),
+        "--data.init_args.language=first", "--data.init_args.train_size=1024",
+        "--data.init_args.val_size=128",
+        "--model.init_args.layer.init_args.hidden_size=16",
+        "--model.init_args.lr=0.01", "--trainer.max_epochs=12",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    ]  # fmt: skip
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), *args],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = read_offline_run(next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), wait=30)
+    accuracy = [r["val/accept_end"] for r in run["history"] if "val/accept_end" in r]
+    assert len(accuracy) == 12 and accuracy[-1] > 0.9, (accuracy, out.stdout[-2000:])
+    assert not any("val/accept_prefix" in r for r in run["history"])  # whole-string labels only

@@ -1,0 +1,377 @@
+"""The recognizer benchmark's languages (Butoi et al. 2025): membership against independent
+oracles written from each definition over every short string, hand-worked examples, exact
+uniform sampling of the regular ones, samplers that cover the language, the negatives, errors."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from memrnn.languages.recognizers import (
+    FLARE_LANGUAGES,
+    AutomatonRecognitionLanguage,
+    flare_language,
+    random_edit,
+    sample_labelled,
+    sample_negative,
+    uniform_int,
+)
+
+
+def _num(bits):
+    return int("".join(map(str, reversed(bits))), 2)
+
+
+def _numbers(s, seps):
+    """Independent parse: split at the separator ids in order; each part a non-empty bit string."""
+    out, cur, want = [], [], list(seps)
+    for x in s:
+        if want and x == want[0]:
+            out.append(cur)
+            cur = []
+            want.pop(0)
+        elif x in (0, 1):
+            cur.append(x)
+        else:
+            return None
+    out.append(cur)
+    if want or not all(out):
+        return None
+    return [_num(p) for p in out]
+
+
+def _modular(s):
+    # d (op d)* = r, left to right mod 5; ops + - * are ids 5 6 7, '=' is 8
+    if len(s) < 3 or s[-2] != 8 or s[-1] > 4 or len(s) % 2 == 0:
+        return False
+    body = s[:-2]
+    if any(x > 4 for x in body[0::2]) or any(x not in (5, 6, 7) for x in body[1::2]):
+        return False
+    v = body[0]
+    for op, d in zip(body[1::2], body[2::2], strict=True):
+        v = {5: v + d, 6: v - d, 7: v * d}[op] % 5
+    return v == s[-1]
+
+
+def _dyck(s, k=2, m=3):
+    stack = []
+    for x in s:
+        if x % 2 == 0:
+            stack.append(x // 2)
+            if len(stack) > m:
+                return False
+        elif not stack or stack.pop() != x // 2:
+            return False
+    return not stack
+
+
+def _cycle(s):
+    if not s or s[-1] < 3 or any(x > 2 for x in s[:-1]):
+        return False
+    pos = sum({0: 1, 1: -1, 2: 0}[x] for x in s[:-1]) % 5
+    return s[-1] - 3 == pos
+
+
+def _stack_manipulation(s):
+    # enumerate: initial stack, operations, '#', final stack top first (ids: PUSH 2, POP 3, # 4)
+    if s.count(4) != 1:
+        return False
+    i = s.index(4)
+    head, tail = s[:i], s[i + 1 :]
+    j = 0
+    while j < len(head) and head[j] < 2:
+        j += 1
+    stack, ops = list(head[:j]), head[j:]
+    t = 0
+    while t < len(ops):
+        if ops[t] == 2 and t + 1 < len(ops) and ops[t + 1] < 2:
+            stack.append(ops[t + 1])
+            t += 2
+        elif ops[t] == 3 and stack:
+            stack.pop()
+            t += 1
+        else:
+            return False
+    return list(tail) == stack[::-1]
+
+
+ORACLES = {
+    "even_pairs": lambda s: sum(a != b for a, b in itertools.pairwise(s)) % 2 == 0,
+    "repeat_01": lambda s: s == (0, 1) * (len(s) // 2),
+    "parity": lambda s: sum(s) % 2 == 1,
+    "cycle_navigation": _cycle,
+    "modular_arithmetic": _modular,
+    "dyck_2_3": _dyck,
+    "first": lambda s: len(s) > 0 and s[0] == 1,
+    "majority": lambda s: s.count(1) > s.count(0),
+    "stack_manipulation": _stack_manipulation,
+    "marked_reversal": lambda s: len(s) % 2 == 1 and s[len(s) // 2] == 2 and s == s[::-1] and s.count(2) == 1,
+    "unmarked_reversal": lambda s: len(s) % 2 == 0 and s == s[::-1],
+    "marked_copy": lambda s: (
+        len(s) % 2 == 1
+        and s.count(2) == 1
+        and s[len(s) // 2] == 2
+        and s[: len(s) // 2] == s[len(s) // 2 + 1 :]
+    ),
+    "missing_duplicate": lambda s: (
+        s.count(2) == 1
+        and len(s) % 2 == 0
+        and (lambda t: t[: len(t) // 2] == t[len(t) // 2 :])(tuple(1 if x == 2 else x for x in s))
+    ),
+    "odds_first": lambda s: (
+        s.count(2) == 1 and s[s.index(2) + 1 :] == tuple(s[: s.index(2)][0::2] + s[: s.index(2)][1::2])
+    ),
+    "binary_addition": lambda s: (lambda v: v is not None and v[0] + v[1] == v[2])(_numbers(s, (2, 3))),
+    "binary_multiplication": lambda s: (lambda v: v is not None and v[0] * v[1] == v[2])(_numbers(s, (2, 3))),
+    "compute_sqrt": lambda s: (lambda v: v is not None and math.isqrt(v[0]) == v[1])(_numbers(s, (2,))),
+    "bucket_sort": lambda s: s.count(5) == 1 and s[s.index(5) + 1 :] == tuple(sorted(s[: s.index(5)])),
+}
+
+#: the longest strings enumerated per alphabet size (every string up to it is checked)
+MAX_LEN = {2: 10, 3: 7, 4: 6, 5: 5, 6: 5, 8: 4, 9: 4}
+
+
+def _all_strings(v, n):
+    for length in range(n + 1):
+        yield from itertools.product(range(v), repeat=length)
+
+
+#: arithmetic languages: (shortest length, id of '=')
+ARITHMETIC = {"binary_addition": (5, 3), "binary_multiplication": (5, 3), "compute_sqrt": (3, 2)}
+
+
+@pytest.fixture(params=list(FLARE_LANGUAGES))
+def lang(request):
+    return flare_language(request.param)
+
+
+def test_the_eighteen_languages_of_the_benchmark():
+    assert len(FLARE_LANGUAGES) == 18 == len(ORACLES)
+    assert set(FLARE_LANGUAGES) == set(ORACLES)
+    levels = collections.Counter(cls.level for cls in FLARE_LANGUAGES.values())
+    assert levels == {"R": 7, "DCF": 3, "CF": 1, "CS": 7}
+
+
+def test_membership_equals_the_definition_on_every_short_string(lang):
+    oracle = ORACLES[lang.name]
+    n = MAX_LEN[lang.num_symbols]
+    checked = positives = 0
+    for s in _all_strings(lang.num_symbols, n):
+        assert lang.accepts(s) == oracle(s), (lang.name, lang.decode(s))
+        checked += 1
+        positives += oracle(s)
+    assert positives > 0 and positives < checked
+
+
+EXAMPLES = {
+    # (string in the alphabet's names, in the language?)
+    "even_pairs": [("", True), ("0", True), ("0 1 1 0", True), ("0 1", False), ("1 0 0 0 1", True)],
+    "repeat_01": [("", True), ("0 1 0 1", True), ("0 1 0", False), ("1 0", False)],
+    "parity": [("1", True), ("", False), ("1 1", False), ("0 1 0 1 1", True)],
+    "cycle_navigation": [("0", True), ("> > 2", True), ("< 4", True), ("> < = 0", True), ("> 0", False)],
+    "modular_arithmetic": [
+        ("3 = 3", True),
+        ("2 + 4 * 3 = 3", True),
+        ("2 - 4 = 3", True),
+        ("2 + 4 * 3 = 4", False),
+    ],
+    "dyck_2_3": [
+        ("", True),
+        ("( [ ] )", True),
+        ("( [ ( ) ] )", True),
+        ("( ( ( ( ) ) ) )", False),
+        ("( ]", False),
+    ],
+    "first": [("1", True), ("1 0 0", True), ("0 1", False), ("", False)],
+    "majority": [("1", True), ("1 0 1", True), ("1 0", False), ("", False)],
+    "stack_manipulation": [
+        ("0 1 PUSH 0 POP POP # 0", True),
+        ("# ", True),
+        ("1 PUSH 0 # 0 1", True),
+        ("1 PUSH 0 # 1 0", False),
+        ("POP #", False),
+    ],
+    "marked_reversal": [("#", True), ("0 1 1 # 1 1 0", True), ("0 1 # 0 1", False)],
+    "unmarked_reversal": [("", True), ("0 1 1 0", True), ("0 1 0", False)],
+    "marked_copy": [("#", True), ("0 1 1 # 0 1 1", True), ("0 1 # 1 0", False)],
+    "missing_duplicate": [
+        ("_ 1", True),
+        ("0 _ 0 1", True),
+        ("0 1 0 _", True),
+        ("0 1 0 1", False),
+        ("_ 0", False),
+    ],
+    "odds_first": [
+        ("#", True),
+        ("0 1 1 0 # 0 1 1 0", True),
+        ("1 0 1 1 0 # 1 1 0 0 1", True),
+        ("0 1 # 0 1", True),
+    ],
+    "binary_addition": [
+        ("1 + 1 = 0 1", True),
+        ("1 1 + 1 = 0 0 1", True),
+        ("0 + 0 = 0 0 0", True),
+        ("1 + 1 = 1", False),
+    ],
+    "binary_multiplication": [("1 1 × 1 1 = 1 0 0 1", True), ("0 × 1 1 = 0", True), ("1 1 × 1 = 1", False)],
+    "compute_sqrt": [
+        ("0 0 1 = 0 1", True),
+        ("1 1 1 1 = 1 1", True),
+        ("0 0 0 0 1 = 0 0 1", True),
+        ("1 0 1 = 1", False),
+    ],
+    "bucket_sort": [("#", True), ("3 1 2 1 # 1 1 2 3", True), ("2 1 # 2 1", False)],
+}
+
+
+def test_hand_worked_examples(lang):
+    for text, expected in EXAMPLES[lang.name]:
+        assert lang.accepts(lang.encode(text)) == expected, (lang.name, text)
+
+
+def test_samples_are_in_the_language_and_the_window(lang):
+    rng = np.random.default_rng(0)
+    for window in ((0, 12), (7, 40), (0, 500)):
+        for _ in range(30 if window[1] > 100 else 200):
+            s = lang.sample(rng, window)
+            assert window[0] <= len(s) <= window[1]
+            assert ORACLES[lang.name](s), (lang.name, lang.decode(s))
+
+
+def test_sampling_is_deterministic_in_the_generator(lang):
+    a = [lang.sample(np.random.default_rng(5), (0, 60)) for _ in range(3)]
+    b = [lang.sample(np.random.default_rng(5), (0, 60)) for _ in range(3)]
+    assert a == b
+
+
+def test_samplers_cover_every_short_string_of_the_language(lang):
+    """Every string of the language up to a small length is drawn (each language's law gives every
+    one positive probability)."""
+    hi = {2: 8, 3: 7, 4: 6, 5: 5, 6: 5, 8: 4, 9: 4}[lang.num_symbols]
+    want = {s for s in _all_strings(lang.num_symbols, hi) if ORACLES[lang.name](s)}
+    if lang.name in ARITHMETIC:
+        # The benchmark splits the spare length among the numbers by floors of Dirichlet shares, so
+        # the result gets at least one spare bit: beyond the shortest strings, |z| >= 2.
+        shortest, eq = ARITHMETIC[lang.name]
+        want = {s for s in want if len(s) == shortest or len(s) - s.index(eq) - 1 >= 2}
+    rng = np.random.default_rng(1)
+    seen = set()
+    for _ in range(60 * len(want) + 2000):
+        seen.add(lang.sample(rng, (0, hi)))
+        if seen == want:
+            break
+    assert seen == want, sorted(want - seen)[:5]
+
+
+@pytest.mark.parametrize("name", [n for n, c in FLARE_LANGUAGES.items() if c.level == "R"])
+def test_regular_languages_count_exactly_and_sample_uniformly_within_a_length(name):
+    lang = flare_language(name)
+    assert isinstance(lang, AutomatonRecognitionLanguage)
+    for n in range(MAX_LEN[lang.num_symbols] + 1):
+        brute = sum(ORACLES[name](s) for s in itertools.product(range(lang.num_symbols), repeat=n))
+        assert lang.count(n) == brute, (name, n)
+    # uniform given the length: the longest length with several strings
+    several = [k for k in range(MAX_LEN[lang.num_symbols] + 1) if lang.count(k) >= 2]
+    if not several:  # (01)*: one string per even length
+        assert {lang.sample(np.random.default_rng(k), (4, 4)) for k in range(20)} == {(0, 1, 0, 1)}
+        return
+    n = max(several)
+    rng = np.random.default_rng(2)
+    draws = collections.Counter(lang.sample(rng, (n, n)) for _ in range(400 * lang.count(n)))
+    assert len(draws) == lang.count(n)
+    freq = np.array(list(draws.values())) / sum(draws.values())
+    assert np.abs(freq * lang.count(n) - 1).max() < 0.35
+
+
+def test_regular_languages_count_long_strings_exactly():
+    dyck = flare_language("dyck_2_3")
+    # Dyck-(2, 3) by an independent walk over depths 0..3: two ways to open, one to close
+    walk = [1, 0, 0, 0]
+    for _ in range(500):
+        walk = [walk[1], 2 * walk[0] + walk[2], 2 * walk[1] + walk[3], 2 * walk[2]]
+    assert dyck.count(500) == walk[0] > 2**250
+    assert flare_language("parity").count(500) == 2**499
+    assert flare_language("repeat_01").count(500) == 1 and flare_language("repeat_01").count(499) == 0
+
+
+def test_negatives_are_not_in_the_language_and_respect_the_window(lang):
+    rng = np.random.default_rng(3)
+    for window in ((0, 12), (0, 80)):
+        for _ in range(100):
+            s = sample_negative(lang, rng, window)
+            assert window[0] <= len(s) <= window[1]
+            assert not ORACLES[lang.name](s), (lang.name, lang.decode(s))
+
+
+def test_perturbed_negatives_are_near_positives():
+    """With perturbation probability 1 every negative is a positive with Geometric(1/2) edits: the
+    marked copy's negatives then mostly keep exactly one '#'; uniform ones (probability 0) rarely."""
+    lang, rng = flare_language("marked_copy"), np.random.default_rng(4)
+    near = [sample_negative(lang, rng, (20, 40), perturbation_probability=1.0) for _ in range(300)]
+    far = [sample_negative(lang, rng, (20, 40), perturbation_probability=0.0) for _ in range(300)]
+    one_mark = lambda xs: np.mean([s.count(2) == 1 for s in xs])  # noqa: E731
+    assert one_mark(near) > 0.45 > 0.05 > one_mark(far)
+
+
+def test_random_edit_is_one_edit_inside_the_window():
+    rng = np.random.default_rng(5)
+    kinds = collections.Counter()
+    for _ in range(3000):
+        s = [int(x) for x in rng.integers(0, 3, size=int(rng.integers(0, 6)))]
+        t = list(s)
+        random_edit(t, (0, 5), 3, rng)
+        assert 0 <= len(t) <= 5
+        if len(t) == len(s):
+            assert sum(a != b for a, b in zip(s, t, strict=True)) == 1  # a replacement changes the symbol
+            kinds["rep"] += 1
+        else:
+            assert abs(len(t) - len(s)) == 1
+            short, long_ = (s, t) if len(s) < len(t) else (t, s)
+            assert any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
+            kinds["ins" if len(t) > len(s) else "del"] += 1
+    assert min(kinds.values()) > 500
+    s = [0, 1]
+    random_edit(s, (2, 2), 2, rng)  # only a replacement keeps the length
+    assert len(s) == 2 and s != [0, 1]
+
+
+def test_labelled_splits_are_half_positive_and_correctly_labelled():
+    lang, rng = flare_language("majority"), np.random.default_rng(6)
+    pairs = sample_labelled(lang, rng, 2000, (0, 40))
+    labels = np.array([y for _, y in pairs])
+    assert 0.45 < labels.mean() < 0.55
+    assert all(lang.accepts(s) == y for s, y in pairs)
+
+
+def test_uniform_int_handles_numbers_of_hundreds_of_bits():
+    rng = np.random.default_rng(7)
+    hi = 2**300 - 1
+    xs = [uniform_int(rng, 0, hi) for _ in range(400)]
+    assert all(0 <= x <= hi for x in xs)
+    assert np.mean([x >> 299 for x in xs]) == pytest.approx(0.5, abs=0.1)  # the top bit is fair
+    assert {uniform_int(rng, 3, 5) for _ in range(200)} == {3, 4, 5}
+    with pytest.raises(ValueError, match="empty range"):
+        uniform_int(rng, 2, 1)
+
+
+def test_bad_input_raises_naming_the_value():
+    with pytest.raises(ValueError, match="unknown recognizer language 'dyck'"):
+        flare_language("dyck")
+    lang = flare_language("parity")
+    with pytest.raises(ValueError, match="token 2 at position 1"):
+        lang.accepts([0, 2])
+    with pytest.raises(ValueError, match="unknown symbol 'a'"):
+        lang.encode("0 a")
+    with pytest.raises(ValueError, match=r"no string of the language has a length in \[1, 1\]"):
+        flare_language("repeat_01").sample(np.random.default_rng(0), (1, 1))
+    with pytest.raises(ValueError, match="0 <= min <= max"):
+        lang.sample(np.random.default_rng(0), (5, 2))
+    with pytest.raises(ValueError, match="perturbation_probability"):
+        sample_negative(lang, np.random.default_rng(0), (0, 4), perturbation_probability=1.5)
+    with pytest.raises(ValueError, match="no negative string found"):
+        # the window holds only the empty string, which is in the language
+        sample_negative(flare_language("even_pairs"), np.random.default_rng(0), (0, 0), tries=5)
