@@ -419,13 +419,16 @@ def size_of(suite: Suite, arch: str) -> int:
 
 
 @pytest.mark.slow
-def test_every_architecture_of_the_matched_suite_fits_its_budget(tmp_path):
-    suite = Suite.load(CONFIGS / "suites" / "chomsky_matched.yaml", out=tmp_path)
+@pytest.mark.parametrize(
+    ("name", "task"), [("chomsky_matched.yaml", "reverse_string"), ("flare.yaml", "marked_reversal")]
+)
+def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name, task):
+    suite = Suite.load(CONFIGS / "suites" / name, out=tmp_path)
     extra = ["--trainer.accelerator=cpu"]
     sizes = {}
     for arch in suite.architectures:
-        cell = suite.cell(arch=arch, task="reverse_string", seed=0, lr=suite.lrs[0])
+        cell = suite.cell(arch=arch, task=task, seed=0, lr=suite.lrs[0])
         sizes[arch] = fit_budget(suite, cell, [suite.defaults], extra)
-        saved = json.loads((tmp_path / "budget" / f"{arch}__reverse_string.json").read_text())
+        saved = json.loads((tmp_path / "budget" / f"{arch}__{task}.json").read_text())
         assert 0.8 * suite.budget["parameters"] < saved["count"] <= suite.budget["parameters"], (arch, saved)
     assert sizes["lstm"] < sizes["rnn"]  # an LSTM unit costs about 4 Elman units
