@@ -16,6 +16,8 @@ memory                  actions from ``h``                      structure
 ``StratificationStack`` push ``d`` = σ, pop ``u`` = σ, value    Grefenstette et al. 2015, eqs. 1–3
                         tanh (DuSell & Chiang 2020's heads)
 ``NeuralQueue``         as the stratification stack             Grefenstette et al. 2015, §3.2
+``NeuralDeque``         push and pop strengths σ and a tanh     Grefenstette et al. 2015, §3.3
+                        value for each end (top, bottom)
 ``Tape``                softmax(stay, left, right), written     Delétang et al. 2023, Tape-RNN
                         vector W h + b (``write_activation``)
 ``Nondeterministic``    log weights of every push, replace and  DuSell & Chiang 2020 (NS-RNN),
@@ -23,7 +25,7 @@ memory                  actions from ``h``                      structure
                         stack symbols)
 ======================  ======================================  ================================
 
-Bounded windows: the stacks and the queue keep ``depth`` cells; a step that moves content out of
+Bounded windows: the stacks and the queue keep ``depth`` cells (the DeQue ``depth`` per end); a step that moves content out of
 the window reports the mass it dropped (``overflow [B]``); with ``depth ≥ T`` nothing is ever
 dropped and the window equals the paper's unbounded structure.  The tape is circular and drops
 nothing.  The nondeterministic stack keeps a window of ``depth`` start times and is exact for
@@ -40,6 +42,7 @@ from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
 from memrnn.core.checks import positive_int
+from memrnn.ops.deque import deque_step
 from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
 from memrnn.ops.stratification import stratification_step
 from memrnn.ops.superposition import superposition_step
@@ -58,6 +61,15 @@ class SuperpositionState(NamedTuple):
 class StratificationState(NamedTuple):
     """``values [B, depth, width]`` and ``strengths [B, depth]``, newest element first, and the
     last ``reading [B, width]``."""
+
+    values: Tensor
+    strengths: Tensor
+    reading: Tensor
+
+
+class DequeState(NamedTuple):
+    """``values [B, 2·depth, width]`` and ``strengths [B, 2·depth]``, bottom first
+    (:mod:`memrnn.ops.deque`), and the last ``reading [B, 2·width]`` (top, then bottom)."""
 
     values: Tensor
     strengths: Tensor
@@ -103,6 +115,11 @@ class Memory(nn.Module, ABC):
     def _head_size(self) -> int:
         """Outputs of the head: the actions, then the pushed or written vector."""
         return len(self.actions) + self.width
+
+    @property
+    def reading_size(self) -> int:
+        """Units of :meth:`read` (what the controller reads): ``width`` unless a memory reads more."""
+        return self.width
 
     def extra_repr(self) -> str:
         return f"width={self.width}, depth={self.depth}, value_activation={self.value_activation!r}"
@@ -217,6 +234,56 @@ class NeuralQueue(StratificationStack):
 
     kind = "queue"
     order = "queue"
+
+
+class NeuralDeque(Memory):
+    """The neural DeQue of Grefenstette et al. (2015, section 3.3): the stratification stack's
+    elements with strengths, pushed, popped and read at both ends (:mod:`memrnn.ops.deque`);
+    ``depth`` elements per end, ``width`` units each.
+
+    Heads as the stratification stack's, one set per end: push strengths ``d_top``, ``d_bot`` and
+    pop strengths ``u_top``, ``u_bot`` (``σ``), values ``v_top``, ``v_bot`` (``tanh``,
+    ``value_activation``).  Reads both ends: ``[r_top, r_bot]``, ``2 · width`` units."""
+
+    kind = "deque"
+    State = DequeState
+    actions = ("push_top", "pop_top", "push_bot", "pop_bot")
+
+    def __init__(
+        self, hidden_size: int, width: int = 8, depth: int = 32, value_activation: str = "tanh", **factory
+    ) -> None:
+        super().__init__(hidden_size, width, depth, value_activation, **factory)
+
+    def _head_size(self) -> int:
+        return len(self.actions) + 2 * self.width
+
+    @property
+    def reading_size(self) -> int:
+        return 2 * self.width
+
+    @staticmethod
+    def _action_fn(a: Tensor) -> Tensor:
+        return torch.sigmoid(a)
+
+    def initial_state(self, batch_size: int, *, device, dtype) -> DequeState:
+        z = torch.zeros(batch_size, 2 * self.depth, self.width, device=device, dtype=dtype)
+        return DequeState(z, z[..., 0].clone(), z.new_zeros(batch_size, 2 * self.width))
+
+    def read(self, state: DequeState) -> Tensor:
+        return state.reading
+
+    def update(self, state: DequeState, actions: Tensor, value: Tensor) -> tuple[DequeState, Tensor]:
+        push_top, pop_top, push_bot, pop_bot = actions.unbind(-1)
+        v_top, v_bot = value.split(self.width, -1)
+        values, strengths, r_top, r_bot, overflow = deque_step(
+            state.values,
+            state.strengths,
+            torch.stack([pop_top, pop_bot], -1),
+            torch.stack([push_top, push_bot], -1),
+            v_top,
+            v_bot,
+        )
+        return DequeState(values, strengths, torch.cat([r_top, r_bot], -1)), overflow
 
 
 class Tape(Memory):
@@ -359,5 +426,6 @@ class NondeterministicStack(Memory):
 
 #: the memories by name (``StackRNN(memory="…")``)
 MEMORIES: dict[str, type[Memory]] = {
-    m.kind: m for m in (SuperpositionStack, StratificationStack, NeuralQueue, Tape, NondeterministicStack)
+    m.kind: m
+    for m in (SuperpositionStack, StratificationStack, NeuralQueue, NeuralDeque, Tape, NondeterministicStack)
 }

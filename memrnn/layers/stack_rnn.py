@@ -70,15 +70,17 @@ class StackRNN(MemoryLayer):
         hidden_size: the controller's output size (its units; for a controller given as a
             layer, its ``output_size``), which the memory's heads read.
         memory: ``"superposition"`` (Joulin & Mikolov 2015), ``"stratification"`` (Grefenstette
-            et al. 2015), ``"queue"`` (their neural queue), ``"tape"`` (Delétang et al. 2023),
+            et al. 2015), ``"queue"`` and ``"deque"`` (their neural queue and DeQue; the DeQue reads
+            both ends, ``2 · width`` units), ``"tape"`` (Delétang et al. 2023),
             ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), or a
             :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
         controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
             ``input_size`` is ``input_size + width`` and whose ``output_size`` is ``hidden_size``
             (a counter, a second-order RNN, …).
-        width: units per memory cell (the reading's size); None for the memory's default (8,
-            or ``states × symbols`` for the nondeterministic stack, which fixes it).
-        depth: cells of the stack, queue or tape; start times kept by the nondeterministic
+        width: units per memory cell (the reading's size but for the DeQue's two ends); None for
+            the memory's default (8, or ``states × symbols`` for the nondeterministic stack, which
+            fixes it).
+        depth: cells of the stack, queue or tape (per end for the DeQue); start times kept by the nondeterministic
             stack.  The stacks and the queue are windows of the papers' unbounded structures: exact while nothing is pushed out of the window (always
             when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
             (``overflow``).
@@ -102,7 +104,7 @@ class StackRNN(MemoryLayer):
         self,
         input_size: int,
         hidden_size: int,
-        memory: Literal["superposition", "stratification", "queue", "tape", "nondeterministic"]
+        memory: Literal["superposition", "stratification", "queue", "deque", "tape", "nondeterministic"]
         | Memory = "superposition",
         controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
         width: int | None = None,
@@ -121,7 +123,7 @@ class StackRNN(MemoryLayer):
         self.hidden_size = positive_int("hidden_size", hidden_size)
         fk = {"device": device, "dtype": dtype}
         self.memory = self._build_memory(memory, hidden_size, width, depth, memory_args or {}, fk)
-        self.width = self.memory.width
+        self.width = self.memory.reading_size
         self.controller = self._build_controller(controller, controller_args or {}, fk)
         if output not in ("hidden", "hidden+reading"):
             raise ValueError(f"output must be 'hidden' or 'hidden+reading', got {output!r}")

@@ -13,6 +13,7 @@ import torch
 
 from memrnn.core import MemoryLayer, state_leaves, state_map
 from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
+from memrnn.ops.deque import deque_reference
 from memrnn.ops.nondeterministic import nondeterministic_reference
 from memrnn.ops.stratification import stratification_reference
 from memrnn.ops.superposition import superposition_reference
@@ -44,6 +45,33 @@ def test_the_memory_is_its_papers_structure(memory, gen):
         ref, _ = stratification_reference(tr["pop"], tr["push"], tr["value"], kind)
     torch.testing.assert_close(tr["reading"], ref, atol=1e-12, rtol=0)
     assert bool((tr["overflow"] == 0).all())
+
+
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_the_deque_is_its_papers_structure(controller, gen):
+    """Grefenstette et al.'s (2015) DeQue under a controller: the traced readings (top, then
+    bottom) equal the literal transcription run on the traced strengths and values; a depth-3
+    window under strict mode names the step that drops content."""
+    net = layer("deque", controller)
+    assert net.width == 4 and net.memory.head.out_features == 4 + 2 * 2  # reads both ends
+    x = torch.randn(2, 12, 3, generator=gen, dtype=torch.float64)
+    tr = net.trace(x)
+    v_top, v_bot = tr["value"].split(2, -1)
+    r_top, r_bot, _ = deque_reference(
+        tr["pop_top"], tr["pop_bot"], tr["push_top"], tr["push_bot"], v_top, v_bot
+    )
+    torch.testing.assert_close(tr["reading"], torch.cat([r_top, r_bot], -1), atol=1e-12, rtol=0)
+    assert bool((tr["overflow"] == 0).all())
+    y, _ = net(x)
+    torch.testing.assert_close(y, tr["output"], atol=1e-12, rtol=0)
+    small = layer("deque", controller, depth=3, strict=True)
+    with torch.no_grad():  # push at both ends, never pop: the fourth step drops the oldest elements
+        small.memory.head.weight[:4] = 0
+        small.memory.head.bias[:4] = torch.tensor([20.0, -20.0, 20.0, -20.0])
+    with pytest.raises(
+        StackOverflowError, match=r"NeuralDeque of depth 3 dropped 2 .* at step 3, batch row 0"
+    ):
+        small(x)
 
 
 @pytest.mark.parametrize("memory", MEMORIES)
