@@ -19,7 +19,9 @@ memory                  actions from ``h``                      structure
 ``NeuralDeque``         push and pop strengths σ and a tanh     Grefenstette et al. 2015, §3.3
                         value for each end (top, bottom)
 ``Tape``                softmax(stay, left, right), written     Delétang et al. 2023, Tape-RNN
-                        vector W h + b (``write_activation``)
+                        vector W h + b (``write_activation``)   without its jumps
+``JumpTape``            the tape's actions and jumps left and   Delétang et al. 2023, Tape-RNN
+                        right by each row's input length
 ``Nondeterministic``    log weights of every push, replace and  DuSell & Chiang 2020 (NS-RNN),
 ``Stack``               pop of a weighted PDA (Q states, S      2022 (RNS-RNN, memory-limited)
                         stack symbols)
@@ -46,7 +48,7 @@ from memrnn.ops.deque import deque_step
 from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
 from memrnn.ops.stratification import stratification_step
 from memrnn.ops.superposition import superposition_step
-from memrnn.ops.tape import tape_step
+from memrnn.ops.tape import tape_jump_step, tape_step
 
 #: what a pushed or written vector may pass through
 VALUE_ACTIVATIONS = ("sigmoid", "tanh", "identity")
@@ -79,6 +81,14 @@ class DequeState(NamedTuple):
 class TapeState(NamedTuple):
     """``tape [B, cells, width]``, the head's cell first."""
 
+    tape: Tensor
+
+
+class JumpTapeState(NamedTuple):
+    """``jump [B]``: each row's jump in cells (its input length), −1 until set
+    (:class:`JumpTape`); ``tape [B, cells, width]``, the head's cell first."""
+
+    jump: Tensor
     tape: Tensor
 
 
@@ -137,6 +147,9 @@ class Memory(nn.Module, ABC):
     @abstractmethod
     def initial_state(self, batch_size: int, *, device: torch.device | str, dtype: torch.dtype) -> NamedTuple:
         """The empty structure, every tensor ``[batch_size, ...]``."""
+
+    def check_state(self, state: NamedTuple) -> None:
+        """Raise ``ValueError`` when ``state`` cannot be run (default: any state can)."""
 
     @abstractmethod
     def read(self, state: NamedTuple) -> Tensor:
@@ -311,6 +324,58 @@ class Tape(Memory):
         return TapeState(tape_step(state.tape, actions, value)), value.new_zeros(value.shape[0])
 
 
+class JumpTape(Tape):
+    """The tape of Delétang et al.'s (2023) Tape-RNN with its two jumps (the authors'
+    ``TapeInputLengthJumpCore``): each step writes into the head's cell and moves by
+    ``softmax(W_a h + b_a)`` over stay, left, right, and a jump left or right by the row's input
+    length ``L`` (:func:`memrnn.ops.tape.tape_jump_step`, one gather per jump).
+
+    ``L`` lives in the state (``jump [B]``, rounded to whole cells): ``jump`` (a constructor argument) for every row of the
+    empty state, or −1 when it is None, and running a state with −1 raises until it is set:
+    ``state = layer.initial_state(B)._replace(jump=input_lengths)``, or
+    :class:`memrnn.lit.SequenceModule` with a data module whose batches carry ``input_lengths``
+    (``ChomskyDataModule``)."""
+
+    kind = "tape_jump"
+    State = JumpTapeState
+    actions = ("stay", "left", "right", "jump_left", "jump_right")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        width: int = 8,
+        depth: int = 32,
+        write_activation: str = "identity",
+        jump: int | None = None,
+        **factory,
+    ) -> None:
+        super().__init__(hidden_size, width, depth, write_activation, **factory)
+        if jump is not None and (isinstance(jump, bool) or not isinstance(jump, int) or jump < 0):
+            raise ValueError(f"jump must be a whole number of cells >= 0 or None, got {jump!r}")
+        self.jump = jump
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, jump={self.jump}"
+
+    def initial_state(self, batch_size: int, *, device, dtype) -> JumpTapeState:
+        tape = torch.zeros(batch_size, self.depth, self.width, device=device, dtype=dtype)
+        fill = -1.0 if self.jump is None else float(self.jump)
+        return JumpTapeState(torch.full((batch_size,), fill, device=device, dtype=dtype), tape)
+
+    def check_state(self, state: JumpTapeState) -> None:
+        bad = state.jump < 0
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0, 0])
+            raise ValueError(
+                f"JumpTape: row {row} has jump {float(state.jump[row])}; each row needs its input length "
+                "(cells >= 0) in state.jump: layer.initial_state(B)._replace(jump=input_lengths)"
+            )
+
+    def update(self, state: JumpTapeState, actions: Tensor, value: Tensor) -> tuple[JumpTapeState, Tensor]:
+        tape = tape_jump_step(state.tape, actions, value, state.jump)
+        return JumpTapeState(state.jump, tape), value.new_zeros(value.shape[0])
+
+
 class NondeterministicState(NamedTuple):
     """``steps [B]``, the steps taken (a float, as every state field, for masking and gradients
     alike), the window of log inner weights ``gamma [B, depth, depth, QS, QS]`` and the log
@@ -427,5 +492,13 @@ class NondeterministicStack(Memory):
 #: the memories by name (``StackRNN(memory="…")``)
 MEMORIES: dict[str, type[Memory]] = {
     m.kind: m
-    for m in (SuperpositionStack, StratificationStack, NeuralQueue, NeuralDeque, Tape, NondeterministicStack)
+    for m in (
+        SuperpositionStack,
+        StratificationStack,
+        NeuralQueue,
+        NeuralDeque,
+        Tape,
+        JumpTape,
+        NondeterministicStack,
+    )
 }

@@ -71,7 +71,8 @@ class StackRNN(MemoryLayer):
             layer, its ``output_size``), which the memory's heads read.
         memory: ``"superposition"`` (Joulin & Mikolov 2015), ``"stratification"`` (Grefenstette
             et al. 2015), ``"queue"`` and ``"deque"`` (their neural queue and DeQue; the DeQue reads
-            both ends, ``2 · width`` units), ``"tape"`` (Delétang et al. 2023),
+            both ends, ``2 · width`` units), ``"tape"`` (Delétang et al. 2023), ``"tape_jump"`` (the
+            same with their jumps by each row's input length, set in the state's ``jump``),
             ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), or a
             :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
         controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
@@ -104,7 +105,9 @@ class StackRNN(MemoryLayer):
         self,
         input_size: int,
         hidden_size: int,
-        memory: Literal["superposition", "stratification", "queue", "deque", "tape", "nondeterministic"]
+        memory: Literal[
+            "superposition", "stratification", "queue", "deque", "tape", "tape_jump", "nondeterministic"
+        ]
         | Memory = "superposition",
         controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
         width: int | None = None,
@@ -180,6 +183,15 @@ class StackRNN(MemoryLayer):
         """The flat state as (the controller's state, the memory's state)."""
         k = len(self._controller_state._fields)
         return self._controller_state(*state[:k]), self.memory.State(*state[k:])
+
+    def check_inputs(
+        self, x: Tensor, state: NamedTuple | None, mask: Tensor | None
+    ) -> tuple[NamedTuple, Tensor | None]:
+        """:meth:`MemoryLayer.check_inputs`, then the memory's own check of its state (a jump
+        tape's input lengths)."""
+        state, mask = super().check_inputs(x, state, mask)
+        self.memory.check_state(self.split(state)[1])
+        return state, mask
 
     # -- reference ---------------------------------------------------------------------------
     def trace_step(self, x_t: Tensor, state: NamedTuple) -> tuple[Tensor, NamedTuple, dict[str, Tensor]]:
@@ -281,17 +293,18 @@ _TINY = {"input_size": 3, "hidden_size": 5, "width": 2, "depth": 4}
 #: tiny nondeterministic stacks: 2 states × 2 symbols (width 4), depth 4 < the suite's 7 steps, so
 #: the memory-limited window is exercised too
 _TINY_NS = {**_TINY, "width": None, "memory": "nondeterministic", "memory_args": {"states": 2, "symbols": 2}}
+#: a jump tape of tiny inputs jumps by 3 cells (the input length a data module would give)
+_TINY_MEMORY_ARGS = {"tape_jump": {"jump": 3}}
 for _memory in MEMORIES:
     for _controller in ("lstm", "elman"):
-        register_layer(
-            f"{_memory}_{_controller}",
-            tiny={
-                **(_TINY_NS if _memory == "nondeterministic" else _TINY),
-                "memory": _memory,
-                "controller": _controller,
-            },
-            cls=StackRNN,
-        )
+        _tiny = {
+            **(_TINY_NS if _memory == "nondeterministic" else _TINY),
+            "memory": _memory,
+            "controller": _controller,
+        }
+        if _memory in _TINY_MEMORY_ARGS:
+            _tiny["memory_args"] = _TINY_MEMORY_ARGS[_memory]
+        register_layer(f"{_memory}_{_controller}", tiny=_tiny, cls=StackRNN)
 register_layer(
     "superposition_gru", tiny={**_TINY, "memory": "superposition", "controller": "gru"}, cls=StackRNN
 )

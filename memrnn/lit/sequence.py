@@ -238,8 +238,12 @@ class SequenceModule(L.LightningModule):
         return self.heads["generator"]
 
     # -- forward and losses ---------------------------------------------------------------------
-    def encode(self, input_ids: Tensor, mask: Tensor | None = None) -> Tensor:
-        """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``."""
+    def encode(
+        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
+    ) -> Tensor:
+        """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``.  ``input_lengths [B]`` (a
+        transduction's input, before the blanks) go into a layer state that has a ``jump`` field
+        (Delétang et al.'s Tape-RNN, :class:`memrnn.layers.memories.JumpTape`)."""
         if input_ids.device.type == "cpu" or not self.training:
             # a host sync on accelerators: training batches from memrnn's data modules are valid
             # by construction, so the check runs there only outside training steps
@@ -248,13 +252,20 @@ class SequenceModule(L.LightningModule):
                 raise ValueError(
                     f"unknown token id {int(input_ids[bad][0])}; the model has ids 0..{self.vocab_size - 1}"
                 )
+        x = self.embedding(input_ids)
+        state = None
+        if input_lengths is not None and "jump" in getattr(getattr(self.layer, "State", None), "_fields", ()):
+            state = self.layer.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
+            state = state._replace(jump=input_lengths.to(device=x.device, dtype=state.jump.dtype))
         # the final state is not needed: layers may skip it (LSTMLayer/GRULayer skip packing)
-        return self.layer.outputs(self.embedding(input_ids), mask=mask)
+        return self.layer.outputs(x, state=state, mask=mask)
 
-    def heads_out(self, input_ids: Tensor, mask: Tensor | None = None) -> dict[str, Tensor]:
+    def heads_out(
+        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
+    ) -> dict[str, Tensor]:
         """Every head's logits: ``generator``/``next_set`` ``[B, T, num_symbols]``,
-        ``acceptor`` ``[B, T]``."""
-        hidden = self.encode(input_ids, mask)
+        ``acceptor`` ``[B, T]``; ``input_lengths`` as :meth:`encode`."""
+        hidden = self.encode(input_ids, mask, input_lengths)
         out = {name: head(hidden) for name, head in self.heads.items()}
         if "acceptor" in out:
             out["acceptor"] = out["acceptor"][..., 0]
@@ -324,7 +335,7 @@ class SequenceModule(L.LightningModule):
 
     # -- steps ----------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        losses = self.losses(batch, self.heads_out(batch["input"], batch["mask"]))
+        losses = self.losses(batch, self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths")))
         loss = self._total(losses)
         if self._logging_step():
             n = int(batch["mask"].shape[0])
@@ -354,7 +365,7 @@ class SequenceModule(L.LightningModule):
         return bool(connector.should_update_logs or trainer.fast_dev_run or last)
 
     def _eval_step(self, batch: dict[str, Tensor], split: str) -> None:
-        out = self.heads_out(batch["input"], batch["mask"])
+        out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
         losses = self.losses(batch, out)
         n = int(batch["mask"].shape[0])
         self.log(f"{split}/loss", self._total(losses), batch_size=n, sync_dist=True)

@@ -6,13 +6,16 @@ backward's blocks, any controller, and clear errors."""
 
 from __future__ import annotations
 
+import functools
 import pickle
 
 import pytest
 import torch
 
 from memrnn.core import MemoryLayer, state_leaves, state_map
+from memrnn.data import ChomskyDataModule
 from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
+from memrnn.lit import SequenceModule
 from memrnn.ops.deque import deque_reference
 from memrnn.ops.nondeterministic import nondeterministic_reference
 from memrnn.ops.stratification import stratification_reference
@@ -72,6 +75,50 @@ def test_the_deque_is_its_papers_structure(controller, gen):
         StackOverflowError, match=r"NeuralDeque of depth 3 dropped 2 .* at step 3, batch row 0"
     ):
         small(x)
+
+
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_the_jump_tape_is_the_tape_rnns_memory(controller, gen):
+    """Delétang et al.'s Tape-RNN tape with jumps by each row's input length: the traced readings
+    equal the literal tape run on the traced actions and the rows' own jumps; an unset jump raises
+    naming the row."""
+    net = layer("tape_jump", controller, depth=7)
+    x = torch.randn(2, 10, 3, generator=gen, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"JumpTape: row 0 has jump -1.0; each row needs its input length"):
+        net(x)
+    jumps = torch.tensor([3.0, 9.0], dtype=torch.float64)
+    tr = net.trace(x, net.initial_state(2, dtype=torch.float64)._replace(jump=jumps))
+    actions = torch.stack([tr[k] for k in ("stay", "left", "right", "jump_left", "jump_right")], -1)
+    ref, _ = tape_reference(actions, tr["value"], cells=7, jumps=jumps)
+    torch.testing.assert_close(tr["reading"], ref, atol=1e-12, rtol=0)
+    fixed = StackRNN(3, 6, "tape_jump", controller, width=2, depth=7, memory_args={"jump": 4})
+    assert fixed.initial_state(2).jump.tolist() == [4.0, 4.0]
+    with pytest.raises(ValueError, match="jump must be a whole number of cells >= 0 or None, got -2"):
+        StackRNN(3, 6, "tape_jump", controller, memory_args={"jump": -2})
+
+
+def test_sequence_module_gives_the_jump_tape_each_rows_input_length():
+    """With ChomskyDataModule's batches the Tape-RNN jumps by each sequence's own input length
+    (``input_lengths``), not by the padded or the whole sequence's length."""
+    dm = ChomskyDataModule("duplicate_string", train_size=8, val_size=4, test_per_length=1,
+                           train_lengths=(2, 6), test_lengths=(41, 42), batch_size=8)  # fmt: skip
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert len(set(batch["input_lengths"].tolist())) > 1
+    torch.manual_seed(0)
+    model = SequenceModule(
+        functools.partial(StackRNN, memory="tape_jump", hidden_size=6, width=2, depth=5),
+        dm.vocab_size, dm.num_symbols, embedding="one_hot",
+    )  # fmt: skip
+    out = model.heads_out(batch["input"], batch["mask"], batch["input_lengths"])["generator"]
+    x = model.embedding(batch["input"])
+    state = model.layer.initial_state(8)._replace(jump=batch["input_lengths"].float())
+    want = model.heads["generator"](model.layer(x, state, batch["mask"])[0])
+    torch.testing.assert_close(out, want)
+    with pytest.raises(ValueError, match="each row needs its input length"):
+        model.heads_out(batch["input"], batch["mask"])
+    losses = model.losses(batch, model.heads_out(batch["input"], batch["mask"], batch["input_lengths"]))
+    assert torch.isfinite(losses["generator"])
 
 
 @pytest.mark.parametrize("memory", MEMORIES)

@@ -11,7 +11,7 @@ import torch
 from memrnn.ops.deque import deque_reference, deque_step
 from memrnn.ops.stratification import stratification_reference, stratification_step
 from memrnn.ops.superposition import superposition_reference, superposition_step
-from memrnn.ops.tape import tape_reference, tape_step
+from memrnn.ops.tape import tape_jump_step, tape_reference, tape_step
 
 
 def run_superposition(actions, pushed, depth):
@@ -294,3 +294,56 @@ def test_deque_window_reports_what_it_drops():
     torch.testing.assert_close(r_bot, ref_bot, atol=1e-12, rtol=0)
     _, _, _, overflow = run_deque(zeros, ones, v, v, capacity=2)
     assert overflow[0].tolist() == [0.0, 0.0] + [2.0] * 6
+
+
+def run_jump_tape(actions, written, cells, jumps):
+    B, T, m = written.shape
+    tape = written.new_zeros(B, cells, m)
+    readings = []
+    for t in range(T):
+        tape = tape_jump_step(tape, actions[:, t], written[:, t], jumps)
+        readings.append(tape[:, 0])
+    return torch.stack(readings, 1), tape
+
+
+def test_jump_tape_by_hand():
+    """Five cells, input length 2 (Delétang et al.'s jumps, c'_i = W_{i+L} left, W_{i−L} right):
+    write a and jump left: a moves to cell 3 and the head reads cell 2 (0); write b and jump right:
+    the head is back over a (cell 3 of the previous tape) and reads it."""
+    a, b = torch.eye(2, dtype=torch.float64)
+    zero = torch.zeros(2, dtype=torch.float64)
+    jl, jr = torch.eye(5, dtype=torch.float64)[3], torch.eye(5, dtype=torch.float64)[4]
+    r, tape = run_jump_tape(torch.stack([jl, jr])[None], torch.stack([a, b])[None], 5, torch.tensor([2]))
+    assert r[0].tolist() == [zero.tolist(), a.tolist()]
+    assert tape[0, 2].tolist() == b.tolist()  # b was written two cells to the right of a
+    ref_r, ref_tape = tape_reference(
+        torch.stack([jl, jr])[None], torch.stack([a, b])[None], 5, torch.tensor([2])
+    )
+    assert torch.equal(ref_r, r) and torch.equal(ref_tape, tape)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_jump_tape_step_equals_the_reference_with_gradients(dtype):
+    """Rows with jumps 0, 3 and 11 (more than the 5 cells: the tape is a circle)."""
+    gen = torch.Generator().manual_seed(4)
+    actions = torch.randn(3, 7, 5, generator=gen, dtype=dtype).softmax(-1).requires_grad_()
+    written = torch.randn(3, 7, 2, generator=gen, dtype=dtype).requires_grad_()
+    jumps = torch.tensor([0, 3, 11])
+    w = torch.randn(3, 7, 2, generator=gen, dtype=dtype)
+    fast, tape = run_jump_tape(actions, written, 5, jumps.to(dtype))
+    ref, ref_tape = tape_reference(actions, written, 5, jumps)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-6, "rtol": 1e-5}
+    torch.testing.assert_close(fast, ref, **tol)
+    torch.testing.assert_close(tape, ref_tape, **tol)
+    for x, y in zip(
+        torch.autograd.grad((fast * w).sum(), (actions, written)),
+        torch.autograd.grad((ref * w).sum(), (actions, written)),
+        strict=True,
+    ):
+        torch.testing.assert_close(x, y, **tol)
+    # with both jumps at 0 the jump tape is the three-move tape
+    three = actions.detach()[..., :3].softmax(-1)
+    five = torch.cat([three, torch.zeros_like(three[..., :2])], -1)
+    torch.testing.assert_close(
+        run_jump_tape(five, written.detach(), 5, jumps)[0], run_tape(three, written.detach(), 5)[0]
+    )

@@ -19,4 +19,26 @@ def tape_step(tape: Tensor, actions: Tensor, written: Tensor) -> Tensor:
     return stay * W + left * torch.roll(W, -1, 1) + right * torch.roll(W, 1, 1)
 
 
-__all__ = ["tape_reference", "tape_step"]
+def tape_jump_step(tape: Tensor, actions: Tensor, written: Tensor, jumps: Tensor) -> Tensor:
+    """:func:`tape_step` with the two jumps of Delétang et al.'s Tape-RNN: ``actions [B, 5]``
+    (stay, left, right, jump left, jump right), ``jumps [B]`` each row's jump in cells (its input
+    length; rounded to the nearest whole number, any dtype; not differentiable).  A jump by ``L`` is one gather with indices ``(i ± L) mod M``."""
+    W = torch.cat([written[:, None], tape[:, 1:]], 1)
+    B, M, m = W.shape
+    stay, left, right, jump_left, jump_right = (a[:, None, None] for a in actions.unbind(-1))
+    i = torch.arange(M, device=W.device)
+    L = torch.round(jumps.detach()).to(torch.long)[:, None]
+
+    def shifted(by: Tensor) -> Tensor:
+        return W.gather(1, ((i + by) % M)[..., None].expand(B, M, m))
+
+    return (
+        stay * W
+        + left * torch.roll(W, -1, 1)
+        + right * torch.roll(W, 1, 1)
+        + jump_left * shifted(L)
+        + jump_right * shifted(-L)
+    )
+
+
+__all__ = ["tape_jump_step", "tape_reference", "tape_step"]

@@ -8,8 +8,11 @@ write, indices mod ``M``):
 
     c'_i = stay · W_i + left · W_{i+1} + right · W_{i−1}
 
-The head reads ``c'_0``.  (The paper's model also has two jumps by the input's length; they need
-the length of each input, which a streaming layer does not have, and are not included.)
+The head reads ``c'_0``.  The paper's model (``TapeInputLengthJumpCore`` in the authors' code) also
+jumps by the input's length ``L`` (one per batch row here): with ``jumps`` and the two actions
+``jump_left`` and ``jump_right``,
+
+    c'_i = stay · W_i + left · W_{i+1} + right · W_{i−1} + jump_left · W_{i+L} + jump_right · W_{i−L}
 """
 
 from __future__ import annotations
@@ -18,10 +21,13 @@ import torch
 from torch import Tensor
 
 
-def tape_reference(actions: Tensor, written: Tensor, cells: int) -> tuple[Tensor, Tensor]:
+def tape_reference(
+    actions: Tensor, written: Tensor, cells: int, jumps: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Run a tape of ``cells`` cells from all zeros over ``actions [B, T, 3]`` (stay, left,
-    right) and ``written [B, T, m]``.  Returns ``readings [B, T, m]`` (the head's cell after each
-    step) and the final tape ``[B, cells, m]`` (head first)."""
+    right; ``[B, T, 5]`` with jump left and jump right when ``jumps [B]``, each row's input
+    length, is given) and ``written [B, T, m]``.  Returns ``readings [B, T, m]`` (the head's cell
+    after each step) and the final tape ``[B, cells, m]`` (head first)."""
     B, T, m = written.shape
     readings, finals = [], []
     for b in range(B):
@@ -33,6 +39,13 @@ def tape_reference(actions: Tensor, written: Tensor, cells: int) -> tuple[Tensor
             tape = [
                 stay * W[i] + left * W[(i + 1) % cells] + right * W[(i - 1) % cells] for i in range(cells)
             ]
+            if jumps is not None:
+                L = int(jumps[b])
+                jump_left, jump_right = actions[b, t, 3], actions[b, t, 4]
+                tape = [
+                    tape[i] + jump_left * W[(i + L) % cells] + jump_right * W[(i - L) % cells]
+                    for i in range(cells)
+                ]
             row.append(tape[0])
         readings.append(torch.stack(row) if row else written.new_zeros(0, m))
         finals.append(torch.stack(tape))
