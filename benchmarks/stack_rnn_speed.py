@@ -21,6 +21,9 @@ import torch
 from memrnn.layers import StackRNN
 
 MEMORIES = ("superposition", "stratification", "queue", "tape")
+#: also measurable (--memories): Delétang et al.'s tape with its jumps (by T // 2 here, every row)
+#: and Grefenstette et al.'s DeQue (the reference loop: it has no fused path yet)
+MORE_MEMORIES = ("tape_jump", "deque")
 
 
 def best_of(fn, repeats: int, device: str = "cpu") -> float:
@@ -46,7 +49,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--size", type=int, default=64)
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--controllers", nargs="+", default=["lstm", "elman"])
-    ap.add_argument("--memories", nargs="+", default=list(MEMORIES))
+    ap.add_argument("--memories", nargs="+", default=list(MEMORIES), choices=[*MEMORIES, *MORE_MEMORIES])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the baseline is then cuDNN's LSTM)")
@@ -74,7 +77,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for memory in args.memories:
             for controller in args.controllers:
                 for depth in sorted({min(32, T), T}):
-                    layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth).to(dev)
+                    extra = {"memory_args": {"jump": T // 2}} if memory == "tape_jump" else {}
+                    layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth, **extra).to(dev)
 
                     def run(layer=layer, x=x):
                         y, _ = layer(x)

@@ -12,7 +12,7 @@ from memrnn.ops.dispatch import choose
 from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
-_MEMORIES = ("superposition", "stratification", "queue", "tape")
+_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")  # the CPU kernels'
 _TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape")
 
 

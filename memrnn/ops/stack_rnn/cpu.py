@@ -134,6 +134,11 @@ class _Tape:
     def rows(D: int, m: int) -> int:
         return D * m
 
+    @staticmethod
+    def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
+        """``(D, m)``: cells and their width, from the memory's initial state."""
+        return mem0[0].shape[1], mem0[0].shape[2]
+
     def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
         (tape0,) = mem0
         B, D, m = tape0.shape
@@ -153,12 +158,19 @@ class _Tape:
         return W
 
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
-        stay, left, right = a
+        stay, left, right = a[:3]
         W, new = self._written(s, v), self.S_[s + 1]
         torch.mul(W[1:-1], stay, out=new)
         new.addcmul_(W[2:], left)  # new[i] += left · W[i+1]
         new.addcmul_(W[:-2], right)  # new[i] += right · W[i−1]
+        self._jumps_forward(new, W[1:-1], a)
         return None
+
+    def _jumps_forward(self, new: Tensor, W: Tensor, a: tuple[Tensor, ...]) -> None:
+        """More moves of the written tape ``W [D, m, B]`` into ``new`` (none here)."""
+
+    def _jumps_backward(self, g: Tensor, W: Tensor, a: tuple[Tensor, ...], ga: Tensor, gW: Tensor) -> None:
+        """Their gradients: into ``ga`` (the actions) and ``gW [D, m, B]`` (none here)."""
 
     def start_backward(self) -> None:
         D, m, B = self.D, self.m, self.S.shape[-1]
@@ -170,7 +182,7 @@ class _Tape:
         """Nothing to precompute."""
 
     def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
-        stay, left, right = a
+        stay, left, right = a[:3]
         g = self.g
         g[0] += g_r
         W = self._written(s, v)
@@ -186,6 +198,7 @@ class _Tape:
         gp[-1] = g[0]
         new = g * stay
         new.addcmul_(gp[:-2], left).addcmul_(gp[2:], right)
+        self._jumps_backward(g, W[1:-1], a, ga, new)
         gv.copy_(new[0])
         new[0] = 0
         self.g = new
@@ -201,6 +214,55 @@ class _Tape:
     def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
         self.g[0] += g_r
         return (self.g.permute(2, 0, 1),)
+
+
+class _JumpTape(_Tape):
+    """The tape of Delétang et al.'s Tape-RNN with its jumps by each row's input length ``L``
+    (``memrnn.layers.memories.JumpTape``): two more moves, ``new[i] += jump_left · W[i+L] +
+    jump_right · W[i−L]`` (indices mod ``D``), each one gather with indices fixed for the whole
+    sequence; their transposes are the gathers the other way.  State fields ``(jump, tape)``."""
+
+    n_actions = 5
+    order = (0, 1, 2, 3, 4)
+
+    @staticmethod
+    def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
+        return mem0[1].shape[1], mem0[1].shape[2]
+
+    def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
+        jump, tape0 = mem0
+        super().__init__((tape0,), T, zmem, want_overflow)
+        D, m, B = self.D, self.m, tape0.shape[0]
+        L = torch.round(jump.detach()).to(torch.long)
+        i = torch.arange(D, device=tape0.device)[:, None]
+        self.jump = jump
+        self.to_left = ((i + L) % D)[:, None, :].expand(D, m, B)  # new[i] reads W[i+L]
+        self.to_right = ((i - L) % D)[:, None, :].expand(D, m, B)  # new[i] reads W[i−L]
+
+    def _jumps_forward(self, new: Tensor, W: Tensor, a: tuple[Tensor, ...]) -> None:
+        new.addcmul_(W.gather(0, self.to_left), a[3])
+        new.addcmul_(W.gather(0, self.to_right), a[4])
+
+    def _jumps_backward(self, g: Tensor, W: Tensor, a: tuple[Tensor, ...], ga: Tensor, gW: Tensor) -> None:
+        ga[3] = (g * W.gather(0, self.to_left)).sum((0, 1))
+        ga[4] = (g * W.gather(0, self.to_right)).sum((0, 1))
+        gW.addcmul_(g.gather(0, self.to_right), a[3])  # W[j] fed new[j−L] through the left jump
+        gW.addcmul_(g.gather(0, self.to_left), a[4])
+
+    def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
+        return (self.jump.clone(), *super().finals(lengths))  # the jump passes through unchanged
+
+    def start_backward(self) -> None:
+        super().start_backward()
+        self.g_jump = torch.zeros_like(self.jump)
+
+    def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
+        if grads[0] is not None:
+            self.g_jump += grads[0] * rows
+        return super().add_final_grads(t, grads[1:], rows)
+
+    def initial_grads(self, g_r: Tensor) -> tuple[Tensor | None, ...]:
+        return (self.g_jump, *super().initial_grads(g_r))
 
 
 def _windows(P: Tensor, T: int, D: int) -> list[Tensor]:
@@ -325,12 +387,15 @@ def _memory(kind: str, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_over
         return _Superposition(mem0, T, zmem, want_overflow)
     if kind == "tape":
         return _Tape(mem0, T, zmem, want_overflow)
+    if kind == "tape_jump":
+        return _JumpTape(mem0, T, zmem, want_overflow)
     return _Stratification(mem0, T, zmem, want_overflow, "stack" if kind == "stratification" else "queue")
 
 
 _KERNELS = {
     "superposition": _Superposition,
     "tape": _Tape,
+    "tape_jump": _JumpTape,
     "stratification": _Stratification,
     "queue": _Stratification,
 }
@@ -357,7 +422,7 @@ class StackRNNSequence(torch.autograd.Function):
         N = w_rec.shape[1]
         cls = _KERNELS[kind]
         k = cls.n_actions
-        m, D = mem0[0].shape[2], mem0[0].shape[1]
+        D, m = cls.dims(mem0) if hasattr(cls, "dims") else (mem0[0].shape[1], mem0[0].shape[2])
         perm = torch.tensor([*cls.order, *range(k, w_head.shape[0])], device=w_head.device)
         w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
         z = x.new_empty(T + 1, N + cls.rows(D, m), B)
