@@ -22,7 +22,7 @@ from memrnn.layers import StackRNN
 
 MEMORIES = ("superposition", "stratification", "queue", "tape")
 #: also measurable (--memories): Delétang et al.'s tape with its jumps (by T // 2 here, every row)
-#: and Grefenstette et al.'s DeQue (the reference loop: it has no fused path yet)
+#: and Grefenstette et al.'s DeQue (depth per end; it reads 2 x width units)
 MORE_MEMORIES = ("tape_jump", "deque")
 
 

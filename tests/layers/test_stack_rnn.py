@@ -149,7 +149,7 @@ def test_sequence_module_gives_the_jump_tape_each_rows_input_length():
     assert torch.isfinite(losses["generator"])
 
 
-@pytest.mark.parametrize("memory", MEMORIES)
+@pytest.mark.parametrize("memory", [*MEMORIES, "deque"])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 def test_fast_path_over_long_padded_sequences_in_float32(memory, controller, gen):
     """T = 150 crosses the backward's blocks of 64 steps; float32; rows of three lengths."""

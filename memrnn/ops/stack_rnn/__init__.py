@@ -1,5 +1,5 @@
 """A controller RNN driving a differentiable memory (superposition stack, stratification stack,
-neural queue, tape) over a whole sequence: :func:`stack_rnn_sequence`, the fast path of
+neural queue and DeQue, tape, the Tape-RNN's jump tape) over a whole sequence: :func:`stack_rnn_sequence`, the fast path of
 :class:`memrnn.layers.StackRNN`.  Its reference is the layer's own loop over ``step``, built on the
 memories' batched steps (:mod:`memrnn.ops.superposition`, :mod:`memrnn.ops.stratification`,
 :mod:`memrnn.ops.tape`), each tested against a literal transcription of its paper."""
@@ -12,7 +12,7 @@ from memrnn.ops.dispatch import choose
 from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
-_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")  # the CPU kernels'
+_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
 _TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape")
 
 

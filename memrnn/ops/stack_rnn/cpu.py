@@ -382,6 +382,174 @@ class _Stratification:
         return self.gP[self.T :].permute(2, 0, 1), self.g.t(), g_r.t()
 
 
+class _Deque:
+    """Grefenstette et al.'s (2015) DeQue (``memrnn.ops.deque``): ``2D`` slots bottom first, the
+    bottom half newest first and the top half oldest first.  Each half's values only slide, so each
+    lives in one buffer as the stratification stack's: the bottom half ``Pb[T−t : T−t+D]`` (pushes
+    from the front), the top half ``Pt[t : t+D]`` (pushes at the back).  Strengths ``s [T+1, 2D,
+    B]``; the reading ``[r_top ; r_bot]`` lives in ``z`` (``[T+1, 2m, B]``).  Head rows: push and
+    pop at the top, push and pop at the bottom, then ``v_top``, ``v_bot``."""
+
+    n_actions = 4
+    softmax = False
+    order = (0, 1, 2, 3)  # push_top, pop_top, push_bot, pop_bot
+    reads = 2
+
+    @staticmethod
+    def rows(D: int, m: int) -> int:
+        return 2 * m
+
+    @staticmethod
+    def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
+        return mem0[0].shape[1] // 2, mem0[0].shape[2]
+
+    def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
+        values0, strengths0, reading0 = mem0
+        B, D2, m = values0.shape
+        D = D2 // 2
+        self.T, self.D, self.m = T, D, m
+        v0 = values0.permute(1, 2, 0)
+        self.Pb = values0.new_empty(T + D, m, B)
+        self.Pb[T:] = v0[:D]
+        self.Pt = values0.new_empty(T + D, m, B)
+        self.Pt[:D] = v0[D:]
+        self.s = values0.new_empty(T + 1, 2 * D, B)
+        self.s[0] = strengths0.t()
+        self.r = zmem
+        self.r[0] = reading0.t()
+        self.buffers = (self.Pb, self.Pt, self.s)
+        self.s_, self.r_ = self.s.unbind(0), self.r.unbind(0)
+        self.bot_ = _windows(self.Pb, T, D)
+        self.top_ = self.Pt.as_strided(
+            (T + 1, D, m, B), (m * B, m * B, B, 1), self.Pt.storage_offset()
+        ).unbind(0)
+        self.vb_ = self.Pb[:T].unbind(0)[::-1]  # v_bot of step s at Pb[T−1−s]
+        self.vt_ = self.Pt[D:].unbind(0)  # v_top of step s at Pt[D+s]
+
+    def _pops(self, old: Tensor, u_top: Tensor, u_bot: Tensor) -> tuple[Tensor, ...]:
+        """The two pops of ``old [2D, B]``: their pre-activations and results."""
+        c1 = u_top - covered(old, "queue", -2)  # what the top pop still has to take at i
+        c2 = old - torch.clamp_min(c1, 0)
+        p1 = torch.clamp_min(c2, 0)
+        b1 = u_bot - covered(p1, "stack", -2)
+        b2 = p1 - torch.clamp_min(b1, 0)
+        return c1, c2, p1, b1, b2, torch.clamp_min(b2, 0)
+
+    def _weights(self, new: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        a_top = 1 - covered(new, "queue", -2)
+        a_bot = 1 - covered(new, "stack", -2)
+        return a_top, a_bot, torch.clamp_min(a_top, 0), torch.clamp_min(a_bot, 0)
+
+    def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
+        push_top, pop_top, push_bot, pop_bot = a
+        D, m = self.D, self.m
+        old, new = self.s_[s], self.s_[s + 1]
+        p2 = self._pops(old, pop_top, pop_bot)[-1]
+        new[0] = push_bot
+        new[1:D] = p2[: D - 1]
+        new[D : 2 * D - 1] = p2[D + 1 :]
+        new[2 * D - 1] = push_top
+        self.vt_[s].copy_(v[:m])
+        self.vb_[s].copy_(v[m:])
+        _, _, r_top, r_bot = self._weights(new)
+        w_top, w_bot = torch.minimum(new, r_top), torch.minimum(new, r_bot)
+        bot, top = self.bot_[s + 1], self.top_[s + 1]
+        r = self.r_[s + 1]
+        torch.sum(w_top[:D, None] * bot, 0, out=r[:m])
+        r[:m] += (w_top[D:, None] * top).sum(0)
+        torch.sum(w_bot[:D, None] * bot, 0, out=r[m:])
+        r[m:] += (w_bot[D:, None] * top).sum(0)
+        return p2[D - 1] + p2[D]
+
+    def start_backward(self) -> None:
+        self.gPb, self.gPt = torch.zeros_like(self.Pb), torch.zeros_like(self.Pt)
+        T, D, m, B = self.T, self.D, self.m, self.Pb.shape[-1]
+        self.gbot_ = _windows(self.gPb, T, D)
+        self.gtop_ = self.gPt.as_strided(
+            (T + 1, D, m, B), (m * B, m * B, B, 1), self.gPt.storage_offset()
+        ).unbind(0)
+        self.gvb_ = self.gPb[:T].unbind(0)[::-1]
+        self.gvt_ = self.gPt[D:].unbind(0)
+        self.g = torch.zeros_like(self.s[0])
+
+    def local(self, lo: int, hi: int, heads: Tensor) -> None:
+        """Nothing to precompute: each step's masks are made in its backward."""
+
+    @staticmethod
+    def _min_grads(new: Tensor, r: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
+        """``∂ min(new, r) / ∂new`` (½ at a tie, as autograd) and ``/ ∂a`` through ``r = max(a, 0)``."""
+        da = torch.where(new < r, 1.0, torch.where(new == r, 0.5, 0.0)).to(new.dtype)
+        return da, (1 - da) * (a >= 0).to(new.dtype)
+
+    def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
+        _, pop_top, _, pop_bot = a
+        D, m = self.D, self.m
+        old, new = self.s_[s], self.s_[s + 1]
+        g_top, g_bot = g_r[:m], g_r[m:]
+        bot, top = self.bot_[s + 1], self.top_[s + 1]
+        a_top, a_bot, r_top, r_bot = self._weights(new)
+        w_top, w_bot = torch.minimum(new, r_top), torch.minimum(new, r_bot)
+        # the readings: into the values (the buffers' windows) and the weights
+        self.gbot_[s + 1].addcmul_(w_top[:D, None], g_top).addcmul_(w_bot[:D, None], g_bot)
+        self.gtop_[s + 1].addcmul_(w_top[D:, None], g_top).addcmul_(w_bot[D:, None], g_bot)
+        gw_top = torch.cat([(bot * g_top).sum(1), (top * g_top).sum(1)])
+        gw_bot = torch.cat([(bot * g_bot).sum(1), (top * g_bot).sum(1)])
+        da_t, db_t = self._min_grads(new, r_top, a_top)
+        da_b, db_b = self._min_grads(new, r_bot, a_bot)
+        g_new = self.g + gw_top * da_t + gw_bot * da_b
+        g_new -= covered_transpose(gw_top * db_t, "queue", -2) + covered_transpose(gw_bot * db_b, "stack", -2)
+        # the pushes, then the shift that dropped slots D−1 and D
+        ga[0], ga[2] = g_new[2 * D - 1], g_new[0]
+        g_p2 = torch.zeros_like(g_new)
+        g_p2[: D - 1] = g_new[1:D]
+        g_p2[D + 1 :] = g_new[D : 2 * D - 1]
+        # the bottom pop, then the top pop (undone in reverse)
+        c1, c2, _, b1, b2, _ = self._pops(old, pop_top, pop_bot)
+        g_b2 = g_p2 * (b2 >= 0).to(g_p2.dtype)
+        g_b1 = -g_b2 * (b1 >= 0).to(g_p2.dtype)
+        ga[3] = g_b1.sum(0)
+        g_p1 = g_b2 - covered_transpose(g_b1, "stack", -2)
+        g_c2 = g_p1 * (c2 >= 0).to(g_p1.dtype)
+        g_c1 = -g_c2 * (c1 >= 0).to(g_p1.dtype)
+        ga[1] = g_c1.sum(0)
+        self.g = g_c2 - covered_transpose(g_c1, "queue", -2)
+        gv[:m] = self.gvt_[s]
+        gv[m:] = self.gvb_[s]
+
+    def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
+        T, D, m = self.T, self.D, self.m
+        if lengths is None:
+            values = torch.cat([self.bot_[T], self.top_[T]], 0).permute(2, 0, 1)
+        else:
+            ar = torch.arange(D, device=lengths.device)
+            bot = self.Pb.permute(2, 0, 1).gather(
+                1, ((T - lengths)[:, None] + ar)[..., None].expand(-1, -1, m)
+            )
+            top = self.Pt.permute(2, 0, 1).gather(1, (lengths[:, None] + ar)[..., None].expand(-1, -1, m))
+            values = torch.cat([bot, top], 1)
+        return (
+            values,
+            final_by_length(self.s.permute(2, 0, 1), lengths),
+            final_by_length(self.r.permute(2, 0, 1), lengths),
+        )
+
+    def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
+        gV, gs, gr = grads
+        D = self.D
+        if gV is not None:
+            gV = gV.permute(1, 2, 0) * rows
+            self.gbot_[t].add_(gV[:D])
+            self.gtop_[t].add_(gV[D:])
+        if gs is not None:
+            self.g += gs.t() * rows
+        return None if gr is None else gr.t() * rows
+
+    def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
+        D, T = self.D, self.T
+        gV0 = torch.cat([self.gPb[T:], self.gPt[:D]], 0).permute(2, 0, 1)
+        return gV0, self.g.t(), g_r.t()
+
+
 def _memory(kind: str, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool):
     if kind == "superposition":
         return _Superposition(mem0, T, zmem, want_overflow)
@@ -389,6 +557,8 @@ def _memory(kind: str, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_over
         return _Tape(mem0, T, zmem, want_overflow)
     if kind == "tape_jump":
         return _JumpTape(mem0, T, zmem, want_overflow)
+    if kind == "deque":
+        return _Deque(mem0, T, zmem, want_overflow)
     return _Stratification(mem0, T, zmem, want_overflow, "stack" if kind == "stratification" else "queue")
 
 
@@ -396,6 +566,7 @@ _KERNELS = {
     "superposition": _Superposition,
     "tape": _Tape,
     "tape_jump": _JumpTape,
+    "deque": _Deque,
     "stratification": _Stratification,
     "queue": _Stratification,
 }
@@ -423,18 +594,19 @@ class StackRNNSequence(torch.autograd.Function):
         cls = _KERNELS[kind]
         k = cls.n_actions
         D, m = cls.dims(mem0) if hasattr(cls, "dims") else (mem0[0].shape[1], mem0[0].shape[2])
+        mr = getattr(cls, "reads", 1) * m  # the reading's units (the DeQue reads both ends)
         perm = torch.tensor([*cls.order, *range(k, w_head.shape[0])], device=w_head.device)
         w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
         z = x.new_empty(T + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
         mem = _memory(kind, mem0, T, z[:, N:], want_overflow)
-        w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + m]: reads [h ; r], the first N + m rows of z
+        w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
         heads = x.new_empty(T, w_head.shape[0], B)  # pre-activations; the value rows activated in place
         A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
-        a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + m].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
+        a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + mr].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
         ha_, hv_, A_ = heads[:, :k].unbind(0), heads[:, k:].unbind(0), A.unbind(0)
         rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
         if lstm:
@@ -479,7 +651,7 @@ class StackRNNSequence(torch.autograd.Function):
         finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
         return (
             z[1:, :N].permute(2, 0, 1),
-            z[1:, N : N + m].permute(2, 0, 1),
+            z[1:, N : N + mr].permute(2, 0, 1),
             finals_h,
             finals_c,
             *mem.finals(lengths),
@@ -494,12 +666,13 @@ class StackRNNSequence(torch.autograd.Function):
         mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
         g_mem = rest[:-1]
         B, T, nx = x.shape
-        G, K, m, k = w_z.shape[0], w_head.shape[0], mem.m, mem.n_actions
+        G, K, k = w_z.shape[0], w_head.shape[0], mem.n_actions
+        m = w_z.shape[1] - N  # the reading's units
         lstm = controller == "lstm"
         tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous().unbind(0)  # noqa: E731
         gyh, gyr = tm(gy_h), tm(gy_r)
         ends = _ends(lengths, T, x)
-        gz = x.new_zeros(N + m, B)  # ∂L/∂[h ; r] of the step being undone
+        gz = x.new_zeros(N + m, B)  # ∂L/∂[h ; r] of the step being undone (r: m units)
         gzh, gzr = gz[:N], gz[N:]
         g_c = x.new_zeros(N, B)
         mem.start_backward()
