@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from memrnn.core.checks import positive_int
 from memrnn.data.datamodule import SPLITS, SplitDataModule, bos_inputs
 from memrnn.data.tasks import ListDataset
 from memrnn.languages.base import check_window
@@ -76,13 +77,8 @@ class RecognizerDataModule(SplitDataModule):
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
         self.language = flare_language(language)
-        for name, v in (
-            ("train_size", train_size),
-            ("val_size", val_size),
-            ("test_per_length", test_per_length),
-        ):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        train_size, val_size = positive_int("train_size", train_size), positive_int("val_size", val_size)
+        test_per_length = positive_int("test_per_length", test_per_length)
         if validation not in ("short", "long"):
             raise ValueError(f"validation must be 'short' or 'long', got {validation!r}")
         if not 0 <= perturbation_probability <= 1:

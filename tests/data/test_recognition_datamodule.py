@@ -58,7 +58,7 @@ def test_bad_arguments_are_named():
         RecognizerDataModule("dyck")
     with pytest.raises(ValueError, match="validation must be 'short' or 'long'"):
         RecognizerDataModule("parity", validation="medium")
-    with pytest.raises(ValueError, match="train_size must be a positive int"):
+    with pytest.raises(ValueError, match="train_size must be a positive integer"):
         RecognizerDataModule("parity", train_size=0)
     with pytest.raises(ValueError, match="perturbation_probability"):
         RecognizerDataModule("parity", perturbation_probability=-0.1)
