@@ -70,6 +70,20 @@ LAYERS: dict[str, dict[str, Any]] = {
     "queue_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
     "tape_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
     "tape_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "tape_jump_lstm": {
+        "input_size": 16,
+        "hidden_size": 64,
+        "width": 8,
+        "depth": 32,
+        "memory_args": {"jump": 5},
+    },
+    "tape_jump_elman": {
+        "input_size": 16,
+        "hidden_size": 64,
+        "width": 8,
+        "depth": 32,
+        "memory_args": {"jump": 5},
+    },
 }
 ONE_HOT = ("second_order", "nnpda")
 TORCH_TO_TRITON = {

@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import exporting, positive_int
 from memrnn.ops.deque import deque_step
 from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
 from memrnn.ops.stratification import stratification_step
@@ -363,6 +363,8 @@ class JumpTape(Tape):
         return JumpTapeState(torch.full((batch_size,), fill, device=device, dtype=dtype), tape)
 
     def check_state(self, state: JumpTapeState) -> None:
+        if exporting():  # a data-dependent check: torch.export cannot trace it
+            return
         bad = state.jump < 0
         if bool(bad.any()):
             row = int(bad.nonzero()[0, 0])

@@ -242,11 +242,12 @@ VALUE_ARG = {
     "stratification": "value_activation",
     "queue": "value_activation",
     "tape": "write_activation",
+    "tape_jump": "write_activation",
 }
 
 
 @needs_triton
-@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape"])
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape", "tape_jump"])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 @pytest.mark.parametrize(
     ("activation", "push_activation", "depth"),
@@ -267,7 +268,8 @@ def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, p
     args = {"activation": activation} if controller == "elman" else {}
     layer = StackRNN(
         4, 6, memory, controller, width=width, depth=depth, output="hidden+reading",
-        memory_args={VALUE_ARG[memory]: push_activation}, controller_args=args,
+        memory_args={VALUE_ARG[memory]: push_activation, **({"jump": 0} if memory == "tape_jump" else {})},
+        controller_args=args,
     ).to(DEVICE)  # fmt: skip
     B, T = 19, 7
     x = torch.randn(B, T, 4, device=DEVICE, requires_grad=True)
@@ -280,6 +282,8 @@ def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, p
         strengths = torch.rand(B, depth, generator=g).to(DEVICE)
         strengths[:, ::3] = 1.0
         s0 = s0._replace(strengths=strengths.requires_grad_())
+    if memory == "tape_jump":  # each row its own jump, some past the tape's end (Delétang et al.'s Tape-RNN)
+        s0 = s0._replace(jump=torch.arange(B, dtype=torch.float32, device=DEVICE).requires_grad_())
     results = []
     for context in (implementation("triton"), reference_paths()):
         with context:
@@ -315,7 +319,7 @@ def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, p
             expected = layer.trace(x, s0, mask)["overflow"] * mask
     tol = 1e-4 if DEVICE == "cuda" else 1e-5
     torch.testing.assert_close(overflow * mask, expected, atol=tol, rtol=tol)
-    if memory != "tape":  # the random initial memory has content in its last cell (the tape is circular)
+    if memory not in ("tape", "tape_jump"):  # content in the last cell (the tapes are circular)
         assert bool((expected > 0).any())
 
 

@@ -6,6 +6,7 @@ memories' batched steps (:mod:`memrnn.ops.superposition`, :mod:`memrnn.ops.strat
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
@@ -13,7 +14,7 @@ from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
-_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape")
+_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -67,7 +68,15 @@ def stack_rnn_sequence(
             activation=activation, memory=memory, value_activation=value_activation, lengths=lengths,
         )  # fmt: skip
     spec = (controller, activation, memory, value_activation, bool(overflow))
-    return StackRNNSequence.apply(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
+    return _hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
+
+
+@torch.compiler.disable
+def _hand_written(*args: object) -> tuple[Tensor, ...]:
+    """:class:`StackRNNSequence` as one opaque call under ``torch.compile``: its loops write into
+    views of its own buffers, which Dynamo cannot trace (the stratification memories' failed with
+    "non-differentiable view input mutations"); compiled models run it eagerly."""
+    return StackRNNSequence.apply(*args)
 
 
 __all__ = ["StackRNNSequence", "fused_kinds", "stack_rnn_sequence"]

@@ -445,20 +445,16 @@ class _Deque:
         D, m = self.D, self.m
         old, new = self.s_[s], self.s_[s + 1]
         p2 = self._pops(old, pop_top, pop_bot)[-1]
-        new[0] = push_bot
-        new[1:D] = p2[: D - 1]
-        new[D : 2 * D - 1] = p2[D + 1 :]
-        new[2 * D - 1] = push_top
+        # whole-view writes only (torch.compile's autograd refuses writes into views of views)
+        torch.cat([push_bot[None], p2[: D - 1], p2[D + 1 :], push_top[None]], 0, out=new)
         self.vt_[s].copy_(v[:m])
         self.vb_[s].copy_(v[m:])
         _, _, r_top, r_bot = self._weights(new)
         w_top, w_bot = torch.minimum(new, r_top), torch.minimum(new, r_bot)
         bot, top = self.bot_[s + 1], self.top_[s + 1]
-        r = self.r_[s + 1]
-        torch.sum(w_top[:D, None] * bot, 0, out=r[:m])
-        r[:m] += (w_top[D:, None] * top).sum(0)
-        torch.sum(w_bot[:D, None] * bot, 0, out=r[m:])
-        r[m:] += (w_bot[D:, None] * top).sum(0)
+        read_top = (w_top[:D, None] * bot).sum(0) + (w_top[D:, None] * top).sum(0)
+        read_bot = (w_bot[:D, None] * bot).sum(0) + (w_bot[D:, None] * top).sum(0)
+        torch.cat([read_top, read_bot], 0, out=self.r_[s + 1])
         return p2[D - 1] + p2[D]
 
     def start_backward(self) -> None:

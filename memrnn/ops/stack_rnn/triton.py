@@ -170,6 +170,18 @@ def _softmax3_grads(grow, rmask, a0, a1, a2, g0, g1, g2):
 
 
 @triton.jit
+def _softmax5_grads(grow, rmask, a0, a1, a2, a3, a4, g0, g1, g2, g3, g4):
+    """The jump tape's five action pre-activation gradients through their softmax into ``ghd[t]``."""
+    dot = a0 * g0 + a1 * g1 + a2 * g2 + a3 * g3 + a4 * g4
+    gty = grow.dtype.element_ty
+    tl.store(grow, (a0 * (g0 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 1, (a1 * (g1 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 2, (a2 * (g2 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 3, (a3 * (g3 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 4, (a4 * (g4 - dot)).to(gty), mask=rmask)
+
+
+@triton.jit
 def _written(s_row, v_row, q, mask, M):
     """The tape after the write, at flat cells ``q``: the written vector in the head's cell
     (``q < M``), the old tape elsewhere."""
@@ -180,13 +192,22 @@ def _written(s_row, v_row, q, mask, M):
 
 
 @triton.jit
-def _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, DM, KH, NZ, BLOCK_F):
+def _tape_step(
+    t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, DM, KH, NZ, JUMP: tl.constexpr, BLOCK_F: tl.constexpr
+):  # fmt: skip
     """Delétang et al.'s (2023) tape, ``s [T+1, B, DM]`` (the head's cell first, circular): write
-    ``v_t`` into the head's cell, then ``S_t[i] = stay · W[i] + left · W[i+1] + right · W[i−1]``."""
+    ``v_t`` into the head's cell, then ``S_t[i] = stay · W[i] + left · W[i+1] + right · W[i−1]``;
+    with ``JUMP`` (their Tape-RNN) also ``+ jump_left · W[i+L] + jump_right · W[i−L]``, ``L`` the
+    row's jump in cells (``jp [B]``, already reduced mod ``D``)."""
+    NA: tl.constexpr = 5 if JUMP else 3
     stay1, left1, right1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
     stay, left, right = stay1[:, None], left1[:, None], right1[:, None]
+    if JUMP:
+        jl = tl.load(hd_ptr + t * B * KH + rows * KH + 3, mask=rmask, other=0.0).to(tl.float32)[:, None]
+        jr = tl.load(hd_ptr + t * B * KH + rows * KH + 4, mask=rmask, other=0.0).to(tl.float32)[:, None]
+        LM = (tl.load(jp_ptr + rows, mask=rmask, other=0) * M)[:, None]
     old_row = s_ptr + t * B * DM + rows[:, None] * DM
-    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + 3
+    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + NA
     new_row = s_ptr + (t + 1) * B * DM + rows[:, None] * DM
     for f0 in range(0, DM, BLOCK_F):
         fi = f0 + tl.arange(0, BLOCK_F)
@@ -197,6 +218,9 @@ def _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, DM, KH, NZ, BLOCK
             + left * _written(old_row, v_row, (q + M) % DM, mf, M)
             + right * _written(old_row, v_row, (q + DM - M) % DM, mf, M)
         )
+        if JUMP:
+            new += jl * _written(old_row, v_row, (q + LM) % DM, mf, M)
+            new += jr * _written(old_row, v_row, (q + DM - LM) % DM, mf, M)
         tl.store(new_row + q, new.to(s_ptr.dtype.element_ty), mask=mf)
         tl.store(
             zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + q,
@@ -213,16 +237,28 @@ def _tape_grad_at(g_row, r_row, q, mask, M):
 
 @triton.jit
 def _tape_step_grad(
-    t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
-    B, N, M, DM, KH, NZ, VCODE: tl.constexpr, HAS_GS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_F: tl.constexpr,
+    t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, jp_ptr, cur, nxt,
+    B, N, M, DM, KH, NZ, VCODE: tl.constexpr, HAS_GS: tl.constexpr, JUMP: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_F: tl.constexpr,
 ):  # fmt: skip
-    """``∂S_t`` into ``gs[nxt]``: ``∂W[j] = stay · g[j] + left · g[j−1] + right · g[j+1]``, the head's
-    cell to the written vector and the rest to the old tape; the moves' gradients through their
-    softmax into ``ghd[t]``."""
+    """``∂S_t`` into ``gs[nxt]``: ``∂W[j] = stay · g[j] + left · g[j−1] + right · g[j+1]`` (with
+    ``JUMP``, ``+ jump_left · g[j−L] + jump_right · g[j+L]``), the head's cell to the written vector
+    and the rest to the old tape; the moves' gradients through their softmax into ``ghd[t]``."""
+    NA: tl.constexpr = 5 if JUMP else 3
     stay1, left1, right1 = _three(hd_ptr + t * B * KH + rows * KH, rmask)
     stay, left, right = stay1[:, None], left1[:, None], right1[:, None]
+    jl1 = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    jr1 = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    LM = tl.zeros((BLOCK_B, 1), dtype=tl.int32)
+    if JUMP:
+        jl1 = tl.load(hd_ptr + t * B * KH + rows * KH + 3, mask=rmask, other=0.0).to(tl.float32)
+        jr1 = tl.load(hd_ptr + t * B * KH + rows * KH + 4, mask=rmask, other=0.0).to(tl.float32)
+        LM = (tl.load(jp_ptr + rows, mask=rmask, other=0) * M)[:, None]
+    jl, jr = jl1[:, None], jr1[:, None]
+    g_jl = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_jr = tl.zeros((BLOCK_B,), dtype=tl.float32)
     old_row = s_ptr + t * B * DM + rows[:, None] * DM
-    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + 3
+    v_row = hd_ptr + t * B * KH + rows[:, None] * KH + NA
     g_row = gs_ptr + cur * B * DM + rows[:, None] * DM
     r_row = gz_ptr + cur * B * NZ + rows[:, None] * NZ + N
     out_row = gs_ptr + nxt * B * DM + rows[:, None] * DM
@@ -243,6 +279,11 @@ def _tape_step_grad(
             + left * _tape_grad_at(g_row, r_row, qr, mf, M)
             + right * _tape_grad_at(g_row, r_row, ql, mf, M)
         )
+        if JUMP:
+            qjl, qjr = (q + LM) % DM, (q + DM - LM) % DM  # L cells to the right / to the left
+            g_jl += tl.sum(g0 * _written(old_row, v_row, qjl, mf, M), 1)
+            g_jr += tl.sum(g0 * _written(old_row, v_row, qjr, mf, M), 1)
+            gw += jl * _tape_grad_at(g_row, r_row, qjr, mf, M) + jr * _tape_grad_at(g_row, r_row, qjl, mf, M)
         head = q < M
         g_old = tl.where(head, 0.0, gw)
         if HAS_GS:
@@ -250,11 +291,19 @@ def _tape_step_grad(
         tl.store(out_row + q, g_old, mask=mf)
         v = tl.load(v_row + q, mask=mf & head, other=0.0).to(tl.float32)
         tl.store(
-            ghd_ptr + t * B * KH + rows[:, None] * KH + 3 + q,
+            ghd_ptr + t * B * KH + rows[:, None] * KH + NA + q,
             (gw * _value_grad_from_output(v, VCODE)).to(ghd_ptr.dtype.element_ty),
             mask=mf & head,
         )
-    _softmax3_grads(ghd_ptr + t * B * KH + rows * KH, rmask, stay1, left1, right1, g_stay, g_left, g_right)
+    if JUMP:
+        _softmax5_grads(
+            ghd_ptr + t * B * KH + rows * KH, rmask,
+            stay1, left1, right1, jl1, jr1, g_stay, g_left, g_right, g_jl, g_jr,
+        )  # fmt: skip
+    else:
+        _softmax3_grads(
+            ghd_ptr + t * B * KH + rows * KH, rmask, stay1, left1, right1, g_stay, g_left, g_right
+        )
 
 
 @triton.jit
@@ -435,12 +484,14 @@ def _strat_step_grad(
 
 
 #: the memories the kernels run, by code
-MEMORY_CODES = {"superposition": 0, "tape": 1, "stratification": 2, "queue": 3}
+MEMORY_CODES = {"superposition": 0, "tape": 1, "stratification": 2, "queue": 3, "tape_jump": 4}
+#: the head's actions per memory code
+N_ACTIONS = {0: 3, 1: 3, 2: 2, 3: 2, 4: 5}
 
 
 @triton.jit
 def _stack_fwd(
-    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr,
+    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr, jp_ptr,
     T, B, N, M, D, SW, KH,
     LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
@@ -451,8 +502,10 @@ def _stack_fwd(
     activated gates or the Elman pre-activation), ``wz [G, N+M]``, ``wh [KH, N]``, ``bh [KH]``,
     ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]``, ``hd [T, B, KH]`` (actions, then the pushed vector),
     ``s [T+1, B, SW]`` (the memory's cells, ``SW = D · M``, or the stratification strengths,
-    ``SW = D``), ``p [T+D, B, M]`` (the stratification values; unused otherwise), ``ovf [T, B]``;
-    index 0 of ``zs``, ``cs`` and ``s`` holds the initial state."""
+    ``SW = D``), ``p [T+D, B, M]`` (the stratification values; unused otherwise), ``ovf [T, B]``,
+    ``jp [B]`` (the jump tape's jumps in cells mod ``D``, int32; unused otherwise); index 0 of
+    ``zs``, ``cs`` and ``s`` holds the initial state.  ``MEM``: 0 superposition, 1 tape, 2
+    stratification, 3 queue, 4 the jump tape."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -540,8 +593,8 @@ def _stack_fwd(
                 wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
             ).to(tl.float32)
             acc += tl.sum(h[:, :, None] * wt[None, :, :], 1)  # a tl.dot here: 43 KB/thread of spills
-        if MEM < 2:  # softmax over three actions
-            is_act = (hcols < 3)[None, :]
+        if MEM < 2 or MEM == 4:  # softmax over the three (the jump tape: five) actions
+            is_act = (hcols < (5 if MEM == 4 else 3))[None, :]
             logits = tl.where(is_act, acc, float("-inf"))
             e = tl.where(is_act, tl.exp(logits - tl.max(logits, 1)[:, None]), 0.0)
             heads = tl.where(is_act, e / tl.sum(e, 1)[:, None], _act(acc, VCODE))
@@ -559,7 +612,10 @@ def _stack_fwd(
                 t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_B, BLOCK_F
             )
         elif MEM == 1:
-            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_F)
+            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, False, BLOCK_F)
+            lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        elif MEM == 4:
+            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, True, BLOCK_F)
             lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
         else:
             lost = _strat_step(
@@ -573,7 +629,7 @@ def _stack_fwd(
 @triton.jit
 def _stack_bwd(
     gzx_ptr, gcx_ptr, gsx_ptr, wz_ptr, wh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr,
-    ga_ptr, ghd_ptr, gz_ptr, gc_ptr, gs_ptr, gp_ptr, x_ptr,
+    ga_ptr, ghd_ptr, gz_ptr, gc_ptr, gs_ptr, gp_ptr, x_ptr, jp_ptr,
     T, B, N, M, D, SW, KH,
     LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     HAS_GZ: tl.constexpr, HAS_GC: tl.constexpr, HAS_GS: tl.constexpr,
@@ -606,10 +662,10 @@ def _stack_bwd(
                 t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
                 B, N, M, SW, KH, NZ, VCODE, HAS_GS, BLOCK_B, BLOCK_F,
             )  # fmt: skip
-        elif MEM == 1:
+        elif MEM == 1 or MEM == 4:
             _tape_step_grad(
-                t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
-                B, N, M, SW, KH, NZ, VCODE, HAS_GS, BLOCK_B, BLOCK_F,
+                t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, jp_ptr, cur, nxt,
+                B, N, M, SW, KH, NZ, VCODE, HAS_GS, MEM == 4, BLOCK_B, BLOCK_F,
             )  # fmt: skip
         else:
             _strat_step_grad(
@@ -694,12 +750,12 @@ class StackRNNTriton(torch.autograd.Function):
     of step ``t`` is ``p[T−t : T−t+D]``), ``overflow [T, B]`` (not differentiable)."""
 
     @staticmethod
-    def forward(ctx, pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, spec):  # type: ignore[override]
+    def forward(ctx, pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, jp, spec):  # type: ignore[override]
         lstm, code, vcode, mem = spec
         T, B, _ = pre.shape
         N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
-        strat = mem >= 2
-        M = KH - (2 if strat else 3)
+        strat = mem in (2, 3)
+        M = KH - N_ACTIONS[mem]
         D = p0.shape[1] if strat else SW // M
         NZ = N + M
         pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
@@ -719,7 +775,7 @@ class StackRNNTriton(torch.autograd.Function):
         ovf = pre.new_zeros(T, B)
         if T > 0 and B > 0:
             _stack_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s, ovf,
+                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s, ovf, jp,
                 T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
                 num_warps=DOT_WARPS,
@@ -727,16 +783,16 @@ class StackRNNTriton(torch.autograd.Function):
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(ovf)
-        ctx.save_for_backward(w_z, w_head, zs, cs, gates, hd, s, p)
+        ctx.save_for_backward(w_z, w_head, zs, cs, gates, hd, s, p, jp)
         return zs, cs, s, p, ovf
 
     @staticmethod
     @first_order
     def backward(ctx, g_zs, g_cs, g_s, g_p, _g_ovf):  # type: ignore[override]
-        w_z, w_head, zs, cs, gates, hd, s, p = ctx.saved_tensors
+        w_z, w_head, zs, cs, gates, hd, s, p, jp = ctx.saved_tensors
         lstm, code, vcode, mem = ctx.spec
         M, D = ctx.dims
-        strat = mem >= 2
+        strat = mem in (2, 3)
         T, B, G = gates.shape
         N, KH, SW = w_head.shape[1], w_head.shape[0], s.shape[2]
         NZ = N + M
@@ -758,7 +814,7 @@ class StackRNNTriton(torch.autograd.Function):
             _stack_bwd[(triton.cdiv(B, BLOCK_B),)](
                 zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_s is None else g_s,
                 w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s,
-                ga, ghd, gz, gc, gs, gp, scratch, T, B, N, M, D, SW, KH,
+                ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
                 num_warps=DOT_WARPS,
@@ -779,7 +835,7 @@ class StackRNNTriton(torch.autograd.Function):
         if ctx.needs_input_grad[3]:
             g_b_head = ghd.float().sum((0, 1)).to(dt)
         g_c0 = gc[0].to(dt) if lstm else None
-        return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None
+        return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None, None
 
 
 def _head_block(KH: int) -> int:
@@ -812,8 +868,8 @@ def stack_rnn_triton(
     lengths: Tensor | None = None,
 ) -> tuple[Tensor, ...]:
     """:func:`memrnn.ops.stack_rnn.stack_rnn_sequence` on the two kernels above: ``x [B, T, n]``,
-    ``memory0`` the memory's state fields (``stack [B, D, M]``, ``tape [B, D, M]``, or ``values
-    [B, D, M]``, ``strengths [B, D]``, ``reading [B, M]``) -> ``h [B, T, N]``, ``r [B, T, M]``,
+    ``memory0`` the memory's state fields (``stack [B, D, M]``, ``tape [B, D, M]``, ``jump [B]``
+    and ``tape``, or ``values [B, D, M]``, ``strengths [B, D]``, ``reading [B, M]``) -> ``h [B, T, N]``, ``r [B, T, M]``,
     final ``h``, ``c`` (None for Elman), the memory's fields at each row's length, ``overflow
     [B, T]``."""
     B, T, nx = x.shape
@@ -827,28 +883,38 @@ def stack_rnn_triton(
     mem = MEMORY_CODES[memory]
     pre = torch.nn.functional.linear(x, w_in[:, :nx], b).transpose(0, 1)
     w_z = torch.cat([w_rec, w_in[:, nx:]], 1)
-    if mem >= 2:
+    jump = None
+    if mem in (2, 3):
         values0, strengths0, reading0 = memory0
         D, M = values0.shape[1], values0.shape[2]
         s0, p0, r0 = strengths0, values0, reading0
     else:
-        (cells0,) = memory0
+        if mem == 4:
+            jump, cells0 = memory0
+        else:
+            (cells0,) = memory0
         _, D, M = cells0.shape
         s0, p0, r0 = cells0.reshape(B, D * M), None, cells0[:, 0]
+    # the jump tape's jumps in cells, reduced mod D (int32); a placeholder for the other memories
+    jp = (
+        (torch.round(jump.detach()).to(torch.int64) % D).to(torch.int32).contiguous()
+        if jump is not None
+        else torch.zeros(1, dtype=torch.int32, device=x.device)
+    )
     zs, cs, s, p, ovf = StackRNNTriton.apply(
-        pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, (lstm, code, VALUE_CODES[value_activation], mem)
+        pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, jp, (lstm, code, VALUE_CODES[value_activation], mem)
     )
     zs_b = zs.transpose(0, 1)  # [B, T+1, N+M]
     h_fin = final_by_length(zs_b[:, :, :N], lengths)
     c_fin = final_by_length(cs.transpose(0, 1), lengths) if lstm else None
     s_fin = final_by_length(s.transpose(0, 1), lengths)
-    if mem >= 2:
+    if mem in (2, 3):
         ends = torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
         idx = (T - ends)[:, None] + torch.arange(D, device=x.device)  # [B, D]: the final window
         values = p.transpose(0, 1).gather(1, idx[..., None].expand(-1, -1, M))
         finals = (values, s_fin, final_by_length(zs_b[:, :, N:], lengths))
     else:
-        finals = (s_fin.reshape(B, D, M),)
+        finals = (s_fin.reshape(B, D, M),) if jump is None else (jump, s_fin.reshape(B, D, M))
     return zs_b[:, 1:, :N], zs_b[:, 1:, N:], h_fin, c_fin, *finals, ovf.t()
 
 
