@@ -26,6 +26,12 @@ from memrnn.suite.spec import Suite
 CURVE_ORDER = ("acc", "ce_gap", "accept_end", "next_set_sequence")
 
 
+def _num(v: float) -> str:
+    """Three decimals, or three significant digits below 0.0005 (an error rate of 3e-05 is not
+    0.000: Hewitt et al.'s Figure 3 asks for errors below 1e-4)."""
+    return f"{v:.2e}" if 0 < abs(v) < 5e-4 else f"{v:.3f}"
+
+
 def curve_of(metric: str, available: list[str]) -> str | None:
     """The per-length curve that goes with a metric: ``test/acc_mean_over_lengths`` -> ``acc``;
     otherwise the first of :data:`CURVE_ORDER` that a run has."""
@@ -101,7 +107,7 @@ class Results:
             for a in archs:
                 v = summ.get((a, task))
                 cells.append(
-                    f"{v['mean']:.3f} / {v['median']:.3f} / {v['best']:.3f} ({v['n']})" if v else "—"
+                    f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']})" if v else "—"
                 )
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
         if self.missing:
