@@ -223,13 +223,15 @@ def run_local(
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
     a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
-    in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran
+    in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran, in the
+    suite's order
     (``done`` or ``failed (exit N; log …)``); Ctrl-C stops the running cells, which then count
     as killed and run again next time."""
     log = log or _say
     if jobs < 1 or threads < 1:
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
+    order = [c.name for c in todo]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     running: list[tuple[Cell, subprocess.Popen, Path, float]] = []
     report: dict[str, str] = {}
@@ -273,4 +275,5 @@ def run_local(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    return report
+    # in the suite's order, whichever cell finished first
+    return {name: report[name] for name in order if name in report}
