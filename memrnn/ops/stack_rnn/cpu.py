@@ -40,7 +40,27 @@ def _value_derivative(name: str, v: Tensor) -> Tensor | None:
 # -- memories ---------------------------------------------------------------------------------
 # Each kernel keeps its structure in the rows of ``z`` after ``h`` (``zmem [T+1, R, B]``) where
 # the controller reads them in place, or in its own buffers; every per-step view is made once.
-class _Superposition:
+class _Kernel:
+    """What every memory kernel below shares: its sizes from the initial state and the reading's
+    width in cells (subclasses whose state or reading differ override them)."""
+
+    #: cells of width ``m`` in the reading (the DeQue reads both ends: 2)
+    reads = 1
+
+    @staticmethod
+    def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
+        """``(D, m)``: cells and their width, from the memory's initial state."""
+        return mem0[0].shape[1], mem0[0].shape[2]
+
+
+def _window_at(P: Tensor, start: Tensor, D: int) -> Tensor:
+    """``P [L, m, B]`` read at ``P[start_b : start_b + D]`` for each row ``b``: ``[B, D, m]`` (a
+    sliding-buffer memory's final window at each row's own length)."""
+    idx = start[:, None] + torch.arange(D, device=start.device)  # [B, D]
+    return P.permute(2, 0, 1).gather(1, idx[..., None].expand(-1, -1, P.shape[1]))
+
+
+class _Superposition(_Kernel):
     """Joulin & Mikolov's (2015) stack in ``z``: cells ``S_0 … S_{D−1}`` and one zero cell below
     (``[T+1, D+1, m, B]``), so the controller's ``addmm`` reads ``[h ; S_0]`` in place and a pop
     reads the cells one lower without a copy.  The head's actions are kept in the order pop,
@@ -122,7 +142,7 @@ class _Superposition:
         return (g.permute(2, 0, 1),)
 
 
-class _Tape:
+class _Tape(_Kernel):
     """Delétang et al.'s (2023) circular tape in ``z`` (``[T+1, D, m, B]``, the head's cell
     first, read in place): write into the head's cell, then move by (stay, left, right)."""
 
@@ -133,11 +153,6 @@ class _Tape:
     @staticmethod
     def rows(D: int, m: int) -> int:
         return D * m
-
-    @staticmethod
-    def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
-        """``(D, m)``: cells and their width, from the memory's initial state."""
-        return mem0[0].shape[1], mem0[0].shape[2]
 
     def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
         (tape0,) = mem0
@@ -271,7 +286,7 @@ def _windows(P: Tensor, T: int, D: int) -> list[Tensor]:
     return P.as_strided((T + 1, D, m, B), (m * B, m * B, B, 1), P.storage_offset()).unbind(0)[::-1]
 
 
-class _Stratification:
+class _Stratification(_Kernel):
     """Grefenstette et al.'s (2015) stratification stack (``order="stack"``) or neural queue.
 
     The values only slide: ``V_t = P[T−t : T−t+D]`` in one buffer ``P [T+D, m, B]`` holding the
@@ -359,11 +374,7 @@ class _Stratification:
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
         T, D = self.T, self.D
-        if lengths is None:
-            values = self.win_[T].permute(2, 0, 1)
-        else:
-            idx = (T - lengths)[:, None] + torch.arange(D, device=lengths.device)  # [B, D]
-            values = self.P.permute(2, 0, 1).gather(1, idx[..., None].expand(-1, -1, self.m))
+        values = self.win_[T].permute(2, 0, 1) if lengths is None else _window_at(self.P, T - lengths, D)
         return (
             values,
             final_by_length(self.s.permute(2, 0, 1), lengths),
@@ -382,7 +393,7 @@ class _Stratification:
         return self.gP[self.T :].permute(2, 0, 1), self.g.t(), g_r.t()
 
 
-class _Deque:
+class _Deque(_Kernel):
     """Grefenstette et al.'s (2015) DeQue (``memrnn.ops.deque``): ``2D`` slots bottom first, the
     bottom half newest first and the top half oldest first.  Each half's values only slide, so each
     lives in one buffer as the stratification stack's: the bottom half ``Pb[T−t : T−t+D]`` (pushes
@@ -513,16 +524,11 @@ class _Deque:
         gv[m:] = self.gvb_[s]
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
-        T, D, m = self.T, self.D, self.m
+        T, D = self.T, self.D
         if lengths is None:
             values = torch.cat([self.bot_[T], self.top_[T]], 0).permute(2, 0, 1)
         else:
-            ar = torch.arange(D, device=lengths.device)
-            bot = self.Pb.permute(2, 0, 1).gather(
-                1, ((T - lengths)[:, None] + ar)[..., None].expand(-1, -1, m)
-            )
-            top = self.Pt.permute(2, 0, 1).gather(1, (lengths[:, None] + ar)[..., None].expand(-1, -1, m))
-            values = torch.cat([bot, top], 1)
+            values = torch.cat([_window_at(self.Pb, T - lengths, D), _window_at(self.Pt, lengths, D)], 1)
         return (
             values,
             final_by_length(self.s.permute(2, 0, 1), lengths),
@@ -589,8 +595,8 @@ class StackRNNSequence(torch.autograd.Function):
         N = w_rec.shape[1]
         cls = _KERNELS[kind]
         k = cls.n_actions
-        D, m = cls.dims(mem0) if hasattr(cls, "dims") else (mem0[0].shape[1], mem0[0].shape[2])
-        mr = getattr(cls, "reads", 1) * m  # the reading's units (the DeQue reads both ends)
+        D, m = cls.dims(mem0)
+        mr = cls.reads * m  # the reading's units
         perm = torch.tensor([*cls.order, *range(k, w_head.shape[0])], device=w_head.device)
         w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
         z = x.new_empty(T + 1, N + cls.rows(D, m), B)
