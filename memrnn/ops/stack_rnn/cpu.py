@@ -480,7 +480,28 @@ class _Deque(_Kernel):
         self.g = torch.zeros_like(self.s[0])
 
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
-        """Nothing to precompute: each step's masks are made in its backward."""
+        """The local derivatives of steps ``lo..hi−1`` (they do not depend on the gradient), made
+        for the whole block at once: the readings' weights and their ``min``/``max`` masks, and the
+        two pops' masks."""
+        old, new = self.s[lo:hi], self.s[lo + 1 : hi + 1]
+        c1, c2, _, b1, b2, _ = self._pops(old, heads[lo:hi, 1][:, None], heads[lo:hi, 3][:, None])
+        a_top, a_bot, r_top, r_bot = self._weights(new)
+        da_t, db_t = self._min_grads(new, r_top, a_top)
+        da_b, db_b = self._min_grads(new, r_bot, a_bot)
+        dt = new.dtype
+        self._block = (
+            lo,
+            torch.minimum(new, r_top).unbind(0),
+            torch.minimum(new, r_bot).unbind(0),
+            da_t.unbind(0),
+            db_t.unbind(0),
+            da_b.unbind(0),
+            db_b.unbind(0),
+            (b2 >= 0).to(dt).unbind(0),
+            (b1 >= 0).to(dt).unbind(0),
+            (c2 >= 0).to(dt).unbind(0),
+            (c1 >= 0).to(dt).unbind(0),
+        )
 
     @staticmethod
     def _min_grads(new: Tensor, r: Tensor, a: Tensor) -> tuple[Tensor, Tensor]:
@@ -489,35 +510,33 @@ class _Deque(_Kernel):
         return da, (1 - da) * (a >= 0).to(new.dtype)
 
     def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
-        _, pop_top, _, pop_bot = a
+        lo, w_top_, w_bot_, da_t_, db_t_, da_b_, db_b_, m_b2, m_b1, m_c2, m_c1 = self._block
+        j = s - lo
         D, m = self.D, self.m
-        old, new = self.s_[s], self.s_[s + 1]
         g_top, g_bot = g_r[:m], g_r[m:]
         bot, top = self.bot_[s + 1], self.top_[s + 1]
-        a_top, a_bot, r_top, r_bot = self._weights(new)
-        w_top, w_bot = torch.minimum(new, r_top), torch.minimum(new, r_bot)
+        w_top, w_bot = w_top_[j], w_bot_[j]
         # the readings: into the values (the buffers' windows) and the weights
         self.gbot_[s + 1].addcmul_(w_top[:D, None], g_top).addcmul_(w_bot[:D, None], g_bot)
         self.gtop_[s + 1].addcmul_(w_top[D:, None], g_top).addcmul_(w_bot[D:, None], g_bot)
         gw_top = torch.cat([(bot * g_top).sum(1), (top * g_top).sum(1)])
         gw_bot = torch.cat([(bot * g_bot).sum(1), (top * g_bot).sum(1)])
-        da_t, db_t = self._min_grads(new, r_top, a_top)
-        da_b, db_b = self._min_grads(new, r_bot, a_bot)
-        g_new = self.g + gw_top * da_t + gw_bot * da_b
-        g_new -= covered_transpose(gw_top * db_t, "queue", -2) + covered_transpose(gw_bot * db_b, "stack", -2)
+        g_new = self.g + gw_top * da_t_[j] + gw_bot * da_b_[j]
+        g_new -= covered_transpose(gw_top * db_t_[j], "queue", -2) + covered_transpose(
+            gw_bot * db_b_[j], "stack", -2
+        )
         # the pushes, then the shift that dropped slots D−1 and D
         ga[0], ga[2] = g_new[2 * D - 1], g_new[0]
         g_p2 = torch.zeros_like(g_new)
         g_p2[: D - 1] = g_new[1:D]
         g_p2[D + 1 :] = g_new[D : 2 * D - 1]
         # the bottom pop, then the top pop (undone in reverse)
-        c1, c2, _, b1, b2, _ = self._pops(old, pop_top, pop_bot)
-        g_b2 = g_p2 * (b2 >= 0).to(g_p2.dtype)
-        g_b1 = -g_b2 * (b1 >= 0).to(g_p2.dtype)
+        g_b2 = g_p2 * m_b2[j]
+        g_b1 = -g_b2 * m_b1[j]
         ga[3] = g_b1.sum(0)
         g_p1 = g_b2 - covered_transpose(g_b1, "stack", -2)
-        g_c2 = g_p1 * (c2 >= 0).to(g_p1.dtype)
-        g_c1 = -g_c2 * (c1 >= 0).to(g_p1.dtype)
+        g_c2 = g_p1 * m_c2[j]
+        g_c1 = -g_c2 * m_c1[j]
         ga[1] = g_c1.sum(0)
         self.g = g_c2 - covered_transpose(g_c1, "queue", -2)
         gv[:m] = self.gvt_[s]
