@@ -3,10 +3,14 @@ controller 64, memory width 8, LSTM or Elman controller, forward+backward tokens
 (Delétang et al.'s Stack-RNN keeps 30-40 cells) and at depth T (the papers' unbounded stacks,
 exact for every string of the batch).
 
-    python benchmarks/stack_rnn_speed.py [--lengths 64 256 1024] [--threads 2]
+    python benchmarks/stack_rnn_speed.py [--lengths 64 256 1024] [--threads 2] [--impls native cpu]
 
-Prints one table row per (memory, controller, T, depth) with its ratio to ``nn.LSTM(64, 64)``
-forward+backward tokens/s measured in the same process.  For reference, measured on this
+Prints one table row per (memory, controller, T, depth, implementation) with its ratio to
+``nn.LSTM(64, 64)`` forward+backward tokens/s.  The baseline is timed beside each row, the two
+alternating ``--repeats`` times (best of each), so a machine whose speed drifts during the run (a
+shared VM) moves both.  ``--impls`` picks the stack RNN's implementations to time
+(:func:`memrnn.ops.dispatch.implementation`: ``native`` the C++ time loops on CPU, ``cpu`` the
+Python loops, ``triton`` the CUDA kernels; default: what the dispatch picks).  For reference, measured on this
 project's 2-core CPU by issue 23's author with the public code: bdusell/rau's superposition
 stack RNN 0.12x / 0.11x / 0.08x of nn.LSTM at T 64 / 256 / 1024 and its stratification stack RNN
 0.031x / 0.010x / 0.003x."""
@@ -14,11 +18,14 @@ stack RNN 0.12x / 0.11x / 0.08x of nn.LSTM at T 64 / 256 / 1024 and its stratifi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 
 import torch
 
 from memrnn.layers import StackRNN
+from memrnn.ops.dispatch import choose, implementation
+from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, _TRITON_MEMORIES
 
 MEMORIES = ("superposition", "stratification", "queue", "tape")
 #: also measurable (--memories): Delétang et al.'s tape with its jumps (by T // 2 here, every row)
@@ -42,6 +49,27 @@ def best_of(fn, repeats: int, device: str = "cpu") -> float:
     return min(times)
 
 
+def default_impl(x: torch.Tensor, memory: str) -> str:
+    """What :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` runs for ``x`` by default."""
+    return choose(x, triton_ok=memory in _TRITON_MEMORIES, native_ok=memory in _NATIVE_MEMORIES)
+
+
+def best_of_pair(base, fn, repeats: int, device: str = "cpu") -> tuple[float, float]:
+    """Best times of ``base`` and ``fn``, run alternately ``repeats`` times after a warm-up each."""
+
+    def timed(f) -> float:
+        t = time.perf_counter()
+        f()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    timed(base)
+    timed(fn)
+    pairs = [(timed(base), timed(fn)) for _ in range(repeats)]
+    return min(p[0] for p in pairs), min(p[1] for p in pairs)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
@@ -53,6 +81,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the baseline is then cuDNN's LSTM)")
+    ap.add_argument("--impls", nargs="+", default=[None], choices=["native", "cpu", "triton"],
+                    help="the stack RNN's implementations to time (default: the dispatch's choice)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -62,8 +92,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(
         f"torch {torch.__version__}, {dev} ({where}), batch {B}, input = controller = {S}, width {args.width}"
     )
-    print("| memory | controller | T | depth | fwd+bwd ms | nn.LSTM ms | ×LSTM |")
-    print("|---|---|---|---|---|---|---|")
+    print("| memory | controller | T | depth | impl | fwd+bwd ms | nn.LSTM ms | ×LSTM |")
+    print("|---|---|---|---|---|---|---|---|")
     rows = []
     for T in args.lengths:
         x = torch.randn(B, T, S, device=dev)
@@ -73,24 +103,27 @@ def main(argv: list[str] | None = None) -> list[dict]:
             y, _ = lstm(x)
             y.sum().backward()
 
-        t_lstm = best_of(base, args.repeats, dev)
         for memory in args.memories:
             for controller in args.controllers:
                 for depth in sorted({min(32, T), T}):
                     extra = {"memory_args": {"jump": T // 2}} if memory == "tape_jump" else {}
                     layer = StackRNN(S, S, memory, controller, width=args.width, depth=depth, **extra).to(dev)
+                    for impl in args.impls:
 
-                    def run(layer=layer, x=x):
-                        y, _ = layer(x)
-                        y.sum().backward()
+                        def run(layer=layer, x=x, impl=impl):
+                            with implementation(impl) if impl else contextlib.nullcontext():
+                                y, _ = layer(x)
+                                y.sum().backward()
 
-                    t = best_of(run, args.repeats, dev)
-                    row = {"memory": memory, "controller": controller, "T": T, "depth": depth,
-                           "ms": t * 1e3, "lstm_ms": t_lstm * 1e3, "ratio": t_lstm / t}  # fmt: skip
-                    rows.append(row)
-                    print(
-                        f"| {memory} | {controller} | {T} | {depth} | {t * 1e3:.1f} | {t_lstm * 1e3:.1f} | {t_lstm / t:.2f} |"
-                    )
+                        t_lstm, t = best_of_pair(base, run, args.repeats, dev)
+                        name = impl or default_impl(x, memory)
+                        row = {"memory": memory, "controller": controller, "T": T, "depth": depth, "impl": name,
+                               "ms": t * 1e3, "lstm_ms": t_lstm * 1e3, "ratio": t_lstm / t}  # fmt: skip
+                        rows.append(row)
+                        print(
+                            f"| {memory} | {controller} | {T} | {depth} | {name} | {t * 1e3:.1f} | "
+                            f"{t_lstm * 1e3:.1f} | {t_lstm / t:.2f} |"
+                        )
     return rows
 
 

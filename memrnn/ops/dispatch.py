@@ -7,6 +7,9 @@ Triton kernels (``"triton"``: one launch per sequence and direction).  :func:`ch
 * ``"reference"`` inside :func:`memrnn.core.switch.reference_paths` (tests, second derivatives, bit reproduction);
 * ``"triton"`` for CUDA tensors of float32, bfloat16 or float16 when Triton is importable and the
   mechanism's kernel covers the options (float64 and everything else take ``"cpu"``);
+* ``"native"`` for CPU tensors of float32 or float64 when the mechanism has a C++ time loop
+  (:mod:`memrnn.ops.native`: the same hand-written BPTT as ``"cpu"``, its loops compiled) and it
+  built (``MEMRNN_NATIVE=0`` turns it off);
 * ``"cpu"`` otherwise.
 An explicit ``impl`` wins; ``"triton"`` on CPU tensors needs Triton's interpreter
 (``TRITON_INTERPRET=1``, set before memrnn's kernels are first imported), as the tests use it.
@@ -24,8 +27,10 @@ import torch
 from torch import Tensor
 
 from memrnn.core.switch import forcing_reference, reference_paths
+from memrnn.ops.native import disabled as native_disabled
+from memrnn.ops.native import native_available
 
-IMPLS = ("reference", "cpu", "triton")
+IMPLS = ("reference", "cpu", "native", "triton")
 _FORCED = contextvars.ContextVar("memrnn_forced_impl", default=None)
 __all__ = [
     "IMPLS",
@@ -33,6 +38,7 @@ __all__ = [
     "forcing_reference",
     "implementation",
     "interpreting",
+    "native_available",
     "reference_paths",
     "triton_available",
 ]
@@ -67,15 +73,18 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
-def choose(x: Tensor, impl: str | None = None, *, triton_ok: bool = True) -> str:
-    """The implementation for inputs ``x`` (module docstring)."""
+def choose(x: Tensor, impl: str | None = None, *, triton_ok: bool = True, native_ok: bool = False) -> str:
+    """The implementation for inputs ``x`` (module docstring); ``native_ok``: the mechanism has a
+    C++ loop for these options."""
     if impl is None and _FORCED.get() is not None:
         impl = _FORCED.get()
-        if impl == "triton" and not triton_ok:
+        if (impl == "triton" and not triton_ok) or (impl == "native" and not native_ok):
             impl = "cpu"
     if impl is not None:
         if impl not in IMPLS:
             raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
+        if impl == "native":
+            _check_native(x, native_ok)
         if impl == "triton":
             if not triton_available():
                 raise ValueError("impl='triton' needs Triton (pip install triton)")
@@ -93,4 +102,22 @@ def choose(x: Tensor, impl: str | None = None, *, triton_ok: bool = True) -> str
         and triton_available()
     ):
         return "triton"
+    if native_ok and _native_fits(x) and native_available():
+        return "native"
     return "cpu"
+
+
+def _native_fits(x: Tensor) -> bool:
+    return x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64)
+
+
+def _check_native(x: Tensor, native_ok: bool) -> None:
+    if not native_ok:
+        raise ValueError("impl='native': this op has no C++ loop for these options; use 'cpu'")
+    if not _native_fits(x):
+        raise ValueError(
+            f"impl='native' runs on CPU tensors of float32 or float64, got {x.device.type} {x.dtype}"
+        )
+    if not native_available():
+        why = "MEMRNN_NATIVE=0" if native_disabled() else "its build failed (see the warning)"
+        raise ValueError(f"impl='native': memrnn's C++ loops are off here ({why})")

@@ -15,6 +15,7 @@ from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
 _TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")
+_NATIVE_MEMORIES = ("superposition", "stratification", "queue", "tape")  # native.cpp's
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -52,22 +53,24 @@ def stack_rnn_sequence(
         lengths: ``[B]`` each row's length (right padding), None for all ``T``.
         overflow: compute what each step drops out of the window.
         impl: ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
-            :mod:`memrnn.ops.stack_rnn.triton`) or ``"cpu"`` (the
-            hand-written BPTT of :mod:`memrnn.ops.stack_rnn.cpu`, any device); None picks by
-            device and dtype (:func:`memrnn.ops.dispatch.choose`).
+            :mod:`memrnn.ops.stack_rnn.triton`), ``"cpu"`` (the hand-written BPTT of
+            :mod:`memrnn.ops.stack_rnn.cpu`, any device) or ``"native"`` (the same with its time
+            loops in C++, ``native.cpp``: CPU, float32/float64, every memory but the jump tape
+            and the DeQue); None picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
 
     Returns:
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
     """
-    if choose(x, impl, triton_ok=memory in _TRITON_MEMORIES) == "triton":
+    impl = choose(x, impl, triton_ok=memory in _TRITON_MEMORIES, native_ok=memory in _NATIVE_MEMORIES)
+    if impl == "triton":
         from memrnn.ops.stack_rnn.triton import stack_rnn_triton
 
         return stack_rnn_triton(
             x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller,
             activation=activation, memory=memory, value_activation=value_activation, lengths=lengths,
         )  # fmt: skip
-    spec = (controller, activation, memory, value_activation, bool(overflow))
+    spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native")
     return _hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
 
 

@@ -19,6 +19,8 @@ tie) is autograd's, so the gradients equal the reference loop's to rounding.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -35,6 +37,11 @@ def _value_derivative(name: str, v: Tensor) -> Tensor | None:
     if name == "tanh":
         return 1 - v * v
     return None
+
+
+def _views(of):
+    """A kernel attribute: ``of(kernel)`` unbound along time (one view per step), made on first use."""
+    return functools.cached_property(lambda k: of(k).unbind(0))
 
 
 # -- memories ---------------------------------------------------------------------------------
@@ -83,12 +90,14 @@ class _Superposition(_Kernel):
         Sp[:, D] = 0
         Sp[0, :D] = stack0.permute(1, 2, 0)
         self.Sp = Sp
-        self.S_ = Sp[:, :D].unbind(0)
-        self.up_ = Sp[:, 1:].unbind(0)
-        self.lo_ = Sp[:, 1:D].unbind(0)
-        self.hi_ = Sp[:, : D - 1].unbind(0)
-        self.top_ = Sp[:, 0].unbind(0)
-        self.last_ = Sp[:, D - 1].unbind(0)
+
+    # per-step views, made when the Python loop first needs them (the C++ loop does not)
+    S_ = _views(lambda k: k.Sp[:, : k.D])
+    up_ = _views(lambda k: k.Sp[:, 1:])
+    lo_ = _views(lambda k: k.Sp[:, 1 : k.D])
+    hi_ = _views(lambda k: k.Sp[:, : k.D - 1])
+    top_ = _views(lambda k: k.Sp[:, 0])
+    last_ = _views(lambda k: k.Sp[:, k.D - 1])
 
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         pop, noop, push = a
@@ -160,9 +169,10 @@ class _Tape(_Kernel):
         self.T, self.D, self.m = T, D, m
         self.S = zmem.view(T + 1, D, m, B)
         self.S[0] = tape0.permute(1, 2, 0)
-        self.S_ = self.S.unbind(0)
         self.W = self.S.new_empty(D + 2, m, B)  # the written tape, one cell wrapped on each side
         self.Wi = self.W[1:-1]
+
+    S_ = _views(lambda k: k.S)
 
     def _written(self, s: int, v: Tensor) -> Tensor:
         W, Wi = self.W, self.Wi
@@ -314,11 +324,15 @@ class _Stratification(_Kernel):
         self.r = zmem
         self.r[0] = reading0.t()
         self.buffers = (self.P, self.s)
-        self.s_, self.r_ = self.s.unbind(0), self.r.unbind(0)
-        self.head_ = self.s[:, 0].unbind(0)
-        self.tail_ = self.s[:, 1:].unbind(0)
-        self.win_ = _windows(self.P, T, D)
-        self.v_ = self.P[:T].unbind(0)[::-1]
+
+    s_ = _views(lambda k: k.s)
+    r_ = _views(lambda k: k.r)
+    head_ = _views(lambda k: k.s[:, 0])
+    tail_ = _views(lambda k: k.s[:, 1:])
+    win_ = functools.cached_property(lambda k: _windows(k.P, k.T, k.D))
+    v_ = functools.cached_property(lambda k: k.P[: k.T].unbind(0)[::-1])
+    gwin_ = functools.cached_property(lambda k: _windows(k.gP, k.T, k.D))
+    gv_ = functools.cached_property(lambda k: k.gP[: k.T].unbind(0)[::-1])
 
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         push, pop = a
@@ -333,8 +347,6 @@ class _Stratification(_Kernel):
 
     def start_backward(self) -> None:
         self.gP = torch.zeros_like(self.P)
-        self.gwin_ = _windows(self.gP, self.T, self.D)
-        self.gv_ = self.gP[: self.T].unbind(0)[::-1]
         self.g = torch.zeros_like(self.s[0])
         self._block = None
 
@@ -374,7 +386,7 @@ class _Stratification(_Kernel):
 
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
         T, D = self.T, self.D
-        values = self.win_[T].permute(2, 0, 1) if lengths is None else _window_at(self.P, T - lengths, D)
+        values = self.P[:D].permute(2, 0, 1) if lengths is None else _window_at(self.P, T - lengths, D)
         return (
             values,
             final_by_length(self.s.permute(2, 0, 1), lengths),
@@ -384,7 +396,7 @@ class _Stratification(_Kernel):
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         gV, gs, gr = grads
         if gV is not None:
-            self.gwin_[t].add_(gV.permute(1, 2, 0) * rows)
+            self.gP[self.T - t : self.T - t + self.D].add_(gV.permute(1, 2, 0) * rows)
         if gs is not None:
             self.g += gs.t() * rows
         return None if gr is None else gr.t() * rows
@@ -593,6 +605,45 @@ _KERNELS = {
 }
 
 
+def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow) -> None:
+    """The forward loop of :class:`StackRNNSequence` in Python (every device and dtype)."""
+    controller, activation, _, value_act, want_overflow = spec[:5]
+    T, k = acts.shape[0], A.shape[1]
+    lstm = controller == "lstm"
+    a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + mr].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
+    ha_, hv_, A_ = heads[:, :k].unbind(0), heads[:, k:].unbind(0), A.unbind(0)
+    rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
+    if lstm:
+        sig_, g_ = acts[:, : 3 * N].unbind(0), acts[:, 3 * N :].unbind(0)
+        o_, i_, f_ = (acts[:, j * N : (j + 1) * N].unbind(0) for j in range(3))
+        c_, x_ = cs.unbind(0), xs.unbind(0)
+    else:
+        act = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[activation]
+    vfn = {"sigmoid": Tensor.sigmoid_, "tanh": Tensor.tanh_, "identity": None}[value_act]
+    afn = torch.softmax if mem.softmax else None
+    for s in range(T):
+        a_[s].addmm_(w_z, zr_[s])
+        if lstm:
+            sig_[s].sigmoid_()
+            g_[s].tanh_()
+            torch.mul(f_[s], c_[s], out=c_[s + 1])
+            c_[s + 1].addcmul_(i_[s], g_[s])
+            torch.tanh(c_[s + 1], out=x_[s])
+            torch.mul(o_[s], x_[s], out=h_[s + 1])
+        else:
+            h_[s + 1].copy_(act(a_[s]))
+        torch.addmm(b_head[:, None], w_head, h_[s + 1], out=hd_[s])
+        if afn is not None:
+            torch.softmax(ha_[s], 0, out=A_[s])
+        else:
+            torch.sigmoid(ha_[s], out=A_[s])
+        if vfn is not None:
+            vfn(hv_[s])
+        lost = mem.forward(s, rows_[s], hv_[s])
+        if lost is not None and want_overflow:
+            overflow[s] = lost
+
+
 class StackRNNSequence(torch.autograd.Function):
     """A one-layer LSTM (gate blocks **o, i, f, g**) or Elman controller reading ``[x_t ; r_{t−1}]``
     and driving a memory through a linear head (module docstring).
@@ -608,7 +659,7 @@ class StackRNNSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *mem0):  # type: ignore[override]
-        controller, activation, kind, value_act, want_overflow = spec
+        controller, _, kind, _, want_overflow, native = spec
         ctx.set_materialize_grads(False)
         B, T, nx = x.shape
         N = w_rec.shape[1]
@@ -627,42 +678,19 @@ class StackRNNSequence(torch.autograd.Function):
         A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
-        a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + mr].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
-        ha_, hv_, A_ = heads[:, :k].unbind(0), heads[:, k:].unbind(0), A.unbind(0)
-        rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
+        cs = xs = None
         if lstm:
             cs = x.new_empty(T + 1, N, B)
             cs[0] = c0.t()
             xs = x.new_empty(T, N, B)
-            sig_, g_ = acts[:, : 3 * N].unbind(0), acts[:, 3 * N :].unbind(0)
-            o_, i_, f_ = (acts[:, j * N : (j + 1) * N].unbind(0) for j in range(3))
-            c_, x_ = cs.unbind(0), xs.unbind(0)
+        if native:
+            buf = getattr(mem, "buffers", (None, None))
+            _native_ops().stack_rnn_forward(
+                *_native_codes(spec), bool(want_overflow), D, m, acts, z, w_z, w_head, b_head, heads,
+                A, cs, xs, overflow, buf[0], buf[1],
+            )  # fmt: skip
         else:
-            cs = xs = None
-            act = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[activation]
-        vfn = {"sigmoid": Tensor.sigmoid_, "tanh": Tensor.tanh_, "identity": None}[value_act]
-        afn = torch.softmax if mem.softmax else None
-        for s in range(T):
-            a_[s].addmm_(w_z, zr_[s])
-            if lstm:
-                sig_[s].sigmoid_()
-                g_[s].tanh_()
-                torch.mul(f_[s], c_[s], out=c_[s + 1])
-                c_[s + 1].addcmul_(i_[s], g_[s])
-                torch.tanh(c_[s + 1], out=x_[s])
-                torch.mul(o_[s], x_[s], out=h_[s + 1])
-            else:
-                h_[s + 1].copy_(act(a_[s]))
-            torch.addmm(b_head[:, None], w_head, h_[s + 1], out=hd_[s])
-            if afn is not None:
-                torch.softmax(ha_[s], 0, out=A_[s])
-            else:
-                torch.sigmoid(ha_[s], out=A_[s])
-            if vfn is not None:
-                vfn(hv_[s])
-            lost = mem.forward(s, rows_[s], hv_[s])
-            if lost is not None and want_overflow:
-                overflow[s] = lost
+            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow)
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
@@ -683,7 +711,7 @@ class StackRNNSequence(torch.autograd.Function):
     @first_order
     def backward(ctx, gy_h, gy_r, g_hT, g_cT, *rest):  # type: ignore[override]
         x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = ctx.saved_tensors[:10]
-        controller, activation, _, value_act, _ = ctx.spec
+        controller, activation, _, value_act, _, native = ctx.spec
         mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
         g_mem = rest[:-1]
         B, T, nx = x.shape
@@ -691,7 +719,7 @@ class StackRNNSequence(torch.autograd.Function):
         m = w_z.shape[1] - N  # the reading's units
         lstm = controller == "lstm"
         tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous().unbind(0)  # noqa: E731
-        gyh, gyr = tm(gy_h), tm(gy_r)
+        gyh, gyr = (None, None) if native else (tm(gy_h), tm(gy_r))
         ends = _ends(lengths, T, x)
         gz = x.new_zeros(N + m, B)  # ∂L/∂[h ; r] of the step being undone (r: m units)
         gzh, gzr = gz[:N], gz[N:]
@@ -700,11 +728,12 @@ class StackRNNSequence(torch.autograd.Function):
         ga = acts.new_empty(T, G, B)
         ghd = heads.new_empty(T, K, B)
         gA = A.new_empty(T, k, B)
-        ga_, ghd_, gA_, A_ = ga.unbind(0), ghd.unbind(0), gA.unbind(0), A.unbind(0)
-        gha_, ghv_, hv_ = ghd[:, :k].unbind(0), ghd[:, k:].unbind(0), heads[:, k:].unbind(0)
-        rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
-        if lstm:
-            gah_, gac_ = ga[:, :N].unbind(0), ga[:, N:].view(T, 3, N, B).unbind(0)
+        if not native:  # the Python loop's per-step views
+            ga_, ghd_, gA_, A_ = ga.unbind(0), ghd.unbind(0), gA.unbind(0), A.unbind(0)
+            gha_, ghv_, hv_ = ghd[:, :k].unbind(0), ghd[:, k:].unbind(0), heads[:, k:].unbind(0)
+            rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
+            if lstm:
+                gah_, gac_ = ga[:, :N].unbind(0), ga[:, N:].view(T, 3, N, B).unbind(0)
         w_z_t, w_head_t = w_z.t(), w_head.t()
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         grad_w_x = w_in.new_zeros(G, nx) if need_w else None
@@ -724,7 +753,13 @@ class StackRNNSequence(torch.autograd.Function):
                 gzr.add_(extra)
             return g_c
 
-        for lo, hi in blocks(T):
+        if native:
+            grad_w_z, grad_w_head_k, grad_b_head_k = _native_backward(
+                ctx.spec, mem, x, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
+                g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_w_x, grad_b,
+            )  # fmt: skip
+            input_grads_block(ga, x, w_in[:, :nx], 0, T, None, None, grad_xt)
+        for lo, hi in [] if native else blocks(T):
             n = hi - lo
             if lstm:
                 o, i, f, g = acts[lo:hi].view(n, 4, N, B).unbind(1)
@@ -778,10 +813,11 @@ class StackRNNSequence(torch.autograd.Function):
             input_grads_block(gb, x, w_in[:, :nx], lo, hi, grad_w_x, grad_b, grad_xt)
         g_c = add_final(0, g_c)
         # the weight gradients: one product each over all steps
-        zt = z[:T, : N + m]
-        grad_w_z = torch.bmm(ga, zt.transpose(1, 2)).sum(0)
-        grad_w_head_k = torch.bmm(ghd, z[1:, :N].transpose(1, 2)).sum(0)
-        grad_b_head_k = ghd.sum((0, 2))
+        if not native:
+            zt = z[:T, : N + m]
+            grad_w_z = torch.bmm(ga, zt.transpose(1, 2)).sum(0)
+            grad_w_head_k = torch.bmm(ghd, z[1:, :N].transpose(1, 2)).sum(0)
+            grad_b_head_k = ghd.sum((0, 2))
         perm = ctx.perm
         grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(0, perm, grad_w_head_k)
         grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(0, perm, grad_b_head_k)
@@ -801,6 +837,66 @@ class StackRNNSequence(torch.autograd.Function):
             None,
             *g_mem0,
         )
+
+
+#: the codes of native.cpp's enums
+_NATIVE_CODES = {
+    "controller": {"lstm": 0, "elman": 1},
+    "activation": {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3},
+    "memory": {"superposition": 0, "stratification": 1, "queue": 2, "tape": 3},
+}
+
+
+def _native_codes(spec: tuple) -> tuple[int, int, int, int]:
+    controller, activation, kind, value_act = spec[:4]
+    act = _NATIVE_CODES["activation"]
+    return (
+        _NATIVE_CODES["controller"][controller],
+        act[activation] if controller == "elman" else 0,
+        _NATIVE_CODES["memory"][kind],
+        act[value_act],
+    )
+
+
+def _native_ops():
+    from memrnn.ops.native import load
+
+    ops = load()
+    if ops is None:  # the dispatch checked; the build can only have been turned off since
+        raise RuntimeError("memrnn's C++ loops are not available (MEMRNN_NATIVE=0 or a failed build)")
+    return ops
+
+
+def _native_backward(spec, mem, x, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r,
+                     g_hT, g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_w_x, grad_b):  # fmt: skip
+    """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
+    ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
+    gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
+    ``grad_w_x`` and ``grad_b`` (each None when not needed) and returns the gradients of ``w_z``,
+    of the head's weight and of its bias (the kernel's action order)."""
+    T, B = acts.shape[0], acts.shape[-1]
+    N, K = w_head.shape[1], w_head.shape[0]
+    cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
+    tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous()  # noqa: E731
+    lens = torch.full((B,), T, dtype=torch.long) if lengths is None else lengths.to(torch.long).contiguous()
+    if isinstance(mem, _Superposition):
+        gm = mem.gpp
+    elif isinstance(mem, _Stratification):
+        gm = [mem.gP, mem.g]
+    else:
+        gm = [mem.g, torch.zeros_like(mem.g)]
+    buf = getattr(mem, "buffers", (None, None))
+    gw_z, gw_head, gb_head = w_z.new_zeros(w_z.shape), w_head.new_zeros(K, N), w_head.new_zeros(K)
+    _native_ops().stack_rnn_backward(
+        *_native_codes(spec), mem.D, mem.m, acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
+        lens, tm(gy_h), tm(gy_r), cont(g_hT), cont(g_cT), [cont(g) for g in g_mem], ga, ghd, gA, gz,
+        g_c, gm, x, gw_z, grad_w_x, grad_b, gw_head, gb_head,
+    )  # fmt: skip
+    if isinstance(mem, _Superposition):
+        mem.cur = T % 2
+    elif isinstance(mem, _Tape):
+        mem.g = gm[T % 2]
+    return gw_z, gw_head, gb_head
 
 
 def _ends(lengths: Tensor | None, T: int, like: Tensor) -> dict[int, Tensor]:

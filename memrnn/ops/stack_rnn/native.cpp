@@ -1,0 +1,695 @@
+// The stack RNN's time loops in C++ (memrnn.ops.stack_rnn.native): the same recurrence, buffers
+// and hand-written backpropagation through time as memrnn/ops/stack_rnn/cpu.py, whose Python
+// loops they replace on CPU tensors.  Python still allocates every buffer, runs the hoisted input
+// projection before the loop and the weight gradients after it; these two functions run the
+// steps.  Per step the forward makes three ATen calls for the controller (its addmm, then the
+// gates' sigmoid/tanh, vectorised by ATen) and one addmm for the head; the backward one addmm
+// and one mm; everything else (the LSTM cell, the actions' softmax or sigmoid, the memory and
+// its backward) is a plain loop over [rows, batch] buffers, batch innermost.
+//
+// Layout (cpu.py's module docstring): z [T+1, N+R, B] holds [h_t ; memory rows] (the rows the
+// controller reads come first: the superposition stack's top cell, the tape's head cell, the
+// stratification reading), acts [T, G, B] the gates (pre-activation in, activated out), heads
+// [T, K, B] the head (actions' pre-activations, then the activated value), A [T, k, B] the
+// actions in the kernel's order.
+//
+// Memories (the memory code):
+//   0 superposition (Joulin & Mikolov 2015): z's memory rows are cells 0..D-1 and a zero cell
+//     D ([D+1, m, B]); actions pop, no-op, push;
+//   1 stratification stack, 2 neural queue (Grefenstette et al. 2015): values slide in
+//     P [T+D, m, B] (the value pushed at step s at P[T-1-s]), strengths s [T+1, D, B], the
+//     reading in z's memory rows [m, B]; actions push, pop;
+//   3 tape (Deletang et al. 2023): z's memory rows are the D cells, the head's first
+//     ([D, m, B]); actions stay, left, right.
+// Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
+// gradients equal the reference loop's to rounding.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// every loop over the batch is independent across b: let the compiler vectorise it
+#define MEMRNN_SIMD _Pragma("omp simd")
+#define MEMRNN_PRAGMA(x) _Pragma(#x)
+#define MEMRNN_SIMD_SUM(v) MEMRNN_PRAGMA(omp simd reduction(+ : v))
+
+namespace {
+
+enum Controller : int64_t { kLSTM = 0, kElman = 1 };
+enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
+enum MemoryKind : int64_t { kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3 };
+
+struct Dims {
+  int64_t T, B, N, G, Z, mr, K, k, D, m;
+};
+
+Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
+             const at::Tensor& w_head, const at::Tensor& A, int64_t D, int64_t m) {
+  Dims d{};
+  d.T = acts.size(0);
+  d.G = acts.size(1);
+  d.B = acts.size(2);
+  d.Z = z.size(1);
+  d.N = w_head.size(1);
+  d.mr = w_z.size(1) - d.N;
+  d.K = w_head.size(0);
+  d.k = A.size(1);
+  d.D = D;
+  d.m = m;
+  return d;
+}
+
+void check_contiguous(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(!t.defined() || t.is_contiguous(), "memrnn native stack RNN: ", name,
+              " must be contiguous");
+}
+
+// covered(x) along the D rows of x [D, B] (memrnn.ops.stratification.covered): the inclusive
+// running sum in the structure's reading direction minus the element itself (newest first: a
+// stack sums from the top, a queue from the bottom).  `transpose` gives covered_transpose.
+template <typename T>
+void covered(const T* x, T* out, int64_t D, int64_t B, bool from_top, std::vector<T>& acc) {
+  std::fill(acc.begin(), acc.begin() + B, T(0));
+  for (int64_t n = 0; n < D; ++n) {
+    const int64_t i = from_top ? n : D - 1 - n;
+    const T* xi = x + i * B;
+    T* oi = out + i * B;
+    MEMRNN_SIMD
+    for (int64_t b = 0; b < B; ++b) {
+      acc[b] += xi[b];
+      oi[b] = acc[b] - xi[b];
+    }
+  }
+}
+
+// An activation in place on `t`, whose `n` elements start at `p` (contiguous); tanh as
+// 2σ(2x) − 1 (ATen's sigmoid is several times faster than its tanh on small blocks; the two
+// agree to rounding).
+template <typename T>
+void activate_(const at::Tensor& t, T* p, int64_t n, int64_t act) {
+  if (act == kTanh) {
+    MEMRNN_SIMD
+    for (int64_t j = 0; j < n; ++j) p[j] *= T(2);
+    t.sigmoid_();
+    MEMRNN_SIMD
+    for (int64_t j = 0; j < n; ++j) p[j] = T(2) * p[j] - T(1);
+  } else if (act == kSigmoid) {
+    t.sigmoid_();
+  } else if (act == kRelu) {
+    t.clamp_min_(0);
+  }
+}
+
+template <typename T>
+void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
+                  bool want_overflow, const Dims& d, const at::Tensor& acts, const at::Tensor& z,
+                  const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
+                  const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
+                  const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
+                  const at::Tensor& S) {
+  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
+  const bool lstm = controller == kLSTM;
+  const at::Tensor bh = b_head.contiguous();
+  const T* bhp = bh.data_ptr<T>();
+  T* zp = z.data_ptr<T>();
+  T* hp = heads.data_ptr<T>();
+  T* Ap = A.data_ptr<T>();
+  T* ap = acts.data_ptr<T>();
+  T* csp = lstm ? cs.data_ptr<T>() : nullptr;
+  T* xsp = lstm ? xs.data_ptr<T>() : nullptr;
+  T* ovp = overflow.data_ptr<T>();
+  T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
+  T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
+  std::vector<T> acc(B), cov(D * B), W((D > 0 ? D : 1) * m * B);
+  const bool from_top = memory == kStack;
+  for (int64_t s = 0; s < T_; ++s) {
+    at::Tensor a_s = acts.select(0, s);
+    a_s.addmm_(w_z, z.select(0, s).narrow(0, 0, N + d.mr));
+    T* a = ap + s * d.G * B;
+    T* h = zp + (s + 1) * Z * B;
+    if (lstm) {
+      // o, i, f = σ(·), g = tanh(·) = 2σ(2·) − 1: one vectorised sigmoid over all four blocks
+      T* g = a + 3 * N * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) g[j] *= T(2);
+      a_s.sigmoid_();
+      const T* o = a;
+      const T* i = a + N * B;
+      const T* f = a + 2 * N * B;
+      const T* c0 = csp + s * N * B;
+      T* c1 = csp + (s + 1) * N * B;
+      T* x = xsp + s * N * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) {
+        g[j] = T(2) * g[j] - T(1);
+        c1[j] = f[j] * c0[j] + i[j] * g[j];
+        x[j] = T(2) * c1[j];
+      }
+      xs.select(0, s).sigmoid_();  // tanh(c) = 2σ(2c) − 1
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) {
+        x[j] = T(2) * x[j] - T(1);
+        h[j] = o[j] * x[j];
+      }
+    } else {
+      std::copy(a, a + N * B, h);
+      activate_(z.select(0, s + 1).narrow(0, 0, N), h, N * B, activation);
+    }
+    at::Tensor hd = heads.select(0, s);
+    at::mm_out(hd, w_head, z.select(0, s + 1).narrow(0, 0, N));
+    T* hs = hp + s * K * B;
+    for (int64_t r = 0; r < K; ++r) {
+      const T br = bhp[r];
+      T* hr = hs + r * B;
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) hr[b] += br;
+    }
+    T* as = Ap + s * k * B;
+    if (memory == kSuperposition || memory == kTape) {  // softmax over the k actions
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) {
+        T mx = hs[b];
+        for (int64_t r = 1; r < k; ++r) mx = std::max(mx, hs[r * B + b]);
+        for (int64_t r = 0; r < k; ++r) as[r * B + b] = hs[r * B + b] - mx;
+      }
+      at::Tensor as_t = A.select(0, s);
+      as_t.exp_();
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) {
+        T sum = 0;
+        for (int64_t r = 0; r < k; ++r) sum += as[r * B + b];
+        for (int64_t r = 0; r < k; ++r) as[r * B + b] /= sum;
+      }
+    } else {
+      std::copy(hs, hs + k * B, as);
+      A.select(0, s).sigmoid_();
+    }
+    activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
+    const T* v = hs + k * B;  // [m, B]
+    T* ov = ovp + s * B;
+    if (memory == kSuperposition) {
+      const T* old = zp + s * Z * B + N * B;  // [D+1, m, B], cell D is zero
+      T* nw = zp + (s + 1) * Z * B + N * B;
+      const T* pop = as;
+      const T* noop = as + B;
+      const T* push = as + 2 * B;
+      for (int64_t i = 0; i < D; ++i) {
+        for (int64_t j = 0; j < m; ++j) {
+          const T* o0 = old + (i * m + j) * B;
+          const T* below = old + ((i + 1) * m + j) * B;
+          const T* above = i == 0 ? v + j * B : old + ((i - 1) * m + j) * B;
+          T* n0 = nw + (i * m + j) * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            T t = o0[b] * noop[b];
+            t += above[b] * push[b];
+            t += below[b] * pop[b];
+            n0[b] = t;
+          }
+        }
+      }
+      if (want_overflow) {
+        const T* last = old + (D - 1) * m * B;
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          T mx = 0;
+          for (int64_t j = 0; j < m; ++j) mx = std::max(mx, std::abs(last[j * B + b]));
+          ov[b] = push[b] * mx;
+        }
+      }
+    } else if (memory == kTape) {
+      const T* old = zp + s * Z * B + N * B;  // [D, m, B]
+      T* nw = zp + (s + 1) * Z * B + N * B;
+      const T* stay = as;
+      const T* left = as + B;
+      const T* right = as + 2 * B;
+      std::copy(old, old + D * m * B, W.begin());
+      std::copy(v, v + m * B, W.begin());  // write into the head's cell
+      for (int64_t i = 0; i < D; ++i) {
+        const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
+        for (int64_t j = 0; j < m; ++j) {
+          const T* w0 = W.data() + (i * m + j) * B;
+          const T* wr = W.data() + (ir * m + j) * B;
+          const T* wl = W.data() + (il * m + j) * B;
+          T* n0 = nw + (i * m + j) * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            T t = w0[b] * stay[b];
+            t += wr[b] * left[b];
+            t += wl[b] * right[b];
+            n0[b] = t;
+          }
+        }
+      }
+    } else {  // stratification stack or neural queue
+      const T* push = as;
+      const T* pop = as + B;
+      const T* old = Sp + s * D * B;
+      T* nw = Sp + (s + 1) * D * B;
+      covered(old, cov.data(), D, B, from_top, acc);
+      // popped[i] = max(old[i] − max(pop − covered[i], 0), 0) moves down one cell
+      for (int64_t i = 0; i < D; ++i) {
+        T* dst = i + 1 < D ? nw + (i + 1) * B : nullptr;
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          const T p = std::max(old[i * B + b] - std::max(pop[b] - cov[i * B + b], T(0)), T(0));
+          if (dst) {
+            dst[b] = p;
+          } else if (want_overflow) {
+            ov[b] = p;  // what falls off the bottom of the window
+          }
+        }
+      }
+      std::copy(push, push + B, nw);
+      std::copy(v, v + m * B, Pp + (T_ - 1 - s) * m * B);
+      covered(nw, cov.data(), D, B, from_top, acc);
+      T* r = zp + (s + 1) * Z * B + N * B;  // [m, B]
+      std::fill(r, r + m * B, T(0));
+      const T* win = Pp + (T_ - 1 - s) * m * B;  // window of step s+1: P[T−s−1 : T−s−1+D]
+      for (int64_t i = 0; i < D; ++i) {
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          const T w = std::min(nw[i * B + b], std::max(T(1) - cov[i * B + b], T(0)));
+          cov[i * B + b] = w;
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          const T* vi = win + (i * m + j) * B;
+          T* rj = r + j * B;
+          const T* wi = cov.data() + i * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vi[b];
+        }
+      }
+    }
+  }
+}
+
+void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
+                       bool want_overflow, int64_t D, int64_t m, const at::Tensor& acts,
+                       const at::Tensor& z, const at::Tensor& w_z, const at::Tensor& w_head,
+                       const at::Tensor& b_head, const at::Tensor& heads, const at::Tensor& A,
+                       const std::optional<at::Tensor>& cs, const std::optional<at::Tensor>& xs,
+                       const at::Tensor& overflow, const std::optional<at::Tensor>& P,
+                       const std::optional<at::Tensor>& S) {
+  const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
+  const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
+  for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"},
+                                {w_head, "w_head"}, {heads, "heads"}, {A, "A"}, {cs_, "cs"},
+                                {xs_, "xs"}, {overflow, "overflow"}, {P_, "P"}, {S_, "S"}}) {
+    check_contiguous(t, name);
+  }
+  TORCH_CHECK(controller != kLSTM || (cs_.defined() && xs_.defined()),
+              "memrnn native stack RNN: an LSTM controller needs cs and xs");
+  TORCH_CHECK(memory == kSuperposition || memory == kTape || (P_.defined() && S_.defined()),
+              "memrnn native stack RNN: the stratification memories need P and S");
+  const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
+    forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow, d, acts, z,
+                           w_z, w_head, b_head, heads, A, cs_, xs_, overflow, P_, S_);
+  });
+}
+
+// Add `g [B, rows, cols]` (a final state's gradient, batch first) into `dst [rows·cols, B]` for
+// the rows b whose length is t.
+template <typename T>
+void add_final(const at::Tensor& g, T* dst, const int64_t* lens, int64_t t, int64_t B,
+               int64_t n) {
+  if (!g.defined()) return;
+  const T* gp = g.data_ptr<T>();
+  MEMRNN_SIMD
+  for (int64_t b = 0; b < B; ++b) {
+    if (lens[b] != t) continue;
+    for (int64_t j = 0; j < n; ++j) dst[j * B + b] += gp[b * n + j];
+  }
+}
+
+// out[r] += Σ_b x[r, b] for x [R, B] (skipped when out is undefined)
+template <typename T>
+void row_sums(const T* x, const at::Tensor& out, int64_t R, int64_t B) {
+  if (!out.defined()) return;
+  T* o = out.data_ptr<T>();
+  for (int64_t r = 0; r < R; ++r) {
+    T acc = 0;
+    const T* xr = x + r * B;
+    MEMRNN_SIMD_SUM(acc)
+    for (int64_t b = 0; b < B; ++b) acc += xr[b];
+    o[r] += acc;
+  }
+}
+
+template <typename T>
+void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
+                   const Dims& d, const at::Tensor& acts, const at::Tensor& z,
+                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& heads,
+                   const at::Tensor& A, const at::Tensor& cs, const at::Tensor& xs,
+                   const at::Tensor& P, const at::Tensor& S, const at::Tensor& lens_t,
+                   const at::Tensor& gyh, const at::Tensor& gyr, const at::Tensor& g_hT,
+                   const at::Tensor& g_cT, const std::vector<at::Tensor>& gfin,
+                   const at::Tensor& ga, const at::Tensor& ghd, const at::Tensor& gA,
+                   const at::Tensor& gz, const at::Tensor& g_c, const std::vector<at::Tensor>& gm,
+                   const at::Tensor& x_in, const at::Tensor& gw_z, const at::Tensor& gw_x,
+                   const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head) {
+  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
+  const int64_t G = d.G, mr = d.mr;
+  const bool lstm = controller == kLSTM;
+  const T* zp = z.data_ptr<T>();
+  const T* hp = heads.data_ptr<T>();
+  const T* Ap = A.data_ptr<T>();
+  const T* ap = acts.data_ptr<T>();
+  const T* csp = lstm ? cs.data_ptr<T>() : nullptr;
+  const T* xsp = lstm ? xs.data_ptr<T>() : nullptr;
+  const T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
+  const T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
+  const int64_t* lens = lens_t.data_ptr<int64_t>();
+  T* gap = ga.data_ptr<T>();
+  T* ghp = ghd.data_ptr<T>();
+  T* gAp = gA.data_ptr<T>();
+  T* gzp = gz.data_ptr<T>();
+  T* gcp = lstm ? g_c.data_ptr<T>() : nullptr;
+  T* gzr = gzp + N * B;
+  const at::Tensor w_z_t = w_z.t(), w_head_t = w_head.t();
+  at::Tensor gz_ = gz;
+  const at::Tensor gzh = gz.narrow(0, 0, N);
+  at::Tensor gh = at::empty_like(gzh);
+  T* ghh = gh.data_ptr<T>();
+  const bool from_top = memory == kStack;
+  // memory gradient state (cpu.py's kernels' start_backward buffers, updated in place):
+  // superposition gm = (gpp0, gpp1) [D+2, m, B] each (zero cell each side), alternating;
+  // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
+  // stratification gm = (gP [T+D, m, B], g [D, B]).
+  std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(3 * B);
+  for (int64_t s = T_ - 1; s >= 0; --s) {
+    const int64_t t = s + 1;
+    if (gyh.defined()) {
+      const T* y = gyh.data_ptr<T>() + s * N * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) gzp[j] += y[j];
+    }
+    if (gyr.defined()) {
+      const T* y = gyr.data_ptr<T>() + s * mr * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < mr * B; ++j) gzr[j] += y[j];
+    }
+    bool ends = false;
+    for (int64_t b = 0; b < B; ++b) ends = ends || lens[b] == t;
+    const int64_t cur = (T_ - 1 - s) % 2;  // the alternating buffers' current one
+    if (ends) {
+      add_final<T>(g_hT, gzp, lens, t, B, N);
+      if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
+      if (memory == kSuperposition) {
+        add_final<T>(gfin[0], gm[cur].data_ptr<T>() + m * B, lens, t, B, D * m);
+      } else if (memory == kTape) {
+        add_final<T>(gfin[0], gm[cur].data_ptr<T>(), lens, t, B, D * m);
+      } else {
+        add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m);
+        add_final<T>(gfin[1], gm[1].data_ptr<T>(), lens, t, B, D);
+        add_final<T>(gfin[2], gzr, lens, t, B, m);
+      }
+    }
+    const T* hs = hp + s * K * B;
+    const T* as = Ap + s * k * B;
+    const T* v = hs + k * B;
+    T* gas = gAp + s * k * B;
+    T* gh_s = ghp + s * K * B;
+    T* gv = gh_s + k * B;
+    // -- the memory's backward: ∂L/∂actions into gas, ∂L/∂v into gv, the state gradient moves
+    if (memory == kSuperposition) {
+      T* gc = gm[cur].data_ptr<T>() + m * B;  // ∂L/∂S_{s+1}[i] at gc + i·m·B, i = −1..D
+      T* gn = gm[1 - cur].data_ptr<T>() + m * B;
+      const T* old = zp + s * Z * B + N * B;
+      const T* pop = as;
+      const T* noop = as + B;
+      const T* push = as + 2 * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < m * B; ++j) gc[j] += gzr[j];
+      std::fill(sums.begin(), sums.end(), T(0));
+      T* sp = sums.data();
+      for (int64_t i = 0; i < D; ++i) {
+        for (int64_t j = 0; j < m; ++j) {
+          const T* o0 = old + (i * m + j) * B;
+          const T* gu = gc + ((i - 1) * m + j) * B;
+          const T* g0 = gc + (i * m + j) * B;
+          const T* gd = gc + ((i + 1) * m + j) * B;
+          T* n0 = gn + (i * m + j) * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            sp[b] += gu[b] * o0[b];
+            sp[B + b] += g0[b] * o0[b];
+            sp[2 * B + b] += gd[b] * o0[b];
+            T u = g0[b] * noop[b];
+            u += gd[b] * push[b];
+            u += gu[b] * pop[b];
+            n0[b] = u;
+          }
+        }
+      }
+      for (int64_t j = 0; j < m; ++j) {
+        const T* g0 = gc + j * B;
+        const T* vj = v + j * B;
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          sp[2 * B + b] += g0[b] * vj[b];
+          gv[j * B + b] = g0[b] * push[b];
+        }
+      }
+      std::copy(sp, sp + 3 * B, gas);
+    } else if (memory == kTape) {
+      T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
+      T* gn = gm[1 - cur].data_ptr<T>();
+      const T* old = zp + s * Z * B + N * B;
+      const T* stay = as;
+      const T* left = as + B;
+      const T* right = as + 2 * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < m * B; ++j) g[j] += gzr[j];
+      std::fill(sums.begin(), sums.end(), T(0));
+      T* sp = sums.data();
+      for (int64_t i = 0; i < D; ++i) {
+        const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
+        for (int64_t j = 0; j < m; ++j) {
+          // W[i] = the written tape: v in the head's cell 0, the old tape elsewhere
+          const T* w0 = i == 0 ? v + j * B : old + (i * m + j) * B;
+          const T* wr = ir == 0 ? v + j * B : old + (ir * m + j) * B;
+          const T* wl = il == 0 ? v + j * B : old + (il * m + j) * B;
+          const T* g0 = g + (i * m + j) * B;
+          const T* gl = g + (il * m + j) * B;  // g[i−1] feeds W[i] through a left move
+          const T* gr = g + (ir * m + j) * B;
+          T* n0 = gn + (i * m + j) * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            sp[b] += g0[b] * w0[b];
+            sp[B + b] += g0[b] * wr[b];
+            sp[2 * B + b] += g0[b] * wl[b];
+            T u = stay[b] * g0[b];
+            u += left[b] * gl[b];
+            u += right[b] * gr[b];
+            n0[b] = u;
+          }
+        }
+      }
+      std::copy(sp, sp + 3 * B, gas);
+      std::copy(gn, gn + m * B, gv);
+      std::fill(gn, gn + m * B, T(0));
+    } else {
+      T* gP = gm[0].data_ptr<T>();
+      T* g = gm[1].data_ptr<T>();  // ∂L/∂s_{s+1} [D, B], becomes ∂L/∂s_s
+      const T* old = Sp + s * D * B;
+      const T* nw = Sp + t * D * B;
+      const T* pop = as + B;
+      const T* win = Pp + (T_ - t) * m * B;  // step t's window, [D, m, B]
+      T* gwin = gP + (T_ - t) * m * B;
+      covered(nw, c1.data(), D, B, from_top, acc);
+      // c1: a3 = 1 − covered(new) -> weights' derivatives; gw: ∂L/∂w
+      for (int64_t i = 0; i < D; ++i) {
+        T* gwi = gw.data() + i * B;
+        std::fill(gwi, gwi + B, T(0));
+        for (int64_t j = 0; j < m; ++j) {
+          const T* vi = win + (i * m + j) * B;
+          const T* gr = gzr + j * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) gwi[b] += vi[b] * gr[b];
+        }
+      }
+      for (int64_t i = 0; i < D; ++i) {
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t ib = i * B + b;
+          const T a3 = T(1) - c1[ib];
+          const T r3 = std::max(a3, T(0));
+          const T w = std::min(nw[ib], r3);
+          const T da = nw[ib] < r3 ? T(1) : (nw[ib] == r3 ? T(0.5) : T(0));
+          const T db3 = a3 >= 0 ? T(1) - da : T(0);
+          c2[ib] = w;
+          c3[ib] = g[ib] + gw[ib] * da;  // g_new before the covered term
+          c4[ib] = gw[ib] * db3;
+        }
+        for (int64_t j = 0; j < m; ++j) {
+          T* gwj = gwin + (i * m + j) * B;
+          const T* gr = gzr + j * B;
+          const T* wi = c2.data() + i * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) gwj[b] += wi[b] * gr[b];
+        }
+      }
+      covered(c4.data(), c1.data(), D, B, !from_top, acc);  // covered_transpose
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < D * B; ++j) c3[j] -= c1[j];  // c3 = g_new
+      std::copy(c3.begin(), c3.begin() + B, gas);  // push
+      covered(old, c1.data(), D, B, from_top, acc);
+      // the pop: a1 = pop − covered(old), a2 = old − max(a1, 0); c4 = g_a1 (= −∂L/∂a1), c2 = g_a2
+      T* gpop = gas + B;
+      std::fill(gpop, gpop + B, T(0));
+      for (int64_t i = 0; i < D; ++i) {
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) {
+          const int64_t ib = i * B + b;
+          const T a1 = pop[b] - c1[ib];
+          const T a2 = old[ib] - std::max(a1, T(0));
+          const T ga2 = i + 1 < D && a2 >= 0 ? c3[ib + B] : T(0);
+          const T ga1 = a1 >= 0 ? ga2 : T(0);
+          c2[ib] = ga2;
+          c4[ib] = ga1;
+          gpop[b] -= ga1;
+        }
+      }
+      covered(c4.data(), c1.data(), D, B, !from_top, acc);
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < D * B; ++j) g[j] = c2[j] + c1[j];
+      const T* gvs = gP + (T_ - 1 - s) * m * B;
+      std::copy(gvs, gvs + m * B, gv);
+    }
+    // -- the actions' and the value's activations
+    if (memory == kSuperposition || memory == kTape) {
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) {
+        T tot = 0;
+        for (int64_t r = 0; r < k; ++r) {
+          const T tr = as[r * B + b] * gas[r * B + b];
+          gh_s[r * B + b] = tr;
+          tot += tr;
+        }
+        for (int64_t r = 0; r < k; ++r) gh_s[r * B + b] -= as[r * B + b] * tot;
+      }
+    } else {
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < k * B; ++j) gh_s[j] = gas[j] * (as[j] - as[j] * as[j]);
+    }
+    if (value_act == kSigmoid) {
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < m * B; ++j) gv[j] *= v[j] - v[j] * v[j];
+    } else if (value_act == kTanh) {
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < m * B; ++j) gv[j] *= T(1) - v[j] * v[j];
+    }
+    // -- the head, then the controller: g_h = ∂L/∂h_{s+1} = gzh + w_headᵀ ∂L/∂heads
+    const at::Tensor ghd_s = ghd.select(0, s);
+    at::mm_out(gh, w_head_t, ghd_s);
+    const at::Tensor h_t = z.select(0, t).narrow(0, 0, N);
+    gw_head.addmm_(ghd_s, h_t.t());
+    T* gas_ = gap + s * G * B;
+    if (lstm) {
+      const T* a = ap + s * G * B;
+      const T* o = a;
+      const T* i = a + N * B;
+      const T* f = a + 2 * N * B;
+      const T* g = a + 3 * N * B;
+      const T* x = xsp + s * N * B;
+      const T* cp = csp + s * N * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) {
+        const T g_h = ghh[j] + gzp[j];
+        const T gc = gcp[j] + g_h * (o[j] - o[j] * x[j] * x[j]);
+        gas_[j] = (o[j] - o[j] * o[j]) * x[j] * g_h;
+        gas_[N * B + j] = (i[j] - i[j] * i[j]) * g[j] * gc;
+        gas_[2 * N * B + j] = (f[j] - f[j] * f[j]) * cp[j] * gc;
+        gas_[3 * N * B + j] = (i[j] - i[j] * g[j] * g[j]) * gc;
+        gcp[j] = gc * f[j];
+      }
+    } else {
+      const T* h = zp + t * Z * B;
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) {
+        const T g_h = ghh[j] + gzp[j];
+        T da;
+        if (activation == kTanh) {
+          da = T(1) - h[j] * h[j];
+        } else if (activation == kSigmoid) {
+          da = h[j] - h[j] * h[j];
+        } else {
+          da = h[j] > 0 ? T(1) : T(0);
+        }
+        gas_[j] = g_h * da;
+      }
+    }
+    // the weights' gradients while this step's gradients are in cache
+    const at::Tensor ga_s = ga.select(0, s);
+    gw_z.addmm_(ga_s, z.select(0, s).narrow(0, 0, N + mr).t());
+    if (gw_x.defined()) gw_x.addmm_(ga_s, x_in.select(1, s));
+    row_sums(gas_, gb, G, B);
+    row_sums(gh_s, gb_head, K, B);
+    at::mm_out(gz_, w_z_t, ga_s);
+  }
+}
+
+void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
+                        int64_t D, int64_t m, const at::Tensor& acts, const at::Tensor& z,
+                        const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& heads,
+                        const at::Tensor& A, const std::optional<at::Tensor>& cs,
+                        const std::optional<at::Tensor>& xs, const std::optional<at::Tensor>& P,
+                        const std::optional<at::Tensor>& S, const at::Tensor& lens,
+                        const std::optional<at::Tensor>& gyh, const std::optional<at::Tensor>& gyr,
+                        const std::optional<at::Tensor>& g_hT,
+                        const std::optional<at::Tensor>& g_cT,
+                        const std::vector<std::optional<at::Tensor>>& gfin, const at::Tensor& ga,
+                        const at::Tensor& ghd, const at::Tensor& gA, const at::Tensor& gz,
+                        const at::Tensor& g_c, const std::vector<at::Tensor>& gm,
+                        const at::Tensor& x_in, const at::Tensor& gw_z,
+                        const std::optional<at::Tensor>& gw_x, const std::optional<at::Tensor>& gb,
+                        const at::Tensor& gw_head, const at::Tensor& gb_head) {
+  auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
+  std::vector<at::Tensor> fin;
+  for (const auto& t : gfin) fin.push_back(opt(t));
+  while (fin.size() < 3) fin.emplace_back();
+  const at::Tensor cs_ = opt(cs), xs_ = opt(xs), P_ = opt(P), S_ = opt(S);
+  const at::Tensor gyh_ = opt(gyh), gyr_ = opt(gyr), g_hT_ = opt(g_hT), g_cT_ = opt(g_cT);
+  for (const auto& [t, name] :
+       {std::pair{acts, "acts"}, {z, "z"}, {heads, "heads"}, {A, "A"}, {cs_, "cs"}, {xs_, "xs"},
+        {P_, "P"}, {S_, "S"}, {gyh_, "gyh"}, {gyr_, "gyr"}, {g_hT_, "g_hT"}, {g_cT_, "g_cT"},
+        {fin[0], "gfin0"}, {fin[1], "gfin1"}, {fin[2], "gfin2"}, {ga, "ga"}, {ghd, "ghd"},
+        {gA, "gA"}, {gz, "gz"}, {g_c, "g_c"}, {lens, "lens"}, {gw_z, "gw_z"},
+        {opt(gw_x), "gw_x"}, {opt(gb), "gb"}, {gw_head, "gw_head"}, {gb_head, "gb_head"}}) {
+    check_contiguous(t, name);
+  }
+  for (const auto& t : gm) check_contiguous(t, "gm");
+  TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
+  TORCH_CHECK(gm.size() == 2, "memrnn native stack RNN: two gradient buffers expected");
+  const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
+    backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
+                            heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
+                            ghd, gA, gz, g_c, gm, x_in, gw_z, opt(gw_x), opt(gb), gw_head,
+                            gb_head);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY(memrnn_native, lib) {
+  lib.def(
+      "stack_rnn_forward(int controller, int activation, int memory, int value_act, "
+      "bool want_overflow, int D, int m, Tensor(a!) acts, Tensor(b!) z, Tensor w_z, "
+      "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
+      "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S) -> ()",
+      &stack_rnn_forward);
+  lib.def(
+      "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
+      "int m, Tensor acts, Tensor z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
+      "Tensor? cs, Tensor? xs, Tensor? P, Tensor? S, Tensor lens, Tensor? gyh, Tensor? gyr, "
+      "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
+      "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor x_in, "
+      "Tensor(g!) gw_z, Tensor(h!)? gw_x, Tensor(i!)? gb, Tensor(j!) gw_head, "
+      "Tensor(k!) gb_head) -> ()",
+      &stack_rnn_backward);
+}

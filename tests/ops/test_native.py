@@ -1,0 +1,167 @@
+"""The stack RNN's C++ time loops (``memrnn/ops/stack_rnn/native.cpp``) against its Python loops
+and the layer's reference loop over ``step``: outputs, every final state field, the overflow, and
+every gradient (input, parameters, initial state), with right padding (rows of length T, a
+middle length and 0), in float64 to rounding and in float32; then the dispatch's rules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrnn.core import MemoryLayer, state_leaves
+from memrnn.layers import StackRNN
+from memrnn.ops import native
+from memrnn.ops.dispatch import choose, implementation
+from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, stack_rnn_sequence
+
+pytestmark = pytest.mark.skipif(not native.native_available(), reason="no C++ compiler here")
+
+# (controller, controller activation, memory options): every code path of native.cpp
+CASES = [
+    ("lstm", None, {}),
+    ("elman", "tanh", {}),
+    ("elman", "sigmoid", {}),
+    ("elman", "relu", {}),
+]
+
+
+def _layer(memory, controller, activation, dtype, depth=5, **kw):
+    torch.manual_seed(3)
+    if activation is not None:
+        kw["controller_args"] = {"activation": activation}
+    return StackRNN(4, 7, memory, controller, width=3, depth=depth, **kw).to(dtype)
+
+
+def _run(net, x, state, mask, w, impl):
+    """Outputs, final state leaves and all gradients (input, parameters, initial state)."""
+    xx = x.clone().requires_grad_()
+    st = None if state is None else type(state)(*(t.clone().requires_grad_() for t in state))
+    net.zero_grad()
+    if impl == "reference":
+        y, s = MemoryLayer.forward(net, xx, st, mask)
+    else:
+        with implementation(impl):
+            y, s = net(xx, st, mask)
+    loss = (y * w).sum() + sum((t * t).sum() for t in state_leaves(s))
+    loss.backward()
+    grads = [xx.grad, *(p.grad for p in net.parameters())]
+    if st is not None:
+        grads += [t.grad for t in st]
+    return [y, *state_leaves(s)], grads
+
+
+@pytest.mark.parametrize("memory", _NATIVE_MEMORIES)
+@pytest.mark.parametrize(("controller", "activation", "opts"), CASES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_native_loops_equal_python_loops_and_reference(memory, controller, activation, opts, dtype, gen):
+    net = _layer(memory, controller, activation, dtype, **opts)
+    B, T = 3, 13
+    x = torch.randn(B, T, 4, generator=gen, dtype=dtype)
+    mask = torch.arange(T)[None] < torch.tensor([T, 6, 0])[:, None]
+    w = torch.randn(B, T, net.output_size, generator=gen, dtype=dtype)
+    state = type(net.initial_state(B, dtype=dtype))(
+        *(
+            torch.randn(t.shape, generator=gen, dtype=dtype).abs() * 0.3
+            for t in net.initial_state(B, dtype=dtype)
+        )
+    )  # a non-zero initial state: its gradient flows through the whole sequence
+    tol = {"atol": 1e-11, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4}
+    out_n, g_n = _run(net, x, state, mask, w, "native")
+    for other in ("cpu", "reference"):
+        out_o, g_o = _run(net, x, state, mask, w, other)
+        for a, b in zip(out_n, out_o, strict=True):
+            torch.testing.assert_close(a, b, **tol)
+        for a, b in zip(g_n, g_o, strict=True):
+            torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("memory", _NATIVE_MEMORIES)
+def test_value_activations_and_the_overflow(memory, gen):
+    """Each value activation the memories accept, and the overflow a small window reports."""
+    for value in ("sigmoid", "tanh", "identity"):
+        key = {"superposition": "push_activation", "tape": "write_activation"}.get(memory, "value_activation")
+        net = _layer(memory, "lstm", None, torch.float64, depth=2, memory_args={key: value})
+        x = torch.randn(2, 9, 4, generator=gen, dtype=torch.float64)
+        w = torch.randn(2, 9, net.output_size, generator=gen, dtype=torch.float64)
+        out_n, g_n = _run(net, x, None, None, w, "native")
+        out_c, g_c = _run(net, x, None, None, w, "cpu")
+        for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+        ov_n, ov_c = (_overflow(net, x, impl) for impl in ("native", "cpu"))
+        if memory in ("superposition", "stratification"):  # a window of 2 overflows in 9 steps
+            assert float(ov_n.abs().sum()) > 0
+        torch.testing.assert_close(ov_n, ov_c, atol=1e-12, rtol=0)
+
+
+def _overflow(net, x, impl):
+    """What each step drops out of the layer's window ``[B, T]`` (the strict mode's input)."""
+    w_in, b, w_rec = net._fused_weights("lstm")
+    s = net.initial_state(x.shape[0], dtype=x.dtype)
+    *_, overflow = stack_rnn_sequence(
+        x, w_in, b, w_rec, net.memory.head.weight, net.memory.head.bias, s.h[:, 0], s.c[:, 0],
+        tuple(net.split(s)[1]), controller="lstm", activation="tanh", memory=net.memory.kind,
+        value_activation=net.memory.value_activation, overflow=True, impl=impl,
+    )  # fmt: skip
+    return overflow.detach()
+
+
+def test_long_sequences_in_float32(gen):
+    """T = 300 with rows of three lengths: no drift between the two loops."""
+    for memory in _NATIVE_MEMORIES:
+        net = _layer(memory, "lstm", None, torch.float32, depth=20)
+        x = torch.randn(4, 300, 4, generator=gen)
+        mask = torch.arange(300)[None] < torch.tensor([300, 211, 17, 1])[:, None]
+        w = torch.randn(4, 300, net.output_size, generator=gen)
+        out_n, g_n = _run(net, x, None, mask, w, "native")
+        out_c, g_c = _run(net, x, None, mask, w, "cpu")
+        for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_the_dispatch_picks_native_on_cpu_and_names_what_it_cannot_do(monkeypatch):
+    x32 = torch.zeros(2, 3, 4)
+    assert choose(x32, native_ok=True) == "native"
+    assert choose(x32.double(), native_ok=True) == "native"
+    assert choose(x32) == "cpu"  # a mechanism without C++ loops
+    assert choose(x32.half(), native_ok=True) == "cpu"
+    with implementation("native"):
+        assert choose(x32) == "cpu"  # forced, but this op has none: its Python loop
+    with pytest.raises(ValueError, match="impl='native': this op has no C\\+\\+ loop"):
+        choose(x32, "native")
+    with pytest.raises(ValueError, match=r"CPU tensors of float32 or float64, got cpu torch\.float16"):
+        choose(x32.half(), "native", native_ok=True)
+    monkeypatch.setenv("MEMRNN_NATIVE", "0")
+    assert choose(x32, native_ok=True) == "cpu"
+    with pytest.raises(ValueError, match=r"C\+\+ loops are off here \(MEMRNN_NATIVE=0\)"):
+        choose(x32, "native", native_ok=True)
+
+
+def test_the_jump_tape_and_the_deque_keep_their_python_loops():
+    x = torch.zeros(2, 3, 4)
+    for memory in ("tape_jump", "deque"):
+        assert memory not in _NATIVE_MEMORIES
+    with pytest.raises(ValueError, match="this op has no C\\+\\+ loop"):
+        stack_rnn_sequence(
+            x, torch.zeros(8, 6), torch.zeros(8), torch.zeros(8, 2), torch.zeros(9, 2), torch.zeros(9),
+            torch.zeros(2, 2), torch.zeros(2, 2), (torch.zeros(2, 4, 3, 2),), controller="lstm",
+            activation="tanh", memory="deque", value_activation="tanh", impl="native",
+        )  # fmt: skip
+
+
+def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+    """No compiler: one RuntimeWarning naming the cause, then the Python loops."""
+    from torch.utils import cpp_extension
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    native._build.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not build its C\\+\\+ loops .*Ninja is required"):
+            assert native.load() is None
+        assert choose(torch.zeros(2, 3, 4), native_ok=True) == "cpu"
+    finally:
+        native._build.cache_clear()
+    monkeypatch.undo()
+    assert native.native_available()
