@@ -2,12 +2,15 @@
 
 A recurrence whose step is a few small matrix products and a few hundred elementwise operations
 spends most of its time, in Python, dispatching them one at a time; its C++ loop makes the same
-calls from C++ and fuses the elementwise parts into plain loops.  The sources live beside their
-mechanism (``memrnn/ops/stack_rnn/native.cpp``) and are compiled by
-:func:`torch.utils.cpp_extension.load` the first time a process needs them (about 10 s; cached
-under torch's extension directory, ``TORCH_EXTENSIONS_DIR``, and rebuilt when a source changes).
-They use only ATen and ``TORCH_LIBRARY`` (no pybind11), so the build needs a C++ compiler and
-ninja, nothing else.
+calls from C++, fuses the elementwise parts into plain loops, and gives the large products that do
+not lie on the recurrence (the input projection, the weight gradients) to a second thread when
+torch has one.  The sources live beside their mechanism (``memrnn/ops/stack_rnn/native.cpp``) and
+are compiled by :func:`torch.utils.cpp_extension.load` the first time a process needs them (about
+15 s; cached under torch's extension directory, ``TORCH_EXTENSIONS_DIR``, and rebuilt when a
+source changes).  They use only ATen and ``TORCH_LIBRARY`` (no pybind11), so the build needs a
+C++ compiler and ninja, nothing else.  On x86-64 Linux the build is tuned for the CPU it runs on
+and cached under a name made from the CPU's instruction sets, so machines of different kinds can
+share one cache.
 
 Where the build cannot run (no compiler, no ninja) memrnn warns once and every mechanism keeps
 its Python loop (the same arithmetic, slower).  ``MEMRNN_NATIVE=0`` turns the C++ loops off;
@@ -16,8 +19,12 @@ its Python loop (the same arithmetic, slower).  ``MEMRNN_NATIVE=0`` turns the C+
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import os
+import platform
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -34,28 +41,56 @@ def disabled() -> bool:
     return os.environ.get("MEMRNN_NATIVE", "1").strip().lower() in ("0", "false", "off", "no")
 
 
+def _flags() -> list[list[str]]:
+    """Compiler flags to try in order: tuned for this CPU first (x86-64 Linux: ``-march=native``,
+    3-7% faster here), then portable."""
+    portable = ["-O3", "-fopenmp-simd"]
+    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
+        return [[*portable, "-march=native"], portable]
+    return [portable]
+
+
+def _cpu_tag() -> str:
+    """A short tag of this CPU's instruction sets: builds tuned for one CPU are cached under their
+    own name, so a cache shared by different machines (a cluster's home directory) never loads a
+    build that this CPU cannot run."""
+    flags = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                flags = line
+                break
+    text = f"{platform.machine()}|{platform.processor()}|{flags}"
+    return hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
 @functools.cache
 def _build() -> object | None:
     from torch.utils import cpp_extension
 
-    try:
-        cpp_extension.load(
-            name="memrnn_native",
-            sources=[str(p) for p in _SOURCES],
-            extra_cflags=["-O3", "-fopenmp-simd"],
-            is_python_module=False,
-            verbose=os.environ.get("MEMRNN_NATIVE_VERBOSE", "") not in ("", "0"),
-        )
-    except Exception as e:  # any build failure: no compiler, no ninja, ...
-        warnings.warn(
-            f"memrnn: could not build its C++ loops ({type(e).__name__}: {str(e).strip()[-600:]}); "
-            "the stack RNNs run their Python loops on CPU (same results, slower). Install a C++ "
-            "compiler and ninja (pip install ninja), or set MEMRNN_NATIVE=0 to silence this.",
-            RuntimeWarning,
-            stacklevel=4,
-        )
-        return None
-    return torch.ops.memrnn_native
+    errors = []
+    for flags in _flags():
+        name = f"memrnn_native_{_cpu_tag()}" if "-march=native" in flags else "memrnn_native"
+        try:
+            cpp_extension.load(
+                name=name,
+                sources=[str(p) for p in _SOURCES],
+                extra_cflags=flags,
+                is_python_module=False,
+                verbose=os.environ.get("MEMRNN_NATIVE_VERBOSE", "") not in ("", "0"),
+            )
+        except Exception as e:  # any build failure: no compiler, no ninja, an unknown flag
+            errors.append(f"{type(e).__name__}: {str(e).strip()[-600:]}")
+            continue
+        return torch.ops.memrnn_native
+    warnings.warn(
+        f"memrnn: could not build its C++ loops ({errors[-1]}); the stack RNNs run their Python "
+        "loops on CPU (same results, slower). Install a C++ compiler and ninja (pip install "
+        "ninja), or set MEMRNN_NATIVE=0 to silence this.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+    return None
 
 
 def load() -> object | None:

@@ -15,6 +15,10 @@ that do not depend on the incoming gradient computed for :data:`memrnn.ops.bptt.
 time.  Each row's final state is gathered at its own length, and its gradient enters the backward
 loop at that step, so masks cost nothing.  Every subgradient (``clamp_min`` at 0, ``minimum`` at a
 tie) is autograd's, so the gradients equal the reference loop's to rounding.
+
+On CPU tensors of float32 and float64 the two loops run in C++ (``native.cpp`` beside this file,
+:mod:`memrnn.ops.native`; ``spec``'s last field), on the same buffers, for every memory but the
+jump tape and the DeQue; the Python loops here are their fallback and their check.
 """
 
 from __future__ import annotations
@@ -673,7 +677,10 @@ class StackRNNSequence(torch.autograd.Function):
         z[0, :N] = h0.t()
         mem = _memory(kind, mem0, T, z[:, N:], want_overflow)
         w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
-        acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
+        if native:  # the C++ loop projects the inputs itself, a block of steps ahead
+            acts = x.new_empty(T, w_in.shape[0], B)
+        else:
+            acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
         heads = x.new_empty(T, w_head.shape[0], B)  # pre-activations; the value rows activated in place
         A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
@@ -686,8 +693,8 @@ class StackRNNSequence(torch.autograd.Function):
         if native:
             buf = getattr(mem, "buffers", (None, None))
             _native_ops().stack_rnn_forward(
-                *_native_codes(spec), bool(want_overflow), D, m, acts, z, w_z, w_head, b_head, heads,
-                A, cs, xs, overflow, buf[0], buf[1],
+                *_native_codes(spec), bool(want_overflow), D, m, x, w_in[:, :nx].contiguous(), b, acts, z,
+                w_z, w_head, b_head, heads, A, cs, xs, overflow, buf[0], buf[1],
             )  # fmt: skip
         else:
             _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow)
@@ -738,7 +745,7 @@ class StackRNNSequence(torch.autograd.Function):
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         grad_w_x = w_in.new_zeros(G, nx) if need_w else None
         grad_b = w_in.new_zeros(G) if need_b else None
-        grad_xt = x.new_empty(T, nx, B) if need_x else None
+        grad_xt = x.new_empty(T, nx, B) if need_x and not native else None
 
         def add_final(t, g_c):
             rows = ends.get(t)
@@ -754,11 +761,13 @@ class StackRNNSequence(torch.autograd.Function):
             return g_c
 
         if native:
-            grad_w_z, grad_w_head_k, grad_b_head_k = _native_backward(
-                ctx.spec, mem, x, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
-                g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_w_x, grad_b,
+            grad_w_z = w_z.new_zeros(w_z.shape)
+            grad_x = x.new_empty(B, T, nx) if need_x else None
+            grad_w_head_k, grad_b_head_k = _native_backward(
+                ctx.spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT, g_cT,
+                g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_in[:, :nx].contiguous(), grad_w_z, grad_w_x,
+                grad_x,
             )  # fmt: skip
-            input_grads_block(ga, x, w_in[:, :nx], 0, T, None, None, grad_xt)
         for lo, hi in [] if native else blocks(T):
             n = hi - lo
             if lstm:
@@ -822,7 +831,8 @@ class StackRNNSequence(torch.autograd.Function):
         grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(0, perm, grad_w_head_k)
         grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(0, perm, grad_b_head_k)
         grad_w_in = torch.cat([grad_w_x, grad_w_z[:, N:]], 1) if need_w else None
-        grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
+        if not native:
+            grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
         g_mem0 = mem.initial_grads(gzr.clone())
         return (
             grad_x,
@@ -867,17 +877,16 @@ def _native_ops():
     return ops
 
 
-def _native_backward(spec, mem, x, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r,
-                     g_hT, g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_w_x, grad_b):  # fmt: skip
+def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
+                     g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x):  # fmt: skip
     """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
     ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
     gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
-    ``grad_w_x`` and ``grad_b`` (each None when not needed) and returns the gradients of ``w_z``,
-    of the head's weight and of its bias (the kernel's action order)."""
+    ``grad_b``, ``grad_w_z``, ``grad_w_x`` and writes ``grad_x [B, T, n]`` (each None when not
+    needed); returns the gradients of the head's weight and bias (the kernel's action order)."""
     T, B = acts.shape[0], acts.shape[-1]
     N, K = w_head.shape[1], w_head.shape[0]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
-    tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous()  # noqa: E731
     lens = torch.full((B,), T, dtype=torch.long) if lengths is None else lengths.to(torch.long).contiguous()
     if isinstance(mem, _Superposition):
         gm = mem.gpp
@@ -886,17 +895,17 @@ def _native_backward(spec, mem, x, acts, z, w_z, w_head, heads, A, cs, xs, lengt
     else:
         gm = [mem.g, torch.zeros_like(mem.g)]
     buf = getattr(mem, "buffers", (None, None))
-    gw_z, gw_head, gb_head = w_z.new_zeros(w_z.shape), w_head.new_zeros(K, N), w_head.new_zeros(K)
+    gw_head, gb_head = w_head.new_zeros(K, N), w_head.new_zeros(K)
     _native_ops().stack_rnn_backward(
         *_native_codes(spec), mem.D, mem.m, acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
-        lens, tm(gy_h), tm(gy_r), cont(g_hT), cont(g_cT), [cont(g) for g in g_mem], ga, ghd, gA, gz,
-        g_c, gm, x, gw_z, grad_w_x, grad_b, gw_head, gb_head,
+        lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_mem], ga, ghd, gA, gz,
+        g_c, gm, grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x,
     )  # fmt: skip
     if isinstance(mem, _Superposition):
         mem.cur = T % 2
     elif isinstance(mem, _Tape):
         mem.g = gm[T % 2]
-    return gw_z, gw_head, gb_head
+    return gw_head, gb_head
 
 
 def _ends(lengths: Tensor | None, T: int, like: Tensor) -> dict[int, Tensor]:

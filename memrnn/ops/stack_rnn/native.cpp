@@ -1,17 +1,20 @@
 // The stack RNN's time loops in C++ (memrnn.ops.stack_rnn.native): the same recurrence, buffers
 // and hand-written backpropagation through time as memrnn/ops/stack_rnn/cpu.py, whose Python
-// loops they replace on CPU tensors.  Python still allocates every buffer, runs the hoisted input
-// projection before the loop and the weight gradients after it; these two functions run the
-// steps.  Per step the forward makes three ATen calls for the controller (its addmm, then the
-// gates' sigmoid/tanh, vectorised by ATen) and one addmm for the head; the backward one addmm
-// and one mm; everything else (the LSTM cell, the actions' softmax or sigmoid, the memory and
-// its backward) is a plain loop over [rows, batch] buffers, batch innermost.
+// loops they replace on CPU tensors.  Python allocates every buffer; these two functions run the
+// steps.  Per step the forward makes one addmm for the controller, one vectorised sigmoid over
+// its gates (tanh as 2σ(2x) − 1), one more for the LSTM's tanh(c), and one mm for the head; the
+// backward one mm for the head and one for the controller.  Everything else (the LSTM cell, the
+// actions' softmax or sigmoid, the memory and its backward) is a plain loop over [rows, batch]
+// buffers, batch innermost.  The products off the recurrence (the input projection, a block of
+// steps ahead; the weight and input gradients, a block behind) run on a second thread when torch
+// has two or more (Pipeline); the loop itself runs on one, since products of this size take as
+// long on two.
 //
 // Layout (cpu.py's module docstring): z [T+1, N+R, B] holds [h_t ; memory rows] (the rows the
 // controller reads come first: the superposition stack's top cell, the tape's head cell, the
-// stratification reading), acts [T, G, B] the gates (pre-activation in, activated out), heads
-// [T, K, B] the head (actions' pre-activations, then the activated value), A [T, k, B] the
-// actions in the kernel's order.
+// stratification reading), acts [T, G, B] the gates (activated in place), heads [T, K, B] the
+// head (actions' pre-activations, then the activated value), A [T, k, B] the actions in the
+// kernel's order.
 //
 // Memories (the memory code):
 //   0 superposition (Joulin & Mikolov 2015): z's memory rows are cells 0..D-1 and a zero cell
@@ -24,10 +27,14 @@
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <future>
 #include <vector>
 
 // every loop over the batch is independent across b: let the compiler vectorise it
@@ -40,6 +47,54 @@ namespace {
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
 enum MemoryKind : int64_t { kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3 };
+
+// The loops' products are too small to share between threads (a [4N, N+m] x [N+m, B] product
+// takes as long on two threads as on one, plus the pool's wake-up): they run on one.
+struct OneThread {
+  int saved = at::get_num_threads();
+  bool had_more() const { return saved > 1; }
+  OneThread() {
+    if (saved > 1) at::set_num_threads(1);
+  }
+  ~OneThread() {
+    if (saved > 1) at::set_num_threads(saved);
+  }
+};
+
+// Runs one task at a time on a second thread while the caller's loop goes on (or inline when the
+// caller has one thread): the forward's input projection for the next block of steps, the
+// backward's weight and input gradients of the block just finished.  `run` first waits for the
+// task before (so tasks never overlap each other); `finish` waits for the last.
+class Pipeline {
+ public:
+  explicit Pipeline(bool threaded) : threaded_(threaded) {}
+  ~Pipeline() {
+    if (pending_.valid()) pending_.wait();
+  }
+  void run(std::function<void()> task) {
+    if (!threaded_) {
+      task();
+      return;
+    }
+    finish();
+    // the task sees the caller's thread-local state (grad mode off inside autograd's Function,
+    // dispatch keys, the profiler)
+    pending_ = std::async(std::launch::async, [task = std::move(task), state = at::ThreadLocalState()] {
+      at::ThreadLocalStateGuard guard(state);
+      at::set_num_threads(1);  // this thread's OpenMP and MKL: one thread, beside the caller's
+      task();
+    });
+  }
+  void finish() {
+    if (pending_.valid()) pending_.get();  // rethrows the task's error
+  }
+
+ private:
+  bool threaded_;
+  std::future<void> pending_;
+};
+
+constexpr int64_t kBlock = 32;  // steps per pipelined task
 
 struct Dims {
   int64_t T, B, N, G, Z, mr, K, k, D, m;
@@ -104,7 +159,9 @@ void activate_(const at::Tensor& t, T* p, int64_t n, int64_t act) {
 
 template <typename T>
 void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
-                  bool want_overflow, const Dims& d, const at::Tensor& acts, const at::Tensor& z,
+                  bool want_overflow, bool threaded, const Dims& d, const at::Tensor& x,
+                  const at::Tensor& w_x, const at::Tensor& b, const at::Tensor& acts,
+                  const at::Tensor& z,
                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
                   const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
@@ -124,8 +181,24 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
   std::vector<T> acc(B), cov(D * B), W((D > 0 ? D : 1) * m * B);
   const bool from_top = memory == kStack;
+  Pipeline pipe(threaded);
+  // acts[t] = w_x x_tᵀ + b for the steps of block j (the input projection), as one product over
+  // the block's n·B columns
+  const int64_t G = d.G, nx = x.size(2);
+  const at::Tensor bias = b.view({G, 1});
+  auto project = [&, G, nx](int64_t j) {
+    const int64_t lo = j * kBlock, n = std::min(kBlock, T_ - lo);
+    const at::Tensor xb = x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx});
+    const at::Tensor y = at::addmm(bias, w_x, xb.t());  // [G, n·B]
+    acts.narrow(0, lo, n).copy_(y.view({G, n, B}).transpose(0, 1));
+  };
+  project(0);
   for (int64_t s = 0; s < T_; ++s) {
-    at::Tensor a_s = acts.select(0, s);
+    if (s % kBlock == 0) {
+      pipe.finish();  // this block's projection is ready; start the next block's
+      if (s + kBlock < T_) pipe.run([&project, j = s / kBlock + 1] { project(j); });
+    }
+    at::Tensor a_s = acts.select(0, s);  // [G, B]
     a_s.addmm_(w_z, z.select(0, s).narrow(0, 0, N + d.mr));
     T* a = ap + s * d.G * B;
     T* h = zp + (s + 1) * Z * B;
@@ -287,7 +360,8 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
 }
 
 void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
-                       bool want_overflow, int64_t D, int64_t m, const at::Tensor& acts,
+                       bool want_overflow, int64_t D, int64_t m, const at::Tensor& x,
+                       const at::Tensor& w_x, const at::Tensor& b, const at::Tensor& acts,
                        const at::Tensor& z, const at::Tensor& w_z, const at::Tensor& w_head,
                        const at::Tensor& b_head, const at::Tensor& heads, const at::Tensor& A,
                        const std::optional<at::Tensor>& cs, const std::optional<at::Tensor>& xs,
@@ -295,7 +369,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const std::optional<at::Tensor>& S) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
-  for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"},
+  for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
                                 {w_head, "w_head"}, {heads, "heads"}, {A, "A"}, {cs_, "cs"},
                                 {xs_, "xs"}, {overflow, "overflow"}, {P_, "P"}, {S_, "S"}}) {
     check_contiguous(t, name);
@@ -305,9 +379,11 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   TORCH_CHECK(memory == kSuperposition || memory == kTape || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
-    forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow, d, acts, z,
-                           w_z, w_head, b_head, heads, A, cs_, xs_, overflow, P_, S_);
+    forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
+                           one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
+                           cs_, xs_, overflow, P_, S_);
   });
 }
 
@@ -325,14 +401,28 @@ void add_final(const at::Tensor& g, T* dst, const int64_t* lens, int64_t t, int6
   }
 }
 
-// out[r] += Σ_b x[r, b] for x [R, B] (skipped when out is undefined)
+// dst[r, b] += y[b, s, r] for the outputs' gradient y [B, T, n] (any strides, e.g. expanded)
 template <typename T>
-void row_sums(const T* x, const at::Tensor& out, int64_t R, int64_t B) {
+void add_step(const at::Tensor& y, T* dst, int64_t s, int64_t n, int64_t B) {
+  if (!y.defined()) return;
+  const T* yp = y.data_ptr<T>() + s * y.stride(1);
+  const int64_t sb = y.stride(0), sr = y.stride(2);
+  for (int64_t r = 0; r < n; ++r) {
+    T* d = dst + r * B;
+    const T* yr = yp + r * sr;
+    MEMRNN_SIMD
+    for (int64_t b = 0; b < B; ++b) d[b] += yr[b * sb];
+  }
+}
+
+// out[r] += Σ_b x[r, b] for x [R, B] with rows `stride` apart (skipped when out is undefined)
+template <typename T>
+void row_sums(const T* x, int64_t stride, const at::Tensor& out, int64_t R, int64_t B) {
   if (!out.defined()) return;
   T* o = out.data_ptr<T>();
   for (int64_t r = 0; r < R; ++r) {
     T acc = 0;
-    const T* xr = x + r * B;
+    const T* xr = x + r * stride;
     MEMRNN_SIMD_SUM(acc)
     for (int64_t b = 0; b < B; ++b) acc += xr[b];
     o[r] += acc;
@@ -349,8 +439,9 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    const at::Tensor& g_cT, const std::vector<at::Tensor>& gfin,
                    const at::Tensor& ga, const at::Tensor& ghd, const at::Tensor& gA,
                    const at::Tensor& gz, const at::Tensor& g_c, const std::vector<at::Tensor>& gm,
-                   const at::Tensor& x_in, const at::Tensor& gw_z, const at::Tensor& gw_x,
-                   const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head) {
+                   const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head,
+                   bool threaded, const at::Tensor& x, const at::Tensor& w_x,
+                   const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
@@ -380,18 +471,23 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
   // stratification gm = (gP [T+D, m, B], g [D, B]).
   std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(3 * B);
+  // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
+  // product each over the block's n·B columns
+  auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
+    const int64_t n = hi - lo, nx = x.size(2);
+    const at::Tensor gb_ = ga.narrow(0, lo, n).transpose(0, 1).reshape({G, n * B});
+    const at::Tensor zb = z.narrow(0, lo, n).narrow(1, 0, N + mr).transpose(0, 1).reshape({N + mr, n * B});
+    gw_z.addmm_(gb_, zb.t());
+    if (gw_x.defined()) gw_x.addmm_(gb_, x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx}));
+    if (gx.defined()) {
+      gx.narrow(1, lo, n).copy_(at::mm(gb_.t(), w_x).view({n, B, nx}).transpose(0, 1));
+    }
+  };
+  Pipeline pipe(threaded);
   for (int64_t s = T_ - 1; s >= 0; --s) {
     const int64_t t = s + 1;
-    if (gyh.defined()) {
-      const T* y = gyh.data_ptr<T>() + s * N * B;
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < N * B; ++j) gzp[j] += y[j];
-    }
-    if (gyr.defined()) {
-      const T* y = gyr.data_ptr<T>() + s * mr * B;
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < mr * B; ++j) gzr[j] += y[j];
-    }
+    add_step(gyh, gzp, s, N, B);  // ∂L/∂h_{s+1} and ∂L/∂r_{s+1} from the outputs
+    add_step(gyr, gzr, s, mr, B);
     bool ends = false;
     for (int64_t b = 0; b < B; ++b) ends = ends || lens[b] == t;
     const int64_t cur = (T_ - 1 - s) % 2;  // the alternating buffers' current one
@@ -623,14 +719,12 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         gas_[j] = g_h * da;
       }
     }
-    // the weights' gradients while this step's gradients are in cache
-    const at::Tensor ga_s = ga.select(0, s);
-    gw_z.addmm_(ga_s, z.select(0, s).narrow(0, 0, N + mr).t());
-    if (gw_x.defined()) gw_x.addmm_(ga_s, x_in.select(1, s));
-    row_sums(gas_, gb, G, B);
-    row_sums(gh_s, gb_head, K, B);
-    at::mm_out(gz_, w_z_t, ga_s);
+    row_sums(gas_, B, gb, G, B);
+    row_sums(gh_s, B, gb_head, K, B);
+    at::mm_out(gz_, w_z_t, ga.select(0, s));
+    if (s % kBlock == 0) pipe.run([&weights, s, hi = std::min(s + kBlock, T_)] { weights(s, hi); });
   }
+  pipe.finish();
 }
 
 void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
@@ -645,9 +739,10 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const std::vector<std::optional<at::Tensor>>& gfin, const at::Tensor& ga,
                         const at::Tensor& ghd, const at::Tensor& gA, const at::Tensor& gz,
                         const at::Tensor& g_c, const std::vector<at::Tensor>& gm,
-                        const at::Tensor& x_in, const at::Tensor& gw_z,
-                        const std::optional<at::Tensor>& gw_x, const std::optional<at::Tensor>& gb,
-                        const at::Tensor& gw_head, const at::Tensor& gb_head) {
+                        const std::optional<at::Tensor>& gb, const at::Tensor& gw_head,
+                        const at::Tensor& gb_head, const at::Tensor& x, const at::Tensor& w_x,
+                        const at::Tensor& gw_z, const std::optional<at::Tensor>& gw_x,
+                        const std::optional<at::Tensor>& gx) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -656,21 +751,23 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   const at::Tensor gyh_ = opt(gyh), gyr_ = opt(gyr), g_hT_ = opt(g_hT), g_cT_ = opt(g_cT);
   for (const auto& [t, name] :
        {std::pair{acts, "acts"}, {z, "z"}, {heads, "heads"}, {A, "A"}, {cs_, "cs"}, {xs_, "xs"},
-        {P_, "P"}, {S_, "S"}, {gyh_, "gyh"}, {gyr_, "gyr"}, {g_hT_, "g_hT"}, {g_cT_, "g_cT"},
+        {P_, "P"}, {S_, "S"}, {g_hT_, "g_hT"}, {g_cT_, "g_cT"},
         {fin[0], "gfin0"}, {fin[1], "gfin1"}, {fin[2], "gfin2"}, {ga, "ga"}, {ghd, "ghd"},
-        {gA, "gA"}, {gz, "gz"}, {g_c, "g_c"}, {lens, "lens"}, {gw_z, "gw_z"},
-        {opt(gw_x), "gw_x"}, {opt(gb), "gb"}, {gw_head, "gw_head"}, {gb_head, "gb_head"}}) {
+        {gA, "gA"}, {gz, "gz"}, {g_c, "g_c"}, {lens, "lens"}, {opt(gb), "gb"},
+        {gw_head, "gw_head"}, {gb_head, "gb_head"}, {w_x, "w_x"}, {gw_z, "gw_z"},
+        {opt(gw_x), "gw_x"}, {opt(gx), "gx"}}) {
     check_contiguous(t, name);
   }
   for (const auto& t : gm) check_contiguous(t, "gm");
   TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
   TORCH_CHECK(gm.size() == 2, "memrnn native stack RNN: two gradient buffers expected");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
-                            ghd, gA, gz, g_c, gm, x_in, gw_z, opt(gw_x), opt(gb), gw_head,
-                            gb_head);
+                            ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
+                            w_x, gw_z, opt(gw_x), opt(gx));
   });
 }
 
@@ -679,7 +776,8 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
 TORCH_LIBRARY(memrnn_native, lib) {
   lib.def(
       "stack_rnn_forward(int controller, int activation, int memory, int value_act, "
-      "bool want_overflow, int D, int m, Tensor(a!) acts, Tensor(b!) z, Tensor w_z, "
+      "bool want_overflow, int D, int m, Tensor x, Tensor w_x, Tensor b, Tensor(a!) acts, "
+      "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S) -> ()",
       &stack_rnn_forward);
@@ -688,8 +786,8 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "int m, Tensor acts, Tensor z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
       "Tensor? cs, Tensor? xs, Tensor? P, Tensor? S, Tensor lens, Tensor? gyh, Tensor? gyr, "
       "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
-      "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor x_in, "
-      "Tensor(g!) gw_z, Tensor(h!)? gw_x, Tensor(i!)? gb, Tensor(j!) gw_head, "
-      "Tensor(k!) gb_head) -> ()",
+      "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
+      "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
+      "Tensor(k!)? gw_x, Tensor(l!)? gx) -> ()",
       &stack_rnn_backward);
 }
