@@ -3,22 +3,26 @@ sequence length, with the fitted exponent, and ``nn.LSTM`` of the controller's s
 run.  DuSell & Chiang's cell: an LSTM controller of 20 units, 2 PDA states, 3 stack symbols,
 batch 10.
 
-    python -m benchmarks.nondeterministic_scaling [--lengths 16 32 64 128 256] [--window 16]
+    python -m benchmarks.nondeterministic_scaling [--lengths 16 32 64 128 256] [--window 16] [--impls native cpu]
 
 Two rows per length: the unlimited stack (``depth = T``: every start time kept; up to
 ``--max-unlimited``, as its cost grows as T³) and the memory-limited one (``depth = window``:
 linear in T).  Time is
-forward+backward (best of ``--repeats``); memory is the bytes autograd saves for backward."""
+forward+backward (best of ``--repeats``); memory is the bytes autograd saves for backward.
+``--impls`` times the stack's step in C++ (``native``, the default on CPU) and in torch
+operations (``cpu``) in the same run."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import torch
 
 from benchmarks.run import fit_slope, memory
 from benchmarks.stack_rnn_speed import best_of
 from memrnn.layers import StackRNN
+from memrnn.ops.dispatch import implementation
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -33,6 +37,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (memory is then the peak allocated)")
+    ap.add_argument("--impls", nargs="+", default=[None], choices=["native", "cpu"],
+                    help="the stack step's implementations to time (default: the dispatch's choice)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -42,8 +48,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
         f"{args.states} states x {args.symbols} symbols"
     )
-    print("| stack | T | depth | fwd+bwd ms | saved MiB | nn.LSTM ms | ×LSTM |")
-    print("|---|---|---|---|---|---|---|")
+    print("| stack | T | depth | impl | fwd+bwd ms | saved MiB | nn.LSTM ms | ×LSTM |")
+    print("|---|---|---|---|---|---|---|---|")
     rows = []
     for T in args.lengths:
         torch.manual_seed(0)
@@ -58,27 +64,34 @@ def main(argv: list[str] | None = None) -> list[dict]:
         cells = [("unlimited", T)] if args.max_unlimited >= T else []
         for name, depth in [*cells, ("limited", min(args.window, T))]:
             net = StackRNN(n_in, H, "nondeterministic", depth=depth, memory_args=mem).to(dev)
+            for impl in args.impls:
 
-            def run(net=net, x=x):
-                y, _ = net(x)
-                y.sum().backward()
+                def run(net=net, x=x, impl=impl):
+                    with implementation(impl) if impl else contextlib.nullcontext():
+                        y, _ = net(x)
+                        y.sum().backward()
 
-            t = best_of(run, args.repeats, dev)
-            m = memory(net, x, dev, input_grad=False) / 2**20
-            rows.append(
-                {"stack": name, "T": T, "depth": depth, "ms": t * 1e3, "mib": m, "lstm_ms": t_lstm * 1e3}
-            )
-            print(
-                f"| {name} | {T} | {depth} | {t * 1e3:.1f} | {m:.2f} | {t_lstm * 1e3:.2f} | {t_lstm / t:.4f} |"
-            )
+                t = best_of(run, args.repeats, dev)
+                with implementation(impl) if impl else contextlib.nullcontext():
+                    m = memory(net, x, dev, input_grad=False) / 2**20
+                label = impl or "default"
+                rows.append({"stack": name, "T": T, "depth": depth, "impl": label, "ms": t * 1e3, "mib": m,
+                             "lstm_ms": t_lstm * 1e3})  # fmt: skip
+                print(
+                    f"| {name} | {T} | {depth} | {label} | {t * 1e3:.1f} | {m:.2f} | {t_lstm * 1e3:.2f} | "
+                    f"{t_lstm / t:.4f} |"
+                )
     print()
     for name in ("unlimited", "limited"):
-        sel = [r for r in rows if r["stack"] == name]
-        Ts = [r["T"] for r in sel]
-        print(
-            f"{name}: time ∝ T^{fit_slope(Ts, [r['ms'] for r in sel]):.2f}, "
-            f"saved memory ∝ T^{fit_slope(Ts, [r['mib'] for r in sel]):.2f} (fitted over T = {Ts})"
-        )
+        for label in dict.fromkeys(r["impl"] for r in rows):
+            sel = [r for r in rows if r["stack"] == name and r["impl"] == label]
+            Ts = [r["T"] for r in sel]
+            if len(Ts) < 2:
+                continue
+            print(
+                f"{name}{'' if label == 'default' else f' ({label})'}: time ∝ T^{fit_slope(Ts, [r['ms'] for r in sel]):.2f}, "
+                f"saved memory ∝ T^{fit_slope(Ts, [r['mib'] for r in sel]):.2f} (fitted over T = {Ts})"
+            )
     return rows
 
 

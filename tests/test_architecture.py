@@ -49,7 +49,7 @@ FLOORS = {
 }
 #: imports that may sit inside a function: optional dependencies, and imports whose cost only
 #: some runs should pay (wandb loads in about a second; pyplot picks a backend when imported)
-LAZY_OK = ("triton", "sklearn", "wandb", "matplotlib.pyplot")
+LAZY_OK = ("triton", "sklearn", "wandb", "matplotlib.pyplot", "torch.utils.cpp_extension")
 
 
 def _module_imports(path: Path) -> list[tuple[str, int, bool]]:

@@ -31,6 +31,7 @@ from memrnn.layers.gated import GRULayer, LSTMLayer
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
+from memrnn.ops.dispatch import implementation
 from memrnn.ops.lstm import sigmoids_first
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
@@ -91,8 +92,9 @@ class StackRNN(MemoryLayer):
             the batch row, when a real (unpadded) step drops any content out of the window.
         fused: ``forward`` runs :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` (hand-written
             backpropagation through time) when the controller is a one-layer LSTM or a tanh,
-            sigmoid or relu Elman RNN; otherwise, or with ``False``, the reference loop over
-            ``step``.  Same numbers; the fused backward is first order.
+            sigmoid or relu Elman RNN; otherwise, or with ``False``, the loop over ``step``
+            (the nondeterministic stack's step in C++ on CPU, first order).  With ``False`` every
+            op of that loop is torch's own, so second derivatives work.  Same numbers.
         memory_args, controller_args: extra arguments of the memory and controller built by name
             (``push_activation``, ``forget_bias``, ``activation``, …).
 
@@ -255,7 +257,10 @@ class StackRNN(MemoryLayer):
     def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
         """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``.  The fused path
         (``fused=True`` and a covered controller) or the reference loop over ``step``."""
-        kind = self._fusable() if self.fused else None
+        if not self.fused:  # the loop over step under autograd end to end (second derivatives)
+            with implementation("cpu"):
+                return super().forward(x, state, mask)
+        kind = self._fusable()
         if kind is None:
             return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)

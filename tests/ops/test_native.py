@@ -165,3 +165,70 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
         native._build.cache_clear()
     monkeypatch.undo()
     assert native.native_available()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("B", "depth", "Q", "S"), [(3, 1, 1, 1), (2, 2, 2, 3), (17, 5, 2, 3), (3, 4, 3, 2)])
+def test_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, dtype, gen):
+    """DuSell & Chiang's step (``native_step.cpp``) against the torch step it replaces on CPU:
+    the new window and forward weights and every gradient, from a state a few steps in (so the
+    window holds real runs and log-0 entries), batches that are and are not whole vectors."""
+    from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
+
+    QS = Q * S
+
+    def weights(scale=1.0):
+        return (
+            torch.randn(B, QS, QS, generator=gen, dtype=dtype) * scale,
+            torch.randn(B, QS, QS, generator=gen, dtype=dtype) * scale,
+            torch.randn(B, QS, Q, generator=gen, dtype=dtype) * scale,
+        )
+
+    gamma, alpha = nondeterministic_initial(B, Q, S, depth, dtype=dtype)
+    for _ in range(depth + 2):
+        gamma, alpha = nondeterministic_step(gamma, alpha, *weights(), impl="cpu")
+    inputs = [gamma, alpha, *weights(3.0)]
+    w_gamma = torch.randn(gamma.shape, generator=gen, dtype=dtype)
+    w_alpha = torch.randn(alpha.shape, generator=gen, dtype=dtype)
+    results = {}
+    for impl in ("cpu", "native"):
+        xs = [t.clone().requires_grad_() for t in inputs]
+        g2, a2 = nondeterministic_step(*xs, impl=impl)
+        ((g2 * w_gamma).sum() + (a2 * w_alpha).sum()).backward()
+        grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in xs]
+        results[impl] = [g2.detach(), a2.detach(), *grads]
+    tol = {"atol": 1e-12, "rtol": 1e-12} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-5}
+    for a, b in zip(results["native"], results["cpu"], strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_nondeterministic_layer_runs_native_on_cpu(gen):
+    """The RNS-RNN layer: outputs and gradients with the C++ step equal those with the torch step."""
+    torch.manual_seed(0)
+    net = StackRNN(
+        3, 6, "nondeterministic", "lstm", depth=4, memory_args={"states": 2, "symbols": 2}
+    ).double()
+    x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)
+    w = torch.randn(2, 9, net.output_size, generator=gen, dtype=torch.float64)
+    out_n, g_n = _run(net, x, None, None, w, "native")
+    out_c, g_c = _run(net, x, None, None, w, "cpu")
+    for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=0)
+
+
+def test_nondeterministic_layer_with_fused_false_has_second_derivatives(gen):
+    """``fused=False`` keeps the whole loop on torch's ops: a gradient penalty works (the C++ step
+    is first order and refuses it)."""
+    for fused, ok in ((False, True), (True, False)):
+        torch.manual_seed(0)
+        net = StackRNN(3, 5, "nondeterministic", "lstm", depth=3, fused=fused,
+                       memory_args={"states": 2, "symbols": 2}).double()  # fmt: skip
+        x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+        params = list(net.parameters())
+        grads = torch.autograd.grad(net(x)[0].square().sum(), params, create_graph=True)
+        penalty = sum(g.square().sum() for g in grads)
+        if ok:
+            penalty.backward()
+        else:
+            with pytest.raises(RuntimeError, match="differentiate twice"):
+                penalty.backward()

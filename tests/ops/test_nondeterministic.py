@@ -151,3 +151,12 @@ def test_log_zero_entries_take_no_gradient_and_give_no_nan():
     assert torch.all(out < LOG_ZERO / 2)
     ga, gb = torch.autograd.grad(out.sum(), (a, b))
     assert torch.isfinite(ga).all() and torch.isfinite(gb).all()
+
+
+def test_log_matmul_has_second_derivatives():
+    """The torch step's log-semiring product (what ``fused=False`` differentiates twice)."""
+    from memrnn.ops.nondeterministic import log_matmul
+
+    a = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(log_matmul, (a, b))

@@ -17,6 +17,12 @@ are exactly the papers', the stored weights are theirs up to one factor per step
 stays normalised (log-sum 0) however long the sequence.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory ``O(depth² · Q²S²)``:
 with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in T); a smaller
 ``depth`` is their memory-limited variant (linear in T).
+
+On CPU tensors of float32 and float64 the step runs in C++ (``native_step.cpp``,
+:class:`_NativeStep`): the same log-sum-exps formed term by term in registers, batch last so
+that each loop over the batch vectorises, where the torch step below materialises every
+broadcast ``[..., I, K, J]`` block.  Its backward is first order; ``impl="cpu"`` (or a
+``StackRNN`` with ``fused=False``) keeps the torch step, whose gradients differentiate again.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memrnn.ops.autograd import first_order
+from memrnn.ops.dispatch import choose
+from memrnn.ops.native import load
 from memrnn.ops.nondeterministic.reference import nondeterministic_reference
 
 #: the finite stand-in for log 0: ``exp(LOG_ZERO)`` is 0 in float32 and float64, and a state
@@ -45,8 +54,8 @@ class _LogMatmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor) -> tuple[Tensor, Tensor]:
         a, b, out = ctx.saved_tensors
-        p = torch.exp(a.unsqueeze(-1) + b.unsqueeze(-3) - out.unsqueeze(-2))
-        p.mul_(g.unsqueeze(-2))
+        # out of place: under create_graph the exponentials are kept for the second derivative
+        p = torch.exp(a.unsqueeze(-1) + b.unsqueeze(-3) - out.unsqueeze(-2)) * g.unsqueeze(-2)
         ga, gb = p.sum(-1), p.sum(-3)
         return ga.sum_to_size(a.shape), gb.sum_to_size(b.shape)  # undo the broadcasting
 
@@ -72,8 +81,37 @@ def nondeterministic_initial(
     return gamma, alpha
 
 
+def _batch_last(t: Tensor) -> Tensor:
+    return t.permute(*range(1, t.dim()), 0).contiguous()
+
+
+def _batch_first(t: Tensor) -> Tensor:
+    return t.permute(t.dim() - 1, *range(t.dim() - 1))
+
+
+class _NativeStep(torch.autograd.Function):
+    """:func:`nondeterministic_step` in C++ (``native_step.cpp`` beside this file): the same
+    recurrences term by term, batch last so that every loop over the batch vectorises.  The new
+    state comes back as a batch-first view of a batch-last buffer, so the next step reads it
+    without a copy; the backward keeps the step's intermediates (``O(depth · Q²S²)`` per row), not
+    the broadcast terms."""
+
+    @staticmethod
+    def forward(ctx, gamma, alpha, push, repl, pop):  # type: ignore[override]
+        G, Al, P, R, O = (_batch_last(t) for t in (gamma, alpha, push, repl, pop))
+        G2, Al2, *saved = load().ns_step_forward(G, Al, P, R, O)
+        ctx.save_for_backward(*saved)
+        return _batch_first(G2), _batch_first(Al2)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, g_gamma, g_alpha):  # type: ignore[override]
+        grads = load().ns_step_backward(*ctx.saved_tensors, _batch_last(g_gamma), _batch_last(g_alpha))
+        return tuple(_batch_first(g) for g in grads)
+
+
 def nondeterministic_step(
-    gamma: Tensor, alpha: Tensor, push: Tensor, repl: Tensor, pop: Tensor
+    gamma: Tensor, alpha: Tensor, push: Tensor, repl: Tensor, pop: Tensor, *, impl: str | None = None
 ) -> tuple[Tensor, Tensor]:
     """One step of DuSell & Chiang's recurrences for the whole batch (module docstring).
 
@@ -82,10 +120,15 @@ def nondeterministic_step(
             step ``t`` (log weights).
         push, repl: ``[B, QS, QS]`` log weights of ``q, x → r, xy`` and ``q, x → r, y``;
             pop ``[B, QS, Q]`` of ``q, x → r, ε``.
+        impl: ``"native"`` (C++, CPU tensors of float32/float64: ``native_step.cpp``, first-order
+            gradients) or ``"cpu"`` (torch operations, any device, differentiable twice); None
+            picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
 
     Returns:
         The stack after step ``t + 1``; ``alpha[:, -1] [B, QS]`` is ``log α[t + 1]``.
     """
+    if choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
+        return _NativeStep.apply(gamma, alpha, push, repl, pop)
     B, D, _, QS, _ = gamma.shape
     Q = pop.shape[-1]
     S = QS // Q

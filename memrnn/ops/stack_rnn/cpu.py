@@ -31,6 +31,7 @@ from torch import Tensor
 from memrnn.ops.autograd import first_order
 from memrnn.ops.bptt import blocks, input_grads_block
 from memrnn.ops.buckets import final_by_length
+from memrnn.ops.native import load
 from memrnn.ops.stratification import covered, covered_transpose
 
 
@@ -869,8 +870,6 @@ def _native_codes(spec: tuple) -> tuple[int, int, int, int]:
 
 
 def _native_ops():
-    from memrnn.ops.native import load
-
     ops = load()
     if ops is None:  # the dispatch checked; the build can only have been turned off since
         raise RuntimeError("memrnn's C++ loops are not available (MEMRNN_NATIVE=0 or a failed build)")
