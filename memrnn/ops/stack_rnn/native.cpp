@@ -94,7 +94,16 @@ class Pipeline {
   std::future<void> pending_;
 };
 
-constexpr int64_t kBlock = 32;  // steps per pipelined task
+// The pipelined tasks' blocks of steps: 8, 16, then 32 at a time.  The first block's projection
+// runs before the loop can start and the backward's last task (the first block's gradients)
+// after it ends, both with no loop beside them: small first blocks keep those waits short, and
+// doubling lets the second thread keep ahead of the loop after them.
+std::vector<int64_t> block_starts(int64_t T) {
+  std::vector<int64_t> starts;
+  for (int64_t lo = 0, n = 8; lo < T; lo += n, n = std::min<int64_t>(2 * n, 32)) starts.push_back(lo);
+  starts.push_back(T);
+  return starts;
+}
 
 struct Dims {
   int64_t T, B, N, G, Z, mr, K, k, D, m;
@@ -182,21 +191,23 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   std::vector<T> acc(B), cov(D * B), W((D > 0 ? D : 1) * m * B);
   const bool from_top = memory == kStack;
   Pipeline pipe(threaded);
+  const std::vector<int64_t> starts = block_starts(T_);
+  int64_t next = 0;  // the block whose start is next
   // acts[t] = w_x x_tᵀ + b for the steps of block j (the input projection), as one product over
   // the block's n·B columns
   const int64_t G = d.G, nx = x.size(2);
   const at::Tensor bias = b.view({G, 1});
   auto project = [&, G, nx](int64_t j) {
-    const int64_t lo = j * kBlock, n = std::min(kBlock, T_ - lo);
+    const int64_t lo = starts[j], n = starts[j + 1] - lo;
     const at::Tensor xb = x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx});
     const at::Tensor y = at::addmm(bias, w_x, xb.t());  // [G, n·B]
     acts.narrow(0, lo, n).copy_(y.view({G, n, B}).transpose(0, 1));
   };
-  project(0);
+  if (T_ > 0) project(0);
   for (int64_t s = 0; s < T_; ++s) {
-    if (s % kBlock == 0) {
+    if (s == starts[next]) {
       pipe.finish();  // this block's projection is ready; start the next block's
-      if (s + kBlock < T_) pipe.run([&project, j = s / kBlock + 1] { project(j); });
+      if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
     at::Tensor a_s = acts.select(0, s);  // [G, B]
     a_s.addmm_(w_z, z.select(0, s).narrow(0, 0, N + d.mr));
@@ -484,6 +495,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     }
   };
   Pipeline pipe(threaded);
+  const std::vector<int64_t> starts = block_starts(T_);
+  auto block = static_cast<int64_t>(starts.size()) - 2;  // the block being undone
   for (int64_t s = T_ - 1; s >= 0; --s) {
     const int64_t t = s + 1;
     add_step(gyh, gzp, s, N, B);  // ∂L/∂h_{s+1} and ∂L/∂r_{s+1} from the outputs
@@ -722,7 +735,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     row_sums(gas_, B, gb, G, B);
     row_sums(gh_s, B, gb_head, K, B);
     at::mm_out(gz_, w_z_t, ga.select(0, s));
-    if (s % kBlock == 0) pipe.run([&weights, s, hi = std::min(s + kBlock, T_)] { weights(s, hi); });
+    if (s == starts[block]) {
+      pipe.run([&weights, lo = s, hi = starts[block + 1]] { weights(lo, hi); });
+      --block;
+    }
   }
   pipe.finish();
 }
