@@ -18,7 +18,7 @@ tie) is autograd's, so the gradients equal the reference loop's to rounding.
 
 On CPU tensors of float32 and float64 the two loops run in C++ (``native.cpp`` beside this file,
 :mod:`memrnn.ops.native`; ``spec``'s last field), on the same buffers, for every memory but the
-jump tape and the DeQue; the Python loops here are their fallback and their check.
+DeQue; the Python loops here are their fallback and their check.
 """
 
 from __future__ import annotations
@@ -266,6 +266,7 @@ class _JumpTape(_Tape):
         L = torch.round(jump.detach()).to(torch.long)
         i = torch.arange(D, device=tape0.device)[:, None]
         self.jump = jump
+        self.shift = torch.remainder(L, D).contiguous()  # the C++ loops' per-row shift
         self.to_left = ((i + L) % D)[:, None, :].expand(D, m, B)  # new[i] reads W[i+L]
         self.to_right = ((i - L) % D)[:, None, :].expand(D, m, B)  # new[i] reads W[i−L]
 
@@ -694,7 +695,7 @@ class StackRNNSequence(torch.autograd.Function):
         if native:
             buf = getattr(mem, "buffers", (None, None))
             _native_ops().stack_rnn_forward(
-                *_native_codes(spec), bool(want_overflow), D, m, x, w_in[:, :nx].contiguous(), b, acts, z,
+                *_native_codes(spec), bool(want_overflow), D, m, getattr(mem, "shift", None), x, w_in[:, :nx].contiguous(), b, acts, z,
                 w_z, w_head, b_head, heads, A, cs, xs, overflow, buf[0], buf[1],
             )  # fmt: skip
         else:
@@ -854,7 +855,7 @@ class StackRNNSequence(torch.autograd.Function):
 _NATIVE_CODES = {
     "controller": {"lstm": 0, "elman": 1},
     "activation": {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3},
-    "memory": {"superposition": 0, "stratification": 1, "queue": 2, "tape": 3},
+    "memory": {"superposition": 0, "stratification": 1, "queue": 2, "tape": 3, "tape_jump": 4},
 }
 
 
@@ -895,9 +896,14 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
         gm = [mem.g, torch.zeros_like(mem.g)]
     buf = getattr(mem, "buffers", (None, None))
     gw_head, gb_head = w_head.new_zeros(K, N), w_head.new_zeros(K)
+    g_fin = g_mem
+    if isinstance(mem, _JumpTape):  # the jump passes through: its final gradient is its initial one
+        g_fin = g_mem[1:]
+        if g_mem[0] is not None:
+            mem.g_jump += g_mem[0] * (lens >= 1).to(g_mem[0].dtype)  # length 0: add_final(0)
     _native_ops().stack_rnn_backward(
-        *_native_codes(spec), mem.D, mem.m, acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
-        lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_mem], ga, ghd, gA, gz,
+        *_native_codes(spec), mem.D, mem.m, getattr(mem, "shift", None), acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
+        lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
         g_c, gm, grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x,
     )  # fmt: skip
     if isinstance(mem, _Superposition):

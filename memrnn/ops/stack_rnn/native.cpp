@@ -23,7 +23,9 @@
 //     P [T+D, m, B] (the value pushed at step s at P[T-1-s]), strengths s [T+1, D, B], the
 //     reading in z's memory rows [m, B]; actions push, pop;
 //   3 tape (Deletang et al. 2023): z's memory rows are the D cells, the head's first
-//     ([D, m, B]); actions stay, left, right.
+//     ([D, m, B]); actions stay, left, right;
+//   4 their Tape-RNN's tape: the tape and two more actions, jump left and right by each row's
+//     own shift (`jumps` [B], int64, in 0..D-1).
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
@@ -46,7 +48,7 @@ namespace {
 
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
-enum MemoryKind : int64_t { kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3 };
+enum MemoryKind : int64_t { kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3, kJumpTape = 4 };
 
 // The loops' products are too small to share between threads (a [4N, N+m] x [N+m, B] product
 // takes as long on two threads as on one, plus the pool's wake-up): they run on one.
@@ -174,7 +176,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
                   const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
-                  const at::Tensor& S) {
+                  const at::Tensor& S, const int64_t* jp) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   const at::Tensor bh = b_head.contiguous();
@@ -251,7 +253,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       for (int64_t b = 0; b < B; ++b) hr[b] += br;
     }
     T* as = Ap + s * k * B;
-    if (memory == kSuperposition || memory == kTape) {  // softmax over the k actions
+    if (memory == kSuperposition || memory == kTape || memory == kJumpTape) {  // softmax over the k actions
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T mx = hs[b];
@@ -303,7 +305,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
           ov[b] = push[b] * mx;
         }
       }
-    } else if (memory == kTape) {
+    } else if (memory == kTape || memory == kJumpTape) {
       const T* old = zp + s * Z * B + N * B;  // [D, m, B]
       T* nw = zp + (s + 1) * Z * B + N * B;
       const T* stay = as;
@@ -324,6 +326,15 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
             t += wr[b] * left[b];
             t += wl[b] * right[b];
             n0[b] = t;
+          }
+          if (memory == kJumpTape) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
+            const T* jl = as + 3 * B;
+            const T* jr = as + 4 * B;
+            for (int64_t b = 0; b < B; ++b) {
+              const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
+              n0[b] += W[(cl * m + j) * B + b] * jl[b];
+              n0[b] += W[(cr * m + j) * B + b] * jr[b];
+            }
           }
         }
       }
@@ -371,7 +382,8 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
 }
 
 void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
-                       bool want_overflow, int64_t D, int64_t m, const at::Tensor& x,
+                       bool want_overflow, int64_t D, int64_t m, const std::optional<at::Tensor>& jumps,
+                       const at::Tensor& x,
                        const at::Tensor& w_x, const at::Tensor& b, const at::Tensor& acts,
                        const at::Tensor& z, const at::Tensor& w_z, const at::Tensor& w_head,
                        const at::Tensor& b_head, const at::Tensor& heads, const at::Tensor& A,
@@ -387,14 +399,16 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   }
   TORCH_CHECK(controller != kLSTM || (cs_.defined() && xs_.defined()),
               "memrnn native stack RNN: an LSTM controller needs cs and xs");
-  TORCH_CHECK(memory == kSuperposition || memory == kTape || (P_.defined() && S_.defined()),
+  TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
+              "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
+  TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kJumpTape || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
-                           cs_, xs_, overflow, P_, S_);
+                           cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr);
   });
 }
 
@@ -452,7 +466,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    const at::Tensor& gz, const at::Tensor& g_c, const std::vector<at::Tensor>& gm,
                    const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head,
                    bool threaded, const at::Tensor& x, const at::Tensor& w_x,
-                   const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx) {
+                   const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx,
+                   const int64_t* jp) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
@@ -481,7 +496,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // superposition gm = (gpp0, gpp1) [D+2, m, B] each (zero cell each side), alternating;
   // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
   // stratification gm = (gP [T+D, m, B], g [D, B]).
-  std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(3 * B);
+  std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(5 * B);
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
   // product each over the block's n·B columns
   auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
@@ -509,7 +524,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
       if (memory == kSuperposition) {
         add_final<T>(gfin[0], gm[cur].data_ptr<T>() + m * B, lens, t, B, D * m);
-      } else if (memory == kTape) {
+      } else if (memory == kTape || memory == kJumpTape) {
         add_final<T>(gfin[0], gm[cur].data_ptr<T>(), lens, t, B, D * m);
       } else {
         add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m);
@@ -564,7 +579,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         }
       }
       std::copy(sp, sp + 3 * B, gas);
-    } else if (memory == kTape) {
+    } else if (memory == kTape || memory == kJumpTape) {
       T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
       T* gn = gm[1 - cur].data_ptr<T>();
       const T* old = zp + s * Z * B + N * B;
@@ -596,9 +611,22 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
             u += right[b] * gr[b];
             n0[b] = u;
           }
+          if (memory == kJumpTape) {  // the jumps' transposes: gathers the other way
+            const T* jl = as + 3 * B;
+            const T* jr = as + 4 * B;
+            for (int64_t b = 0; b < B; ++b) {
+              const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
+              const T* wcl = cl == 0 ? v + j * B : old + (cl * m + j) * B;
+              const T* wcr = cr == 0 ? v + j * B : old + (cr * m + j) * B;
+              sp[3 * B + b] += g0[b] * wcl[b];
+              sp[4 * B + b] += g0[b] * wcr[b];
+              n0[b] += jl[b] * g[(cr * m + j) * B + b];  // W[i] fed new[i−L] through a left jump
+              n0[b] += jr[b] * g[(cl * m + j) * B + b];
+            }
+          }
         }
       }
-      std::copy(sp, sp + 3 * B, gas);
+      std::copy(sp, sp + k * B, gas);
       std::copy(gn, gn + m * B, gv);
       std::fill(gn, gn + m * B, T(0));
     } else {
@@ -670,7 +698,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       std::copy(gvs, gvs + m * B, gv);
     }
     // -- the actions' and the value's activations
-    if (memory == kSuperposition || memory == kTape) {
+    if (memory == kSuperposition || memory == kTape || memory == kJumpTape) {
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T tot = 0;
@@ -744,7 +772,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
 }
 
 void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
-                        int64_t D, int64_t m, const at::Tensor& acts, const at::Tensor& z,
+                        int64_t D, int64_t m, const std::optional<at::Tensor>& jumps, const at::Tensor& acts, const at::Tensor& z,
                         const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& heads,
                         const at::Tensor& A, const std::optional<at::Tensor>& cs,
                         const std::optional<at::Tensor>& xs, const std::optional<at::Tensor>& P,
@@ -776,6 +804,8 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   }
   for (const auto& t : gm) check_contiguous(t, "gm");
   TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
+  TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong),
+              "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
   TORCH_CHECK(gm.size() == 2, "memrnn native stack RNN: two gradient buffers expected");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
   OneThread one;
@@ -783,7 +813,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
                             ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
-                            w_x, gw_z, opt(gw_x), opt(gx));
+                            w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr);
   });
 }
 
@@ -792,14 +822,14 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
 TORCH_LIBRARY(memrnn_native, lib) {
   lib.def(
       "stack_rnn_forward(int controller, int activation, int memory, int value_act, "
-      "bool want_overflow, int D, int m, Tensor x, Tensor w_x, Tensor b, Tensor(a!) acts, "
+      "bool want_overflow, int D, int m, Tensor? jumps, Tensor x, Tensor w_x, Tensor b, Tensor(a!) acts, "
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
-      "int m, Tensor acts, Tensor z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
+      "int m, Tensor? jumps, Tensor acts, Tensor z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
       "Tensor? cs, Tensor? xs, Tensor? P, Tensor? S, Tensor lens, Tensor? gyh, Tensor? gyr, "
       "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
