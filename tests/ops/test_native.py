@@ -153,18 +153,6 @@ def test_the_dispatch_picks_native_on_cpu_and_names_what_it_cannot_do(monkeypatc
         choose(x32, "native", native_ok=True)
 
 
-def test_the_deque_keeps_its_python_loops():
-    x = torch.zeros(2, 3, 4)
-    for memory in ("deque",):
-        assert memory not in _NATIVE_MEMORIES
-    with pytest.raises(ValueError, match="this op has no C\\+\\+ loop"):
-        stack_rnn_sequence(
-            x, torch.zeros(8, 6), torch.zeros(8), torch.zeros(8, 2), torch.zeros(9, 2), torch.zeros(9),
-            torch.zeros(2, 2), torch.zeros(2, 2), (torch.zeros(2, 4, 3, 2),), controller="lstm",
-            activation="tanh", memory="deque", value_activation="tanh", impl="native",
-        )  # fmt: skip
-
-
 def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
     """No compiler: one RuntimeWarning naming the cause, then the Python loops."""
     from torch.utils import cpp_extension

@@ -15,7 +15,7 @@ from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
 _TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")
-_NATIVE_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")  # native.cpp's
+_NATIVE_MEMORIES = _MEMORIES  # native.cpp covers every one
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -55,7 +55,7 @@ def stack_rnn_sequence(
         impl: ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
             :mod:`memrnn.ops.stack_rnn.triton`), ``"cpu"`` (the hand-written BPTT of
             :mod:`memrnn.ops.stack_rnn.cpu`, any device) or ``"native"`` (the same with its time
-            loops in C++, ``native.cpp``: CPU, float32/float64, every memory but the DeQue); None picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
+            loops in C++, ``native.cpp``: CPU, float32/float64, every memory here); None picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
 
     Returns:
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None

@@ -17,8 +17,8 @@ loop at that step, so masks cost nothing.  Every subgradient (``clamp_min`` at 0
 tie) is autograd's, so the gradients equal the reference loop's to rounding.
 
 On CPU tensors of float32 and float64 the two loops run in C++ (``native.cpp`` beside this file,
-:mod:`memrnn.ops.native`; ``spec``'s last field), on the same buffers, for every memory but the
-DeQue; the Python loops here are their fallback and their check.
+:mod:`memrnn.ops.native`; ``spec``'s last field), on the same buffers, for every memory
+here; the Python loops are their fallback and their check.
 """
 
 from __future__ import annotations
@@ -296,6 +296,12 @@ class _JumpTape(_Tape):
         return (self.g_jump, *super().initial_grads(g_r))
 
 
+def _slide(P: Tensor, T: int, D: int) -> list[Tensor]:
+    """``[P[t : t+D] for t in 0..T]`` as views made by one call (the DeQue's top half)."""
+    _, m, B = P.shape
+    return P.as_strided((T + 1, D, m, B), (m * B, m * B, B, 1), P.storage_offset()).unbind(0)
+
+
 def _windows(P: Tensor, T: int, D: int) -> list[Tensor]:
     """``[P[T−t : T−t+D] for t in 0..T]`` as views made by one call."""
     _, m, B = P.shape
@@ -446,14 +452,19 @@ class _Deque(_Kernel):
         self.s[0] = strengths0.t()
         self.r = zmem
         self.r[0] = reading0.t()
-        self.buffers = (self.Pb, self.Pt, self.s)
-        self.s_, self.r_ = self.s.unbind(0), self.r.unbind(0)
-        self.bot_ = _windows(self.Pb, T, D)
-        self.top_ = self.Pt.as_strided(
-            (T + 1, D, m, B), (m * B, m * B, B, 1), self.Pt.storage_offset()
-        ).unbind(0)
-        self.vb_ = self.Pb[:T].unbind(0)[::-1]  # v_bot of step s at Pb[T−1−s]
-        self.vt_ = self.Pt[D:].unbind(0)  # v_top of step s at Pt[D+s]
+        self.buffers = (self.Pb, self.s, self.Pt)  # the C++ loops' P, S, P2
+
+    # per-step views, made when the Python loop first needs them (the C++ loop does not)
+    s_ = _views(lambda k: k.s)
+    r_ = _views(lambda k: k.r)
+    bot_ = functools.cached_property(lambda k: _windows(k.Pb, k.T, k.D))
+    top_ = functools.cached_property(lambda k: _slide(k.Pt, k.T, k.D))
+    vb_ = functools.cached_property(lambda k: k.Pb[: k.T].unbind(0)[::-1])  # v_bot of step s at Pb[T−1−s]
+    vt_ = functools.cached_property(lambda k: k.Pt[k.D :].unbind(0))  # v_top of step s at Pt[D+s]
+    gbot_ = functools.cached_property(lambda k: _windows(k.gPb, k.T, k.D))
+    gtop_ = functools.cached_property(lambda k: _slide(k.gPt, k.T, k.D))
+    gvb_ = functools.cached_property(lambda k: k.gPb[: k.T].unbind(0)[::-1])
+    gvt_ = functools.cached_property(lambda k: k.gPt[k.D :].unbind(0))
 
     def _pops(self, old: Tensor, u_top: Tensor, u_bot: Tensor) -> tuple[Tensor, ...]:
         """The two pops of ``old [2D, B]``: their pre-activations and results."""
@@ -488,13 +499,6 @@ class _Deque(_Kernel):
 
     def start_backward(self) -> None:
         self.gPb, self.gPt = torch.zeros_like(self.Pb), torch.zeros_like(self.Pt)
-        T, D, m, B = self.T, self.D, self.m, self.Pb.shape[-1]
-        self.gbot_ = _windows(self.gPb, T, D)
-        self.gtop_ = self.gPt.as_strided(
-            (T + 1, D, m, B), (m * B, m * B, B, 1), self.gPt.storage_offset()
-        ).unbind(0)
-        self.gvb_ = self.gPb[:T].unbind(0)[::-1]
-        self.gvt_ = self.gPt[D:].unbind(0)
         self.g = torch.zeros_like(self.s[0])
 
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
@@ -563,7 +567,7 @@ class _Deque(_Kernel):
     def finals(self, lengths: Tensor | None) -> tuple[Tensor, ...]:
         T, D = self.T, self.D
         if lengths is None:
-            values = torch.cat([self.bot_[T], self.top_[T]], 0).permute(2, 0, 1)
+            values = torch.cat([self.Pb[:D], self.Pt[T : T + D]], 0).permute(2, 0, 1)
         else:
             values = torch.cat([_window_at(self.Pb, T - lengths, D), _window_at(self.Pt, lengths, D)], 1)
         return (
@@ -577,8 +581,8 @@ class _Deque(_Kernel):
         D = self.D
         if gV is not None:
             gV = gV.permute(1, 2, 0) * rows
-            self.gbot_[t].add_(gV[:D])
-            self.gtop_[t].add_(gV[D:])
+            self.gPb[self.T - t : self.T - t + D].add_(gV[:D])
+            self.gPt[t : t + D].add_(gV[D:])
         if gs is not None:
             self.g += gs.t() * rows
         return None if gr is None else gr.t() * rows
@@ -693,10 +697,10 @@ class StackRNNSequence(torch.autograd.Function):
             cs[0] = c0.t()
             xs = x.new_empty(T, N, B)
         if native:
-            buf = getattr(mem, "buffers", (None, None))
+            buf = (*getattr(mem, "buffers", ()), None, None, None)
             _native_ops().stack_rnn_forward(
                 *_native_codes(spec), bool(want_overflow), D, m, getattr(mem, "shift", None), x, w_in[:, :nx].contiguous(), b, acts, z,
-                w_z, w_head, b_head, heads, A, cs, xs, overflow, buf[0], buf[1],
+                w_z, w_head, b_head, heads, A, cs, xs, overflow, buf[0], buf[1], buf[2],
             )  # fmt: skip
         else:
             _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow)
@@ -855,7 +859,7 @@ class StackRNNSequence(torch.autograd.Function):
 _NATIVE_CODES = {
     "controller": {"lstm": 0, "elman": 1},
     "activation": {"tanh": 0, "sigmoid": 1, "relu": 2, "identity": 3},
-    "memory": {"superposition": 0, "stratification": 1, "queue": 2, "tape": 3, "tape_jump": 4},
+    "memory": {"superposition": 0, "stratification": 1, "queue": 2, "tape": 3, "tape_jump": 4, "deque": 5},
 }
 
 
@@ -892,9 +896,11 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
         gm = mem.gpp
     elif isinstance(mem, _Stratification):
         gm = [mem.gP, mem.g]
+    elif isinstance(mem, _Deque):
+        gm = [mem.gPb, mem.gPt, mem.g]
     else:
         gm = [mem.g, torch.zeros_like(mem.g)]
-    buf = getattr(mem, "buffers", (None, None))
+    buf = (*getattr(mem, "buffers", ()), None, None, None)
     gw_head, gb_head = w_head.new_zeros(K, N), w_head.new_zeros(K)
     g_fin = g_mem
     if isinstance(mem, _JumpTape):  # the jump passes through: its final gradient is its initial one
@@ -904,7 +910,7 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
     _native_ops().stack_rnn_backward(
         *_native_codes(spec), mem.D, mem.m, getattr(mem, "shift", None), acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
-        g_c, gm, grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x,
+        g_c, gm, grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, buf[2],
     )  # fmt: skip
     if isinstance(mem, _Superposition):
         mem.cur = T % 2

@@ -25,7 +25,12 @@
 //   3 tape (Deletang et al. 2023): z's memory rows are the D cells, the head's first
 //     ([D, m, B]); actions stay, left, right;
 //   4 their Tape-RNN's tape: the tape and two more actions, jump left and right by each row's
-//     own shift (`jumps` [B], int64, in 0..D-1).
+//     own shift (`jumps` [B], int64, in 0..D-1);
+//   5 Grefenstette et al.'s DeQue: 2D slots bottom first, strengths S [T+1, 2D, B]; the bottom
+//     half's values slide in P [T+D, m, B] (pushed at the front, newest first, as the stack's),
+//     the top half's in P2 [T+D, m, B] (pushed at the back: step s's value at P2[D+s], oldest
+//     first); the reading [r_top ; r_bot] in z's memory rows [2m, B]; actions push and pop at
+//     the top, then at the bottom; the value [v_top ; v_bot].
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
@@ -48,7 +53,9 @@ namespace {
 
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
-enum MemoryKind : int64_t { kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3, kJumpTape = 4 };
+enum MemoryKind : int64_t {
+  kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3, kJumpTape = 4, kDeque = 5
+};
 
 // The loops' products are too small to share between threads (a [4N, N+m] x [N+m, B] product
 // takes as long on two threads as on one, plus the pool's wake-up): they run on one.
@@ -176,7 +183,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
                   const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
-                  const at::Tensor& S, const int64_t* jp) {
+                  const at::Tensor& S, const int64_t* jp, const at::Tensor& P2) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   const at::Tensor bh = b_head.contiguous();
@@ -189,8 +196,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   T* xsp = lstm ? xs.data_ptr<T>() : nullptr;
   T* ovp = overflow.data_ptr<T>();
   T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
+  T* P2p = P2.defined() ? P2.data_ptr<T>() : nullptr;
   T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
   std::vector<T> acc(B), cov(D * B), W((D > 0 ? D : 1) * m * B);
+  std::vector<T> dq(memory == kDeque ? 6 * D * B : 0);
   const bool from_top = memory == kStack;
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
@@ -338,6 +347,61 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
           }
         }
       }
+    } else if (memory == kDeque) {
+      const int64_t D2 = 2 * D;
+      const T* push_top = as;
+      const T* pop_top = as + B;
+      const T* push_bot = as + 2 * B;
+      const T* pop_bot = as + 3 * B;
+      const T* old = Sp + s * D2 * B;
+      T* nw = Sp + (s + 1) * D2 * B;
+      T* p1 = dq.data();
+      T* p2 = dq.data() + D2 * B;
+      T* cv = dq.data() + 2 * D2 * B;
+      // the top pop takes from the top (what lies above is covered first), then the bottom pop
+      covered(old, cv, D2, B, false, acc);
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const int64_t b = j % B;
+        p1[j] = std::max(old[j] - std::max(pop_top[b] - cv[j], T(0)), T(0));
+      }
+      covered(p1, cv, D2, B, true, acc);
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const int64_t b = j % B;
+        p2[j] = std::max(p1[j] - std::max(pop_bot[b] - cv[j], T(0)), T(0));
+      }
+      // the pushes: a new slot at each end; the two middle slots leave the window
+      std::copy(push_bot, push_bot + B, nw);
+      std::copy(p2, p2 + (D - 1) * B, nw + B);
+      std::copy(p2 + (D + 1) * B, p2 + D2 * B, nw + D * B);
+      std::copy(push_top, push_top + B, nw + (D2 - 1) * B);
+      if (want_overflow) {
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < B; ++b) ov[b] = p2[(D - 1) * B + b] + p2[D * B + b];
+      }
+      std::copy(v, v + m * B, P2p + (D + s) * m * B);
+      std::copy(v + m * B, v + 2 * m * B, Pp + (T_ - 1 - s) * m * B);
+      // the readings: the top reads from the top (covered: what lies above), the bottom from below
+      const T* bot = Pp + (T_ - 1 - s) * m * B;  // slots 0..D−1
+      const T* top = P2p + (s + 1) * m * B;      // slots D..2D−1
+      T* r = zp + (s + 1) * Z * B + N * B;
+      std::fill(r, r + 2 * m * B, T(0));
+      for (int end = 0; end < 2; ++end) {
+        covered(nw, cv, D2, B, end == 1, acc);
+        for (int64_t i = 0; i < D2; ++i) {
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            cv[i * B + b] = std::min(nw[i * B + b], std::max(T(1) - cv[i * B + b], T(0)));
+          }
+          const T* val = i < D ? bot + i * m * B : top + (i - D) * m * B;
+          for (int64_t j = 0; j < m; ++j) {
+            T* rj = r + (end * m + j) * B;
+            const T* wi = cv + i * B;
+            const T* vj = val + j * B;
+            MEMRNN_SIMD
+            for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vj[b];
+          }
+        }
+      }
     } else {  // stratification stack or neural queue
       const T* push = as;
       const T* pop = as + B;
@@ -389,7 +453,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const at::Tensor& b_head, const at::Tensor& heads, const at::Tensor& A,
                        const std::optional<at::Tensor>& cs, const std::optional<at::Tensor>& xs,
                        const at::Tensor& overflow, const std::optional<at::Tensor>& P,
-                       const std::optional<at::Tensor>& S) {
+                       const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -401,6 +465,8 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
               "memrnn native stack RNN: an LSTM controller needs cs and xs");
   TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
+  TORCH_CHECK(memory != kDeque || (P2.has_value() && P2->is_contiguous()),
+              "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
   TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kJumpTape || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
@@ -408,7 +474,8 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
-                           cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr);
+                           cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
+                           P2.value_or(at::Tensor()));
   });
 }
 
@@ -416,13 +483,14 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
 // the rows b whose length is t.
 template <typename T>
 void add_final(const at::Tensor& g, T* dst, const int64_t* lens, int64_t t, int64_t B,
-               int64_t n) {
+               int64_t n, int64_t row = -1, int64_t offset = 0) {
   if (!g.defined()) return;
-  const T* gp = g.data_ptr<T>();
+  const T* gp = g.data_ptr<T>() + offset;
+  if (row < 0) row = n;  // the source's row length: n unless a slice of longer rows
   MEMRNN_SIMD
   for (int64_t b = 0; b < B; ++b) {
     if (lens[b] != t) continue;
-    for (int64_t j = 0; j < n; ++j) dst[j * B + b] += gp[b * n + j];
+    for (int64_t j = 0; j < n; ++j) dst[j * B + b] += gp[b * row + j];
   }
 }
 
@@ -467,7 +535,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head,
                    bool threaded, const at::Tensor& x, const at::Tensor& w_x,
                    const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx,
-                   const int64_t* jp) {
+                   const int64_t* jp, const at::Tensor& P2) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
@@ -478,6 +546,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   const T* csp = lstm ? cs.data_ptr<T>() : nullptr;
   const T* xsp = lstm ? xs.data_ptr<T>() : nullptr;
   const T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
+  const T* P2p = P2.defined() ? P2.data_ptr<T>() : nullptr;
   const T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
   const int64_t* lens = lens_t.data_ptr<int64_t>();
   T* gap = ga.data_ptr<T>();
@@ -497,6 +566,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
   // stratification gm = (gP [T+D, m, B], g [D, B]).
   std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(5 * B);
+  std::vector<T> dq(memory == kDeque ? 16 * D * B : 0);
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
   // product each over the block's n·B columns
   auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
@@ -526,6 +596,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         add_final<T>(gfin[0], gm[cur].data_ptr<T>() + m * B, lens, t, B, D * m);
       } else if (memory == kTape || memory == kJumpTape) {
         add_final<T>(gfin[0], gm[cur].data_ptr<T>(), lens, t, B, D * m);
+      } else if (memory == kDeque) {  // values [B, 2D, m]: each half into its own buffer
+        add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m, 2 * D * m, 0);
+        add_final<T>(gfin[0], gm[1].data_ptr<T>() + t * m * B, lens, t, B, D * m, 2 * D * m, D * m);
+        add_final<T>(gfin[1], gm[2].data_ptr<T>(), lens, t, B, 2 * D);
+        add_final<T>(gfin[2], gzr, lens, t, B, 2 * m);
       } else {
         add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m);
         add_final<T>(gfin[1], gm[1].data_ptr<T>(), lens, t, B, D);
@@ -629,6 +704,111 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       std::copy(sp, sp + k * B, gas);
       std::copy(gn, gn + m * B, gv);
       std::fill(gn, gn + m * B, T(0));
+    } else if (memory == kDeque) {
+      const int64_t D2 = 2 * D;
+      T* gPb = gm[0].data_ptr<T>();
+      T* gPt = gm[1].data_ptr<T>();
+      T* g = gm[2].data_ptr<T>();  // ∂L/∂S_{s+1} [2D, B], becomes ∂L/∂S_s
+      const T* old = Sp + s * D2 * B;
+      const T* nw = Sp + t * D2 * B;
+      const T* pop_top = as + B;
+      const T* pop_bot = as + 3 * B;
+      T* c1 = dq.data();  // the forward's pre-activations, recomputed
+      T* c2 = c1 + D2 * B;
+      T* b1 = c2 + D2 * B;
+      T* b2 = b1 + D2 * B;
+      T* cv = b2 + D2 * B;
+      T* gn = cv + D2 * B;
+      T* u = gn + D2 * B;
+      T* gx = u + D2 * B;
+      covered(old, cv, D2, B, false, acc);
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const int64_t b = j % B;
+        c1[j] = pop_top[b] - cv[j];
+        c2[j] = old[j] - std::max(c1[j], T(0));
+        gx[j] = std::max(c2[j], T(0));  // p1
+      }
+      covered(gx, cv, D2, B, true, acc);
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const int64_t b = j % B;
+        b1[j] = pop_bot[b] - cv[j];
+        b2[j] = gx[j] - std::max(b1[j], T(0));
+      }
+      // the readings: into the values (each half's window) and the strengths
+      const T* bot = Pp + (T_ - t) * m * B;
+      const T* top = P2p + t * m * B;
+      T* gbot = gPb + (T_ - t) * m * B;
+      T* gtop = gPt + t * m * B;
+      std::copy(g, g + D2 * B, gn);
+      for (int end = 0; end < 2; ++end) {
+        const T* gr = gzr + end * m * B;
+        covered(nw, cv, D2, B, end == 1, acc);
+        for (int64_t i = 0; i < D2; ++i) {
+          const T* val = i < D ? bot + i * m * B : top + (i - D) * m * B;
+          T* gval = i < D ? gbot + i * m * B : gtop + (i - D) * m * B;
+          T* ui = u + i * B;
+          std::fill(ui, ui + B, T(0));
+          for (int64_t j = 0; j < m; ++j) {
+            const T* vj = val + j * B;
+            const T* grj = gr + j * B;
+            MEMRNN_SIMD
+            for (int64_t b = 0; b < B; ++b) ui[b] += vj[b] * grj[b];  // ∂L/∂w
+          }
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) {
+            const int64_t ib = i * B + b;
+            const T a = T(1) - cv[ib];
+            const T r = std::max(a, T(0));
+            const T w = std::min(nw[ib], r);
+            const T da = nw[ib] < r ? T(1) : (nw[ib] == r ? T(0.5) : T(0));
+            const T db = a >= 0 ? T(1) - da : T(0);
+            gn[ib] += ui[b] * da;
+            cv[ib] = w;
+            ui[b] *= db;  // −∂L/∂covered
+          }
+          for (int64_t j = 0; j < m; ++j) {
+            T* gvj = gval + j * B;
+            const T* grj = gr + j * B;
+            const T* wi = cv + i * B;
+            MEMRNN_SIMD
+            for (int64_t b = 0; b < B; ++b) gvj[b] += wi[b] * grj[b];
+          }
+        }
+        covered(u, cv, D2, B, end == 0, acc);  // the transpose of covered
+        for (int64_t j = 0; j < D2 * B; ++j) gn[j] -= cv[j];
+      }
+      // the pushes, then the shift that dropped slots D−1 and D
+      std::copy(gn + (D2 - 1) * B, gn + D2 * B, gas);   // push_top
+      std::copy(gn, gn + B, gas + 2 * B);                // push_bot
+      T* gp2 = u;
+      std::copy(gn + B, gn + D * B, gp2);
+      std::fill(gp2 + (D - 1) * B, gp2 + (D + 1) * B, T(0));
+      std::copy(gn + D * B, gn + (D2 - 1) * B, gp2 + (D + 1) * B);
+      // the bottom pop, then the top pop (undone in reverse)
+      T* gpop_bot = gas + 3 * B;
+      T* gpop_top = gas + B;
+      std::fill(gpop_bot, gpop_bot + B, T(0));
+      std::fill(gpop_top, gpop_top + B, T(0));
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const T gb2 = b2[j] >= 0 ? gp2[j] : T(0);
+        const T gb1 = b1[j] >= 0 ? -gb2 : T(0);
+        gpop_bot[j % B] += gb1;
+        gx[j] = gb1;
+        gn[j] = gb2;
+      }
+      covered(gx, cv, D2, B, false, acc);  // covered(·, stack)ᵀ
+      for (int64_t j = 0; j < D2 * B; ++j) {
+        const T gp1 = gn[j] - cv[j];
+        const T gc2 = c2[j] >= 0 ? gp1 : T(0);
+        const T gc1 = c1[j] >= 0 ? -gc2 : T(0);
+        gpop_top[j % B] += gc1;
+        gx[j] = gc1;
+        gn[j] = gc2;
+      }
+      covered(gx, cv, D2, B, true, acc);  // covered(·, queue)ᵀ
+      for (int64_t j = 0; j < D2 * B; ++j) g[j] = gn[j] - cv[j];
+      std::copy(gPt + (D + s) * m * B, gPt + (D + s + 1) * m * B, gv);
+      std::copy(gPb + (T_ - 1 - s) * m * B, gPb + (T_ - s) * m * B, gv + m * B);
     } else {
       T* gP = gm[0].data_ptr<T>();
       T* g = gm[1].data_ptr<T>();  // ∂L/∂s_{s+1} [D, B], becomes ∂L/∂s_s
@@ -715,10 +895,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     }
     if (value_act == kSigmoid) {
       MEMRNN_SIMD
-      for (int64_t j = 0; j < m * B; ++j) gv[j] *= v[j] - v[j] * v[j];
+      for (int64_t j = 0; j < (K - k) * B; ++j) gv[j] *= v[j] - v[j] * v[j];
     } else if (value_act == kTanh) {
       MEMRNN_SIMD
-      for (int64_t j = 0; j < m * B; ++j) gv[j] *= T(1) - v[j] * v[j];
+      for (int64_t j = 0; j < (K - k) * B; ++j) gv[j] *= T(1) - v[j] * v[j];
     }
     // -- the head, then the controller: g_h = ∂L/∂h_{s+1} = gzh + w_headᵀ ∂L/∂heads
     const at::Tensor ghd_s = ghd.select(0, s);
@@ -786,7 +966,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const std::optional<at::Tensor>& gb, const at::Tensor& gw_head,
                         const at::Tensor& gb_head, const at::Tensor& x, const at::Tensor& w_x,
                         const at::Tensor& gw_z, const std::optional<at::Tensor>& gw_x,
-                        const std::optional<at::Tensor>& gx) {
+                        const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -806,14 +986,16 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
   TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
-  TORCH_CHECK(gm.size() == 2, "memrnn native stack RNN: two gradient buffers expected");
+  TORCH_CHECK(gm.size() == (memory == kDeque ? 3u : 2u),
+              "memrnn native stack RNN: ", memory == kDeque ? 3 : 2, " gradient buffers expected");
   const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
                             ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
-                            w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr);
+                            w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr,
+                            opt(P2));
   });
 }
 
@@ -825,7 +1007,7 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "bool want_overflow, int D, int m, Tensor? jumps, Tensor x, Tensor w_x, Tensor b, Tensor(a!) acts, "
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
-      "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S) -> ()",
+      "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
@@ -834,6 +1016,6 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
       "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
-      "Tensor(k!)? gw_x, Tensor(l!)? gx) -> ()",
+      "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2) -> ()",
       &stack_rnn_backward);
 }
