@@ -237,3 +237,13 @@ def test_nondeterministic_layer_with_fused_false_has_second_derivatives(gen):
         else:
             with pytest.raises(RuntimeError, match="differentiate twice"):
                 penalty.backward()
+
+
+def test_nondeterministic_layer_compiles(gen):
+    """Under ``torch.compile`` the nondeterministic step is traced as torch operations (the C++
+    op has no fake kernel), and gives the eager numbers."""
+    torch.manual_seed(0)
+    net = StackRNN(3, 6, "nondeterministic", "lstm", depth=3, memory_args={"states": 2, "symbols": 2})
+    x = torch.randn(2, 5, 3, generator=gen)
+    compiled = torch.compile(net, backend="eager")
+    torch.testing.assert_close(compiled(x)[0], net(x)[0])

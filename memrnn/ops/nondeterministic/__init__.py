@@ -127,7 +127,8 @@ def nondeterministic_step(
     Returns:
         The stack after step ``t + 1``; ``alpha[:, -1] [B, QS]`` is ``log α[t + 1]``.
     """
-    if choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
+    # under torch.compile/export the torch step below is traced (the C++ op has no fake kernel)
+    if not torch.compiler.is_compiling() and choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
         return _NativeStep.apply(gamma, alpha, push, repl, pop)
     B, D, _, QS, _ = gamma.shape
     Q = pop.shape[-1]
