@@ -94,26 +94,26 @@ struct Dims {
   }
 };
 
-// out[b] = log Σ_k exp(a_k[b] + c_k[b]) over the pointer pairs (a_k, c_k), exactly: the
-// maximum first, then the shifted sum.
+// out[b] = log Σ_k exp(A[ia_k + b] + C[ic_k + b]) over the term offsets (ia_k, ic_k), exactly:
+// the maximum first, then the shifted sum.
 template <typename T>
-void lse(const std::vector<const T*>& pa, const std::vector<const T*>& pc, int64_t B, T* out,
-         T* m, T* s) {
-  const int64_t K = static_cast<int64_t>(pa.size());
+void lse(const T* A, const T* C, const std::vector<int64_t>& ia, const std::vector<int64_t>& ic,
+         int64_t B, T* out, T* m, T* s) {
+  const auto K = ia.size();
   std::fill(m, m + B, -std::numeric_limits<T>::infinity());
   std::fill(s, s + B, T(0));
-  for (int64_t k = 0; k < K; ++k) {
-    const T* a = pa[k];
-    const T* c = pc[k];
+  for (size_t k = 0; k < K; ++k) {
+    const T* a = A + ia[k];
+    const T* c = C + ic[k];
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) {
       const T t = a[b] + c[b];
       m[b] = t > m[b] ? t : m[b];
     }
   }
-  for (int64_t k = 0; k < K; ++k) {
-    const T* a = pa[k];
-    const T* c = pc[k];
+  for (size_t k = 0; k < K; ++k) {
+    const T* a = A + ia[k];
+    const T* c = C + ic[k];
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) s[b] += vexp(a[b] + c[b] - m[b]);
   }
@@ -121,16 +121,15 @@ void lse(const std::vector<const T*>& pa, const std::vector<const T*>& pc, int64
   for (int64_t b = 0; b < B; ++b) out[b] = m[b] + vlog(s[b]);
 }
 
-// The backward of lse: for each pair, w = exp(a_k + c_k − out) · g, added to both gradients.
+// The backward of lse: each term's weight exp(a + c − out) · g, added to both factors' gradients.
 template <typename T>
-void lse_backward(const std::vector<const T*>& pa, const std::vector<const T*>& pc,
-                  const std::vector<T*>& ga, const std::vector<T*>& gc, const T* out,
-                  const T* g, int64_t B) {
-  for (size_t k = 0; k < pa.size(); ++k) {
-    const T* a = pa[k];
-    const T* c = pc[k];
-    T* da = ga[k];
-    T* dc = gc[k];
+void lse_backward(const T* A, const T* C, T* gA, T* gC, const std::vector<int64_t>& ia,
+                  const std::vector<int64_t>& ic, const T* out, const T* g, int64_t B) {
+  for (size_t k = 0; k < ia.size(); ++k) {
+    const T* a = A + ia[k];
+    const T* c = C + ic[k];
+    T* da = gA + ia[k];
+    T* dc = gC + ic[k];
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) {
       const T w = vexp(a[b] + c[b] - out[b]) * g[b];
@@ -140,51 +139,80 @@ void lse_backward(const std::vector<const T*>& pa, const std::vector<const T*>& 
   }
 }
 
+// The step's four log-semiring contractions, each written once: visit(out, ia, ic) for every
+// output element (its offset) with its terms' factor offsets; the forward forms their log-sum-exp
+// (lse), the backward their weights (lse_backward).
+struct Terms {
+  std::vector<int64_t> ia, ic;
+  void clear() {
+    ia.clear();
+    ic.clear();
+  }
+  void add(int64_t a, int64_t c) {
+    ia.push_back(a);
+    ic.push_back(c);
+  }
+};
+
+// the replace term: colR[a][u][v] = ⊕_w G[a][D−1][u][w] ⊗ R[w][v]
+template <typename T, typename F>
+void replace_terms(const Dims<T>& d, Terms& t, F visit) {
+  for (int64_t a = 0; a < d.D; ++a)
+    for (int64_t u = 0; u < d.QS; ++u)
+      for (int64_t v = 0; v < d.QS; ++v) {
+        t.clear();
+        for (int64_t w = 0; w < d.QS; ++w) t.add(d.g(a, d.D - 1, u, w), (w * d.QS + v) * d.B);
+        visit(d.sq(a, u, v), t);
+      }
+}
+
+// gp[k][w][r] = ⊕_v G[k+1][D−1][w][v] ⊗ O[v][r]: the run from start k+1 popped into state r
+template <typename T, typename F>
+void popped_run_terms(const Dims<T>& d, Terms& t, F visit) {
+  for (int64_t k = 0; k < d.E; ++k)
+    for (int64_t w = 0; w < d.QS; ++w)
+      for (int64_t r = 0; r < d.Q; ++r) {
+        t.clear();
+        for (int64_t v = 0; v < d.QS; ++v) t.add(d.g(k + 1, d.D - 1, w, v), (v * d.Q + r) * d.B);
+        visit(d.gp(k, w, r), t);
+      }
+}
+
+// the pop term: popped[i][u][r][y] = ⊕_{k, t'} G[i][k][u][t'S+y] ⊗ gp[k][t'S+y][r]
+template <typename T, typename F>
+void pop_terms(const Dims<T>& d, Terms& t, F visit) {
+  for (int64_t i = 0; i < d.E; ++i)
+    for (int64_t u = 0; u < d.QS; ++u)
+      for (int64_t r = 0; r < d.Q; ++r)
+        for (int64_t y = 0; y < d.S; ++y) {
+          t.clear();
+          for (int64_t k = 0; k < d.E; ++k)
+            for (int64_t q = 0; q < d.Q; ++q) t.add(d.g(i, k, u, q * d.S + y), d.gp(k, q * d.S + y, r));
+          visit(d.pop(i, u, r, y), t);
+        }
+}
+
+// the forward weights: newA[v] = ⊕_{a, u} Al[a][u] ⊗ col[a][u][v]
+template <typename T, typename F>
+void alpha_terms(const Dims<T>& d, Terms& t, F visit) {
+  for (int64_t v = 0; v < d.QS; ++v) {
+    t.clear();
+    for (int64_t a = 0; a <= d.D; ++a)
+      for (int64_t u = 0; u < d.QS; ++u) t.add((a * d.QS + u) * d.B, d.sq(a, u, v));
+    visit(v * d.B, t);
+  }
+}
+
 template <typename T>
 void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T* R, const T* O,
                   T* G2, T* Al2, T* colR, T* gp, T* popped, T* col, T* newA, T* z) {
-  const int64_t B = d.B, D = d.D, E = d.E, Q = d.Q, S = d.S, QS = d.QS;
+  const int64_t B = d.B, D = d.D, E = d.E, S = d.S, QS = d.QS;
   const T lz = T(kLogZero);
   std::vector<T> m(B), s(B);
-  std::vector<const T*> pa, pc;
-  // the replace term: colR[a][u][v] = ⊕_w G[a][D−1][u][w] ⊗ R[w][v]
-  for (int64_t a = 0; a < D; ++a)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t v = 0; v < QS; ++v) {
-        pa.clear();
-        pc.clear();
-        for (int64_t w = 0; w < QS; ++w) {
-          pa.push_back(G + d.g(a, D - 1, u, w));
-          pc.push_back(R + (w * QS + v) * B);
-        }
-        lse(pa, pc, B, colR + d.sq(a, u, v), m.data(), s.data());
-      }
-  // gp[k][w][r] = ⊕_v G[k+1][D−1][w][v] ⊗ O[v][r]: the run from start k+1 popped into r
-  for (int64_t k = 0; k < E; ++k)
-    for (int64_t w = 0; w < QS; ++w)
-      for (int64_t r = 0; r < Q; ++r) {
-        pa.clear();
-        pc.clear();
-        for (int64_t v = 0; v < QS; ++v) {
-          pa.push_back(G + d.g(k + 1, D - 1, w, v));
-          pc.push_back(O + (v * Q + r) * B);
-        }
-        lse(pa, pc, B, gp + d.gp(k, w, r), m.data(), s.data());
-      }
-  // the pop term: popped[i][u][r][y] = ⊕_{k, t'} G[i][k][u][t'S+y] ⊗ gp[k][t'S+y][r]
-  for (int64_t i = 0; i < E; ++i)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t r = 0; r < Q; ++r)
-        for (int64_t y = 0; y < S; ++y) {
-          pa.clear();
-          pc.clear();
-          for (int64_t k = 0; k < E; ++k)
-            for (int64_t t = 0; t < Q; ++t) {
-              pa.push_back(G + d.g(i, k, u, t * S + y));
-              pc.push_back(gp + d.gp(k, t * S + y, r));
-            }
-          lse(pa, pc, B, popped + d.pop(i, u, r, y), m.data(), s.data());
-        }
+  Terms t;
+  replace_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, R, t.ia, t.ic, B, colR + o, m.data(), s.data()); });
+  popped_run_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, O, t.ia, t.ic, B, gp + o, m.data(), s.data()); });
+  pop_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, gp, t.ia, t.ic, B, popped + o, m.data(), s.data()); });
   // the new column: replace ⊕ pop for the starts that can pop, then the push from start t
   for (int64_t a = 0; a < D; ++a)
     for (int64_t u = 0; u < QS; ++u)
@@ -203,26 +231,13 @@ void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T
         }
       }
   std::copy(P, P + QS * QS * B, col + d.sq(D, 0, 0));
-  // α[t+1][v] = ⊕_{a, u} Al[a][u] ⊗ col[a][u][v], then its normaliser z
-  for (int64_t v = 0; v < QS; ++v) {
-    pa.clear();
-    pc.clear();
-    for (int64_t a = 0; a <= D; ++a)
-      for (int64_t u = 0; u < QS; ++u) {
-        pa.push_back(Al + (a * QS + u) * B);
-        pc.push_back(col + d.sq(a, u, v));
-      }
-    lse(pa, pc, B, newA + v * B, m.data(), s.data());
-  }
+  // α[t+1], then its normaliser z
+  alpha_terms(d, t, [&](int64_t o, const Terms& t) { lse(Al, col, t.ia, t.ic, B, newA + o, m.data(), s.data()); });
   {
-    std::vector<T> zero(B, T(0));
-    pa.clear();
-    pc.clear();
-    for (int64_t v = 0; v < QS; ++v) {
-      pa.push_back(newA + v * B);
-      pc.push_back(zero.data());
-    }
-    lse(pa, pc, B, z, m.data(), s.data());
+    const std::vector<T> zero(B, T(0));
+    t.clear();
+    for (int64_t v = 0; v < QS; ++v) t.add(v * B, 0);
+    lse(newA, zero.data(), t.ia, t.ic, B, z, m.data(), s.data());
   }
   // the window slides: drop start t−D and column t−D+1; the new column is col[1..D] − z
   const int64_t blk = QS * QS * B;
@@ -297,22 +312,10 @@ void step_backward(const Dims<T>& d, const T* G, const T* Al, const T* R, const 
     for (int64_t b = 0; b < B; ++b) out[b] += gz[b] * vexp(na[b] - z[b]);
   }
   // α[t+1] = ⊕ Al ⊗ col
-  std::vector<const T*> pa, pc;
-  std::vector<T*> ga, gc;
-  for (int64_t v = 0; v < QS; ++v) {
-    pa.clear();
-    pc.clear();
-    ga.clear();
-    gc.clear();
-    for (int64_t a = 0; a <= D; ++a)
-      for (int64_t u = 0; u < QS; ++u) {
-        pa.push_back(Al + (a * QS + u) * B);
-        pc.push_back(col + d.sq(a, u, v));
-        ga.push_back(gAl + (a * QS + u) * B);
-        gc.push_back(gcol.data() + d.sq(a, u, v));
-      }
-    lse_backward(pa, pc, ga, gc, newA + v * B, gnewA.data() + v * B, B);
-  }
+  Terms t;
+  alpha_terms(d, t, [&](int64_t o, const Terms& t) {
+    lse_backward(Al, col, gAl, gcol.data(), t.ia, t.ic, newA + o, gnewA.data() + o, B);
+  });
   std::copy(gcol.data() + d.sq(D, 0, 0), gcol.data() + d.sq(D, 0, 0) + blk, gP);
   // col = colR ⊕ popped (starts that can pop), colR otherwise
   for (int64_t a = 0; a < D; ++a)
@@ -334,55 +337,16 @@ void step_backward(const Dims<T>& d, const T* G, const T* Al, const T* R, const 
           std::copy(g, g + B, gr);
         }
       }
-  // the pop term
-  for (int64_t i = 0; i < E; ++i)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t r = 0; r < Q; ++r)
-        for (int64_t y = 0; y < S; ++y) {
-          pa.clear();
-          pc.clear();
-          ga.clear();
-          gc.clear();
-          for (int64_t k = 0; k < E; ++k)
-            for (int64_t t = 0; t < Q; ++t) {
-              pa.push_back(G + d.g(i, k, u, t * S + y));
-              pc.push_back(gp + d.gp(k, t * S + y, r));
-              ga.push_back(gG + d.g(i, k, u, t * S + y));
-              gc.push_back(ggp.data() + d.gp(k, t * S + y, r));
-            }
-          lse_backward(pa, pc, ga, gc, popped + d.pop(i, u, r, y), gpop.data() + d.pop(i, u, r, y), B);
-        }
-  for (int64_t k = 0; k < E; ++k)
-    for (int64_t w = 0; w < QS; ++w)
-      for (int64_t r = 0; r < Q; ++r) {
-        pa.clear();
-        pc.clear();
-        ga.clear();
-        gc.clear();
-        for (int64_t v = 0; v < QS; ++v) {
-          pa.push_back(G + d.g(k + 1, D - 1, w, v));
-          pc.push_back(O + (v * Q + r) * B);
-          ga.push_back(gG + d.g(k + 1, D - 1, w, v));
-          gc.push_back(gO + (v * Q + r) * B);
-        }
-        lse_backward(pa, pc, ga, gc, gp + d.gp(k, w, r), ggp.data() + d.gp(k, w, r), B);
-      }
-  // the replace term
-  for (int64_t a = 0; a < D; ++a)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t v = 0; v < QS; ++v) {
-        pa.clear();
-        pc.clear();
-        ga.clear();
-        gc.clear();
-        for (int64_t w = 0; w < QS; ++w) {
-          pa.push_back(G + d.g(a, D - 1, u, w));
-          pc.push_back(R + (w * QS + v) * B);
-          ga.push_back(gG + d.g(a, D - 1, u, w));
-          gc.push_back(gR + (w * QS + v) * B);
-        }
-        lse_backward(pa, pc, ga, gc, colR + d.sq(a, u, v), gcolR.data() + d.sq(a, u, v), B);
-      }
+  // the pop term, the popped runs, the replace term
+  pop_terms(d, t, [&](int64_t o, const Terms& t) {
+    lse_backward(G, gp, gG, ggp.data(), t.ia, t.ic, popped + o, gpop.data() + o, B);
+  });
+  popped_run_terms(d, t, [&](int64_t o, const Terms& t) {
+    lse_backward(G, O, gG, gO, t.ia, t.ic, gp + o, ggp.data() + o, B);
+  });
+  replace_terms(d, t, [&](int64_t o, const Terms& t) {
+    lse_backward(G, R, gG, gR, t.ia, t.ic, colR + o, gcolR.data() + o, B);
+  });
 }
 
 void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntArrayRef shape) {

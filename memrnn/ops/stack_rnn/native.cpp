@@ -157,6 +157,20 @@ void covered(const T* x, T* out, int64_t D, int64_t B, bool from_top, std::vecto
   }
 }
 
+// n[b] = c0[b]·x0[b] + c1[b]·x1[b] + c2[b]·x2[b]: a cell of the superposition stack or the tape
+// from three cells and three per-row action weights (and the same map's transpose)
+template <typename T>
+inline void mix3(T* n, const T* x0, const T* c0, const T* x1, const T* c1, const T* x2, const T* c2,
+                 int64_t B) {
+  MEMRNN_SIMD
+  for (int64_t b = 0; b < B; ++b) {
+    T t = x0[b] * c0[b];
+    t += x1[b] * c1[b];
+    t += x2[b] * c2[b];
+    n[b] = t;
+  }
+}
+
 // An activation in place on `t`, whose `n` elements start at `p` (contiguous); tanh as
 // 2σ(2x) − 1 (ATen's sigmoid is several times faster than its tanh on small blocks; the two
 // agree to rounding).
@@ -295,14 +309,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
           const T* o0 = old + (i * m + j) * B;
           const T* below = old + ((i + 1) * m + j) * B;
           const T* above = i == 0 ? v + j * B : old + ((i - 1) * m + j) * B;
-          T* n0 = nw + (i * m + j) * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            T t = o0[b] * noop[b];
-            t += above[b] * push[b];
-            t += below[b] * pop[b];
-            n0[b] = t;
-          }
+          mix3(nw + (i * m + j) * B, o0, noop, above, push, below, pop, B);
         }
       }
       if (want_overflow) {
@@ -329,13 +336,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
           const T* wr = W.data() + (ir * m + j) * B;
           const T* wl = W.data() + (il * m + j) * B;
           T* n0 = nw + (i * m + j) * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            T t = w0[b] * stay[b];
-            t += wr[b] * left[b];
-            t += wl[b] * right[b];
-            n0[b] = t;
-          }
+          mix3(n0, w0, stay, wr, left, wl, right, B);
           if (memory == kJumpTape) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
             const T* jl = as + 3 * B;
             const T* jr = as + 4 * B;
@@ -631,17 +632,13 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
           const T* gu = gc + ((i - 1) * m + j) * B;
           const T* g0 = gc + (i * m + j) * B;
           const T* gd = gc + ((i + 1) * m + j) * B;
-          T* n0 = gn + (i * m + j) * B;
           MEMRNN_SIMD
           for (int64_t b = 0; b < B; ++b) {
             sp[b] += gu[b] * o0[b];
             sp[B + b] += g0[b] * o0[b];
             sp[2 * B + b] += gd[b] * o0[b];
-            T u = g0[b] * noop[b];
-            u += gd[b] * push[b];
-            u += gu[b] * pop[b];
-            n0[b] = u;
           }
+          mix3(gn + (i * m + j) * B, g0, noop, gd, push, gu, pop, B);
         }
       }
       for (int64_t j = 0; j < m; ++j) {
@@ -681,11 +678,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
             sp[b] += g0[b] * w0[b];
             sp[B + b] += g0[b] * wr[b];
             sp[2 * B + b] += g0[b] * wl[b];
-            T u = stay[b] * g0[b];
-            u += left[b] * gl[b];
-            u += right[b] * gr[b];
-            n0[b] = u;
           }
+          mix3(n0, g0, stay, gl, left, gr, right, B);
           if (memory == kJumpTape) {  // the jumps' transposes: gathers the other way
             const T* jl = as + 3 * B;
             const T* jr = as + 4 * B;
