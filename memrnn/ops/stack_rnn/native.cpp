@@ -171,6 +171,13 @@ inline void mix3(T* n, const T* x0, const T* c0, const T* x1, const T* c1, const
   }
 }
 
+// out[j·B + b] = a[b] for j < m: a per-row action weight laid out as a cell of m units, so that
+// a loop over a whole cell (m·B contiguous values) vectorises even when B is small
+template <typename T>
+inline void tile(const T* a, T* out, int64_t m, int64_t B) {
+  for (int64_t j = 0; j < m; ++j) std::copy(a, a + B, out + j * B);
+}
+
 // An activation in place on `t`, whose `n` elements start at `p` (contiguous); tanh as
 // 2σ(2x) − 1 (ATen's sigmoid is several times faster than its tanh on small blocks; the two
 // agree to rounding).
@@ -212,8 +219,9 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
   T* P2p = P2.defined() ? P2.data_ptr<T>() : nullptr;
   T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
-  std::vector<T> acc(B), cov(D * B), W((D > 0 ? D : 1) * m * B);
+  std::vector<T> acc(B), cov(D * B), W(std::max<int64_t>(D, 1) * m * B);
   std::vector<T> dq(memory == kDeque ? 6 * D * B : 0);
+  std::vector<T> cells(3 * m * B);  // the actions tiled over a cell
   const bool from_top = memory == kStack;
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
@@ -301,16 +309,17 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     if (memory == kSuperposition) {
       const T* old = zp + s * Z * B + N * B;  // [D+1, m, B], cell D is zero
       T* nw = zp + (s + 1) * Z * B + N * B;
-      const T* pop = as;
-      const T* noop = as + B;
       const T* push = as + 2 * B;
+      const int64_t c = m * B;  // a cell
+      T* aq = cells.data();  // the actions tiled over a cell: pop, no-op, push
+      T* an = aq + c;
+      T* ap = an + c;
+      tile(as, aq, m, B);
+      tile(as + B, an, m, B);
+      tile(push, ap, m, B);
       for (int64_t i = 0; i < D; ++i) {
-        for (int64_t j = 0; j < m; ++j) {
-          const T* o0 = old + (i * m + j) * B;
-          const T* below = old + ((i + 1) * m + j) * B;
-          const T* above = i == 0 ? v + j * B : old + ((i - 1) * m + j) * B;
-          mix3(nw + (i * m + j) * B, o0, noop, above, push, below, pop, B);
-        }
+        const T* above = i == 0 ? v : old + (i - 1) * c;
+        mix3(nw + i * c, old + i * c, an, above, ap, old + (i + 1) * c, aq, c);
       }
       if (want_overflow) {
         const T* last = old + (D - 1) * m * B;
@@ -324,22 +333,19 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     } else if (memory == kTape || memory == kJumpTape) {
       const T* old = zp + s * Z * B + N * B;  // [D, m, B]
       T* nw = zp + (s + 1) * Z * B + N * B;
-      const T* stay = as;
-      const T* left = as + B;
-      const T* right = as + 2 * B;
-      std::copy(old, old + D * m * B, W.begin());
-      std::copy(v, v + m * B, W.begin());  // write into the head's cell
+      const int64_t c = m * B;  // a cell
+      T* at = cells.data();  // stay, left, right tiled over a cell
+      for (int64_t r = 0; r < 3; ++r) tile(as + r * B, at + r * c, m, B);
+      std::copy(old, old + D * c, W.begin());
+      std::copy(v, v + c, W.begin());  // write into the head's cell
       for (int64_t i = 0; i < D; ++i) {
         const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
-        for (int64_t j = 0; j < m; ++j) {
-          const T* w0 = W.data() + (i * m + j) * B;
-          const T* wr = W.data() + (ir * m + j) * B;
-          const T* wl = W.data() + (il * m + j) * B;
-          T* n0 = nw + (i * m + j) * B;
-          mix3(n0, w0, stay, wr, left, wl, right, B);
-          if (memory == kJumpTape) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
-            const T* jl = as + 3 * B;
-            const T* jr = as + 4 * B;
+        mix3(nw + i * c, W.data() + i * c, at, W.data() + ir * c, at + c, W.data() + il * c, at + 2 * c, c);
+        if (memory == kJumpTape) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
+          const T* jl = as + 3 * B;
+          const T* jr = as + 4 * B;
+          for (int64_t j = 0; j < m; ++j) {
+            T* n0 = nw + (i * m + j) * B;
             for (int64_t b = 0; b < B; ++b) {
               const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
               n0[b] += W[(cl * m + j) * B + b] * jl[b];
@@ -568,6 +574,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // stratification gm = (gP [T+D, m, B], g [D, B]).
   std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(5 * B);
   std::vector<T> dq(memory == kDeque ? 16 * D * B : 0);
+  std::vector<T> cells(6 * m * B);  // actions tiled over a cell, their gradients per unit
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
   // product each over the block's n·B columns
   auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
@@ -619,82 +626,95 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       T* gc = gm[cur].data_ptr<T>() + m * B;  // ∂L/∂S_{s+1}[i] at gc + i·m·B, i = −1..D
       T* gn = gm[1 - cur].data_ptr<T>() + m * B;
       const T* old = zp + s * Z * B + N * B;
-      const T* pop = as;
-      const T* noop = as + B;
       const T* push = as + 2 * B;
+      const int64_t c = m * B;  // a cell
+      T* aq = cells.data();  // the actions tiled over a cell: pop, no-op, push
+      T* an = aq + c;
+      T* ap = an + c;
+      T* su = ap + c;  // the actions' gradients summed over the cells, per unit: pop, no-op, push
+      tile(as, aq, m, B);
+      tile(as + B, an, m, B);
+      tile(push, ap, m, B);
+      std::fill(su, su + 3 * c, T(0));
       MEMRNN_SIMD
-      for (int64_t j = 0; j < m * B; ++j) gc[j] += gzr[j];
-      std::fill(sums.begin(), sums.end(), T(0));
-      T* sp = sums.data();
+      for (int64_t j = 0; j < c; ++j) gc[j] += gzr[j];
       for (int64_t i = 0; i < D; ++i) {
-        for (int64_t j = 0; j < m; ++j) {
-          const T* o0 = old + (i * m + j) * B;
-          const T* gu = gc + ((i - 1) * m + j) * B;
-          const T* g0 = gc + (i * m + j) * B;
-          const T* gd = gc + ((i + 1) * m + j) * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            sp[b] += gu[b] * o0[b];
-            sp[B + b] += g0[b] * o0[b];
-            sp[2 * B + b] += gd[b] * o0[b];
-          }
-          mix3(gn + (i * m + j) * B, g0, noop, gd, push, gu, pop, B);
-        }
-      }
-      for (int64_t j = 0; j < m; ++j) {
-        const T* g0 = gc + j * B;
-        const T* vj = v + j * B;
+        const T* o0 = old + i * c;
+        const T* gu = gc + (i - 1) * c;
+        const T* g0 = gc + i * c;
+        const T* gd = gc + (i + 1) * c;
         MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          sp[2 * B + b] += g0[b] * vj[b];
-          gv[j * B + b] = g0[b] * push[b];
+        for (int64_t j = 0; j < c; ++j) {
+          su[j] += gu[j] * o0[j];
+          su[c + j] += g0[j] * o0[j];
+          su[2 * c + j] += gd[j] * o0[j];
         }
+        mix3(gn + i * c, g0, an, gd, ap, gu, aq, c);
       }
-      std::copy(sp, sp + 3 * B, gas);
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < c; ++j) {
+        su[2 * c + j] += gc[j] * v[j];
+        gv[j] = gc[j] * ap[j];
+      }
+      std::fill(gas, gas + 3 * B, T(0));
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t j = 0; j < m; ++j) {
+          const T* x = su + r * c + j * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) gas[r * B + b] += x[b];
+        }
     } else if (memory == kTape || memory == kJumpTape) {
       T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
       T* gn = gm[1 - cur].data_ptr<T>();
       const T* old = zp + s * Z * B + N * B;
-      const T* stay = as;
-      const T* left = as + B;
-      const T* right = as + 2 * B;
+      const int64_t c = m * B;  // a cell
+      T* at = cells.data();       // stay, left, right tiled over a cell
+      T* su = at + 3 * c;         // their gradients summed over the cells, per unit
+      for (int64_t r = 0; r < 3; ++r) tile(as + r * B, at + r * c, m, B);
+      std::fill(su, su + 3 * c, T(0));
       MEMRNN_SIMD
-      for (int64_t j = 0; j < m * B; ++j) g[j] += gzr[j];
+      for (int64_t j = 0; j < c; ++j) g[j] += gzr[j];
       std::fill(sums.begin(), sums.end(), T(0));
       T* sp = sums.data();
       for (int64_t i = 0; i < D; ++i) {
         const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
-        for (int64_t j = 0; j < m; ++j) {
-          // W[i] = the written tape: v in the head's cell 0, the old tape elsewhere
-          const T* w0 = i == 0 ? v + j * B : old + (i * m + j) * B;
-          const T* wr = ir == 0 ? v + j * B : old + (ir * m + j) * B;
-          const T* wl = il == 0 ? v + j * B : old + (il * m + j) * B;
-          const T* g0 = g + (i * m + j) * B;
-          const T* gl = g + (il * m + j) * B;  // g[i−1] feeds W[i] through a left move
-          const T* gr = g + (ir * m + j) * B;
-          T* n0 = gn + (i * m + j) * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            sp[b] += g0[b] * w0[b];
-            sp[B + b] += g0[b] * wr[b];
-            sp[2 * B + b] += g0[b] * wl[b];
-          }
-          mix3(n0, g0, stay, gl, left, gr, right, B);
-          if (memory == kJumpTape) {  // the jumps' transposes: gathers the other way
-            const T* jl = as + 3 * B;
-            const T* jr = as + 4 * B;
+        // W = the written tape: v in the head's cell 0, the old tape elsewhere
+        const T* w0 = i == 0 ? v : old + i * c;
+        const T* wr = ir == 0 ? v : old + ir * c;
+        const T* wl = il == 0 ? v : old + il * c;
+        const T* g0 = g + i * c;
+        MEMRNN_SIMD
+        for (int64_t j = 0; j < c; ++j) {
+          su[j] += g0[j] * w0[j];
+          su[c + j] += g0[j] * wr[j];
+          su[2 * c + j] += g0[j] * wl[j];
+        }
+        // g[i−1] feeds W[i] through a left move, g[i+1] through a right one
+        mix3(gn + i * c, g0, at, g + il * c, at + c, g + ir * c, at + 2 * c, c);
+        if (memory == kJumpTape) {  // the jumps' transposes: gathers the other way
+          const T* jl = as + 3 * B;
+          const T* jr = as + 4 * B;
+          for (int64_t j = 0; j < m; ++j) {
+            T* n0 = gn + (i * m + j) * B;
+            const T* g0j = g0 + j * B;
             for (int64_t b = 0; b < B; ++b) {
               const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
               const T* wcl = cl == 0 ? v + j * B : old + (cl * m + j) * B;
               const T* wcr = cr == 0 ? v + j * B : old + (cr * m + j) * B;
-              sp[3 * B + b] += g0[b] * wcl[b];
-              sp[4 * B + b] += g0[b] * wcr[b];
+              sp[3 * B + b] += g0j[b] * wcl[b];
+              sp[4 * B + b] += g0j[b] * wcr[b];
               n0[b] += jl[b] * g[(cr * m + j) * B + b];  // W[i] fed new[i−L] through a left jump
               n0[b] += jr[b] * g[(cl * m + j) * B + b];
             }
           }
         }
       }
+      for (int64_t r = 0; r < 3; ++r)
+        for (int64_t j = 0; j < m; ++j) {
+          const T* x = su + r * c + j * B;
+          MEMRNN_SIMD
+          for (int64_t b = 0; b < B; ++b) sp[r * B + b] += x[b];
+        }
       std::copy(sp, sp + k * B, gas);
       std::copy(gn, gn + m * B, gv);
       std::fill(gn, gn + m * B, T(0));
