@@ -58,6 +58,25 @@ class _Kernel:
 
     #: cells of width ``m`` in the reading (the DeQue reads both ends: 2)
     reads = 1
+    #: the memory's own buffers beyond ``z`` (the C++ loops' ``P``, ``S``, ``P2``)
+    buffers: tuple[Tensor, ...] = ()
+    #: each row's jump (the jump tape's; int64 ``[B]``)
+    shift: Tensor | None = None
+
+    def native_buffers(self) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
+        """``(P, S, P2)`` for the C++ loops (None where this memory has none)."""
+        return (*self.buffers, None, None, None)[:3]
+
+    def native_grads(self) -> list[Tensor]:
+        """The gradient state (made by ``start_backward``) that the C++ backward updates in place."""
+        raise NotImplementedError
+
+    def native_final_grads(self, g_mem: tuple[Tensor | None, ...], lens: Tensor) -> tuple[Tensor | None, ...]:
+        """The final state's gradients the C++ backward adds at each row's end (all of them here)."""
+        return g_mem
+
+    def after_native(self, T: int) -> None:
+        """Point the Python bookkeeping at the buffer the C++ backward left the gradient in."""
 
     @staticmethod
     def dims(mem0: tuple[Tensor, ...]) -> tuple[int, int]:
@@ -122,6 +141,12 @@ class _Superposition(_Kernel):
 
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """Nothing to precompute."""
+
+    def native_grads(self) -> list[Tensor]:
+        return self.gpp  # the two alternating zero-padded buffers
+
+    def after_native(self, T: int) -> None:
+        self.cur = T % 2
 
     def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
         """Given ``g_r = ∂L/∂r_{s+1}`` (the reading, ``S_{s+1}[0]``): writes ``∂L/∂a`` into ``ga
@@ -211,6 +236,13 @@ class _Tape(_Kernel):
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """Nothing to precompute."""
 
+    def native_grads(self) -> list[Tensor]:
+        self._pair = [self.g, torch.zeros_like(self.g)]  # the C++ backward alternates between them
+        return self._pair
+
+    def after_native(self, T: int) -> None:
+        self.g = self._pair[T % 2]
+
     def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
         stay, left, right = a[:3]
         g = self.g
@@ -287,6 +319,13 @@ class _JumpTape(_Tape):
         super().start_backward()
         self.g_jump = torch.zeros_like(self.jump)
 
+    def native_final_grads(self, g_mem: tuple[Tensor | None, ...], lens: Tensor) -> tuple[Tensor | None, ...]:
+        """The jump passes through unchanged: its final gradient is its initial one (rows of length
+        0 get theirs from ``add_final_grads`` at step 0); the tape's go to the C++ backward."""
+        if g_mem[0] is not None:
+            self.g_jump += g_mem[0] * (lens >= 1).to(g_mem[0].dtype)
+        return g_mem[1:]
+
     def add_final_grads(self, t: int, grads: tuple[Tensor | None, ...], rows: Tensor) -> Tensor | None:
         if grads[0] is not None:
             self.g_jump += grads[0] * rows
@@ -361,6 +400,9 @@ class _Stratification(_Kernel):
         self.gP = torch.zeros_like(self.P)
         self.g = torch.zeros_like(self.s[0])
         self._block = None
+
+    def native_grads(self) -> list[Tensor]:
+        return [self.gP, self.g]
 
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """The local derivatives of steps ``lo..hi−1`` (they do not depend on the gradient)."""
@@ -500,6 +542,9 @@ class _Deque(_Kernel):
     def start_backward(self) -> None:
         self.gPb, self.gPt = torch.zeros_like(self.Pb), torch.zeros_like(self.Pt)
         self.g = torch.zeros_like(self.s[0])
+
+    def native_grads(self) -> list[Tensor]:
+        return [self.gPb, self.gPt, self.g]
 
     def local(self, lo: int, hi: int, heads: Tensor) -> None:
         """The local derivatives of steps ``lo..hi−1`` (they do not depend on the gradient), made
@@ -697,17 +742,16 @@ class StackRNNSequence(torch.autograd.Function):
             cs[0] = c0.t()
             xs = x.new_empty(T, N, B)
         if native:
-            buf = (*getattr(mem, "buffers", ()), None, None, None)
             _native_ops().stack_rnn_forward(
-                *_native_codes(spec), bool(want_overflow), D, m, getattr(mem, "shift", None), x, w_in[:, :nx].contiguous(), b, acts, z,
-                w_z, w_head, b_head, heads, A, cs, xs, overflow, buf[0], buf[1], buf[2],
+                *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x, w_in[:, :nx].contiguous(), b, acts, z,
+                w_z, w_head, b_head, heads, A, cs, xs, overflow, *mem.native_buffers(),
             )  # fmt: skip
         else:
             _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow)
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
-        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *getattr(mem, "buffers", ()))
+        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mem.buffers)
         ctx.mark_non_differentiable(overflow)
         finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
         finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
@@ -892,30 +936,15 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
     N, K = w_head.shape[1], w_head.shape[0]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
     lens = torch.full((B,), T, dtype=torch.long) if lengths is None else lengths.to(torch.long).contiguous()
-    if isinstance(mem, _Superposition):
-        gm = mem.gpp
-    elif isinstance(mem, _Stratification):
-        gm = [mem.gP, mem.g]
-    elif isinstance(mem, _Deque):
-        gm = [mem.gPb, mem.gPt, mem.g]
-    else:
-        gm = [mem.g, torch.zeros_like(mem.g)]
-    buf = (*getattr(mem, "buffers", ()), None, None, None)
+    P, S, P2 = mem.native_buffers()
     gw_head, gb_head = w_head.new_zeros(K, N), w_head.new_zeros(K)
-    g_fin = g_mem
-    if isinstance(mem, _JumpTape):  # the jump passes through: its final gradient is its initial one
-        g_fin = g_mem[1:]
-        if g_mem[0] is not None:
-            mem.g_jump += g_mem[0] * (lens >= 1).to(g_mem[0].dtype)  # length 0: add_final(0)
+    g_fin = mem.native_final_grads(g_mem, lens)
     _native_ops().stack_rnn_backward(
-        *_native_codes(spec), mem.D, mem.m, getattr(mem, "shift", None), acts, z, w_z, w_head, heads, A, cs, xs, buf[0], buf[1],
+        *_native_codes(spec), mem.D, mem.m, mem.shift, acts, z, w_z, w_head, heads, A, cs, xs, P, S,
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
-        g_c, gm, grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, buf[2],
+        g_c, mem.native_grads(), grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, P2,
     )  # fmt: skip
-    if isinstance(mem, _Superposition):
-        mem.cur = T % 2
-    elif isinstance(mem, _Tape):
-        mem.g = gm[T % 2]
+    mem.after_native(T)
     return gw_head, gb_head
 
 
