@@ -157,6 +157,62 @@ void covered(const T* x, T* out, int64_t D, int64_t B, bool from_top, std::vecto
   }
 }
 
+// The strength-weighted reading of Grefenstette et al. (2015, eq. 3) over D cells: r += Σ_i w_i ⊙
+// val(i) with w_i = min(s_i, max(1 − covered_i, 0)).  `cov [D, B]` holds covered(s) and is
+// overwritten with the weights; val(i) points at cell i's values [m, B]; r [m, B].
+template <typename T, typename Val>
+void read_cells(const T* s, T* cov, int64_t D, int64_t m, int64_t B, Val val, T* r) {
+  for (int64_t i = 0; i < D; ++i) {
+    T* wi = cov + i * B;
+    MEMRNN_SIMD
+    for (int64_t b = 0; b < B; ++b) wi[b] = std::min(s[i * B + b], std::max(T(1) - wi[b], T(0)));
+    const T* vi = val(i);
+    for (int64_t j = 0; j < m; ++j) {
+      T* rj = r + j * B;
+      const T* vj = vi + j * B;
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vj[b];
+    }
+  }
+}
+
+// Its backward from gr = ∂L/∂r [m, B]: gs += ∂L/∂s through the min (½ at a tie, as autograd),
+// u [D, B] = ∂L/∂w through the max, to be passed back through covered's transpose and
+// subtracted; gval(i) += w_i ⊙ gr.  `cov` as in read_cells (holds the weights afterwards).
+template <typename T, typename Val, typename GVal>
+void read_cells_backward(const T* s, T* cov, int64_t D, int64_t m, int64_t B, Val val, GVal gval,
+                         const T* gr, T* gs, T* u) {
+  for (int64_t i = 0; i < D; ++i) {
+    const T* vi = val(i);
+    T* ui = u + i * B;
+    std::fill(ui, ui + B, T(0));
+    for (int64_t j = 0; j < m; ++j) {
+      const T* vj = vi + j * B;
+      const T* grj = gr + j * B;
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) ui[b] += vj[b] * grj[b];  // ∂L/∂w
+    }
+    T* wi = cov + i * B;
+    MEMRNN_SIMD
+    for (int64_t b = 0; b < B; ++b) {
+      const T si = s[i * B + b];
+      const T a = T(1) - wi[b];
+      const T r = std::max(a, T(0));
+      const T da = si < r ? T(1) : (si == r ? T(0.5) : T(0));
+      gs[i * B + b] += ui[b] * da;
+      ui[b] *= a >= 0 ? T(1) - da : T(0);
+      wi[b] = std::min(si, r);
+    }
+    T* gvi = gval(i);
+    for (int64_t j = 0; j < m; ++j) {
+      T* gvj = gvi + j * B;
+      const T* grj = gr + j * B;
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) gvj[b] += wi[b] * grj[b];
+    }
+  }
+}
+
 // n[b] = c0[b]·x0[b] + c1[b]·x1[b] + c2[b]·x2[b]: a cell of the superposition stack or the tape
 // from three cells and three per-row action weights (and the same map's transpose)
 template <typename T>
@@ -392,22 +448,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       const T* top = P2p + (s + 1) * m * B;      // slots D..2D−1
       T* r = zp + (s + 1) * Z * B + N * B;
       std::fill(r, r + 2 * m * B, T(0));
+      auto val = [&](int64_t i) { return i < D ? bot + i * m * B : top + (i - D) * m * B; };
       for (int end = 0; end < 2; ++end) {
         covered(nw, cv, D2, B, end == 1, acc);
-        for (int64_t i = 0; i < D2; ++i) {
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            cv[i * B + b] = std::min(nw[i * B + b], std::max(T(1) - cv[i * B + b], T(0)));
-          }
-          const T* val = i < D ? bot + i * m * B : top + (i - D) * m * B;
-          for (int64_t j = 0; j < m; ++j) {
-            T* rj = r + (end * m + j) * B;
-            const T* wi = cv + i * B;
-            const T* vj = val + j * B;
-            MEMRNN_SIMD
-            for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vj[b];
-          }
-        }
+        read_cells(nw, cv, D2, m, B, val, r + end * m * B);
       }
     } else {  // stratification stack or neural queue
       const T* push = as;
@@ -434,20 +478,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       T* r = zp + (s + 1) * Z * B + N * B;  // [m, B]
       std::fill(r, r + m * B, T(0));
       const T* win = Pp + (T_ - 1 - s) * m * B;  // window of step s+1: P[T−s−1 : T−s−1+D]
-      for (int64_t i = 0; i < D; ++i) {
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          const T w = std::min(nw[i * B + b], std::max(T(1) - cov[i * B + b], T(0)));
-          cov[i * B + b] = w;
-        }
-        for (int64_t j = 0; j < m; ++j) {
-          const T* vi = win + (i * m + j) * B;
-          T* rj = r + j * B;
-          const T* wi = cov.data() + i * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vi[b];
-        }
-      }
+      read_cells(nw, cov.data(), D, m, B, [&](int64_t i) { return win + i * m * B; }, r);
     }
   }
 }
@@ -572,7 +603,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // superposition gm = (gpp0, gpp1) [D+2, m, B] each (zero cell each side), alternating;
   // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
   // stratification gm = (gP [T+D, m, B], g [D, B]).
-  std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), gw(D * B), sums(5 * B);
+  std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), sums(5 * B);
   std::vector<T> dq(memory == kDeque ? 16 * D * B : 0);
   std::vector<T> cells(6 * m * B);  // actions tiled over a cell, their gradients per unit
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
@@ -734,19 +765,19 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       T* cv = b2 + D2 * B;
       T* gn = cv + D2 * B;
       T* u = gn + D2 * B;
-      T* gx = u + D2 * B;
+      T* px = u + D2 * B;  // the first pop's result, then each pop's gradient in turn
       covered(old, cv, D2, B, false, acc);
       for (int64_t j = 0; j < D2 * B; ++j) {
         const int64_t b = j % B;
         c1[j] = pop_top[b] - cv[j];
         c2[j] = old[j] - std::max(c1[j], T(0));
-        gx[j] = std::max(c2[j], T(0));  // p1
+        px[j] = std::max(c2[j], T(0));  // p1
       }
-      covered(gx, cv, D2, B, true, acc);
+      covered(px, cv, D2, B, true, acc);
       for (int64_t j = 0; j < D2 * B; ++j) {
         const int64_t b = j % B;
         b1[j] = pop_bot[b] - cv[j];
-        b2[j] = gx[j] - std::max(b1[j], T(0));
+        b2[j] = px[j] - std::max(b1[j], T(0));
       }
       // the readings: into the values (each half's window) and the strengths
       const T* bot = Pp + (T_ - t) * m * B;
@@ -754,40 +785,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       T* gbot = gPb + (T_ - t) * m * B;
       T* gtop = gPt + t * m * B;
       std::copy(g, g + D2 * B, gn);
+      auto val = [&](int64_t i) { return i < D ? bot + i * m * B : top + (i - D) * m * B; };
+      auto gval = [&](int64_t i) { return i < D ? gbot + i * m * B : gtop + (i - D) * m * B; };
       for (int end = 0; end < 2; ++end) {
-        const T* gr = gzr + end * m * B;
         covered(nw, cv, D2, B, end == 1, acc);
-        for (int64_t i = 0; i < D2; ++i) {
-          const T* val = i < D ? bot + i * m * B : top + (i - D) * m * B;
-          T* gval = i < D ? gbot + i * m * B : gtop + (i - D) * m * B;
-          T* ui = u + i * B;
-          std::fill(ui, ui + B, T(0));
-          for (int64_t j = 0; j < m; ++j) {
-            const T* vj = val + j * B;
-            const T* grj = gr + j * B;
-            MEMRNN_SIMD
-            for (int64_t b = 0; b < B; ++b) ui[b] += vj[b] * grj[b];  // ∂L/∂w
-          }
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            const int64_t ib = i * B + b;
-            const T a = T(1) - cv[ib];
-            const T r = std::max(a, T(0));
-            const T w = std::min(nw[ib], r);
-            const T da = nw[ib] < r ? T(1) : (nw[ib] == r ? T(0.5) : T(0));
-            const T db = a >= 0 ? T(1) - da : T(0);
-            gn[ib] += ui[b] * da;
-            cv[ib] = w;
-            ui[b] *= db;  // −∂L/∂covered
-          }
-          for (int64_t j = 0; j < m; ++j) {
-            T* gvj = gval + j * B;
-            const T* grj = gr + j * B;
-            const T* wi = cv + i * B;
-            MEMRNN_SIMD
-            for (int64_t b = 0; b < B; ++b) gvj[b] += wi[b] * grj[b];
-          }
-        }
+        read_cells_backward(nw, cv, D2, m, B, val, gval, gzr + end * m * B, gn, u);
         covered(u, cv, D2, B, end == 0, acc);  // the transpose of covered
         for (int64_t j = 0; j < D2 * B; ++j) gn[j] -= cv[j];
       }
@@ -807,19 +809,19 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         const T gb2 = b2[j] >= 0 ? gp2[j] : T(0);
         const T gb1 = b1[j] >= 0 ? -gb2 : T(0);
         gpop_bot[j % B] += gb1;
-        gx[j] = gb1;
+        px[j] = gb1;
         gn[j] = gb2;
       }
-      covered(gx, cv, D2, B, false, acc);  // covered(·, stack)ᵀ
+      covered(px, cv, D2, B, false, acc);  // covered(·, stack)ᵀ
       for (int64_t j = 0; j < D2 * B; ++j) {
         const T gp1 = gn[j] - cv[j];
         const T gc2 = c2[j] >= 0 ? gp1 : T(0);
         const T gc1 = c1[j] >= 0 ? -gc2 : T(0);
         gpop_top[j % B] += gc1;
-        gx[j] = gc1;
+        px[j] = gc1;
         gn[j] = gc2;
       }
-      covered(gx, cv, D2, B, true, acc);  // covered(·, queue)ᵀ
+      covered(px, cv, D2, B, true, acc);  // covered(·, queue)ᵀ
       for (int64_t j = 0; j < D2 * B; ++j) g[j] = gn[j] - cv[j];
       std::copy(gPt + (D + s) * m * B, gPt + (D + s + 1) * m * B, gv);
       std::copy(gPb + (T_ - 1 - s) * m * B, gPb + (T_ - s) * m * B, gv + m * B);
@@ -831,39 +833,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       const T* pop = as + B;
       const T* win = Pp + (T_ - t) * m * B;  // step t's window, [D, m, B]
       T* gwin = gP + (T_ - t) * m * B;
+      // the reading: c3 = g_new before the covered term, c4 = what goes back through it
       covered(nw, c1.data(), D, B, from_top, acc);
-      // c1: a3 = 1 − covered(new) -> weights' derivatives; gw: ∂L/∂w
-      for (int64_t i = 0; i < D; ++i) {
-        T* gwi = gw.data() + i * B;
-        std::fill(gwi, gwi + B, T(0));
-        for (int64_t j = 0; j < m; ++j) {
-          const T* vi = win + (i * m + j) * B;
-          const T* gr = gzr + j * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) gwi[b] += vi[b] * gr[b];
-        }
-      }
-      for (int64_t i = 0; i < D; ++i) {
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          const int64_t ib = i * B + b;
-          const T a3 = T(1) - c1[ib];
-          const T r3 = std::max(a3, T(0));
-          const T w = std::min(nw[ib], r3);
-          const T da = nw[ib] < r3 ? T(1) : (nw[ib] == r3 ? T(0.5) : T(0));
-          const T db3 = a3 >= 0 ? T(1) - da : T(0);
-          c2[ib] = w;
-          c3[ib] = g[ib] + gw[ib] * da;  // g_new before the covered term
-          c4[ib] = gw[ib] * db3;
-        }
-        for (int64_t j = 0; j < m; ++j) {
-          T* gwj = gwin + (i * m + j) * B;
-          const T* gr = gzr + j * B;
-          const T* wi = c2.data() + i * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) gwj[b] += wi[b] * gr[b];
-        }
-      }
+      std::copy(g, g + D * B, c3.begin());
+      read_cells_backward(nw, c1.data(), D, m, B, [&](int64_t i) { return win + i * m * B; },
+                          [&](int64_t i) { return gwin + i * m * B; }, gzr, c3.data(), c4.data());
       covered(c4.data(), c1.data(), D, B, !from_top, acc);  // covered_transpose
       MEMRNN_SIMD
       for (int64_t j = 0; j < D * B; ++j) c3[j] -= c1[j];  // c3 = g_new
