@@ -61,6 +61,14 @@ def _run(net, x, state, mask, w, impl):
     return [y, *state_leaves(s)], grads
 
 
+def _assert_native_equals_cpu(net, x, state, mask, w, **tol):
+    """The C++ loops and the Python loops give the same outputs, final state and gradients."""
+    out_n, g_n = _run(net, x, state, mask, w, "native")
+    out_c, g_c = _run(net, x, state, mask, w, "cpu")
+    for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
 @pytest.mark.parametrize("memory", _NATIVE_MEMORIES)
 @pytest.mark.parametrize(("controller", "activation", "opts"), CASES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -100,10 +108,7 @@ def test_value_activations_and_the_overflow(memory, gen):
         net = _layer(memory, "lstm", None, torch.float64, depth=2, memory_args={key: value})
         x = torch.randn(2, 9, 4, generator=gen, dtype=torch.float64)
         w = torch.randn(2, 9, net.output_size, generator=gen, dtype=torch.float64)
-        out_n, g_n = _run(net, x, None, None, w, "native")
-        out_c, g_c = _run(net, x, None, None, w, "cpu")
-        for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
-            torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+        _assert_native_equals_cpu(net, x, None, None, w, atol=1e-12, rtol=0)
         ov_n, ov_c = (_overflow(net, x, impl) for impl in ("native", "cpu"))
         if memory in ("superposition", "stratification"):  # a window of 2 overflows in 9 steps
             assert float(ov_n.abs().sum()) > 0
@@ -129,10 +134,7 @@ def test_long_sequences_in_float32(gen):
         x = torch.randn(4, 300, 4, generator=gen)
         mask = torch.arange(300)[None] < torch.tensor([300, 211, 17, 1])[:, None]
         w = torch.randn(4, 300, net.output_size, generator=gen)
-        out_n, g_n = _run(net, x, None, mask, w, "native")
-        out_c, g_c = _run(net, x, None, mask, w, "cpu")
-        for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
-            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+        _assert_native_equals_cpu(net, x, None, mask, w, atol=1e-4, rtol=1e-4)
 
 
 def test_the_dispatch_picks_native_on_cpu_and_names_what_it_cannot_do(monkeypatch):
@@ -215,10 +217,7 @@ def test_nondeterministic_layer_runs_native_on_cpu(gen):
     ).double()
     x = torch.randn(2, 9, 3, generator=gen, dtype=torch.float64)
     w = torch.randn(2, 9, net.output_size, generator=gen, dtype=torch.float64)
-    out_n, g_n = _run(net, x, None, None, w, "native")
-    out_c, g_c = _run(net, x, None, None, w, "cpu")
-    for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-11, rtol=0)
+    _assert_native_equals_cpu(net, x, None, None, w, atol=1e-11, rtol=0)
 
 
 def test_nondeterministic_layer_with_fused_false_has_second_derivatives(gen):
