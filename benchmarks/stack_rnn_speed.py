@@ -33,20 +33,19 @@ MEMORIES = ("superposition", "stratification", "queue", "tape")
 MORE_MEMORIES = ("tape_jump", "deque")
 
 
-def best_of(fn, repeats: int, device: str = "cpu") -> float:
-    def sync() -> None:
-        if device == "cuda":
-            torch.cuda.synchronize()
-
+def _timed(fn, device: str) -> float:
+    """Seconds one call of ``fn`` takes (waiting for the GPU on CUDA)."""
+    t = time.perf_counter()
     fn()
-    sync()
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return min(times)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
+
+
+def best_of(fn, repeats: int, device: str = "cpu") -> float:
+    """Best of ``repeats`` calls after a warm-up."""
+    _timed(fn, device)
+    return min(_timed(fn, device) for _ in range(repeats))
 
 
 def default_impl(x: torch.Tensor, memory: str) -> str:
@@ -56,17 +55,9 @@ def default_impl(x: torch.Tensor, memory: str) -> str:
 
 def best_of_pair(base, fn, repeats: int, device: str = "cpu") -> tuple[float, float]:
     """Best times of ``base`` and ``fn``, run alternately ``repeats`` times after a warm-up each."""
-
-    def timed(f) -> float:
-        t = time.perf_counter()
-        f()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
-
-    timed(base)
-    timed(fn)
-    pairs = [(timed(base), timed(fn)) for _ in range(repeats)]
+    _timed(base, device)
+    _timed(fn, device)
+    pairs = [(_timed(base, device), _timed(fn, device)) for _ in range(repeats)]
     return min(p[0] for p in pairs), min(p[1] for p in pairs)
 
 
