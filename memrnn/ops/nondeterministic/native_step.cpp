@@ -210,9 +210,9 @@ void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T
   const T lz = T(kLogZero);
   std::vector<T> m(B), s(B);
   Terms t;
-  replace_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, R, t.ia, t.ic, B, colR + o, m.data(), s.data()); });
-  popped_run_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, O, t.ia, t.ic, B, gp + o, m.data(), s.data()); });
-  pop_terms(d, t, [&](int64_t o, const Terms& t) { lse(G, gp, t.ia, t.ic, B, popped + o, m.data(), s.data()); });
+  replace_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, R, terms.ia, terms.ic, B, colR + o, m.data(), s.data()); });
+  popped_run_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, O, terms.ia, terms.ic, B, gp + o, m.data(), s.data()); });
+  pop_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, gp, terms.ia, terms.ic, B, popped + o, m.data(), s.data()); });
   // the new column: replace ⊕ pop for the starts that can pop, then the push from start t
   for (int64_t a = 0; a < D; ++a)
     for (int64_t u = 0; u < QS; ++u)
@@ -232,7 +232,7 @@ void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T
       }
   std::copy(P, P + QS * QS * B, col + d.sq(D, 0, 0));
   // α[t+1], then its normaliser z
-  alpha_terms(d, t, [&](int64_t o, const Terms& t) { lse(Al, col, t.ia, t.ic, B, newA + o, m.data(), s.data()); });
+  alpha_terms(d, t, [&](int64_t o, const Terms& terms) { lse(Al, col, terms.ia, terms.ic, B, newA + o, m.data(), s.data()); });
   {
     const std::vector<T> zero(B, T(0));
     t.clear();
@@ -313,8 +313,8 @@ void step_backward(const Dims<T>& d, const T* G, const T* Al, const T* R, const 
   }
   // α[t+1] = ⊕ Al ⊗ col
   Terms t;
-  alpha_terms(d, t, [&](int64_t o, const Terms& t) {
-    lse_backward(Al, col, gAl, gcol.data(), t.ia, t.ic, newA + o, gnewA.data() + o, B);
+  alpha_terms(d, t, [&](int64_t o, const Terms& terms) {
+    lse_backward(Al, col, gAl, gcol.data(), terms.ia, terms.ic, newA + o, gnewA.data() + o, B);
   });
   std::copy(gcol.data() + d.sq(D, 0, 0), gcol.data() + d.sq(D, 0, 0) + blk, gP);
   // col = colR ⊕ popped (starts that can pop), colR otherwise
@@ -338,14 +338,14 @@ void step_backward(const Dims<T>& d, const T* G, const T* Al, const T* R, const 
         }
       }
   // the pop term, the popped runs, the replace term
-  pop_terms(d, t, [&](int64_t o, const Terms& t) {
-    lse_backward(G, gp, gG, ggp.data(), t.ia, t.ic, popped + o, gpop.data() + o, B);
+  pop_terms(d, t, [&](int64_t o, const Terms& terms) {
+    lse_backward(G, gp, gG, ggp.data(), terms.ia, terms.ic, popped + o, gpop.data() + o, B);
   });
-  popped_run_terms(d, t, [&](int64_t o, const Terms& t) {
-    lse_backward(G, O, gG, gO, t.ia, t.ic, gp + o, ggp.data() + o, B);
+  popped_run_terms(d, t, [&](int64_t o, const Terms& terms) {
+    lse_backward(G, O, gG, gO, terms.ia, terms.ic, gp + o, ggp.data() + o, B);
   });
-  replace_terms(d, t, [&](int64_t o, const Terms& t) {
-    lse_backward(G, R, gG, gR, t.ia, t.ic, colR + o, gcolR.data() + o, B);
+  replace_terms(d, t, [&](int64_t o, const Terms& terms) {
+    lse_backward(G, R, gG, gR, terms.ia, terms.ic, colR + o, gcolR.data() + o, B);
   });
 }
 

@@ -234,6 +234,17 @@ inline void tile(const T* a, T* out, int64_t m, int64_t B) {
   for (int64_t j = 0; j < m; ++j) std::copy(a, a + B, out + j * B);
 }
 
+// out[r·B + b] += Σ_j su[r·m·B + j·B + b] for r < R: per-unit sums (R rows of cells) to per-row sums
+template <typename T>
+inline void sum_units(const T* su, int64_t R, int64_t m, int64_t B, T* out) {
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t j = 0; j < m; ++j) {
+      const T* xj = su + (r * m + j) * B;
+      MEMRNN_SIMD
+      for (int64_t b = 0; b < B; ++b) out[r * B + b] += xj[b];
+    }
+}
+
 // An activation in place on `t`, whose `n` elements start at `p` (contiguous); tanh as
 // 2σ(2x) − 1 (ATen's sigmoid is several times faster than its tanh on small blocks; the two
 // agree to rounding).
@@ -255,7 +266,7 @@ void activate_(const at::Tensor& t, T* p, int64_t n, int64_t act) {
 template <typename T>
 void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
                   bool want_overflow, bool threaded, const Dims& d, const at::Tensor& x,
-                  const at::Tensor& w_x, const at::Tensor& b, const at::Tensor& acts,
+                  const at::Tensor& w_x, const at::Tensor& b_in, const at::Tensor& acts,
                   const at::Tensor& z,
                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
                   const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
@@ -285,7 +296,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   // acts[t] = w_x x_tᵀ + b for the steps of block j (the input projection), as one product over
   // the block's n·B columns
   const int64_t G = d.G, nx = x.size(2);
-  const at::Tensor bias = b.view({G, 1});
+  const at::Tensor bias = b_in.view({G, 1});
   auto project = [&, G, nx](int64_t j) {
     const int64_t lo = starts[j], n = starts[j + 1] - lo;
     const at::Tensor xb = x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx});
@@ -313,18 +324,18 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       const T* f = a + 2 * N * B;
       const T* c0 = csp + s * N * B;
       T* c1 = csp + (s + 1) * N * B;
-      T* x = xsp + s * N * B;
+      T* tc = xsp + s * N * B;  // tanh(c)
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
         g[j] = T(2) * g[j] - T(1);
         c1[j] = f[j] * c0[j] + i[j] * g[j];
-        x[j] = T(2) * c1[j];
+        tc[j] = T(2) * c1[j];
       }
       xs.select(0, s).sigmoid_();  // tanh(c) = 2σ(2c) − 1
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
-        x[j] = T(2) * x[j] - T(1);
-        h[j] = o[j] * x[j];
+        tc[j] = T(2) * tc[j] - T(1);
+        h[j] = o[j] * tc[j];
       }
     } else {
       std::copy(a, a + N * B, h);
@@ -367,15 +378,15 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       T* nw = zp + (s + 1) * Z * B + N * B;
       const T* push = as + 2 * B;
       const int64_t c = m * B;  // a cell
-      T* aq = cells.data();  // the actions tiled over a cell: pop, no-op, push
-      T* an = aq + c;
-      T* ap = an + c;
-      tile(as, aq, m, B);
-      tile(as + B, an, m, B);
-      tile(push, ap, m, B);
+      T* t_pop = cells.data();  // the actions tiled over a cell
+      T* t_noop = t_pop + c;
+      T* t_push = t_noop + c;
+      tile(as, t_pop, m, B);
+      tile(as + B, t_noop, m, B);
+      tile(push, t_push, m, B);
       for (int64_t i = 0; i < D; ++i) {
         const T* above = i == 0 ? v : old + (i - 1) * c;
-        mix3(nw + i * c, old + i * c, an, above, ap, old + (i + 1) * c, aq, c);
+        mix3(nw + i * c, old + i * c, t_noop, above, t_push, old + (i + 1) * c, t_pop, c);
       }
       if (want_overflow) {
         const T* last = old + (D - 1) * m * B;
@@ -659,13 +670,13 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       const T* old = zp + s * Z * B + N * B;
       const T* push = as + 2 * B;
       const int64_t c = m * B;  // a cell
-      T* aq = cells.data();  // the actions tiled over a cell: pop, no-op, push
-      T* an = aq + c;
-      T* ap = an + c;
-      T* su = ap + c;  // the actions' gradients summed over the cells, per unit: pop, no-op, push
-      tile(as, aq, m, B);
-      tile(as + B, an, m, B);
-      tile(push, ap, m, B);
+      T* t_pop = cells.data();  // the actions tiled over a cell
+      T* t_noop = t_pop + c;
+      T* t_push = t_noop + c;
+      T* su = t_push + c;  // the actions' gradients summed over the cells, per unit: pop, no-op, push
+      tile(as, t_pop, m, B);
+      tile(as + B, t_noop, m, B);
+      tile(push, t_push, m, B);
       std::fill(su, su + 3 * c, T(0));
       MEMRNN_SIMD
       for (int64_t j = 0; j < c; ++j) gc[j] += gzr[j];
@@ -680,20 +691,15 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
           su[c + j] += g0[j] * o0[j];
           su[2 * c + j] += gd[j] * o0[j];
         }
-        mix3(gn + i * c, g0, an, gd, ap, gu, aq, c);
+        mix3(gn + i * c, g0, t_noop, gd, t_push, gu, t_pop, c);
       }
       MEMRNN_SIMD
       for (int64_t j = 0; j < c; ++j) {
         su[2 * c + j] += gc[j] * v[j];
-        gv[j] = gc[j] * ap[j];
+        gv[j] = gc[j] * t_push[j];
       }
       std::fill(gas, gas + 3 * B, T(0));
-      for (int64_t r = 0; r < 3; ++r)
-        for (int64_t j = 0; j < m; ++j) {
-          const T* x = su + r * c + j * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) gas[r * B + b] += x[b];
-        }
+      sum_units(su, 3, m, B, gas);
     } else if (memory == kTape || memory == kJumpTape) {
       T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
       T* gn = gm[1 - cur].data_ptr<T>();
@@ -740,12 +746,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
           }
         }
       }
-      for (int64_t r = 0; r < 3; ++r)
-        for (int64_t j = 0; j < m; ++j) {
-          const T* x = su + r * c + j * B;
-          MEMRNN_SIMD
-          for (int64_t b = 0; b < B; ++b) sp[r * B + b] += x[b];
-        }
+      sum_units(su, 3, m, B, sp);
       std::copy(sp, sp + k * B, gas);
       std::copy(gn, gn + m * B, gv);
       std::fill(gn, gn + m * B, T(0));
@@ -758,26 +759,26 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       const T* nw = Sp + t * D2 * B;
       const T* pop_top = as + B;
       const T* pop_bot = as + 3 * B;
-      T* c1 = dq.data();  // the forward's pre-activations, recomputed
-      T* c2 = c1 + D2 * B;
-      T* b1 = c2 + D2 * B;
-      T* b2 = b1 + D2 * B;
-      T* cv = b2 + D2 * B;
+      T* top1 = dq.data();  // the forward's pre-activations, recomputed
+      T* top2 = top1 + D2 * B;
+      T* bot1 = top2 + D2 * B;
+      T* bot2 = bot1 + D2 * B;
+      T* cv = bot2 + D2 * B;
       T* gn = cv + D2 * B;
       T* u = gn + D2 * B;
       T* px = u + D2 * B;  // the first pop's result, then each pop's gradient in turn
       covered(old, cv, D2, B, false, acc);
       for (int64_t j = 0; j < D2 * B; ++j) {
         const int64_t b = j % B;
-        c1[j] = pop_top[b] - cv[j];
-        c2[j] = old[j] - std::max(c1[j], T(0));
-        px[j] = std::max(c2[j], T(0));  // p1
+        top1[j] = pop_top[b] - cv[j];
+        top2[j] = old[j] - std::max(top1[j], T(0));
+        px[j] = std::max(top2[j], T(0));  // p1
       }
       covered(px, cv, D2, B, true, acc);
       for (int64_t j = 0; j < D2 * B; ++j) {
         const int64_t b = j % B;
-        b1[j] = pop_bot[b] - cv[j];
-        b2[j] = px[j] - std::max(b1[j], T(0));
+        bot1[j] = pop_bot[b] - cv[j];
+        bot2[j] = px[j] - std::max(bot1[j], T(0));
       }
       // the readings: into the values (each half's window) and the strengths
       const T* bot = Pp + (T_ - t) * m * B;
@@ -806,8 +807,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       std::fill(gpop_bot, gpop_bot + B, T(0));
       std::fill(gpop_top, gpop_top + B, T(0));
       for (int64_t j = 0; j < D2 * B; ++j) {
-        const T gb2 = b2[j] >= 0 ? gp2[j] : T(0);
-        const T gb1 = b1[j] >= 0 ? -gb2 : T(0);
+        const T gb2 = bot2[j] >= 0 ? gp2[j] : T(0);
+        const T gb1 = bot1[j] >= 0 ? -gb2 : T(0);
         gpop_bot[j % B] += gb1;
         px[j] = gb1;
         gn[j] = gb2;
@@ -815,8 +816,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       covered(px, cv, D2, B, false, acc);  // covered(·, stack)ᵀ
       for (int64_t j = 0; j < D2 * B; ++j) {
         const T gp1 = gn[j] - cv[j];
-        const T gc2 = c2[j] >= 0 ? gp1 : T(0);
-        const T gc1 = c1[j] >= 0 ? -gc2 : T(0);
+        const T gc2 = top2[j] >= 0 ? gp1 : T(0);
+        const T gc1 = top1[j] >= 0 ? -gc2 : T(0);
         gpop_top[j % B] += gc1;
         px[j] = gc1;
         gn[j] = gc2;
@@ -900,13 +901,13 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       const T* i = a + N * B;
       const T* f = a + 2 * N * B;
       const T* g = a + 3 * N * B;
-      const T* x = xsp + s * N * B;
+      const T* tc = xsp + s * N * B;  // tanh(c)
       const T* cp = csp + s * N * B;
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
         const T g_h = ghh[j] + gzp[j];
-        const T gc = gcp[j] + g_h * (o[j] - o[j] * x[j] * x[j]);
-        gas_[j] = (o[j] - o[j] * o[j]) * x[j] * g_h;
+        const T gc = gcp[j] + g_h * (o[j] - o[j] * tc[j] * tc[j]);
+        gas_[j] = (o[j] - o[j] * o[j]) * tc[j] * g_h;
         gas_[N * B + j] = (i[j] - i[j] * i[j]) * g[j] * gc;
         gas_[2 * N * B + j] = (f[j] - f[j] * f[j]) * cp[j] * gc;
         gas_[3 * N * B + j] = (i[j] - i[j] * g[j] * g[j]) * gc;
