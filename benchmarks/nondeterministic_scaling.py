@@ -8,7 +8,8 @@ batch 10.
 Two rows per length: the unlimited stack (``depth = T``: every start time kept; up to
 ``--max-unlimited``, as its cost grows as T³) and the memory-limited one (``depth = window``:
 linear in T).  Time is
-forward+backward (best of ``--repeats``); memory is the bytes autograd saves for backward.
+forward+backward (best of ``--repeats``); memory is the bytes kept for the backward (what autograd
+saves, plus the C++ run's store and per-step arrays).
 ``--impls`` times the stack's step in C++ (``native``, the default on CPU) and in torch
 operations (``cpu``) in the same run."""
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+from unittest import mock
 
 import torch
 
@@ -23,6 +25,21 @@ from benchmarks.run import fit_slope, memory
 from benchmarks.stack_rnn_speed import best_of
 from memrnn.layers import StackRNN
 from memrnn.ops.dispatch import implementation
+from memrnn.ops.nondeterministic import NondeterministicRun
+
+
+@contextlib.contextmanager
+def _recording(runs: list[NondeterministicRun]):
+    """Collect the C++ runs made inside (their store and per-step arrays are kept by the run, not
+    saved through autograd, so the saved-tensor count does not see them)."""
+    init = NondeterministicRun.__init__
+
+    def record(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        runs.append(self)
+
+    with mock.patch.object(NondeterministicRun, "__init__", record):
+        yield
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -72,8 +89,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                         y.sum().backward()
 
                 t = best_of(run, args.repeats, dev)
-                with implementation(impl) if impl else contextlib.nullcontext():
-                    m = memory(net, x, dev, input_grad=False) / 2**20
+                runs: list[NondeterministicRun] = []
+                with implementation(impl) if impl else contextlib.nullcontext(), _recording(runs):
+                    m = memory(net, x, dev, input_grad=False)
+                m = (m + sum(r.nbytes() for r in runs)) / 2**20
                 label = impl or "default"
                 rows.append({"stack": name, "T": T, "depth": depth, "impl": label, "ms": t * 1e3, "mib": m,
                              "lstm_ms": t_lstm * 1e3})  # fmt: skip

@@ -464,7 +464,10 @@ class NondeterministicStack(Memory):
         return NondeterministicState(alpha.new_zeros(batch_size), gamma, alpha)
 
     def read(self, state: NondeterministicState) -> Tensor:
-        top = state.alpha[:, -1]  # log α[t] [B, QS]
+        return self.reading(state.alpha[:, -1])
+
+    def reading(self, top: Tensor) -> Tensor:
+        """The reading ``[B, width]`` from the log forward weights ``top = log α[t] [B, QS]``."""
         if not self.states_in_reading:
             top = torch.logsumexp(top.view(-1, self.states, self.symbols), 1)
         return torch.softmax(top, -1)

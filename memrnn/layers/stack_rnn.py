@@ -26,13 +26,15 @@ from memrnn.core.checks import positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
+from memrnn.core.state import state_where
 from memrnn.layers.elman import ElmanRNN
 from memrnn.layers.gated import GRULayer, LSTMLayer
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
-from memrnn.ops.dispatch import implementation
+from memrnn.ops.dispatch import choose, implementation
 from memrnn.ops.lstm import sigmoids_first
+from memrnn.ops.nondeterministic import NondeterministicRun
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
 #: the controllers by name (``StackRNN(controller="…")``); any MemoryLayer instance works too
@@ -254,12 +256,51 @@ class StackRNN(MemoryLayer):
             return sigmoids_first(w_ih), sigmoids_first(b_ih + b_hh), sigmoids_first(w_hh)
         return c.weight_ih, c.bias, c.weight_hh
 
+    @staticmethod
+    def _nondeterministic_native(x: Tensor) -> bool:
+        """Whether the nondeterministic stack runs as one :class:`NondeterministicRun` (CPU,
+        float32/float64, the C++ ops built; not under ``torch.compile``/``export``)."""
+        return (
+            not torch.compiler.is_compiling() and choose(x, None, triton_ok=False, native_ok=True) == "native"
+        )
+
+    def _nondeterministic_forward(self, x: Tensor, state: NamedTuple | None, mask: Tensor | None):
+        """:meth:`forward` with the nondeterministic stack: the controller's steps in torch, the
+        stack's in C++ as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`: each
+        column of inner weights written once, not a ``[depth, depth]`` window copied and masked
+        at every step; start times still log 0 skipped).  Equal to the reference loop (tests);
+        rows past their length run on and are ignored (outputs zero, final state at the length)."""
+        state, mask = self.check_inputs(x, state, mask)
+        cs, ms = self.split(state)
+        memory = self.memory
+        B, T = x.shape[:2]
+        lengths = None if mask is None else mask.sum(1)
+        if self.strict:
+            taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
+            self._check_overflow((taken >= memory.depth).to(x.dtype), mask)
+        run = NondeterministicRun(ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths)
+        reading = memory.read(ms)
+        ys = []
+        masks = mask.unbind(1) if mask is not None else [None] * T
+        for x_t, m_t in zip(x.unbind(1), masks, strict=True):
+            h, new = self.controller._unchecked_step(torch.cat([x_t, reading], -1), cs)
+            cs = new if m_t is None else state_where(m_t, new, cs)
+            reading = memory.reading(run.step(*memory.transitions(h)))
+            ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
+        y = torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.output_size)
+        y, _ = masked_outputs(y, mask)
+        gamma, alpha = run.final()
+        steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
+        return y, self.State(*cs, steps, gamma, alpha)
+
     def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
         """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``.  The fused path
         (``fused=True`` and a covered controller) or the reference loop over ``step``."""
         if not self.fused:  # the loop over step under autograd end to end (second derivatives)
             with implementation("cpu"):
                 return super().forward(x, state, mask)
+        if self.memory.kind == "nondeterministic" and self._nondeterministic_native(x):
+            return self._nondeterministic_forward(x, state, mask)
         kind = self._fusable()
         if kind is None:
             return super().forward(x, state, mask)

@@ -177,7 +177,7 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize(("B", "depth", "Q", "S"), [(3, 1, 1, 1), (2, 2, 2, 3), (17, 5, 2, 3), (3, 4, 3, 2)])
 def test_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, dtype, gen):
-    """DuSell & Chiang's step (``native_step.cpp``) against the torch step it replaces on CPU:
+    """DuSell & Chiang's step (``native_step.cpp``, a run of one step) against the torch step it replaces on CPU:
     the new window and forward weights and every gradient, from a state a few steps in (so the
     window holds real runs and log-0 entries), batches that are and are not whole vectors."""
     from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
@@ -195,7 +195,10 @@ def test_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, dtype, gen):
     for _ in range(depth + 2):
         gamma, alpha = nondeterministic_step(gamma, alpha, *weights(), impl="cpu")
     inputs = [gamma, alpha, *weights(3.0)]
-    w_gamma = torch.randn(gamma.shape, generator=gen, dtype=dtype)
+    # below the diagonal (an end before its start) the window is log 0 by definition: the torch
+    # step slides whatever it holds there along, the C++ run never reads it; neither is weighed
+    upper = torch.ones(depth, depth, dtype=torch.bool).triu()[None, :, :, None, None]
+    w_gamma = torch.randn(gamma.shape, generator=gen, dtype=dtype) * upper
     w_alpha = torch.randn(alpha.shape, generator=gen, dtype=dtype)
     results = {}
     for impl in ("cpu", "native"):
@@ -246,3 +249,73 @@ def test_nondeterministic_layer_compiles(gen):
     x = torch.randn(2, 5, 3, generator=gen)
     compiled = torch.compile(net, backend="eager")
     torch.testing.assert_close(compiled(x)[0], net(x)[0])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    ("depth", "args"),
+    [
+        (3, {}),  # the memory-limited window, shallower than the sequence
+        (14, {}),  # deeper than the sequence: start times still log 0 are skipped
+        (14, {"normalize_transitions": True, "states_in_reading": False}),  # the NS-RNN of 2020
+    ],
+)
+def test_nondeterministic_run_equals_the_reference_loop(depth, args, dtype, gen):
+    """The layer's nondeterministic stack as one run (``NondeterministicRun``: each column written
+    once, log-0 start times skipped, rows past their length run on) against the reference loop
+    over ``step`` (the torch step, the window masked at every step): outputs, the final state,
+    every gradient (input, parameters, a non-fresh initial state), rows of lengths T, 5 and 0.
+    Final-state entries that are log 0 are weighed 0: the run holds them at exactly ``LOG_ZERO``,
+    the torch step a little above it."""
+    from memrnn.ops.nondeterministic import LOG_ZERO
+
+    torch.manual_seed(5)
+    memory_args = {"states": 2, "symbols": 3, **args}
+    net = StackRNN(4, 7, "nondeterministic", "lstm", depth=depth, output="hidden+reading", memory_args=memory_args)
+    net = net.to(dtype)
+    B, T = 3, 9
+    with torch.no_grad():  # a state two steps in: its window holds runs, its gradient is checked
+        _, state = MemoryLayer.forward(net, torch.randn(B, 2, 4, generator=gen, dtype=dtype))
+    x = torch.randn(B, T, 4, generator=gen, dtype=dtype)
+    mask = torch.arange(T)[None] < torch.tensor([T, 5, 0])[:, None]
+    w = torch.randn(B, T, net.output_size, generator=gen, dtype=dtype)
+    w_state = [torch.randn(t.shape, generator=gen, dtype=dtype) for t in state]
+    results = {}
+    for impl in ("native", "reference"):
+        xx = x.clone().requires_grad_()
+        st = type(state)(*(t.clone().requires_grad_() for t in state))
+        net.zero_grad()
+        if impl == "reference":
+            y, final = MemoryLayer.forward(net, xx, st, mask)
+        else:
+            with implementation(impl):
+                y, final = net(xx, st, mask)
+        alive = [t > LOG_ZERO / 2 for t in final]
+        loss = (y * w).sum() + sum((t * v * a).sum() for t, v, a in zip(final, w_state, alive, strict=True))
+        loss.backward()
+        grads = [xx.grad, *(p.grad for p in net.parameters()), *(t.grad for t in st)]
+        results[impl] = [y, *(torch.where(a, t, LOG_ZERO) for t, a in zip(final, alive, strict=True)), *grads]
+    tol = {"atol": 1e-11, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
+    for a, b in zip(results["native"], results["reference"], strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_nondeterministic_run_checks_its_steps_and_refuses_a_second_order(gen):
+    """A run takes at most the steps it was made for; a second backward pass (``retain_graph``)
+    gives the first one's gradients; its backward is first order."""
+    from memrnn.ops.nondeterministic import NondeterministicRun, nondeterministic_initial
+
+    gamma, alpha = nondeterministic_initial(2, 2, 2, 3, dtype=torch.float64)
+    run = NondeterministicRun(gamma, alpha, 1, states=2)
+    w = [torch.randn(2, 4, n, generator=gen, dtype=torch.float64, requires_grad=True) for n in (4, 4, 2)]
+    top = run.step(*w)
+    with pytest.raises(RuntimeError, match="made for 1 steps"):
+        run.step(*w)
+    loss = top.square().sum()
+    first = torch.autograd.grad(loss, w, retain_graph=True)
+    again = torch.autograd.grad(loss, w, retain_graph=True)  # a second pass starts from zero
+    for a, b in zip(first, again, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    (g,) = torch.autograd.grad(loss, w[0], create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice"):
+        g.sum().backward()

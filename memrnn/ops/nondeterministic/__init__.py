@@ -18,11 +18,14 @@ stays normalised (log-sum 0) however long the sequence.  Each step costs ``O(dep
 with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in T); a smaller
 ``depth`` is their memory-limited variant (linear in T).
 
-On CPU tensors of float32 and float64 the step runs in C++ (``native_step.cpp``,
-:class:`_NativeStep`): the same log-sum-exps formed term by term in registers, batch last so
-that each loop over the batch vectorises, where the torch step below materialises every
-broadcast ``[..., I, K, J]`` block.  Its backward is first order; ``impl="cpu"`` (or a
-``StackRNN`` with ``fused=False``) keeps the torch step, whose gradients differentiate again.
+On CPU tensors of float32 and float64 the stack runs in C++ (``native_step.cpp``) as a
+:class:`NondeterministicRun`: a whole sequence's columns written once into one store (the window
+above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed term by term, batch
+last so that each loop over the batch vectorises, and start times that are still log 0 never
+computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
+``StackRNN`` runs its sequences this way; :func:`nondeterministic_step` on CPU is a run of one
+step.  Its backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with ``fused=False``) keeps
+the torch step, whose gradients differentiate again.
 """
 
 from __future__ import annotations
@@ -81,33 +84,127 @@ def nondeterministic_initial(
     return gamma, alpha
 
 
-def _batch_last(t: Tensor) -> Tensor:
-    return t.permute(*range(1, t.dim()), 0).contiguous()
+class NondeterministicRun:
+    """The stack over a sequence of up to ``steps`` steps on CPU (float32/float64), in C++
+    (``native_step.cpp``): each column of inner weights is written once into one store for the
+    whole run, where :func:`nondeterministic_step` copies the ``[depth, depth]`` window at every
+    step, and start times still log 0 are never computed (from the fresh stack, step ``s`` costs
+    ``O(min(s, depth)² · Q³S²)``, not ``O(depth² · Q³S²)``).
+
+    Usage: ``run = NondeterministicRun(gamma, alpha, T, states=Q, lengths=...)``, then
+    ``top = run.step(push, repl, pop)`` for each step (``log α [B, QS]`` after it, normalised),
+    then ``gamma, alpha = run.final()``: each row's window after its own ``lengths[b]`` steps
+    (all ``T`` when ``lengths`` is None), in :func:`nondeterministic_step`'s layout.  Gradients
+    flow to the starting window, every step's transition weights and back from the final window
+    (first order).  Entries of the final window that are log 0 are exactly :data:`LOG_ZERO` here;
+    :func:`nondeterministic_step` may leave them slightly above it (``exp`` of either is 0).
+
+    The steps' backward passes write into one gradient store: each step's node hands the next
+    (earlier) one a zero-size token, so autograd runs them strictly from the last step back.
+    """
+
+    def __init__(
+        self, gamma: Tensor, alpha: Tensor, steps: int, *, states: int, lengths: Tensor | None = None
+    ) -> None:
+        self.ops = load()
+        if self.ops is None:
+            raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
+        self.batch, self.depth = gamma.shape[0], gamma.shape[1]
+        self.states, self.steps = int(states), int(steps)
+        if lengths is None:
+            lengths = torch.full((self.batch,), self.steps, dtype=torch.long)
+        self.lengths = lengths.to("cpu", torch.long).contiguous()
+        self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
+        self.taken = 0
+        self._grads: tuple[Tensor, Tensor] | None = None
+        self._last = -2
+        self.token = _Start.apply(self, gamma, alpha)
+
+    def step(self, push: Tensor, repl: Tensor, pop: Tensor) -> Tensor:
+        """One step on the log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``; returns
+        ``log α [B, QS]`` after it."""
+        if self.taken >= self.steps:
+            raise RuntimeError(f"this run was made for {self.steps} steps")
+        top, self.token = _Step.apply(self, self.taken, self.token, push, repl, pop)
+        self.taken += 1
+        return top
+
+    def final(self) -> tuple[Tensor, Tensor]:
+        """Each row's window after its ``lengths[b]`` steps: ``(gamma [B, depth, depth, QS, QS],
+        alpha [B, depth + 1, QS])``."""
+        return _Final.apply(self, self.token)
+
+    def nbytes(self) -> int:
+        """The bytes this run keeps for its backward (the store, the forward weights and every
+        step's arrays; the gradient store, made in the backward, is as large as the first two)."""
+        return sum(t.numel() * t.element_size() for t in (self.store, self.alphas, *self.buffers))
+
+    def grads(self, node: int) -> tuple[Tensor, Tensor]:
+        """The gradient store, zeroed when a new backward pass starts (``node``: the step whose
+        backward runs, ``steps`` for the final window, -1 for the start; each pass visits them
+        in decreasing order)."""
+        if self._grads is None or node >= self._last:
+            self._grads = (torch.zeros_like(self.store), torch.zeros_like(self.alphas))
+        self._last = node
+        return self._grads
 
 
-def _batch_first(t: Tensor) -> Tensor:
-    return t.permute(t.dim() - 1, *range(t.dim() - 1))
-
-
-class _NativeStep(torch.autograd.Function):
-    """:func:`nondeterministic_step` in C++ (``native_step.cpp`` beside this file): the same
-    recurrences term by term, batch last so that every loop over the batch vectorises.  The new
-    state comes back as a batch-first view of a batch-last buffer, so the next step reads it
-    without a copy; the backward keeps the step's intermediates (``O(depth · Q²S²)`` per row), not
-    the broadcast terms."""
+class _Start(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, gamma, alpha):  # type: ignore[override]
+        run.store, run.alphas, run.live = run.ops.ns_run_start(
+            gamma.contiguous(), alpha.contiguous(), run.states, run.steps
+        )
+        run.buffers = run.ops.ns_run_buffers(run.store, run.states, max(run.steps, 1) if run.keep else 1)
+        ctx.run = run
+        return gamma.new_zeros(0)
 
     @staticmethod
-    def forward(ctx, gamma, alpha, push, repl, pop):  # type: ignore[override]
-        G, Al, P, R, O = (_batch_last(t) for t in (gamma, alpha, push, repl, pop))
-        G2, Al2, *saved = load().ns_step_forward(G, Al, P, R, O)
-        ctx.save_for_backward(*saved)
-        return _batch_first(G2), _batch_first(Al2)
+    @first_order
+    def backward(ctx, _token):  # type: ignore[override]
+        run = ctx.run
+        gs, ga = run.grads(-1)
+        g_gamma, g_alpha = run.ops.ns_run_window(gs, ga, torch.zeros_like(run.lengths), run.batch, 0.0)
+        return None, g_gamma, g_alpha
+
+
+class _Step(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, s, token, push, repl, pop):  # type: ignore[override]
+        c = (t.contiguous() for t in (push, repl, pop))
+        top = run.ops.ns_run_step(
+            run.store, run.alphas, run.buffers, s if run.keep else 0, s, run.live + s, *c
+        )
+        ctx.run, ctx.s = run, s
+        return top, token.new_zeros(0)
+
+    @staticmethod
+    @first_order
+    def backward(ctx, g_top, _token):  # type: ignore[override]
+        run, s = ctx.run, ctx.s
+        if not run.keep:
+            raise RuntimeError("NondeterministicRun: made without gradients (torch.no_grad), cannot go back")
+        gs, ga = run.grads(s)
+        grads = run.ops.ns_run_step_backward(
+            run.store, run.alphas, run.buffers, s, s, run.live + s, gs, ga, g_top.contiguous(), run.states
+        )
+        return None, None, _token, *grads
+
+
+class _Final(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, run, token):  # type: ignore[override]
+        ctx.run = run
+        gamma, alpha = run.ops.ns_run_window(run.store, run.alphas, run.lengths, run.batch, LOG_ZERO)
+        return gamma, alpha
 
     @staticmethod
     @first_order
     def backward(ctx, g_gamma, g_alpha):  # type: ignore[override]
-        grads = load().ns_step_backward(*ctx.saved_tensors, _batch_last(g_gamma), _batch_last(g_alpha))
-        return tuple(_batch_first(g) for g in grads)
+        run = ctx.run
+        gs, ga = run.grads(run.steps)
+        run.ops.ns_run_window_backward(gs, ga, run.lengths, g_gamma.contiguous(), g_alpha.contiguous())
+        return None, g_gamma.new_zeros(0)
 
 
 def nondeterministic_step(
@@ -129,7 +226,9 @@ def nondeterministic_step(
     """
     # under torch.compile/export the torch step below is traced (the C++ op has no fake kernel)
     if not torch.compiler.is_compiling() and choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
-        return _NativeStep.apply(gamma, alpha, push, repl, pop)
+        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1])
+        run.step(push, repl, pop)
+        return run.final()
     B, D, _, QS, _ = gamma.shape
     Q = pop.shape[-1]
     S = QS // Q
@@ -164,6 +263,7 @@ def nondeterministic_step(
 
 __all__ = [
     "LOG_ZERO",
+    "NondeterministicRun",
     "log_matmul",
     "nondeterministic_initial",
     "nondeterministic_reference",

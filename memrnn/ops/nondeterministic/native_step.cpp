@@ -1,20 +1,36 @@
-// One step of DuSell & Chiang's nondeterministic stack (NS-RNN 2020; RNS-RNN and its
-// memory-limited variant 2022) and its backward, in C++ (memrnn.ops.nondeterministic): the same
-// log-space recurrences, window and per-step normalisation as nondeterministic_step in
-// __init__.py, whose broadcast log-sum-exps it replaces on CPU tensors.  Every log-sum-exp is
-// exact (the maximum of its own terms subtracted, never a product of separately shifted
-// exponentials) and formed term by term without materialising the broadcast; every array is
-// batch-last ([..., B]) so that each loop over the batch vectorises, the exponentials and
-// logarithms included (float: vexp/vlog below, Cephes' polynomials, within 2 ulp; double:
-// the C library's).
+// DuSell & Chiang's nondeterministic stack (NS-RNN 2020; RNS-RNN and its memory-limited variant
+// 2022) over a whole sequence, step by step, in C++ (memrnn.ops.nondeterministic): the log-space
+// recurrences, window and per-step normalisation of nondeterministic_step in __init__.py, whose
+// broadcast log-sum-exps they replace on CPU tensors.  Every log-sum-exp is exact (the maximum of
+// its own terms subtracted, never a product of separately shifted exponentials) and formed term by
+// term without materialising the broadcast; every array is batch-last ([..., B], B padded to 16
+// lanes) so that each loop over the batch vectorises, the exponentials and logarithms included
+// (float: vexp/vlog below, Cephes' polynomials, within 2 ulp; double: the C library's).
 //
-// Layout (per step, batch last; QS = Q·S configurations qx = q·S + x, E = depth − 1):
-//   G  [D][D][QS][QS][B]  G[a][c] = log γ[t−D+a → t−D+1+c]     (the window before the step)
-//   Al [D+1][QS][B]        Al[p]  = log α[t−D+p]
-//   P, R [QS][QS][B]       push q,x → r,xy and replace q,x → r,y;   O [QS][Q][B] pop q,x → r
-//   saved for the backward: colR [D][QS][QS][B] (the replace term), gp [E][QS][Q][B] (a run's
-//   top popped into state r), popped [E][QS][Q][S][B] (the pop term), col [D+1][QS][QS][B]
-//   (the new column before normalisation), newA [QS][B] and z [B] (its normaliser).
+// The store.  A run of T steps from a window of depth D keeps every column once, in absolute
+// order, instead of a window copied at every step (O(D²) per step; the columns are written once):
+//   store  [D+T][D][QS][QS][B]  store[J][o] = log γ[i → j], j the end of column J, i = j − 1 − o
+//                               (columns 0..D−1: the starting window's, column D+s: step s's)
+//   alphas [D+T+1][QS][B]       alphas[J+1] = log α[j] (the end of column J); alphas[0..D] the
+//                               starting window's
+// with QS = Q·S configurations qx = q·S + x.  Window entry G[a][c] (a ≤ c) is store[c][c − a];
+// entries below the diagonal, and start offsets beyond the depth, are log 0.
+//
+// Live starts.  Starts earlier than every entry alive in the starting window (above LOG_ZERO / 2)
+// can never gain weight: their entries stay log 0 exactly and are never computed.  From the fresh
+// stack, step s computes s + 2 start offsets (not D + 1), so an unlimited stack (D ≥ T) costs
+// Σ_s s² ≈ T³/3, not T·D².
+//
+// Step s (column J = D + s, end t+1; P, R [QS][QS][B] push q,x → r,xy and replace q,x → r,y;
+// O [QS][Q][B] pop q,x → r), new start offsets o' = 0..D (start t − o'):
+//   col[0]   = P
+//   colR[o'] = ⊕_w store[J−1][o'−1][u][w] ⊗ R[w][v]                              (o' ≥ 1)
+//   gp[ko]   = ⊕_v store[J−1][ko][w][v] ⊗ O[v][r]: the run from t−1−ko popped into r
+//   popped[o'][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗ gp[ko][qy][r]  (o' ≥ 2)
+//   col[o']  = colR[o'] ⊕ popped[o']
+//   newA[v]  = ⊕_{o'} ⊕_u alphas[J − o'][u] ⊗ col[o'][u][v],   z = ⊕_v newA[v]
+//   store[J][o'] = max(col[o'] − z, LOG_ZERO) (o' < D),         alphas[J+1] = max(newA − z, LOG_ZERO)
+// saved for the backward (per step): R, O, colR, gp, popped, col, newA, z.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -81,19 +97,6 @@ inline float vlog(float x) {  // x > 0 and normal (here: a sum of exponentials, 
 inline double vexp(double x) { return std::exp(x); }
 inline double vlog(double x) { return std::log(x); }
 
-template <typename T>
-struct Dims {
-  int64_t B, D, E, Q, S, QS;
-  int64_t g(int64_t a, int64_t c, int64_t u, int64_t v) const {  // G[a][c][u][v][0]
-    return (((a * D + c) * QS + u) * QS + v) * B;
-  }
-  int64_t sq(int64_t a, int64_t u, int64_t v) const { return ((a * QS + u) * QS + v) * B; }
-  int64_t gp(int64_t k, int64_t w, int64_t r) const { return ((k * QS + w) * Q + r) * B; }
-  int64_t pop(int64_t i, int64_t u, int64_t r, int64_t y) const {
-    return (((i * QS + u) * Q + r) * S + y) * B;
-  }
-};
-
 // out[b] = log Σ_k exp(A[ia_k + b] + C[ic_k + b]) over the term offsets (ia_k, ic_k), exactly:
 // the maximum first, then the shifted sum.
 template <typename T>
@@ -139,6 +142,7 @@ void lse_backward(const T* A, const T* C, T* gA, T* gC, const std::vector<int64_
   }
 }
 
+
 // The step's four log-semiring contractions, each written once: visit(out, ia, ic) for every
 // output element (its offset) with its terms' factor offsets; the forward forms their log-sum-exp
 // (lse), the backward their weights (lse_backward).
@@ -154,73 +158,95 @@ struct Terms {
   }
 };
 
-// the replace term: colR[a][u][v] = ⊕_w G[a][D−1][u][w] ⊗ R[w][v]
-template <typename T, typename F>
-void replace_terms(const Dims<T>& d, Terms& t, F visit) {
-  for (int64_t a = 0; a < d.D; ++a)
-    for (int64_t u = 0; u < d.QS; ++u)
-      for (int64_t v = 0; v < d.QS; ++v) {
+// Offsets (in elements) into the store, the alphas and one step's saved arrays.
+struct Geo {
+  int64_t B, D, Q, S, QS;
+  int64_t col(int64_t J, int64_t o, int64_t u, int64_t v) const {  // store[J][o][u][v][0]
+    return (((J * D + o) * QS + u) * QS + v) * B;
+  }
+  int64_t al(int64_t A, int64_t u) const { return (A * QS + u) * B; }
+  int64_t sq(int64_t o, int64_t u, int64_t v) const { return ((o * QS + u) * QS + v) * B; }
+  int64_t gp(int64_t k, int64_t w, int64_t r) const { return ((k * QS + w) * Q + r) * B; }
+  int64_t pop(int64_t o, int64_t u, int64_t r, int64_t y) const { return (((o * QS + u) * Q + r) * S + y) * B; }
+  int64_t E() const { return std::max<int64_t>(D - 1, 1); }  // rows of gp and popped
+};
+
+// colR[o'−1][u][v] = ⊕_w store[J−1][o'−1][u][w] ⊗ R[w][v]   (o' = 1..L)
+template <typename F>
+void replace_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
+  for (int64_t o = 1; o <= L; ++o)
+    for (int64_t u = 0; u < g.QS; ++u)
+      for (int64_t v = 0; v < g.QS; ++v) {
         t.clear();
-        for (int64_t w = 0; w < d.QS; ++w) t.add(d.g(a, d.D - 1, u, w), (w * d.QS + v) * d.B);
-        visit(d.sq(a, u, v), t);
+        for (int64_t w = 0; w < g.QS; ++w) t.add(g.col(J - 1, o - 1, u, w), (w * g.QS + v) * g.B);
+        visit(g.sq(o - 1, u, v), t);
       }
 }
 
-// gp[k][w][r] = ⊕_v G[k+1][D−1][w][v] ⊗ O[v][r]: the run from start k+1 popped into state r
-template <typename T, typename F>
-void popped_run_terms(const Dims<T>& d, Terms& t, F visit) {
-  for (int64_t k = 0; k < d.E; ++k)
-    for (int64_t w = 0; w < d.QS; ++w)
-      for (int64_t r = 0; r < d.Q; ++r) {
+// gp[ko][w][r] = ⊕_v store[J−1][ko][w][v] ⊗ O[v][r]   (ko = 0..L−2)
+template <typename F>
+void popped_run_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
+  for (int64_t k = 0; k + 2 <= L; ++k)
+    for (int64_t w = 0; w < g.QS; ++w)
+      for (int64_t r = 0; r < g.Q; ++r) {
         t.clear();
-        for (int64_t v = 0; v < d.QS; ++v) t.add(d.g(k + 1, d.D - 1, w, v), (v * d.Q + r) * d.B);
-        visit(d.gp(k, w, r), t);
+        for (int64_t v = 0; v < g.QS; ++v) t.add(g.col(J - 1, k, w, v), (v * g.Q + r) * g.B);
+        visit(g.gp(k, w, r), t);
       }
 }
 
-// the pop term: popped[i][u][r][y] = ⊕_{k, t'} G[i][k][u][t'S+y] ⊗ gp[k][t'S+y][r]
-template <typename T, typename F>
-void pop_terms(const Dims<T>& d, Terms& t, F visit) {
-  for (int64_t i = 0; i < d.E; ++i)
-    for (int64_t u = 0; u < d.QS; ++u)
-      for (int64_t r = 0; r < d.Q; ++r)
-        for (int64_t y = 0; y < d.S; ++y) {
+// popped[o'−2][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗ gp[ko][qy][r]   (o' = 2..L)
+template <typename F>
+void pop_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
+  for (int64_t o = 2; o <= L; ++o)
+    for (int64_t u = 0; u < g.QS; ++u)
+      for (int64_t r = 0; r < g.Q; ++r)
+        for (int64_t y = 0; y < g.S; ++y) {
           t.clear();
-          for (int64_t k = 0; k < d.E; ++k)
-            for (int64_t q = 0; q < d.Q; ++q) t.add(d.g(i, k, u, q * d.S + y), d.gp(k, q * d.S + y, r));
-          visit(d.pop(i, u, r, y), t);
+          for (int64_t k = 0; k + 2 <= o; ++k)
+            for (int64_t q = 0; q < g.Q; ++q) {
+              const int64_t qy = q * g.S + y;
+              t.add(g.col(J - 2 - k, o - 2 - k, u, qy), g.gp(k, qy, r));
+            }
+          visit(g.pop(o - 2, u, r, y), t);
         }
 }
 
-// the forward weights: newA[v] = ⊕_{a, u} Al[a][u] ⊗ col[a][u][v]
-template <typename T, typename F>
-void alpha_terms(const Dims<T>& d, Terms& t, F visit) {
-  for (int64_t v = 0; v < d.QS; ++v) {
+// newA[v] = ⊕_{o' ≤ L} ⊕_u alphas[J − o'][u] ⊗ col[o'][u][v]
+template <typename F>
+void alpha_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
+  for (int64_t v = 0; v < g.QS; ++v) {
     t.clear();
-    for (int64_t a = 0; a <= d.D; ++a)
-      for (int64_t u = 0; u < d.QS; ++u) t.add((a * d.QS + u) * d.B, d.sq(a, u, v));
-    visit(v * d.B, t);
+    for (int64_t o = 0; o <= L; ++o)
+      for (int64_t u = 0; u < g.QS; ++u) t.add(g.al(J - o, u), g.sq(o, u, v));
+    visit(v * g.B, t);
   }
 }
 
+// One step's saved arrays (pointers into the run's per-step buffers).
 template <typename T>
-void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T* R, const T* O,
-                  T* G2, T* Al2, T* colR, T* gp, T* popped, T* col, T* newA, T* z) {
-  const int64_t B = d.B, D = d.D, E = d.E, S = d.S, QS = d.QS;
+struct Saved {
+  T *R, *O, *colR, *gp, *popped, *col, *newA, *z;
+};
+
+template <typename T>
+void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const T* P, const Saved<T>& sv) {
+  const int64_t B = g.B, D = g.D, S = g.S, QS = g.QS;
   const T lz = T(kLogZero);
   std::vector<T> m(B), s(B);
   Terms t;
-  replace_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, R, terms.ia, terms.ic, B, colR + o, m.data(), s.data()); });
-  popped_run_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, O, terms.ia, terms.ic, B, gp + o, m.data(), s.data()); });
-  pop_terms(d, t, [&](int64_t o, const Terms& terms) { lse(G, gp, terms.ia, terms.ic, B, popped + o, m.data(), s.data()); });
-  // the new column: replace ⊕ pop for the starts that can pop, then the push from start t
-  for (int64_t a = 0; a < D; ++a)
+  replace_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.R, tm.ia, tm.ic, B, sv.colR + o, m.data(), s.data()); });
+  popped_run_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.O, tm.ia, tm.ic, B, sv.gp + o, m.data(), s.data()); });
+  pop_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.gp, tm.ia, tm.ic, B, sv.popped + o, m.data(), s.data()); });
+  // the new column: the push from start t, the replace (⊕ the pop from start t − 2 on)
+  std::copy(P, P + QS * QS * B, sv.col);
+  for (int64_t o = 1; o <= L; ++o)
     for (int64_t u = 0; u < QS; ++u)
       for (int64_t v = 0; v < QS; ++v) {
-        const T* cr = colR + d.sq(a, u, v);
-        T* out = col + d.sq(a, u, v);
-        if (a < E) {
-          const T* pp = popped + d.pop(a, u, v / S, v % S);
+        const T* cr = sv.colR + g.sq(o - 1, u, v);
+        T* out = sv.col + g.sq(o, u, v);
+        if (o >= 2) {
+          const T* pp = sv.popped + g.pop(o - 2, u, v / S, v % S);
           NS_SIMD
           for (int64_t b = 0; b < B; ++b) {
             const T mx = std::max(cr[b], pp[b]);
@@ -230,225 +256,331 @@ void step_forward(const Dims<T>& d, const T* G, const T* Al, const T* P, const T
           std::copy(cr, cr + B, out);
         }
       }
-  std::copy(P, P + QS * QS * B, col + d.sq(D, 0, 0));
-  // α[t+1], then its normaliser z
-  alpha_terms(d, t, [&](int64_t o, const Terms& terms) { lse(Al, col, terms.ia, terms.ic, B, newA + o, m.data(), s.data()); });
+  alpha_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(alphas, sv.col, tm.ia, tm.ic, B, sv.newA + o, m.data(), s.data()); });
   {
     const std::vector<T> zero(B, T(0));
     t.clear();
     for (int64_t v = 0; v < QS; ++v) t.add(v * B, 0);
-    lse(newA, zero.data(), t.ia, t.ic, B, z, m.data(), s.data());
+    lse(sv.newA, zero.data(), t.ia, t.ic, B, sv.z, m.data(), s.data());
   }
-  // the window slides: drop start t−D and column t−D+1; the new column is col[1..D] − z
-  const int64_t blk = QS * QS * B;
-  for (int64_t a = 0; a + 1 < D; ++a)
-    for (int64_t c = 0; c + 1 < D; ++c) std::copy(G + d.g(a + 1, c + 1, 0, 0), G + d.g(a + 1, c + 1, 0, 0) + blk, G2 + d.g(a, c, 0, 0));
-  for (int64_t c = 0; c + 1 < D; ++c) std::fill(G2 + d.g(D - 1, c, 0, 0), G2 + d.g(D - 1, c, 0, 0) + blk, lz);
-  for (int64_t a = 0; a < D; ++a)
+  // normalised by z; start t − D leaves the window (the depth's D offsets are kept)
+  for (int64_t o = 0; o <= std::min(L, D - 1); ++o)
     for (int64_t uv = 0; uv < QS * QS; ++uv) {
-      const T* src = col + d.sq(a + 1, 0, 0) + uv * B;
-      T* dst = G2 + d.g(a, D - 1, 0, 0) + uv * B;
+      const T* src = sv.col + g.sq(o, 0, 0) + uv * B;
+      T* dst = store + g.col(J, o, 0, 0) + uv * B;
       NS_SIMD
-      for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - z[b], lz);
+      for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - sv.z[b], lz);
     }
-  std::copy(Al + QS * B, Al + (D + 1) * QS * B, Al2);
   for (int64_t v = 0; v < QS; ++v) {
-    T* dst = Al2 + (D * QS + v) * B;
-    const T* src = newA + v * B;
+    T* dst = alphas + g.al(J + 1, v);
+    const T* src = sv.newA + v * B;
     NS_SIMD
-    for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - z[b], lz);
+    for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - sv.z[b], lz);
   }
 }
 
+// The gradients of step s's push, replace and pop (gP, gR [QS][QS][B], gO [QS][Q][B], each
+// overwritten) from those of its column and α (in gstore[J], galphas[J+1]); the gradients of
+// what the step read are added to gstore and galphas.
 template <typename T>
-void step_backward(const Dims<T>& d, const T* G, const T* Al, const T* R, const T* O,
-                   const T* colR, const T* gp, const T* popped, const T* col, const T* newA,
-                   const T* z, const T* gG2, const T* gAl2, T* gG, T* gAl, T* gP, T* gR, T* gO) {
-  const int64_t B = d.B, D = d.D, E = d.E, Q = d.Q, S = d.S, QS = d.QS;
+void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* alphas, const Saved<T>& sv,
+                   T* gstore, T* galphas, T* gP, T* gR, T* gO) {
+  const int64_t B = g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS;
   const T lz = T(kLogZero);
   const int64_t blk = QS * QS * B;
-  std::fill(gG, gG + D * D * blk, T(0));
-  std::fill(gAl, gAl + (D + 1) * QS * B, T(0));
   std::fill(gR, gR + blk, T(0));
   std::fill(gO, gO + QS * Q * B, T(0));
-  std::vector<T> gcol((D + 1) * blk, T(0)), gnewA(QS * B), gz(B, T(0)), gcolR(D * blk);
-  std::vector<T> gpop(std::max<int64_t>(E, 1) * QS * Q * S * B, T(0));
-  std::vector<T> ggp(std::max<int64_t>(E, 1) * QS * Q * B, T(0));
-  // the slide: the window's older part and α's older part pass through
-  for (int64_t a = 0; a + 1 < D; ++a)
-    for (int64_t c = 0; c + 1 < D; ++c) {
-      const T* src = gG2 + d.g(a, c, 0, 0);
-      T* dst = gG + d.g(a + 1, c + 1, 0, 0);
-      NS_SIMD
-      for (int64_t j = 0; j < blk; ++j) dst[j] += src[j];
-    }
-  std::copy(gAl2, gAl2 + D * QS * B, gAl + QS * B);
+  std::vector<T> gcol((L + 1) * blk, T(0)), gnewA(QS * B), gz(B, T(0)), gcolR(std::max<int64_t>(L, 1) * blk);
+  std::vector<T> gpop(g.E() * QS * Q * S * B, T(0)), ggp(g.E() * QS * Q * B, T(0));
   // the clamps at log 0, then the normaliser z (it enters the column and α)
-  for (int64_t a = 0; a < D; ++a)
+  for (int64_t o = 0; o <= std::min(L, D - 1); ++o)
     for (int64_t uv = 0; uv < QS * QS; ++uv) {
-      const T* g = gG2 + d.g(a, D - 1, 0, 0) + uv * B;
-      const T* c = col + d.sq(a + 1, 0, 0) + uv * B;
-      T* out = gcol.data() + d.sq(a + 1, 0, 0) + uv * B;
+      const T* gs = gstore + g.col(J, o, 0, 0) + uv * B;
+      const T* c = sv.col + g.sq(o, 0, 0) + uv * B;
+      T* out = gcol.data() + g.sq(o, 0, 0) + uv * B;
       NS_SIMD
       for (int64_t b = 0; b < B; ++b) {
-        out[b] = c[b] - z[b] >= lz ? g[b] : T(0);
+        out[b] = c[b] - sv.z[b] >= lz ? gs[b] : T(0);
         gz[b] -= out[b];
       }
     }
   for (int64_t v = 0; v < QS; ++v) {
-    const T* g = gAl2 + (D * QS + v) * B;
-    const T* na = newA + v * B;
+    const T* ga = galphas + g.al(J + 1, v);
+    const T* na = sv.newA + v * B;
     T* out = gnewA.data() + v * B;
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) {
-      out[b] = na[b] - z[b] >= lz ? g[b] : T(0);
+      out[b] = na[b] - sv.z[b] >= lz ? ga[b] : T(0);
       gz[b] -= out[b];
     }
   }
   for (int64_t v = 0; v < QS; ++v) {
-    const T* na = newA + v * B;
+    const T* na = sv.newA + v * B;
     T* out = gnewA.data() + v * B;
     NS_SIMD
-    for (int64_t b = 0; b < B; ++b) out[b] += gz[b] * vexp(na[b] - z[b]);
+    for (int64_t b = 0; b < B; ++b) out[b] += gz[b] * vexp(na[b] - sv.z[b]);
   }
-  // α[t+1] = ⊕ Al ⊗ col
   Terms t;
-  alpha_terms(d, t, [&](int64_t o, const Terms& terms) {
-    lse_backward(Al, col, gAl, gcol.data(), terms.ia, terms.ic, newA + o, gnewA.data() + o, B);
+  alpha_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
+    lse_backward(alphas, sv.col, galphas, gcol.data(), tm.ia, tm.ic, sv.newA + o, gnewA.data() + o, B);
   });
-  std::copy(gcol.data() + d.sq(D, 0, 0), gcol.data() + d.sq(D, 0, 0) + blk, gP);
-  // col = colR ⊕ popped (starts that can pop), colR otherwise
-  for (int64_t a = 0; a < D; ++a)
+  std::copy(gcol.data(), gcol.data() + blk, gP);
+  // col = colR ⊕ popped from offset 2 on, colR at offset 1
+  for (int64_t o = 1; o <= L; ++o)
     for (int64_t u = 0; u < QS; ++u)
       for (int64_t v = 0; v < QS; ++v) {
-        const T* g = gcol.data() + d.sq(a, u, v);
-        T* gr = gcolR.data() + d.sq(a, u, v);
-        if (a < E) {
-          const T* c = col + d.sq(a, u, v);
-          const T* cr = colR + d.sq(a, u, v);
-          const T* pp = popped + d.pop(a, u, v / S, v % S);
-          T* gpp = gpop.data() + d.pop(a, u, v / S, v % S);
+        const T* gc = gcol.data() + g.sq(o, u, v);
+        T* gr = gcolR.data() + g.sq(o - 1, u, v);
+        if (o >= 2) {
+          const T* c = sv.col + g.sq(o, u, v);
+          const T* cr = sv.colR + g.sq(o - 1, u, v);
+          const T* pp = sv.popped + g.pop(o - 2, u, v / S, v % S);
+          T* gpp = gpop.data() + g.pop(o - 2, u, v / S, v % S);
           NS_SIMD
           for (int64_t b = 0; b < B; ++b) {
-            gr[b] = g[b] * vexp(cr[b] - c[b]);
-            gpp[b] = g[b] * vexp(pp[b] - c[b]);
+            gr[b] = gc[b] * vexp(cr[b] - c[b]);
+            gpp[b] = gc[b] * vexp(pp[b] - c[b]);
           }
         } else {
-          std::copy(g, g + B, gr);
+          std::copy(gc, gc + B, gr);
         }
       }
-  // the pop term, the popped runs, the replace term
-  pop_terms(d, t, [&](int64_t o, const Terms& terms) {
-    lse_backward(G, gp, gG, ggp.data(), terms.ia, terms.ic, popped + o, gpop.data() + o, B);
+  pop_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
+    lse_backward(store, sv.gp, gstore, ggp.data(), tm.ia, tm.ic, sv.popped + o, gpop.data() + o, B);
   });
-  popped_run_terms(d, t, [&](int64_t o, const Terms& terms) {
-    lse_backward(G, O, gG, gO, terms.ia, terms.ic, gp + o, ggp.data() + o, B);
+  popped_run_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
+    lse_backward(store, sv.O, gstore, gO, tm.ia, tm.ic, sv.gp + o, ggp.data() + o, B);
   });
-  replace_terms(d, t, [&](int64_t o, const Terms& terms) {
-    lse_backward(G, R, gG, gR, terms.ia, terms.ic, colR + o, gcolR.data() + o, B);
+  replace_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
+    lse_backward(store, sv.R, gstore, gR, tm.ia, tm.ic, sv.colR + o, gcolR.data() + o, B);
   });
 }
 
-void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntArrayRef shape) {
-  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == dtype,
-              "memrnn nondeterministic step: ", name, " must be a contiguous CPU tensor of ",
-              dtype);
-  TORCH_CHECK(t.sizes() == shape, "memrnn nondeterministic step: ", name, " has shape ",
-              t.sizes(), ", expected ", shape);
-}
-
-template <typename T>
-Dims<T> dims_of(const at::Tensor& G, const at::Tensor& O) {
-  Dims<T> d{};
-  d.D = G.size(0);
-  d.E = d.D - 1;
-  d.QS = G.size(2);
-  d.Q = O.size(1);
-  d.S = d.QS / d.Q;
-  d.B = G.size(4);
-  return d;
-}
+// ---- the ops -------------------------------------------------------------------------------
 
 // The batch is padded to whole vectors (16 lanes) inside: with 10 rows, 6 of them would run as
 // scalar remainders, at three times the cost of the rest.  Padded lanes hold log weight 0.
 constexpr int64_t kLanes = 16;
 
-at::Tensor pad(const at::Tensor& t, int64_t Bp) {
-  return t.size(-1) == Bp ? t : at::constant_pad_nd(t, {0, Bp - t.size(-1)}, 0);
+int64_t padded(int64_t B) { return (B + kLanes - 1) / kLanes * kLanes; }
+
+void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntArrayRef shape) {
+  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == dtype,
+              "memrnn nondeterministic stack: ", name, " must be a contiguous CPU tensor of ", dtype);
+  TORCH_CHECK(t.sizes() == shape, "memrnn nondeterministic stack: ", name, " has shape ", t.sizes(),
+              ", expected ", shape);
 }
 
-at::Tensor unpad(const at::Tensor& t, int64_t B) {
-  return t.size(-1) == B ? t : t.narrow(-1, 0, B).contiguous();
+Geo geo_of(const at::Tensor& store, int64_t Q) {
+  Geo g{};
+  g.D = store.size(1);
+  g.QS = store.size(2);
+  g.Q = Q;
+  g.S = g.QS / Q;
+  g.B = store.size(4);
+  return g;
 }
 
-// G [D, D, QS, QS, B], Al [D+1, QS, B], P, R [QS, QS, B], O [QS, Q, B] (batch last) ->
-// (G2, Al2, then what the backward needs: the padded G, Al, R, O and colR, gp, popped, col,
-// newA, z of the header, all with the padded batch).
-std::vector<at::Tensor> ns_step_forward(const at::Tensor& G, const at::Tensor& Al,
-                                        const at::Tensor& P, const at::Tensor& R,
-                                        const at::Tensor& O) {
-  TORCH_CHECK(G.dim() == 5 && O.dim() == 3 && G.size(0) >= 1, "memrnn nondeterministic step: bad ranks");
-  const int64_t D = G.size(0), QS = G.size(2), B = G.size(4), Q = O.size(1), E = D - 1;
-  TORCH_CHECK(Q >= 1 && QS % Q == 0, "memrnn nondeterministic step: ", QS, " configurations for ", Q, " states");
-  const auto dt = G.scalar_type();
-  check(G, "gamma", dt, {D, D, QS, QS, B});
-  check(Al, "alpha", dt, {D + 1, QS, B});
-  check(P, "push", dt, {QS, QS, B});
-  check(R, "repl", dt, {QS, QS, B});
-  check(O, "pop", dt, {QS, Q, B});
-  const int64_t S = QS / Q, Bp = (B + kLanes - 1) / kLanes * kLanes;
-  const at::Tensor Gp = pad(G, Bp), Alp = pad(Al, Bp), Pp = pad(P, Bp), Rp = pad(R, Bp), Op = pad(O, Bp);
-  auto opt = G.options();
-  at::Tensor G2 = at::empty_like(Gp), Al2 = at::empty_like(Alp);
-  at::Tensor colR = at::empty({D, QS, QS, Bp}, opt), gp = at::empty({E, QS, Q, Bp}, opt);
-  at::Tensor popped = at::empty({E, QS, Q, S, Bp}, opt);
-  at::Tensor col = at::empty({D + 1, QS, QS, Bp}, opt), newA = at::empty({QS, Bp}, opt), z = at::empty({Bp}, opt);
-  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_step_forward", [&] {
-    Dims<scalar_t> d = dims_of<scalar_t>(G, O);
-    d.B = Bp;
-    step_forward<scalar_t>(d, Gp.data_ptr<scalar_t>(), Alp.data_ptr<scalar_t>(), Pp.data_ptr<scalar_t>(),
-                           Rp.data_ptr<scalar_t>(), Op.data_ptr<scalar_t>(), G2.data_ptr<scalar_t>(),
-                           Al2.data_ptr<scalar_t>(), colR.data_ptr<scalar_t>(), gp.data_ptr<scalar_t>(),
-                           popped.data_ptr<scalar_t>(), col.data_ptr<scalar_t>(), newA.data_ptr<scalar_t>(),
-                           z.data_ptr<scalar_t>());
+// Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first) and where it lies in
+// the store: f(window offset, store offset) for the upper triangle, fa(window, alphas offset) for α.
+// Row b's window is the one after lengths[b] steps of the run (column D − 1 + lengths[b] last).
+template <typename F, typename FA>
+void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
+  const int64_t D = g.D, QS = g.QS, sq = QS * QS;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t last = D - 1 + (lengths ? lengths[b] : 0);
+    for (int64_t a = 0; a < D; ++a)
+      for (int64_t c = a; c < D; ++c) {
+        const int64_t w = ((b * D + a) * D + c) * sq;
+        const int64_t J = last - (D - 1) + c;
+        for (int64_t uv = 0; uv < sq; ++uv) f(w + uv, g.col(J, c - a, 0, 0) + uv * g.B + b);
+      }
+    for (int64_t p = 0; p <= D; ++p)
+      for (int64_t u = 0; u < QS; ++u) fa((b * (D + 1) + p) * QS + u, g.al(last + 1 - D + p, u) + b);
+  }
+}
+
+// A run of `steps` steps from the window (gamma [B, D, D, QS, QS], alpha [B, D+1, QS], batch
+// first) -> (store, alphas) with the window written in (everything else log 0), and the live
+// bound: the largest start offset, counted from the window's last end, of an entry alive in it.
+std::tuple<at::Tensor, at::Tensor, int64_t> ns_run_start(const at::Tensor& gamma, const at::Tensor& alpha,
+                                                          int64_t Q, int64_t steps) {
+  TORCH_CHECK(gamma.dim() == 5 && alpha.dim() == 3, "memrnn nondeterministic stack: bad ranks");
+  const int64_t B = gamma.size(0), D = gamma.size(1), QS = gamma.size(3);
+  TORCH_CHECK(D >= 1 && Q >= 1 && QS % Q == 0 && steps >= 0, "memrnn nondeterministic stack: bad sizes");
+  const auto dt = gamma.scalar_type();
+  check(gamma, "gamma", dt, {B, D, D, QS, QS});
+  check(alpha, "alpha", dt, {B, D + 1, QS});
+  const int64_t Bp = padded(B);
+  at::Tensor store = at::full({D + steps, D, QS, QS, Bp}, kLogZero, gamma.options());
+  at::Tensor alphas = at::full({D + steps + 1, QS, Bp}, kLogZero, gamma.options());
+  int64_t live = 0;
+  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_start", [&] {
+    const Geo g = geo_of(store, Q);
+    const scalar_t* G = gamma.data_ptr<scalar_t>();
+    const scalar_t* A = alpha.data_ptr<scalar_t>();
+    scalar_t* st = store.data_ptr<scalar_t>();
+    scalar_t* al = alphas.data_ptr<scalar_t>();
+    const scalar_t alive = scalar_t(kLogZero / 2);
+    const int64_t sq = QS * QS;
+    for_window(g, nullptr, B, [&](int64_t w, int64_t s) {
+      st[s] = G[w];
+      if (G[w] > alive) live = std::max(live, D - (w / sq / D % D));  // D − a
+    }, [&](int64_t w, int64_t s) { al[s] = A[w]; });
   });
-  return {unpad(G2, B), unpad(Al2, B), Gp, Alp, Rp, Op, colR, gp, popped, col, newA, z};
+  return {store, alphas, live};
 }
 
-// The gradients of (G, Al, P, R, O) from those of (G2, Al2), batch last; the saved tensors
-// are ns_step_forward's (padded batch).
-std::vector<at::Tensor> ns_step_backward(const at::Tensor& G, const at::Tensor& Al, const at::Tensor& R,
-                                         const at::Tensor& O, const at::Tensor& colR, const at::Tensor& gp,
-                                         const at::Tensor& popped, const at::Tensor& col,
-                                         const at::Tensor& newA, const at::Tensor& z, const at::Tensor& gG2,
-                                         const at::Tensor& gAl2) {
-  const auto dt = G.scalar_type();
-  const int64_t B = gG2.size(-1), Bp = G.size(-1);
-  TORCH_CHECK(gG2.is_contiguous() && gAl2.is_contiguous() && gG2.scalar_type() == dt && gAl2.scalar_type() == dt,
-              "memrnn nondeterministic step: the gradients must be contiguous and of the state's dtype");
-  const at::Tensor gG2p = pad(gG2, Bp), gAl2p = pad(gAl2, Bp);
-  at::Tensor gG = at::empty_like(G), gAl = at::empty_like(Al), gP = at::empty_like(R);
-  at::Tensor gR = at::empty_like(R), gO = at::empty_like(O);
-  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_step_backward", [&] {
-    const Dims<scalar_t> d = dims_of<scalar_t>(G, O);
-    step_backward<scalar_t>(d, G.data_ptr<scalar_t>(), Al.data_ptr<scalar_t>(), R.data_ptr<scalar_t>(),
-                            O.data_ptr<scalar_t>(), colR.data_ptr<scalar_t>(), gp.data_ptr<scalar_t>(),
-                            popped.data_ptr<scalar_t>(), col.data_ptr<scalar_t>(), newA.data_ptr<scalar_t>(),
-                            z.data_ptr<scalar_t>(), gG2p.data_ptr<scalar_t>(), gAl2p.data_ptr<scalar_t>(),
-                            gG.data_ptr<scalar_t>(), gAl.data_ptr<scalar_t>(), gP.data_ptr<scalar_t>(),
-                            gR.data_ptr<scalar_t>(), gO.data_ptr<scalar_t>());
+std::vector<at::Tensor> saved_for(const at::Tensor& store, int64_t Q, int64_t n) {
+  const Geo g = geo_of(store, Q);
+  auto opt = store.options();
+  const int64_t B = g.B, D = g.D, QS = g.QS, E = g.E();
+  return {at::empty({n, QS, QS, B}, opt),        at::empty({n, QS, Q, B}, opt),
+          at::empty({n, D, QS, QS, B}, opt),     at::empty({n, E, QS, Q, B}, opt),
+          at::empty({n, E, QS, Q, g.S, B}, opt), at::empty({n, D + 1, QS, QS, B}, opt),
+          at::empty({n, QS, B}, opt),            at::empty({n, B}, opt)};
+}
+
+// The per-step arrays (R, O, colR, gp, popped, col, newA, z) for n steps of a run.
+std::vector<at::Tensor> ns_run_buffers(const at::Tensor& store, int64_t Q, int64_t n) { return saved_for(store, Q, n); }
+
+template <typename T>
+Saved<T> saved_at(at::TensorList sv, int64_t k) {
+  auto p = [&](int i) { return sv[i].data_ptr<T>() + k * sv[i].stride(0); };
+  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7)};
+}
+
+// batch first [B, rest...] -> batch last, padded with zeros, into dst [rest..., Bp]
+template <typename T>
+void to_batch_last(const at::Tensor& x, T* dst, int64_t Bp) {
+  const int64_t B = x.size(0), n = x.numel() / std::max<int64_t>(B, 1);
+  const T* src = x.data_ptr<T>();
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t b = 0; b < B; ++b) dst[j * Bp + b] = src[b * n + j];
+    for (int64_t b = B; b < Bp; ++b) dst[j * Bp + b] = T(0);
+  }
+}
+
+template <typename T>
+at::Tensor to_batch_first(const T* src, int64_t B, int64_t Bp, at::IntArrayRef rest, const at::TensorOptions& opt) {
+  std::vector<int64_t> shape{B};
+  shape.insert(shape.end(), rest.begin(), rest.end());
+  at::Tensor out = at::empty(shape, opt);
+  T* dst = out.data_ptr<T>();
+  const int64_t n = out.numel() / std::max<int64_t>(B, 1);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t b = 0; b < B; ++b) dst[b * n + j] = src[j * Bp + b];
+  return out;
+}
+
+// Step s of the run (push, repl [B, QS, QS], pop [B, QS, Q], batch first), its arrays kept at
+// index k of the buffers, start offsets up to `live` computed -> log α after the step [B, QS].
+at::Tensor ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffers, int64_t k, int64_t s,
+                       int64_t live, const at::Tensor& push, const at::Tensor& repl, const at::Tensor& pop) {
+  const auto dt = store.scalar_type();
+  const int64_t Q = pop.size(2), B = push.size(0), QS = store.size(2), D = store.size(1);
+  TORCH_CHECK(store.size(0) > D + s && alphas.size(0) > D + s + 1, "memrnn nondeterministic stack: step ", s,
+              " is beyond the run");
+  check(push, "push", dt, {B, QS, QS});
+  check(repl, "repl", dt, {B, QS, QS});
+  check(pop, "pop", dt, {B, QS, Q});
+  at::Tensor top;
+  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step", [&] {
+    const Geo g = geo_of(store, Q);
+    const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
+    std::vector<scalar_t> P(QS * QS * g.B);
+    to_batch_last(push, P.data(), g.B);
+    to_batch_last(repl, sv.R, g.B);
+    to_batch_last(pop, sv.O, g.B);
+    const int64_t J = D + s;
+    step_forward(g, J, std::min(live, D), store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), P.data(), sv);
+    top = to_batch_first(alphas.data_ptr<scalar_t>() + g.al(J + 1, 0), B, g.B, {QS}, store.options());
   });
-  return {unpad(gG, B), unpad(gAl, B), unpad(gP, B), unpad(gR, B), unpad(gO, B)};
+  return top;
+}
+
+// The backward of ns_run_step: g_top [B, QS] (the gradient of its output) is added to that of
+// α after the step, the step's gradients are added to gstore and galphas -> (gP, gR, gO) batch first.
+std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::Tensor& alphas,
+                                             at::TensorList buffers, int64_t k, int64_t s, int64_t live,
+                                             at::Tensor gstore, at::Tensor galphas, const at::Tensor& g_top,
+                                             int64_t Q) {
+  const auto dt = store.scalar_type();
+  const int64_t QS = store.size(2), D = store.size(1), B = g_top.size(0);
+  check(g_top, "the gradient of alpha", dt, {B, QS});
+  std::vector<at::Tensor> out;
+  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step_backward", [&] {
+    const Geo g = geo_of(store, Q);
+    const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
+    const int64_t J = D + s;
+    scalar_t* ga = galphas.data_ptr<scalar_t>() + g.al(J + 1, 0);
+    const scalar_t* gt = g_top.data_ptr<scalar_t>();
+    for (int64_t u = 0; u < QS; ++u)
+      for (int64_t b = 0; b < B; ++b) ga[u * g.B + b] += gt[b * QS + u];
+    std::vector<scalar_t> gP(QS * QS * g.B), gR(QS * QS * g.B), gO(QS * Q * g.B);
+    step_backward(g, J, std::min(live, D), store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), sv,
+                  gstore.data_ptr<scalar_t>(), galphas.data_ptr<scalar_t>(), gP.data(), gR.data(), gO.data());
+    auto opt = store.options();
+    out = {to_batch_first(gP.data(), B, g.B, {QS, QS}, opt), to_batch_first(gR.data(), B, g.B, {QS, QS}, opt),
+           to_batch_first(gO.data(), B, g.B, {QS, Q}, opt)};
+  });
+  return out;
+}
+
+// Each row's window after lengths[b] steps of the run -> (gamma [B, D, D, QS, QS], alpha [B, D+1,
+// QS]), batch first; `fill` below the diagonal (log 0 for weights, 0 for their gradients).
+std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& lengths,
+                                      int64_t B, double fill) {
+  const int64_t D = store.size(1), QS = store.size(2);
+  TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.is_contiguous() && lengths.numel() == B,
+              "memrnn nondeterministic stack: lengths must be B int64");
+  at::Tensor gamma = at::full({B, D, D, QS, QS}, fill, store.options());
+  at::Tensor alpha = at::empty({B, D + 1, QS}, store.options());
+  AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_run_window", [&] {
+    const Geo g = geo_of(store, 1);
+    const scalar_t* st = store.data_ptr<scalar_t>();
+    const scalar_t* al = alphas.data_ptr<scalar_t>();
+    scalar_t* G = gamma.data_ptr<scalar_t>();
+    scalar_t* A = alpha.data_ptr<scalar_t>();
+    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t s) { G[w] = st[s]; },
+               [&](int64_t w, int64_t s) { A[w] = al[s]; });
+  });
+  return {gamma, alpha};
+}
+
+// The backward of ns_run_window: the windows' gradients added to gstore and galphas.
+void ns_run_window_backward(at::Tensor gstore, at::Tensor galphas, const at::Tensor& lengths,
+                            const at::Tensor& g_gamma, const at::Tensor& g_alpha) {
+  const int64_t B = g_gamma.size(0);
+  TORCH_CHECK(g_gamma.is_contiguous() && g_alpha.is_contiguous(), "memrnn nondeterministic stack: gradients must be contiguous");
+  AT_DISPATCH_FLOATING_TYPES(gstore.scalar_type(), "memrnn_ns_run_window_backward", [&] {
+    const Geo g = geo_of(gstore, 1);
+    scalar_t* st = gstore.data_ptr<scalar_t>();
+    scalar_t* al = galphas.data_ptr<scalar_t>();
+    const scalar_t* G = g_gamma.data_ptr<scalar_t>();
+    const scalar_t* A = g_alpha.data_ptr<scalar_t>();
+    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t s) { st[s] += G[w]; },
+               [&](int64_t w, int64_t s) { al[s] += A[w]; });
+  });
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
+  lib.def("ns_run_start(Tensor gamma, Tensor alpha, int states, int steps) -> (Tensor, Tensor, int)", &ns_run_start);
+  lib.def("ns_run_buffers(Tensor store, int states, int n) -> Tensor[]", &ns_run_buffers);
   lib.def(
-      "ns_step_forward(Tensor gamma, Tensor alpha, Tensor push, Tensor repl, Tensor pop) -> Tensor[]",
-      &ns_step_forward);
+      "ns_run_step(Tensor(a!) store, Tensor(b!) alphas, Tensor(c!)[] buffers, int k, int s, int live, "
+      "Tensor push, Tensor repl, Tensor pop) -> Tensor",
+      &ns_run_step);
   lib.def(
-      "ns_step_backward(Tensor gamma, Tensor alpha, Tensor repl, Tensor pop, Tensor colR, Tensor gp, "
-      "Tensor popped, Tensor col, Tensor newA, Tensor z, Tensor grad_gamma, Tensor grad_alpha) -> Tensor[]",
-      &ns_step_backward);
+      "ns_run_step_backward(Tensor store, Tensor alphas, Tensor[] buffers, int k, int s, int live, "
+      "Tensor(a!) gstore, Tensor(b!) galphas, Tensor g_top, int states) -> Tensor[]",
+      &ns_run_step_backward);
+  lib.def("ns_run_window(Tensor store, Tensor alphas, Tensor lengths, int batch, float fill) -> Tensor[]",
+          &ns_run_window);
+  lib.def(
+      "ns_run_window_backward(Tensor(a!) gstore, Tensor(b!) galphas, Tensor lengths, Tensor g_gamma, "
+      "Tensor g_alpha) -> ()",
+      &ns_run_window_backward);
 }
