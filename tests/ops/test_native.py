@@ -271,7 +271,9 @@ def test_nondeterministic_run_equals_the_reference_loop(depth, args, dtype, gen)
 
     torch.manual_seed(5)
     memory_args = {"states": 2, "symbols": 3, **args}
-    net = StackRNN(4, 7, "nondeterministic", "lstm", depth=depth, output="hidden+reading", memory_args=memory_args)
+    net = StackRNN(
+        4, 7, "nondeterministic", "lstm", depth=depth, output="hidden+reading", memory_args=memory_args
+    )
     net = net.to(dtype)
     B, T = 3, 9
     with torch.no_grad():  # a state two steps in: its window holds runs, its gradient is checked
