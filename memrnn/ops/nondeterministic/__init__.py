@@ -152,10 +152,12 @@ class NondeterministicRun:
 class _Start(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, gamma, alpha):  # type: ignore[override]
-        run.store, run.alphas, run.live = run.ops.ns_run_start(
-            gamma.contiguous(), alpha.contiguous(), run.states, run.steps
+        run.store, run.alphas, run.geo = run.ops.ns_run_start(
+            gamma.contiguous(), alpha.contiguous(), run.steps
         )
-        run.buffers = run.ops.ns_run_buffers(run.store, run.states, max(run.steps, 1) if run.keep else 1)
+        run.buffers = run.ops.ns_run_buffers(
+            run.store, run.geo, run.states, max(run.steps, 1) if run.keep else 1
+        )
         ctx.run = run
         return gamma.new_zeros(0)
 
@@ -164,7 +166,9 @@ class _Start(torch.autograd.Function):
     def backward(ctx, _token):  # type: ignore[override]
         run = ctx.run
         gs, ga = run.grads(-1)
-        g_gamma, g_alpha = run.ops.ns_run_window(gs, ga, torch.zeros_like(run.lengths), run.batch, 0.0)
+        g_gamma, g_alpha = run.ops.ns_run_window(
+            gs, ga, run.geo, torch.zeros_like(run.lengths), run.batch, 0.0
+        )
         return None, g_gamma, g_alpha
 
 
@@ -172,9 +176,7 @@ class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, s, token, push, repl, pop):  # type: ignore[override]
         c = (t.contiguous() for t in (push, repl, pop))
-        top = run.ops.ns_run_step(
-            run.store, run.alphas, run.buffers, s if run.keep else 0, s, run.live + s, *c
-        )
+        top = run.ops.ns_run_step(run.store, run.alphas, run.buffers, run.geo, s if run.keep else 0, s, *c)
         ctx.run, ctx.s = run, s
         return top, token.new_zeros(0)
 
@@ -186,7 +188,7 @@ class _Step(torch.autograd.Function):
             raise RuntimeError("NondeterministicRun: made without gradients (torch.no_grad), cannot go back")
         gs, ga = run.grads(s)
         grads = run.ops.ns_run_step_backward(
-            run.store, run.alphas, run.buffers, s, s, run.live + s, gs, ga, g_top.contiguous(), run.states
+            run.store, run.alphas, run.buffers, run.geo, s, s, gs, ga, g_top.contiguous(), run.states
         )
         return None, None, _token, *grads
 
@@ -195,7 +197,7 @@ class _Final(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, token):  # type: ignore[override]
         ctx.run = run
-        gamma, alpha = run.ops.ns_run_window(run.store, run.alphas, run.lengths, run.batch, LOG_ZERO)
+        gamma, alpha = run.ops.ns_run_window(run.store, run.alphas, run.geo, run.lengths, run.batch, LOG_ZERO)
         return gamma, alpha
 
     @staticmethod
@@ -203,7 +205,9 @@ class _Final(torch.autograd.Function):
     def backward(ctx, g_gamma, g_alpha):  # type: ignore[override]
         run = ctx.run
         gs, ga = run.grads(run.steps)
-        run.ops.ns_run_window_backward(gs, ga, run.lengths, g_gamma.contiguous(), g_alpha.contiguous())
+        run.ops.ns_run_window_backward(
+            gs, ga, run.geo, run.lengths, g_gamma.contiguous(), g_alpha.contiguous()
+        )
         return None, g_gamma.new_zeros(0)
 
 

@@ -158,12 +158,19 @@ struct Terms {
   }
 };
 
-// Offsets (in elements) into the store, the alphas and one step's saved arrays.
+// The batch is padded to whole vectors (16 lanes) inside: with 10 rows, 6 of them would run as
+// scalar remainders, at three times the cost of the rest.  Padded lanes hold log weight 0.
+constexpr int64_t kLanes = 16;
+
+// Offsets (in elements) into the store, the alphas and one step's saved arrays.  The store
+// keeps columns J0.. (in the absolute numbering of the header; the starting window's columns
+// before J0 hold nothing alive) and start offsets 0..Do−1 (no later offset is ever alive).
 struct Geo {
-  int64_t B, D, Q, S, QS;
+  int64_t B, D, Do, J0, Q, S, QS;
   int64_t col(int64_t J, int64_t o, int64_t u, int64_t v) const {  // store[J][o][u][v][0]
-    return (((J * D + o) * QS + u) * QS + v) * B;
+    return ((((J - J0) * Do + o) * QS + u) * QS + v) * B;
   }
+  bool stored(int64_t J, int64_t o) const { return J >= J0 && o < Do; }
   int64_t al(int64_t A, int64_t u) const { return (A * QS + u) * B; }
   int64_t sq(int64_t o, int64_t u, int64_t v) const { return ((o * QS + u) * QS + v) * B; }
   int64_t gp(int64_t k, int64_t w, int64_t r) const { return ((k * QS + w) * Q + r) * B; }
@@ -171,45 +178,160 @@ struct Geo {
   int64_t E() const { return std::max<int64_t>(D - 1, 1); }  // rows of gp and popped
 };
 
-// colR[o'−1][u][v] = ⊕_w store[J−1][o'−1][u][w] ⊗ R[w][v]   (o' = 1..L)
-template <typename F>
-void replace_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
-  for (int64_t o = 1; o <= L; ++o)
-    for (int64_t u = 0; u < g.QS; ++u)
-      for (int64_t v = 0; v < g.QS; ++v) {
-        t.clear();
-        for (int64_t w = 0; w < g.QS; ++w) t.add(g.col(J - 1, o - 1, u, w), (w * g.QS + v) * g.B);
-        visit(g.sq(o - 1, u, v), t);
-      }
-}
+// The log-semiring vector-matrix product out[v] = ⊕_w a[w] ⊗ M[w][v] (a [W][B], M [W][V][B],
+// out [V][B]; V ≤ kMaxV), exact: each output's maximum first.  N: the batch when known at
+// compile time (pop_forward), else 0.
+constexpr int64_t kMaxV = 64;
 
-// gp[ko][w][r] = ⊕_v store[J−1][ko][w][v] ⊗ O[v][r]   (ko = 0..L−2)
-template <typename F>
-void popped_run_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
-  for (int64_t k = 0; k + 2 <= L; ++k)
-    for (int64_t w = 0; w < g.QS; ++w)
-      for (int64_t r = 0; r < g.Q; ++r) {
-        t.clear();
-        for (int64_t v = 0; v < g.QS; ++v) t.add(g.col(J - 1, k, w, v), (v * g.Q + r) * g.B);
-        visit(g.gp(k, w, r), t);
-      }
-}
-
-// popped[o'−2][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗ gp[ko][qy][r]   (o' = 2..L)
-template <typename F>
-void pop_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
-  for (int64_t o = 2; o <= L; ++o)
-    for (int64_t u = 0; u < g.QS; ++u)
-      for (int64_t r = 0; r < g.Q; ++r)
-        for (int64_t y = 0; y < g.S; ++y) {
-          t.clear();
-          for (int64_t k = 0; k + 2 <= o; ++k)
-            for (int64_t q = 0; q < g.Q; ++q) {
-              const int64_t qy = q * g.S + y;
-              t.add(g.col(J - 2 - k, o - 2 - k, u, qy), g.gp(k, qy, r));
+template <typename T, int64_t N>
+void log_vecmat(const T* a, const T* M, int64_t W, int64_t V, int64_t Bd, T* out) {
+  const int64_t B = N ? N : Bd;
+  T m[kMaxV * kLanes], sm[kMaxV * kLanes];
+  for (int64_t b0 = 0; b0 < B; b0 += kLanes) {  // one vector of lanes at a time
+    for (int64_t j = 0; j < V * kLanes; ++j) {
+      m[j] = -std::numeric_limits<T>::infinity();
+      sm[j] = T(0);
+    }
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t w = 0; w < W; ++w) {
+        const T* aw = a + w * B + b0;
+        for (int64_t v = 0; v < V; ++v) {
+          const T* mv = M + (w * V + v) * B + b0;
+          T* mx = m + v * kLanes;
+          if (pass == 0) {
+            NS_SIMD
+            for (int64_t b = 0; b < kLanes; ++b) {
+              const T t = aw[b] + mv[b];
+              mx[b] = t > mx[b] ? t : mx[b];
             }
-          visit(g.pop(o - 2, u, r, y), t);
+          } else {
+            T* su = sm + v * kLanes;
+            NS_SIMD
+            for (int64_t b = 0; b < kLanes; ++b) su[b] += vexp(aw[b] + mv[b] - mx[b]);
+          }
         }
+      }
+    for (int64_t v = 0; v < V; ++v) {
+      T* o = out + v * B + b0;
+      NS_SIMD
+      for (int64_t b = 0; b < kLanes; ++b) o[b] = m[v * kLanes + b] + vlog(sm[v * kLanes + b]);
+    }
+  }
+}
+
+// The backward of log_vecmat: each term's weight exp(a + M − out) · g added to ga and gM.
+template <typename T>
+void log_vecmat_backward(const T* a, const T* M, const T* out, const T* g, int64_t W, int64_t V, int64_t B,
+                         T* ga, T* gM) {
+  for (int64_t w = 0; w < W; ++w)
+    for (int64_t v = 0; v < V; ++v) {
+      const T* aw = a + w * B;
+      const T* mv = M + (w * V + v) * B;
+      const T* ov = out + v * B;
+      const T* gv = g + v * B;
+      T* da = ga + w * B;
+      T* dm = gM + (w * V + v) * B;
+      NS_SIMD
+      for (int64_t b = 0; b < B; ++b) {
+        const T wt = vexp(aw[b] + mv[b] - ov[b]) * gv[b];
+        da[b] += wt;
+        dm[b] += wt;
+      }
+    }
+}
+
+// The replace term colR[o'−1][u] = store[J−1][o'−1][u] ⊗ R (o' = 1..L) and the popped runs
+// gp[ko][w] = store[J−1][ko][w] ⊗ O (ko = 0..L−2), as log vector-matrix products: f(a, M, W, V,
+// out) for each.
+template <typename F>
+void replace_products(const Geo& g, int64_t J, int64_t L, F f) {
+  for (int64_t o = 1; o <= L; ++o)
+    for (int64_t u = 0; u < g.QS; ++u) f(g.col(J - 1, o - 1, u, 0), g.sq(o - 1, u, 0));
+}
+
+template <typename F>
+void popped_run_products(const Geo& g, int64_t J, int64_t L, F f) {
+  for (int64_t k = 0; k + 2 <= L; ++k)
+    for (int64_t w = 0; w < g.QS; ++w) f(g.col(J - 1, k, w, 0), g.gp(k, w, 0));
+}
+
+// The pop term, popped[o'−2][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗
+// gp[ko][qy][r] (o' = 2..L): the step's O(L²) part.  For each o' the blocks store[..][..] (QS·QS
+// vectors, contiguous) are streamed once per pass, the row's maxima and sums staying in cache.
+// N: the padded batch when it is one vector's worth (16), known at compile time so that each
+// inner loop is a few vector instructions; 0: any batch.
+template <typename T, int64_t N>
+void pop_forward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp, T* popped, T* mx, T* sm) {
+  const int64_t B = N ? N : g.B, Q = g.Q, S = g.S, QS = g.QS, n = QS * Q * S * B;
+  for (int64_t o = 2; o <= L; ++o) {
+    std::fill(mx, mx + n, -std::numeric_limits<T>::infinity());
+    std::fill(sm, sm + n, T(0));
+    for (int pass = 0; pass < 2; ++pass)
+      for (int64_t k = 0; k + 2 <= o; ++k) {
+        const T* blk = store + g.col(J - 2 - k, o - 2 - k, 0, 0);
+        const T* gk = gp + g.gp(k, 0, 0);
+        for (int64_t u = 0; u < QS; ++u)
+          for (int64_t qy = 0; qy < QS; ++qy) {
+            const T* a = blk + (u * QS + qy) * B;
+            const int64_t y = qy % S;
+            for (int64_t r = 0; r < Q; ++r) {
+              const T* c = gk + (qy * Q + r) * B;
+              const int64_t at = ((u * Q + r) * S + y) * B;
+              T* m = mx + at;
+              if (pass == 0) {
+                NS_SIMD
+                for (int64_t b = 0; b < B; ++b) {  // not std::max: GCC leaves that loop scalar
+                  const T t = a[b] + c[b];
+                  m[b] = t > m[b] ? t : m[b];
+                }
+              } else {
+                T* su = sm + at;
+                NS_SIMD
+                for (int64_t b = 0; b < B; ++b) su[b] += vexp(a[b] + c[b] - m[b]);
+              }
+            }
+          }
+      }
+    T* out = popped + g.pop(o - 2, 0, 0, 0);
+    NS_SIMD
+    for (int64_t j = 0; j < n; ++j) out[j] = mx[j] + vlog(sm[j]);
+  }
+}
+
+// The backward of pop_forward: each term's weight exp(a + c − out) · g added to both factors.
+template <typename T, int64_t N>
+void pop_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp, const T* popped,
+                  const T* gpop, T* gstore, T* ggp) {
+  const int64_t B = N ? N : g.B, Q = g.Q, S = g.S, QS = g.QS;
+  for (int64_t o = 2; o <= L; ++o) {
+    const T* out = popped + g.pop(o - 2, 0, 0, 0);
+    const T* go = gpop + g.pop(o - 2, 0, 0, 0);
+    for (int64_t k = 0; k + 2 <= o; ++k) {
+      const T* blk = store + g.col(J - 2 - k, o - 2 - k, 0, 0);
+      T* gblk = gstore + g.col(J - 2 - k, o - 2 - k, 0, 0);
+      const T* gk = gp + g.gp(k, 0, 0);
+      T* ggk = ggp + g.gp(k, 0, 0);
+      for (int64_t u = 0; u < QS; ++u)
+        for (int64_t qy = 0; qy < QS; ++qy) {
+          const T* a = blk + (u * QS + qy) * B;
+          T* da = gblk + (u * QS + qy) * B;
+          const int64_t y = qy % S;
+          for (int64_t r = 0; r < Q; ++r) {
+            const T* c = gk + (qy * Q + r) * B;
+            T* dc = ggk + (qy * Q + r) * B;
+            const int64_t at = ((u * Q + r) * S + y) * B;
+            const T* ot = out + at;
+            const T* gt = go + at;
+            NS_SIMD
+            for (int64_t b = 0; b < B; ++b) {
+              const T w = vexp(a[b] + c[b] - ot[b]) * gt[b];
+              da[b] += w;
+              dc[b] += w;
+            }
+          }
+        }
+    }
+  }
 }
 
 // newA[v] = ⊕_{o' ≤ L} ⊕_u alphas[J − o'][u] ⊗ col[o'][u][v]
@@ -229,15 +351,18 @@ struct Saved {
   T *R, *O, *colR, *gp, *popped, *col, *newA, *z;
 };
 
-template <typename T>
+template <typename T, int64_t N>
 void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const T* P, const Saved<T>& sv) {
-  const int64_t B = g.B, D = g.D, S = g.S, QS = g.QS;
+  const int64_t B = N ? N : g.B, D = g.D, S = g.S, QS = g.QS;
   const T lz = T(kLogZero);
   std::vector<T> m(B), s(B);
   Terms t;
-  replace_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.R, tm.ia, tm.ic, B, sv.colR + o, m.data(), s.data()); });
-  popped_run_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.O, tm.ia, tm.ic, B, sv.gp + o, m.data(), s.data()); });
-  pop_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(store, sv.gp, tm.ia, tm.ic, B, sv.popped + o, m.data(), s.data()); });
+  replace_products(g, J, L, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.R, QS, QS, B, sv.colR + o); });
+  popped_run_products(g, J, L, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.O, QS, g.Q, B, sv.gp + o); });
+  {
+    std::vector<T> mx(QS * g.Q * S * B), sm(QS * g.Q * S * B);
+    pop_forward<T, N>(g, J, L, store, sv.gp, sv.popped, mx.data(), sm.data());
+  }
   // the new column: the push from start t, the replace (⊕ the pop from start t − 2 on)
   std::copy(P, P + QS * QS * B, sv.col);
   for (int64_t o = 1; o <= L; ++o)
@@ -282,10 +407,10 @@ void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const
 // The gradients of step s's push, replace and pop (gP, gR [QS][QS][B], gO [QS][Q][B], each
 // overwritten) from those of its column and α (in gstore[J], galphas[J+1]); the gradients of
 // what the step read are added to gstore and galphas.
-template <typename T>
+template <typename T, int64_t N>
 void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* alphas, const Saved<T>& sv,
                    T* gstore, T* galphas, T* gP, T* gR, T* gO) {
-  const int64_t B = g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS;
+  const int64_t B = N ? N : g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS;
   const T lz = T(kLogZero);
   const int64_t blk = QS * QS * B;
   std::fill(gR, gR + blk, T(0));
@@ -345,22 +470,17 @@ void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* 
           std::copy(gc, gc + B, gr);
         }
       }
-  pop_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
-    lse_backward(store, sv.gp, gstore, ggp.data(), tm.ia, tm.ic, sv.popped + o, gpop.data() + o, B);
+  pop_backward<T, N>(g, J, L, store, sv.gp, sv.popped, gpop.data(), gstore, ggp.data());
+  popped_run_products(g, J, L, [&](int64_t a, int64_t o) {
+    log_vecmat_backward(store + a, sv.O, sv.gp + o, ggp.data() + o, QS, Q, B, gstore + a, gO);
   });
-  popped_run_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
-    lse_backward(store, sv.O, gstore, gO, tm.ia, tm.ic, sv.gp + o, ggp.data() + o, B);
-  });
-  replace_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
-    lse_backward(store, sv.R, gstore, gR, tm.ia, tm.ic, sv.colR + o, gcolR.data() + o, B);
+  replace_products(g, J, L, [&](int64_t a, int64_t o) {
+    log_vecmat_backward(store + a, sv.R, sv.colR + o, gcolR.data() + o, QS, QS, B, gstore + a, gR);
   });
 }
 
 // ---- the ops -------------------------------------------------------------------------------
 
-// The batch is padded to whole vectors (16 lanes) inside: with 10 rows, 6 of them would run as
-// scalar remainders, at three times the cost of the rest.  Padded lanes hold log weight 0.
-constexpr int64_t kLanes = 16;
 
 int64_t padded(int64_t B) { return (B + kLanes - 1) / kLanes * kLanes; }
 
@@ -371,9 +491,15 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
               ", expected ", shape);
 }
 
-Geo geo_of(const at::Tensor& store, int64_t Q) {
+// The geometry of a run: geo = [D, Do, J0, live] (int64; ns_run_start's).
+Geo geo_of(const at::Tensor& store, const at::Tensor& geo, int64_t Q) {
+  TORCH_CHECK(geo.scalar_type() == at::kLong && geo.numel() == 4 && geo.is_contiguous(),
+              "memrnn nondeterministic stack: bad run geometry");
+  const int64_t* p = geo.data_ptr<int64_t>();
   Geo g{};
-  g.D = store.size(1);
+  g.D = p[0];
+  g.Do = p[1];
+  g.J0 = p[2];
   g.QS = store.size(2);
   g.Q = Q;
   g.S = g.QS / Q;
@@ -381,8 +507,10 @@ Geo geo_of(const at::Tensor& store, int64_t Q) {
   return g;
 }
 
-// Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first) and where it lies in
-// the store: f(window offset, store offset) for the upper triangle, fa(window, alphas offset) for α.
+int64_t live_of(const at::Tensor& geo) { return geo.data_ptr<int64_t>()[3]; }
+
+// Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first) that the store holds
+// and where: f(window offset, store offset) for the upper triangle, fa(window, alphas offset) for α.
 // Row b's window is the one after lengths[b] steps of the run (column D − 1 + lengths[b] last).
 template <typename F, typename FA>
 void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
@@ -391,8 +519,9 @@ void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
     const int64_t last = D - 1 + (lengths ? lengths[b] : 0);
     for (int64_t a = 0; a < D; ++a)
       for (int64_t c = a; c < D; ++c) {
-        const int64_t w = ((b * D + a) * D + c) * sq;
         const int64_t J = last - (D - 1) + c;
+        if (!g.stored(J, c - a)) continue;
+        const int64_t w = ((b * D + a) * D + c) * sq;
         for (int64_t uv = 0; uv < sq; ++uv) f(w + uv, g.col(J, c - a, 0, 0) + uv * g.B + b);
       }
     for (int64_t p = 0; p <= D; ++p)
@@ -401,38 +530,43 @@ void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
 }
 
 // A run of `steps` steps from the window (gamma [B, D, D, QS, QS], alpha [B, D+1, QS], batch
-// first) -> (store, alphas) with the window written in (everything else log 0), and the live
-// bound: the largest start offset, counted from the window's last end, of an entry alive in it.
-std::tuple<at::Tensor, at::Tensor, int64_t> ns_run_start(const at::Tensor& gamma, const at::Tensor& alpha,
-                                                          int64_t Q, int64_t steps) {
+// first) -> (store, alphas, geo): the window written in (everything else log 0) and the run's
+// geometry [D, Do, J0, live], live being the largest start offset, counted from the window's last
+// end, of an entry alive in it (start offsets up to live + s are computed at step s).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ns_run_start(const at::Tensor& gamma, const at::Tensor& alpha,
+                                                             int64_t steps) {
   TORCH_CHECK(gamma.dim() == 5 && alpha.dim() == 3, "memrnn nondeterministic stack: bad ranks");
   const int64_t B = gamma.size(0), D = gamma.size(1), QS = gamma.size(3);
-  TORCH_CHECK(D >= 1 && Q >= 1 && QS % Q == 0 && steps >= 0, "memrnn nondeterministic stack: bad sizes");
+  TORCH_CHECK(D >= 1 && steps >= 0, "memrnn nondeterministic stack: bad sizes");
   const auto dt = gamma.scalar_type();
   check(gamma, "gamma", dt, {B, D, D, QS, QS});
   check(alpha, "alpha", dt, {B, D + 1, QS});
-  const int64_t Bp = padded(B);
-  at::Tensor store = at::full({D + steps, D, QS, QS, Bp}, kLogZero, gamma.options());
-  at::Tensor alphas = at::full({D + steps + 1, QS, Bp}, kLogZero, gamma.options());
+  const int64_t Bp = padded(B), sq = QS * QS;
   int64_t live = 0;
+  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_live", [&] {
+    const scalar_t* G = gamma.data_ptr<scalar_t>();
+    const scalar_t alive = scalar_t(kLogZero / 2);
+    for (int64_t w = 0; w < gamma.numel(); ++w)
+      if (G[w] > alive) live = std::max(live, D - (w / sq / D % D));  // D − a
+  });
+  const int64_t Do = std::max<int64_t>(1, std::min(D, live + steps)), J0 = D - std::min(D, live);
+  at::Tensor geo = at::tensor(std::vector<int64_t>{D, Do, J0, live}, at::kLong);
+  at::Tensor store = at::full({D - J0 + steps, Do, QS, QS, Bp}, kLogZero, gamma.options());
+  at::Tensor alphas = at::full({D + steps + 1, QS, Bp}, kLogZero, gamma.options());
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_start", [&] {
-    const Geo g = geo_of(store, Q);
+    const Geo g = geo_of(store, geo, 1);
     const scalar_t* G = gamma.data_ptr<scalar_t>();
     const scalar_t* A = alpha.data_ptr<scalar_t>();
     scalar_t* st = store.data_ptr<scalar_t>();
     scalar_t* al = alphas.data_ptr<scalar_t>();
-    const scalar_t alive = scalar_t(kLogZero / 2);
-    const int64_t sq = QS * QS;
-    for_window(g, nullptr, B, [&](int64_t w, int64_t s) {
-      st[s] = G[w];
-      if (G[w] > alive) live = std::max(live, D - (w / sq / D % D));  // D − a
-    }, [&](int64_t w, int64_t s) { al[s] = A[w]; });
+    for_window(g, nullptr, B, [&](int64_t w, int64_t o) { st[o] = G[w]; }, [&](int64_t w, int64_t o) { al[o] = A[w]; });
   });
-  return {store, alphas, live};
+  return {store, alphas, geo};
 }
 
-std::vector<at::Tensor> saved_for(const at::Tensor& store, int64_t Q, int64_t n) {
-  const Geo g = geo_of(store, Q);
+// The per-step arrays (R, O, colR, gp, popped, col, newA, z) for n steps of a run.
+std::vector<at::Tensor> ns_run_buffers(const at::Tensor& store, const at::Tensor& geo, int64_t Q, int64_t n) {
+  const Geo g = geo_of(store, geo, Q);
   auto opt = store.options();
   const int64_t B = g.B, D = g.D, QS = g.QS, E = g.E();
   return {at::empty({n, QS, QS, B}, opt),        at::empty({n, QS, Q, B}, opt),
@@ -440,9 +574,6 @@ std::vector<at::Tensor> saved_for(const at::Tensor& store, int64_t Q, int64_t n)
           at::empty({n, E, QS, Q, g.S, B}, opt), at::empty({n, D + 1, QS, QS, B}, opt),
           at::empty({n, QS, B}, opt),            at::empty({n, B}, opt)};
 }
-
-// The per-step arrays (R, O, colR, gp, popped, col, newA, z) for n steps of a run.
-std::vector<at::Tensor> ns_run_buffers(const at::Tensor& store, int64_t Q, int64_t n) { return saved_for(store, Q, n); }
 
 template <typename T>
 Saved<T> saved_at(at::TensorList sv, int64_t k) {
@@ -474,26 +605,28 @@ at::Tensor to_batch_first(const T* src, int64_t B, int64_t Bp, at::IntArrayRef r
 }
 
 // Step s of the run (push, repl [B, QS, QS], pop [B, QS, Q], batch first), its arrays kept at
-// index k of the buffers, start offsets up to `live` computed -> log α after the step [B, QS].
-at::Tensor ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffers, int64_t k, int64_t s,
-                       int64_t live, const at::Tensor& push, const at::Tensor& repl, const at::Tensor& pop) {
+// index k of the buffers -> log α after the step [B, QS].
+at::Tensor ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffers, const at::Tensor& geo, int64_t k,
+                       int64_t s, const at::Tensor& push, const at::Tensor& repl, const at::Tensor& pop) {
   const auto dt = store.scalar_type();
-  const int64_t Q = pop.size(2), B = push.size(0), QS = store.size(2), D = store.size(1);
-  TORCH_CHECK(store.size(0) > D + s && alphas.size(0) > D + s + 1, "memrnn nondeterministic stack: step ", s,
-              " is beyond the run");
+  const int64_t Q = pop.size(2), B = push.size(0), QS = store.size(2);
   check(push, "push", dt, {B, QS, QS});
   check(repl, "repl", dt, {B, QS, QS});
   check(pop, "pop", dt, {B, QS, Q});
   at::Tensor top;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step", [&] {
-    const Geo g = geo_of(store, Q);
+    const Geo g = geo_of(store, geo, Q);
+    const int64_t J = g.D + s;
+    TORCH_CHECK(s >= 0 && J - g.J0 < store.size(0) && J + 1 < alphas.size(0), "memrnn nondeterministic stack: step ",
+                s, " is beyond the run");
     const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
     std::vector<scalar_t> P(QS * QS * g.B);
     to_batch_last(push, P.data(), g.B);
     to_batch_last(repl, sv.R, g.B);
     to_batch_last(pop, sv.O, g.B);
-    const int64_t J = D + s;
-    step_forward(g, J, std::min(live, D), store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), P.data(), sv);
+    const int64_t L = std::min(live_of(geo) + s, g.D);
+    auto run = g.B == kLanes ? step_forward<scalar_t, kLanes> : step_forward<scalar_t, 0>;
+    run(g, J, L, store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), P.data(), sv);
     top = to_batch_first(alphas.data_ptr<scalar_t>() + g.al(J + 1, 0), B, g.B, {QS}, store.options());
   });
   return top;
@@ -502,24 +635,26 @@ at::Tensor ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffe
 // The backward of ns_run_step: g_top [B, QS] (the gradient of its output) is added to that of
 // α after the step, the step's gradients are added to gstore and galphas -> (gP, gR, gO) batch first.
 std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::Tensor& alphas,
-                                             at::TensorList buffers, int64_t k, int64_t s, int64_t live,
+                                             at::TensorList buffers, const at::Tensor& geo, int64_t k, int64_t s,
                                              at::Tensor gstore, at::Tensor galphas, const at::Tensor& g_top,
                                              int64_t Q) {
   const auto dt = store.scalar_type();
-  const int64_t QS = store.size(2), D = store.size(1), B = g_top.size(0);
+  const int64_t QS = store.size(2), B = g_top.size(0);
   check(g_top, "the gradient of alpha", dt, {B, QS});
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step_backward", [&] {
-    const Geo g = geo_of(store, Q);
+    const Geo g = geo_of(store, geo, Q);
     const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
-    const int64_t J = D + s;
+    const int64_t J = g.D + s;
     scalar_t* ga = galphas.data_ptr<scalar_t>() + g.al(J + 1, 0);
     const scalar_t* gt = g_top.data_ptr<scalar_t>();
     for (int64_t u = 0; u < QS; ++u)
       for (int64_t b = 0; b < B; ++b) ga[u * g.B + b] += gt[b * QS + u];
     std::vector<scalar_t> gP(QS * QS * g.B), gR(QS * QS * g.B), gO(QS * Q * g.B);
-    step_backward(g, J, std::min(live, D), store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), sv,
-                  gstore.data_ptr<scalar_t>(), galphas.data_ptr<scalar_t>(), gP.data(), gR.data(), gO.data());
+    const int64_t L = std::min(live_of(geo) + s, g.D);
+    auto back = g.B == kLanes ? step_backward<scalar_t, kLanes> : step_backward<scalar_t, 0>;
+    back(g, J, L, store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), sv, gstore.data_ptr<scalar_t>(),
+         galphas.data_ptr<scalar_t>(), gP.data(), gR.data(), gO.data());
     auto opt = store.options();
     out = {to_batch_first(gP.data(), B, g.B, {QS, QS}, opt), to_batch_first(gR.data(), B, g.B, {QS, QS}, opt),
            to_batch_first(gO.data(), B, g.B, {QS, Q}, opt)};
@@ -528,59 +663,60 @@ std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::
 }
 
 // Each row's window after lengths[b] steps of the run -> (gamma [B, D, D, QS, QS], alpha [B, D+1,
-// QS]), batch first; `fill` below the diagonal (log 0 for weights, 0 for their gradients).
-std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& lengths,
-                                      int64_t B, double fill) {
-  const int64_t D = store.size(1), QS = store.size(2);
+// QS]), batch first; `fill` where the store holds nothing (log 0 for weights, 0 for gradients).
+std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& geo,
+                                      const at::Tensor& lengths, int64_t B, double fill) {
+  const int64_t QS = store.size(2);
   TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.is_contiguous() && lengths.numel() == B,
               "memrnn nondeterministic stack: lengths must be B int64");
-  at::Tensor gamma = at::full({B, D, D, QS, QS}, fill, store.options());
-  at::Tensor alpha = at::empty({B, D + 1, QS}, store.options());
+  at::Tensor gamma, alpha;
   AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_run_window", [&] {
-    const Geo g = geo_of(store, 1);
+    const Geo g = geo_of(store, geo, 1);
+    gamma = at::full({B, g.D, g.D, QS, QS}, fill, store.options());
+    alpha = at::empty({B, g.D + 1, QS}, store.options());
     const scalar_t* st = store.data_ptr<scalar_t>();
     const scalar_t* al = alphas.data_ptr<scalar_t>();
     scalar_t* G = gamma.data_ptr<scalar_t>();
     scalar_t* A = alpha.data_ptr<scalar_t>();
-    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t s) { G[w] = st[s]; },
-               [&](int64_t w, int64_t s) { A[w] = al[s]; });
+    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { G[w] = st[o]; },
+               [&](int64_t w, int64_t o) { A[w] = al[o]; });
   });
   return {gamma, alpha};
 }
 
 // The backward of ns_run_window: the windows' gradients added to gstore and galphas.
-void ns_run_window_backward(at::Tensor gstore, at::Tensor galphas, const at::Tensor& lengths,
+void ns_run_window_backward(at::Tensor gstore, at::Tensor galphas, const at::Tensor& geo, const at::Tensor& lengths,
                             const at::Tensor& g_gamma, const at::Tensor& g_alpha) {
   const int64_t B = g_gamma.size(0);
   TORCH_CHECK(g_gamma.is_contiguous() && g_alpha.is_contiguous(), "memrnn nondeterministic stack: gradients must be contiguous");
   AT_DISPATCH_FLOATING_TYPES(gstore.scalar_type(), "memrnn_ns_run_window_backward", [&] {
-    const Geo g = geo_of(gstore, 1);
+    const Geo g = geo_of(gstore, geo, 1);
     scalar_t* st = gstore.data_ptr<scalar_t>();
     scalar_t* al = galphas.data_ptr<scalar_t>();
     const scalar_t* G = g_gamma.data_ptr<scalar_t>();
     const scalar_t* A = g_alpha.data_ptr<scalar_t>();
-    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t s) { st[s] += G[w]; },
-               [&](int64_t w, int64_t s) { al[s] += A[w]; });
+    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { st[o] += G[w]; },
+               [&](int64_t w, int64_t o) { al[o] += A[w]; });
   });
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
-  lib.def("ns_run_start(Tensor gamma, Tensor alpha, int states, int steps) -> (Tensor, Tensor, int)", &ns_run_start);
-  lib.def("ns_run_buffers(Tensor store, int states, int n) -> Tensor[]", &ns_run_buffers);
+  lib.def("ns_run_start(Tensor gamma, Tensor alpha, int steps) -> (Tensor, Tensor, Tensor)", &ns_run_start);
+  lib.def("ns_run_buffers(Tensor store, Tensor geo, int states, int n) -> Tensor[]", &ns_run_buffers);
   lib.def(
-      "ns_run_step(Tensor(a!) store, Tensor(b!) alphas, Tensor(c!)[] buffers, int k, int s, int live, "
+      "ns_run_step(Tensor(a!) store, Tensor(b!) alphas, Tensor(c!)[] buffers, Tensor geo, int k, int s, "
       "Tensor push, Tensor repl, Tensor pop) -> Tensor",
       &ns_run_step);
   lib.def(
-      "ns_run_step_backward(Tensor store, Tensor alphas, Tensor[] buffers, int k, int s, int live, "
+      "ns_run_step_backward(Tensor store, Tensor alphas, Tensor[] buffers, Tensor geo, int k, int s, "
       "Tensor(a!) gstore, Tensor(b!) galphas, Tensor g_top, int states) -> Tensor[]",
       &ns_run_step_backward);
-  lib.def("ns_run_window(Tensor store, Tensor alphas, Tensor lengths, int batch, float fill) -> Tensor[]",
+  lib.def("ns_run_window(Tensor store, Tensor alphas, Tensor geo, Tensor lengths, int batch, float fill) -> Tensor[]",
           &ns_run_window);
   lib.def(
-      "ns_run_window_backward(Tensor(a!) gstore, Tensor(b!) galphas, Tensor lengths, Tensor g_gamma, "
+      "ns_run_window_backward(Tensor(a!) gstore, Tensor(b!) galphas, Tensor geo, Tensor lengths, Tensor g_gamma, "
       "Tensor g_alpha) -> ()",
       &ns_run_window_backward);
 }
