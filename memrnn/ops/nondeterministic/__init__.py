@@ -100,44 +100,55 @@ class NondeterministicRun:
     :func:`nondeterministic_step` may leave them slightly above it (``exp`` of either is 0).
 
     The steps' backward passes write into one gradient store: each step's node hands the next
-    (earlier) one a zero-size token, so autograd runs them strictly from the last step back.
+    (earlier) one a zero-size token, so autograd runs them strictly from the last step back.  The
+    nodes hold the run's arrays (:class:`_RunArrays`), never the run itself, which holds the
+    token: a run → token → node → run cycle would keep every run's store alive until Python's
+    cycle collector found it (gigabytes over an epoch).
     """
 
     def __init__(
         self, gamma: Tensor, alpha: Tensor, steps: int, *, states: int, lengths: Tensor | None = None
     ) -> None:
-        self.ops = load()
-        if self.ops is None:
-            raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
-        self.batch, self.depth = gamma.shape[0], gamma.shape[1]
-        self.states, self.steps = int(states), int(steps)
-        if lengths is None:
-            lengths = torch.full((self.batch,), self.steps, dtype=torch.long)
-        self.lengths = lengths.to("cpu", torch.long).contiguous()
-        self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
-        self.taken = 0
-        self._grads: tuple[Tensor, Tensor] | None = None
-        self._last = -2
-        self.token = _Start.apply(self, gamma, alpha)
+        self.arrays = _RunArrays(gamma.shape[0], steps, states, lengths)
+        self.steps, self.taken = self.arrays.steps, 0
+        self.token = _Start.apply(self.arrays, gamma, alpha)
 
     def step(self, push: Tensor, repl: Tensor, pop: Tensor) -> Tensor:
         """One step on the log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``; returns
         ``log α [B, QS]`` after it."""
         if self.taken >= self.steps:
             raise RuntimeError(f"this run was made for {self.steps} steps")
-        top, self.token = _Step.apply(self, self.taken, self.token, push, repl, pop)
+        top, self.token = _Step.apply(self.arrays, self.taken, self.token, push, repl, pop)
         self.taken += 1
         return top
 
     def final(self) -> tuple[Tensor, Tensor]:
         """Each row's window after its ``lengths[b]`` steps: ``(gamma [B, depth, depth, QS, QS],
         alpha [B, depth + 1, QS])``."""
-        return _Final.apply(self, self.token)
+        return _Final.apply(self.arrays, self.token)
 
     def nbytes(self) -> int:
         """The bytes this run keeps for its backward (the store, the forward weights and every
         step's arrays; the gradient store, made in the backward, is as large as the first two)."""
-        return sum(t.numel() * t.element_size() for t in (self.store, self.alphas, *self.buffers))
+        a = self.arrays
+        return sum(t.numel() * t.element_size() for t in (a.store, a.alphas, *a.buffers))
+
+
+class _RunArrays:
+    """What a :class:`NondeterministicRun`'s autograd nodes share: the store, the forward weights,
+    every step's arrays (``native_step.cpp``) and the gradient store."""
+
+    def __init__(self, batch: int, steps: int, states: int, lengths: Tensor | None) -> None:
+        self.ops = load()
+        if self.ops is None:
+            raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
+        self.batch, self.states, self.steps = int(batch), int(states), int(steps)
+        if lengths is None:
+            lengths = torch.full((self.batch,), self.steps, dtype=torch.long)
+        self.lengths = lengths.to("cpu", torch.long).contiguous()
+        self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
+        self._grads: tuple[Tensor, Tensor] | None = None
+        self._last = -2
 
     def grads(self, node: int) -> tuple[Tensor, Tensor]:
         """The gradient store, zeroed when a new backward pass starts (``node``: the step whose
