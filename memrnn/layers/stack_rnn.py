@@ -276,6 +276,8 @@ class StackRNN(MemoryLayer):
         cs, ms = self.split(state)
         memory = self.memory
         B, T = x.shape[:2]
+        if T == 0:  # nothing to run: the state as it came
+            return x.new_zeros(B, 0, self.output_size), state
         lengths = None if mask is None else mask.sum(1)
         if self.strict:
             taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
@@ -294,6 +296,10 @@ class StackRNN(MemoryLayer):
         if not final:  # outputs(): the [B, depth, depth, QS, QS] window is never built
             return y, None
         gamma, alpha = run.final()
+        if lengths is not None:  # rows that took no step keep their state as it came, bit for bit
+            idle = lengths == 0
+            gamma = torch.where(idle[:, None, None, None, None], ms.gamma, gamma)
+            alpha = torch.where(idle[:, None, None], ms.alpha, alpha)
         steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
         return y, self.State(*cs, steps, gamma, alpha)
 

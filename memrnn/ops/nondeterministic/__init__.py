@@ -11,7 +11,7 @@ After step ``t`` with window ``depth`` (``W = depth + 1`` start times ``i`` per 
     alpha [B, depth + 1, QS]          alpha[p]    = log α[t−depth+p]
 
 Entries for ``i ≥ j`` or before the start are "log 0", stored as the finite :data:`LOG_ZERO`
-so that no gradient is ever ``nan``; every new column is clamped there.  Each step divides its
+so that no gradient is ever ``nan``; every new weight below ``LOG_ZERO / 2`` is set to it exactly.  Each step divides its
 transition weights by the total forward weight ``Σ α[t]``: the readings (``α[t]`` normalised)
 are exactly the papers', the stored weights are theirs up to one factor per step, and ``alpha``
 stays normalised (log-sum 0) however long the sequence.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory ``O(depth² · Q²S²)``:
@@ -63,6 +63,12 @@ class _LogMatmul(torch.autograd.Function):
         return ga.sum_to_size(a.shape), gb.sum_to_size(b.shape)  # undo the broadcasting
 
 
+def _snap(x: Tensor) -> Tensor:
+    """Normalised log weights below ``LOG_ZERO / 2`` are log 0: exactly :data:`LOG_ZERO` (no
+    gradient), so that the weights of runs that cannot exist never drift above it."""
+    return x.masked_fill(x <= LOG_ZERO / 2, LOG_ZERO)
+
+
 def log_matmul(a: Tensor, b: Tensor) -> Tensor:
     """The log-semiring matrix product of ``a [..., I, K]`` and ``b [..., K, J]`` (leading
     dimensions broadcast): ``[..., I, J]``."""
@@ -96,8 +102,8 @@ class NondeterministicRun:
     then ``gamma, alpha = run.final()``: each row's window after its own ``lengths[b]`` steps
     (all ``T`` when ``lengths`` is None), in :func:`nondeterministic_step`'s layout.  Gradients
     flow to the starting window, every step's transition weights and back from the final window
-    (first order).  Entries of the final window that are log 0 are exactly :data:`LOG_ZERO` here;
-    :func:`nondeterministic_step` may leave them slightly above it (``exp`` of either is 0).
+    (first order).  The final window equals :func:`nondeterministic_step`'s but below its
+    diagonal (log 0 here; the torch step slides along whatever the starting window held there).
 
     The steps' backward passes write into one gradient store: each step's node hands the next
     (earlier) one a zero-size token, so autograd runs them strictly from the last step back.  The
@@ -170,17 +176,19 @@ class _Start(torch.autograd.Function):
             run.store, run.geo, run.states, max(run.steps, 1) if run.keep else 1
         )
         ctx.run = run
+        ctx.save_for_backward(gamma)
         return gamma.new_zeros(0)
 
     @staticmethod
     @first_order
     def backward(ctx, _token):  # type: ignore[override]
         run = ctx.run
+        (gamma,) = ctx.saved_tensors
         gs, ga = run.grads(-1)
         g_gamma, g_alpha = run.ops.ns_run_window(
             gs, ga, run.geo, torch.zeros_like(run.lengths), run.batch, 0.0
         )
-        return None, g_gamma, g_alpha
+        return None, g_gamma.masked_fill(gamma <= LOG_ZERO / 2, 0.0), g_alpha  # log 0 was read as log 0
 
 
 class _Step(torch.autograd.Function):
@@ -248,6 +256,10 @@ def nondeterministic_step(
     Q = pop.shape[-1]
     S = QS // Q
     lz = LOG_ZERO
+    # log 0 read as exactly log 0: below the diagonal (an end before its start) and below
+    # LOG_ZERO / 2 (as the C++ run reads a window)
+    below = torch.ones(D, D, dtype=torch.bool, device=gamma.device).tril(-1)[:, :, None, None]
+    gamma = _snap(gamma).masked_fill(below, lz)
     last = gamma[:, :, D - 1]  # γ[i → t] for the D start times i = t−D..t−1: [B, D, QS, QS]
     # replace: every run still open at t takes one replace transition
     col = log_matmul(last, repl[:, None])  # [B, D, QS, QS]
@@ -267,8 +279,8 @@ def nondeterministic_step(
     # scale step t+1's transitions by 1 / Σ α[t+1]: the readings do not change, and α stays
     # normalised however long the sequence
     z = torch.logsumexp(new_alpha, -1)
-    new_alpha = (new_alpha - z[:, None]).clamp_min(lz)
-    col = (col - z[:, None, None, None]).clamp_min(lz)
+    new_alpha = _snap(new_alpha - z[:, None])
+    col = _snap(col - z[:, None, None, None])
     # slide the window: drop start time t−D and step t−D+1's column; the newest start time t has
     # no earlier column (log 0); the new column holds i = t−D+1..t
     older = torch.cat([gamma[:, 1:, 1:], gamma.new_full((B, 1, D - 1, QS, QS), lz)], 1)

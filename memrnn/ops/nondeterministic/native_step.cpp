@@ -95,6 +95,17 @@ inline float vlog(float x) {  // x > 0 and normal (here: a sum of exponentials, 
 }
 
 inline double vexp(double x) { return std::exp(x); }
+
+// A normalised log weight below LOG_ZERO / 2 is log 0: stored as LOG_ZERO exactly (and takes no
+// gradient), so that weights of runs that cannot exist never drift (the torch step does the same).
+template <typename T>
+inline bool alive(T x) {
+  return x > T(kLogZero / 2);
+}
+template <typename T>
+inline T snap(T x) {
+  return alive(x) ? x : T(kLogZero);
+}
 inline double vlog(double x) { return std::log(x); }
 
 // out[b] = log Σ_k exp(A[ia_k + b] + C[ic_k + b]) over the term offsets (ia_k, ic_k), exactly:
@@ -354,7 +365,6 @@ struct Saved {
 template <typename T, int64_t N>
 void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const T* P, const Saved<T>& sv) {
   const int64_t B = N ? N : g.B, D = g.D, S = g.S, QS = g.QS;
-  const T lz = T(kLogZero);
   std::vector<T> m(B), s(B);
   Terms t;
   replace_products(g, J, L, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.R, QS, QS, B, sv.colR + o); });
@@ -394,13 +404,13 @@ void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const
       const T* src = sv.col + g.sq(o, 0, 0) + uv * B;
       T* dst = store + g.col(J, o, 0, 0) + uv * B;
       NS_SIMD
-      for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - sv.z[b], lz);
+      for (int64_t b = 0; b < B; ++b) dst[b] = snap(src[b] - sv.z[b]);
     }
   for (int64_t v = 0; v < QS; ++v) {
     T* dst = alphas + g.al(J + 1, v);
     const T* src = sv.newA + v * B;
     NS_SIMD
-    for (int64_t b = 0; b < B; ++b) dst[b] = std::max(src[b] - sv.z[b], lz);
+    for (int64_t b = 0; b < B; ++b) dst[b] = snap(src[b] - sv.z[b]);
   }
 }
 
@@ -411,7 +421,6 @@ template <typename T, int64_t N>
 void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* alphas, const Saved<T>& sv,
                    T* gstore, T* galphas, T* gP, T* gR, T* gO) {
   const int64_t B = N ? N : g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS;
-  const T lz = T(kLogZero);
   const int64_t blk = QS * QS * B;
   std::fill(gR, gR + blk, T(0));
   std::fill(gO, gO + QS * Q * B, T(0));
@@ -425,7 +434,7 @@ void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* 
       T* out = gcol.data() + g.sq(o, 0, 0) + uv * B;
       NS_SIMD
       for (int64_t b = 0; b < B; ++b) {
-        out[b] = c[b] - sv.z[b] >= lz ? gs[b] : T(0);
+        out[b] = alive(c[b] - sv.z[b]) ? gs[b] : T(0);
         gz[b] -= out[b];
       }
     }
@@ -435,7 +444,7 @@ void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* 
     T* out = gnewA.data() + v * B;
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) {
-      out[b] = na[b] - sv.z[b] >= lz ? ga[b] : T(0);
+      out[b] = alive(na[b] - sv.z[b]) ? ga[b] : T(0);
       gz[b] -= out[b];
     }
   }
@@ -559,7 +568,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ns_run_start(const at::Tensor& ga
     const scalar_t* A = alpha.data_ptr<scalar_t>();
     scalar_t* st = store.data_ptr<scalar_t>();
     scalar_t* al = alphas.data_ptr<scalar_t>();
-    for_window(g, nullptr, B, [&](int64_t w, int64_t o) { st[o] = G[w]; }, [&](int64_t w, int64_t o) { al[o] = A[w]; });
+    for_window(g, nullptr, B, [&](int64_t w, int64_t o) { st[o] = snap(G[w]); }, [&](int64_t w, int64_t o) { al[o] = A[w]; });
   });
   return {store, alphas, geo};
 }
