@@ -15,9 +15,9 @@ checked to resolve to the same ``data`` section first.  A cell that finishes wri
 the rest, so a crashed or killed cell (reported, with its log) is never dropped.  Runs log
 offline to W&B under the cell's folder.  ``--table-only`` prints the table of what is there.
 
-The NS-RNN and RNS-RNN cells (``--models ns rns``) cost O(T^2.65) per string on a CPU
-(``benchmarks/results/nondeterministic-cpu-2core.md``): run them on a GPU
-(``-- --trainer.accelerator=gpu``).
+The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
+CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-5 minutes per epoch on one core of
+this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is about 20 core-hours.
 """
 
 from __future__ import annotations
