@@ -407,7 +407,9 @@ class NondeterministicStack(Memory):
     ``depth``: the window of start times kept (the memory-limited RNS-RNN, DuSell & Chiang 2022,
     section 5).  With ``depth ≥ T`` the stack is the unlimited one; from step ``depth + 1`` on, runs
     whose top element was pushed more than ``depth`` steps earlier are dropped, and ``overflow``
-    is 1 at each such step (0 before).  Each step costs ``O(depth² · Q³ · S²)`` per row.
+    is 1 at each such step (0 before).  Each step costs ``O(depth² · Q³ · S²)`` per row with the
+    torch step; ``StackRNN``'s C++ run on CPU computes only start times that can be alive,
+    ``O(min(s, depth)² · Q³ · S²)`` at step ``s`` from the fresh stack.
     """
 
     kind = "nondeterministic"

@@ -14,7 +14,10 @@
 //   alphas [D+T+1][QS][B]       alphas[J+1] = log α[j] (the end of column J); alphas[0..D] the
 //                               starting window's
 // with QS = Q·S configurations qx = q·S + x.  Window entry G[a][c] (a ≤ c) is store[c][c − a];
-// entries below the diagonal, and start offsets beyond the depth, are log 0.
+// entries below the diagonal, and start offsets beyond the depth, are log 0.  Only what can be
+// alive is allocated (Geo below): columns from J0 = D − live on and start offsets below
+// Do = min(D, live + T), so the store is [D − J0 + T][Do][QS][QS][B] (T+1 columns of T+1 offsets
+// from the fresh stack, where live = 1).
 //
 // Live starts.  Starts earlier than every entry alive in the starting window (above LOG_ZERO / 2)
 // can never gain weight: their entries stay log 0 exactly and are never computed.  From the fresh
@@ -384,7 +387,7 @@ void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const
           const T* pp = sv.popped + g.pop(o - 2, u, v / S, v % S);
           NS_SIMD
           for (int64_t b = 0; b < B; ++b) {
-            const T mx = std::max(cr[b], pp[b]);
+            const T mx = cr[b] > pp[b] ? cr[b] : pp[b];  // not std::max (left scalar by GCC)
             out[b] = mx + vlog(vexp(cr[b] - mx) + vexp(pp[b] - mx));
           }
         } else {
