@@ -4,6 +4,7 @@ run.  DuSell & Chiang's cell: an LSTM controller of 20 units, 2 PDA states, 3 st
 batch 10.
 
     python -m benchmarks.nondeterministic_scaling [--lengths 16 32 64 128 256] [--window 16] [--impls native cpu]
+    python -m benchmarks.nondeterministic_scaling --vector-size 5   # the vector RNS-RNN (DuSell & Chiang 2023)
 
 Two rows per length: the unlimited stack (``depth = T``: every start time kept; up to
 ``--max-unlimited``, as its cost grows as T³) and the memory-limited one (``depth = window``:
@@ -11,7 +12,8 @@ linear in T).  Time is
 forward+backward (best of ``--repeats``); memory is the bytes kept for the backward (what autograd
 saves, plus the C++ run's store and per-step arrays).
 ``--impls`` times the stack's step in C++ (``native``, the default on CPU) and in torch
-operations (``cpu``) in the same run."""
+operations (``cpu``) in the same run.  ``--vector-size m`` times the vector RNS-RNN's stack
+instead (elements carrying ``m`` units; its step is the torch one on every device)."""
 
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--hidden", type=int, default=20)
     ap.add_argument("--states", type=int, default=2)
     ap.add_argument("--symbols", type=int, default=3)
+    ap.add_argument(
+        "--vector-size", type=int, default=0, help="> 0: the vector RNS-RNN's stack, m units per element"
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (memory is then the peak allocated)")
@@ -61,9 +66,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         torch.set_num_threads(args.threads)
     B, H, n_in, dev = args.batch, args.hidden, 3, args.device
     mem = {"states": args.states, "symbols": args.symbols}
+    kind = "nondeterministic"
+    if args.vector_size:
+        kind, mem["vector_size"] = "vector_nondeterministic", args.vector_size
     print(
         f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
         f"{args.states} states x {args.symbols} symbols"
+        + (f", vectors of {args.vector_size} units (vector RNS-RNN)" if args.vector_size else "")
     )
     print("| stack | T | depth | impl | fwd+bwd ms | saved MiB | nn.LSTM ms | ×LSTM |")
     print("|---|---|---|---|---|---|---|---|")
@@ -80,7 +89,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         t_lstm = best_of(base, args.repeats, dev)
         cells = [("unlimited", T)] if args.max_unlimited >= T else []
         for name, depth in [*cells, ("limited", min(args.window, T))]:
-            net = StackRNN(n_in, H, "nondeterministic", depth=depth, memory_args=mem).to(dev)
+            net = StackRNN(n_in, H, kind, depth=depth, memory_args=mem).to(dev)
             for impl in args.impls:
 
                 def run(net=net, x=x, impl=impl):

@@ -90,3 +90,9 @@ def test_nondeterministic_scaling_prints_rows_and_exponents(capsys):
     assert all(r["ms"] > 0 and r["mib"] > 0 for r in rows)
     out = capsys.readouterr().out
     assert "unlimited: time ∝ T^" in out and "limited: time ∝ T^" in out
+    rows = nondeterministic_scaling.main(
+        ["--lengths", "4", "8", "--window", "4", "--max-unlimited", "4", "--batch", "2", "--hidden", "4",
+         "--repeats", "1", "--vector-size", "2"]
+    )  # fmt: skip
+    assert [(r["stack"], r["T"]) for r in rows] == [("unlimited", 4), ("limited", 4), ("limited", 8)]
+    assert "vectors of 2 units (vector RNS-RNN)" in capsys.readouterr().out

@@ -25,6 +25,8 @@ memory                  actions from ``h``                      structure
 ``Nondeterministic``    log weights of every push, replace and  DuSell & Chiang 2020 (NS-RNN),
 ``Stack``               pop of a weighted PDA (Q states, S      2022 (RNS-RNN, memory-limited)
                         stack symbols)
+``VectorNondeter-       the same, and a pushed vector           DuSell & Chiang 2023 (vector
+ministicStack``         σ(W h + b) of ``vector_size``           RNS-RNN)
 ======================  ======================================  ================================
 
 Bounded windows: the stacks and the queue keep ``depth`` cells (the DeQue ``depth`` per end); a step that moves content out of
@@ -40,12 +42,19 @@ from abc import ABC, abstractmethod
 from typing import ClassVar, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
 from memrnn.core.checks import exporting, positive_int
 from memrnn.ops.deque import deque_step
-from memrnn.ops.nondeterministic import nondeterministic_initial, nondeterministic_step
+from memrnn.ops.nondeterministic import (
+    LOG_ZERO,
+    nondeterministic_initial,
+    nondeterministic_step,
+    vector_nondeterministic_initial,
+    vector_nondeterministic_step,
+)
 from memrnn.ops.stratification import stratification_step
 from memrnn.ops.superposition import superposition_step
 from memrnn.ops.tape import tape_jump_step, tape_step
@@ -431,14 +440,20 @@ class NondeterministicStack(Memory):
         self.symbols = positive_int("symbols", symbols)
         self.normalize_transitions = bool(normalize_transitions)
         self.states_in_reading = bool(states_in_reading)
-        reading = states * symbols if states_in_reading else symbols
+        reading, what = self._reading_units()
         if width is not None and width != reading:
             raise ValueError(
-                f"the nondeterministic stack's reading has {reading} units "
-                f"({'states × symbols' if states_in_reading else 'symbols'}), got width={width}; "
-                "leave width out"
+                f"the {self._name}'s reading has {reading} units ({what}), got width={width}; leave width out"
             )
         super().__init__(hidden_size, reading, depth, "identity", **factory)
+
+    _name = "nondeterministic stack"
+
+    def _reading_units(self) -> tuple[int, str]:
+        """Units of the reading and what they count."""
+        if self.states_in_reading:
+            return self.states * self.symbols, "states × symbols"
+        return self.symbols, "symbols"
 
     def _head_size(self) -> int:
         qs = self.states * self.symbols
@@ -452,8 +467,12 @@ class NondeterministicStack(Memory):
 
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``h [B, hidden_size]`` -> log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``."""
+        return self._pda(self.head(h))
+
+    def _pda(self, out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The head's first ``QS · (2·QS + Q)`` outputs ``[B, …]`` as ``push, repl, pop``."""
         qs, Q = self.states * self.symbols, self.states
-        logits = self.head(h).view(h.shape[0], qs, 2 * qs + Q)
+        logits = out[:, : qs * (2 * qs + Q)].reshape(out.shape[0], qs, 2 * qs + Q)
         if self.normalize_transitions:
             logits = torch.log_softmax(logits, -1)
         push, repl, pop = logits.split([qs, qs, Q], -1)
@@ -496,6 +515,137 @@ class NondeterministicStack(Memory):
         return new, dict(zip(self.actions, actions, strict=True), overflow=overflow)
 
 
+class VectorNondeterministicState(NamedTuple):
+    """:class:`NondeterministicState`'s fields, then the window of log ``ζ``
+    ``zeta [B, depth, depth, QS, QS, m]`` and the reading's log ``eta [B, QS, m]``
+    (:func:`memrnn.ops.nondeterministic.vector_nondeterministic_step`)."""
+
+    steps: Tensor
+    gamma: Tensor
+    alpha: Tensor
+    zeta: Tensor
+    eta: Tensor
+
+
+class VectorNondeterministicStack(NondeterministicStack):
+    """The vector RNS-RNN's stack (DuSell & Chiang 2023, "The Surprising Computational Power of
+    Nondeterministic Stack RNNs"): the renormalizing nondeterministic stack whose elements also
+    carry a vector in ``(0, 1)^m``.  A push pushes ``σ(W h + b)`` with its symbol, a replace keeps
+    the vector, a pop uncovers the one below; the bottom element holds ``σ(bottom)``.  The reading
+    is the expected top vector for each ``(state, top symbol)`` under the PDA's runs (``width =
+    Q·S·m``, flattened ``[Q, S, m]``), which lets a PDA of few symbols carry real-valued content
+    (the recurrences: :mod:`memrnn.ops.nondeterministic.reference`).
+
+    Args beyond :class:`NondeterministicStack`'s: ``vector_size`` (``m``), ``bottom``:
+    ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5), ``"one"``
+    or ``"zero"``.  A learnt bottom vector is part of :meth:`initial_state`, which therefore
+    carries its gradient: make a fresh initial state for each batch (``StackRNN`` does when no
+    state is given).  The reading always ranges over states and symbols.  The step is the torch one
+    on every device (no C++ run), ``O(depth² · Q³ · S² · m)`` per row.
+    """
+
+    kind = "vector_nondeterministic"
+    State = VectorNondeterministicState
+    actions = ("push", "repl", "pop", "vector")
+    _name = "vector nondeterministic stack"
+    BOTTOMS = ("learned", "one", "zero")
+
+    def __init__(
+        self,
+        hidden_size: int,
+        width: int | None = None,
+        depth: int = 32,
+        states: int = 2,
+        symbols: int = 3,
+        vector_size: int = 4,
+        bottom: str = "learned",
+        normalize_transitions: bool = False,
+        **factory,
+    ) -> None:
+        self.vector_size = positive_int("vector_size", vector_size)
+        if bottom not in self.BOTTOMS:
+            raise ValueError(f"bottom must be one of {', '.join(self.BOTTOMS)}, got {bottom!r}")
+        self.bottom_kind = bottom
+        super().__init__(
+            hidden_size,
+            width,
+            depth,
+            states,
+            symbols,
+            normalize_transitions,
+            states_in_reading=True,
+            **factory,
+        )
+        if bottom == "learned":
+            self.bottom = nn.Parameter(torch.zeros(self.vector_size, **factory))
+
+    def _reading_units(self) -> tuple[int, str]:
+        return self.states * self.symbols * self.vector_size, "states × symbols × vector_size"
+
+    def _head_size(self) -> int:
+        return super()._head_size() + self.vector_size
+
+    def extra_repr(self) -> str:
+        return (
+            f"states={self.states}, symbols={self.symbols}, vector_size={self.vector_size}, depth={self.depth}, "
+            f"bottom={self.bottom_kind!r}, normalize_transitions={self.normalize_transitions}"
+        )
+
+    def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``h [B, hidden_size]`` -> log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``
+        and the log pushed vector ``[B, m]``."""
+        out = self.head(h)
+        return (*self._pda(out), F.logsigmoid(out[:, -self.vector_size :]))
+
+    def log_bottom(self, *, device=None, dtype=None) -> Tensor:
+        """The bottom vector's logarithm ``[m]`` (``LOG_ZERO`` for the zero vector)."""
+        if self.bottom_kind == "learned":
+            return F.logsigmoid(self.bottom.to(device=device, dtype=dtype))
+        value = 0.0 if self.bottom_kind == "one" else LOG_ZERO
+        return torch.full((self.vector_size,), value, device=device, dtype=dtype)
+
+    def initial_state(self, batch_size: int, *, device, dtype) -> VectorNondeterministicState:
+        steps, gamma, alpha = super().initial_state(batch_size, device=device, dtype=dtype)
+        zeta, eta = vector_nondeterministic_initial(
+            batch_size,
+            self.states,
+            self.symbols,
+            self.vector_size,
+            self.depth,
+            self.log_bottom(device=device, dtype=dtype or torch.get_default_dtype()),
+        )
+        return VectorNondeterministicState(steps, gamma, alpha, zeta, eta)
+
+    def read(self, state: VectorNondeterministicState) -> Tensor:
+        return state.eta.exp().flatten(1)
+
+    def reading(self, top: Tensor) -> Tensor:
+        raise NotImplementedError("the vector stack's reading needs eta: read(state)")
+
+    def update(
+        self,
+        state: VectorNondeterministicState,
+        actions: tuple[Tensor, Tensor, Tensor, Tensor],
+        value: Tensor | None = None,
+    ) -> tuple[VectorNondeterministicState, Tensor]:
+        """One step on ``actions = (push, repl, pop, vector)`` (:meth:`transitions`);
+        ``overflow [B]`` is 1 where the window drops runs."""
+        gamma, alpha, zeta, eta = vector_nondeterministic_step(state.gamma, state.alpha, state.zeta, *actions)
+        overflow = (state.steps.detach() >= self.depth).to(alpha.dtype)
+        return VectorNondeterministicState(state.steps + 1, gamma, alpha, zeta, eta), overflow
+
+    def step(
+        self, h: Tensor, state: VectorNondeterministicState
+    ) -> tuple[VectorNondeterministicState, dict[str, Tensor]]:
+        """Act on ``h [B, hidden_size]``; diagnostics: the log weights ``push``, ``repl``,
+        ``pop`` (as :class:`NondeterministicStack`), the pushed ``vector [B, m]`` in ``(0, 1)``
+        and ``overflow [B]``."""
+        actions = self.transitions(h)
+        new, overflow = self.update(state, actions)
+        diag = dict(zip(self.actions[:3], actions[:3], strict=True))
+        return new, {**diag, "vector": actions[3].exp(), "overflow": overflow}
+
+
 #: the memories by name (``StackRNN(memory="…")``)
 MEMORIES: dict[str, type[Memory]] = {
     m.kind: m
@@ -507,5 +657,6 @@ MEMORIES: dict[str, type[Memory]] = {
         Tape,
         JumpTape,
         NondeterministicStack,
+        VectorNondeterministicStack,
     )
 }

@@ -76,14 +76,15 @@ class StackRNN(MemoryLayer):
             et al. 2015), ``"queue"`` and ``"deque"`` (their neural queue and DeQue; the DeQue reads
             both ends, ``2 · width`` units), ``"tape"`` (Delétang et al. 2023), ``"tape_jump"`` (the
             same with their jumps by each row's input length, set in the state's ``jump``),
-            ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), or a
+            ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), ``"vector_nondeterministic"``
+            (their vector RNS-RNN, 2023), or a
             :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
         controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
             ``input_size`` is ``input_size + width`` and whose ``output_size`` is ``hidden_size``
             (a counter, a second-order RNN, …).
         width: units per memory cell (the reading's size but for the DeQue's two ends); None for
-            the memory's default (8, or ``states × symbols`` for the nondeterministic stack, which
-            fixes it).
+            the memory's default (8, or ``states × symbols`` for the nondeterministic stack and
+            ``states × symbols × vector_size`` for the vector one, which fix it).
         depth: cells of the stack, queue or tape (per end for the DeQue); start times kept by the nondeterministic
             stack.  The stacks and the queue are windows of the papers' unbounded structures: exact while nothing is pushed out of the window (always
             when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
@@ -110,7 +111,14 @@ class StackRNN(MemoryLayer):
         input_size: int,
         hidden_size: int,
         memory: Literal[
-            "superposition", "stratification", "queue", "deque", "tape", "tape_jump", "nondeterministic"
+            "superposition",
+            "stratification",
+            "queue",
+            "deque",
+            "tape",
+            "tape_jump",
+            "nondeterministic",
+            "vector_nondeterministic",
         ]
         | Memory = "superposition",
         controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
@@ -357,12 +365,16 @@ _TINY = {"input_size": 3, "hidden_size": 5, "width": 2, "depth": 4}
 #: tiny nondeterministic stacks: 2 states × 2 symbols (width 4), depth 4 < the suite's 7 steps, so
 #: the memory-limited window is exercised too
 _TINY_NS = {**_TINY, "width": None, "memory": "nondeterministic", "memory_args": {"states": 2, "symbols": 2}}
-#: a jump tape of tiny inputs jumps by 3 cells (the input length a data module would give)
-_TINY_MEMORY_ARGS = {"tape_jump": {"jump": 3}}
+#: a jump tape of tiny inputs jumps by 3 cells (the input length a data module would give); the
+#: vector stack's elements carry 2 units (width 2·2·2 = 8)
+_TINY_MEMORY_ARGS = {
+    "tape_jump": {"jump": 3},
+    "vector_nondeterministic": {"states": 2, "symbols": 2, "vector_size": 2},
+}
 for _memory in MEMORIES:
     for _controller in ("lstm", "elman"):
         _tiny = {
-            **(_TINY_NS if _memory == "nondeterministic" else _TINY),
+            **(_TINY_NS if _memory.endswith("nondeterministic") else _TINY),
             "memory": _memory,
             "controller": _controller,
         }

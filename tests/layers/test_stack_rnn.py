@@ -17,7 +17,7 @@ from memrnn.data import ChomskyDataModule
 from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
 from memrnn.lit import SequenceModule
 from memrnn.ops.deque import deque_reference
-from memrnn.ops.nondeterministic import nondeterministic_reference
+from memrnn.ops.nondeterministic import nondeterministic_reference, vector_nondeterministic_reference
 from memrnn.ops.stratification import stratification_reference
 from memrnn.ops.superposition import superposition_reference
 from memrnn.ops.tape import tape_reference
@@ -196,6 +196,39 @@ def test_the_nondeterministic_stack_is_its_papers_structure(variant, gen):
     assert bool((tr["overflow"] == 0).all())
 
 
+@pytest.mark.parametrize("bottom", ["learned", "one", "zero"])
+def test_the_vector_nondeterministic_stack_is_its_papers_structure(bottom, gen):
+    """DuSell & Chiang's (2023) vector RNS-RNN: with depth >= T the readings (``[Q, S, m]``
+    flattened) equal the literal recurrences run on the traced transition weights and pushed
+    vectors, from the bottom vector σ(bottom), 1 or 0; a learnt bottom vector takes a gradient."""
+    torch.manual_seed(0)
+    args = {"states": 2, "symbols": 2, "vector_size": 3, "bottom": bottom}
+    net = StackRNN(3, 6, "vector_nondeterministic", depth=6, memory_args=args).double()
+    assert net.width == 12 and net.memory.reading_size == 12
+    x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    tr = net.trace(x)
+    B, T = 2, 6
+    push = tr["push"].reshape(B, T, 2, 2, 2, 2)
+    repl = tr["repl"].reshape(B, T, 2, 2, 2, 2)
+    pop = tr["pop"].reshape(B, T, 2, 2, 2)
+    assert tr["vector"].shape == (B, T, 3) and bool(((tr["vector"] > 0) & (tr["vector"] < 1)).all())
+    log_bottom = net.memory.log_bottom(dtype=torch.float64)
+    expected_bottom = {"learned": torch.full((3,), 0.5), "one": torch.ones(3), "zero": torch.zeros(3)}[bottom]
+    torch.testing.assert_close(log_bottom.exp(), expected_bottom.double(), atol=1e-12, rtol=0)
+    _, ref = vector_nondeterministic_reference(push, repl, pop, tr["vector"].log(), log_bottom)
+    torch.testing.assert_close(tr["reading"], ref.reshape(B, T, 12), atol=1e-12, rtol=0)
+    # before the first step the controller reads the bottom vector at (state 0, symbol 0)
+    first = net.memory.read(net.memory.initial_state(1, device=None, dtype=torch.float64))
+    torch.testing.assert_close(first[0, :3], expected_bottom.double(), atol=1e-12, rtol=0)
+    assert bool((first[0, 3:] == 0).all())
+    y, _ = net(x)
+    y.sum().backward()
+    if bottom == "learned":
+        assert net.memory.bottom.grad is not None and bool(net.memory.bottom.grad.abs().sum() > 0)
+    else:
+        assert not hasattr(net.memory, "bottom") or not isinstance(net.memory.bottom, torch.nn.Parameter)
+
+
 @pytest.mark.parametrize("fused", [True, False])
 def test_the_nondeterministic_window_is_strict_about_time(fused, gen):
     """Depth d keeps start times d back: step d (0-based) is the first to drop runs, whatever the
@@ -263,6 +296,14 @@ def test_bad_arguments_are_named():
         StackRNN(3, 4, "heap")
     with pytest.raises(ValueError, match=r"reading has 6 units .* got width=8"):
         StackRNN(3, 4, "nondeterministic", width=8)
+    with pytest.raises(
+        ValueError, match=r"vector nondeterministic stack's reading has 24 units .* got width=8"
+    ):
+        StackRNN(3, 4, "vector_nondeterministic", width=8)
+    with pytest.raises(ValueError, match="bottom must be one of learned, one, zero, got 'two'"):
+        StackRNN(3, 4, "vector_nondeterministic", memory_args={"bottom": "two"})
+    with pytest.raises(ValueError, match="vector_size must be a positive integer, got 0"):
+        StackRNN(3, 4, "vector_nondeterministic", memory_args={"vector_size": 0})
     with pytest.raises(ValueError, match="unknown controller 'transformer'"):
         StackRNN(3, 4, controller="transformer")
     with pytest.raises(ValueError, match="input_size \\+ width = 3 \\+ 2 = 5"):

@@ -1,6 +1,7 @@
-"""DuSell & Chiang's nondeterministic stack (NS-RNN 2020, RNS-RNN 2022, memory-limited 2022):
-the batched log-space step against the literal recurrences, hand-worked runs of a weighted PDA,
-the window, long sequences, and the log-semiring product it is built on."""
+"""DuSell & Chiang's nondeterministic stack (NS-RNN 2020, RNS-RNN 2022, memory-limited 2022,
+vector RNS-RNN 2023): the batched log-space steps against the literal recurrences, hand-worked
+runs of a weighted PDA, the window, long sequences, and the log-semiring product they are built
+on."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ from memrnn.ops.nondeterministic import (
     nondeterministic_initial,
     nondeterministic_reference,
     nondeterministic_step,
+    vector_nondeterministic_initial,
+    vector_nondeterministic_reference,
+    vector_nondeterministic_step,
 )
 
 
@@ -160,3 +164,153 @@ def test_log_matmul_has_second_derivatives():
     a = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
     b = torch.randn(2, 4, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradgradcheck(log_matmul, (a, b))
+
+
+# -- the vector RNS-RNN (DuSell & Chiang 2023) ------------------------------------------------------
+
+
+def run_vector(push, repl, pop, vectors, bottom, depth):
+    """Readings ``[B, T, Q, S, m]`` (the expected top vector per (state, symbol)) from the
+    batched vector step, and the final state."""
+    B, T, Q, S = push.shape[:4]
+    m = vectors.shape[-1]
+    gamma, alpha = nondeterministic_initial(B, Q, S, depth, dtype=push.dtype)
+    zeta, eta = vector_nondeterministic_initial(B, Q, S, m, depth, bottom)
+    out = []
+    for t in range(T):
+        gamma, alpha, zeta, eta = vector_nondeterministic_step(
+            gamma,
+            alpha,
+            zeta,
+            push[:, t].reshape(B, Q * S, Q * S),
+            repl[:, t].reshape(B, Q * S, Q * S),
+            pop[:, t].reshape(B, Q * S, Q),
+            vectors[:, t],
+        )
+        out.append(eta.exp().reshape(B, Q, S, m))
+    return torch.stack(out, 1), (gamma, alpha, zeta, eta)
+
+
+def log_vectors(rows):
+    return torch.tensor(rows, dtype=torch.float64).log()[None]
+
+
+def test_a_vector_run_by_hand():
+    """Push a with v1, push b with v2, pop, replace the uncovered a by b, pop: the reading is v1
+    at a, v2 at b, v1 at a again, v1 at b (a replace keeps the vector), then the bottom vector at
+    the bottom symbol."""
+    moves = [("push", {1: 1}), ("push", {2: 1}), ("pop",), ("repl",), ("pop",)]
+    push, repl, pop = transitions(1, 3, 5, [m if m[0] != "repl" else ("push", {}) for m in moves])
+    repl[0, 3, 0, 1, 0, 2] = 0.0  # step 4 replaces a by b, nothing else
+    vectors = log_vectors([[0.1, 0.9], [0.7, 0.2], [0.5, 0.5], [0.5, 0.5], [0.5, 0.5]])
+    bottom = torch.tensor([0.3, 0.6], dtype=torch.float64).log()
+    _, ref = vector_nondeterministic_reference(push, repl, pop, vectors, bottom)
+    expected = torch.zeros(5, 3, 2, dtype=torch.float64)
+    expected[0, 1] = torch.tensor([0.1, 0.9], dtype=torch.float64)
+    expected[1, 2] = torch.tensor([0.7, 0.2], dtype=torch.float64)
+    expected[2, 1] = torch.tensor([0.1, 0.9], dtype=torch.float64)
+    expected[3, 2] = torch.tensor([0.1, 0.9], dtype=torch.float64)
+    expected[4, 0] = torch.tensor([0.3, 0.6], dtype=torch.float64)
+    torch.testing.assert_close(ref[0, :, 0], expected, atol=1e-12, rtol=0)
+    fast, _ = run_vector(push, repl, pop, vectors, bottom, depth=5)
+    torch.testing.assert_close(fast[0, :, 0], expected, atol=1e-12, rtol=0)
+
+
+def test_a_nondeterministic_vector_run_by_hand():
+    """Step 1 pushes a with weight 1 or b with weight 3, both with v; step 2 pushes a with weight
+    1 and w: the reading is v/4 at a and 3v/4 at b, then w at a; step 3 pops: the two runs'
+    tops are a and b again, with v."""
+    push, repl, pop = transitions(1, 3, 3, [("push", {1: 1, 2: 3}), ("push", {1: 1}), ("pop",)])
+    vectors = log_vectors([[0.8, 0.4], [0.2, 0.6], [0.5, 0.5]])
+    _, ref = vector_nondeterministic_reference(push, repl, pop, vectors)
+    fast, _ = run_vector(push, repl, pop, vectors, torch.full((2,), LOG_ZERO, dtype=torch.float64), depth=3)
+    v, w = torch.tensor([0.8, 0.4], dtype=torch.float64), torch.tensor([0.2, 0.6], dtype=torch.float64)
+    expected = torch.zeros(3, 3, 2, dtype=torch.float64)
+    expected[0, 1], expected[0, 2] = v / 4, 3 * v / 4
+    expected[1, 1] = w
+    expected[2, 1], expected[2, 2] = v / 4, 3 * v / 4
+    for got in (ref, fast):
+        torch.testing.assert_close(got[0, :, 0], expected, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("depth", [None, 1, 2, 3])
+def test_vector_step_equals_the_reference_with_gradients(depth, dtype):
+    """Readings and the gradients of every transition weight, the pushed vectors and the bottom
+    vector; the forward weights are the plain stack's."""
+    gen = torch.Generator().manual_seed(4)
+    B, T, Q, S, m = 2, 6, 2, 2, 3
+    push, repl, pop = random_transitions(B, T, Q, S, dtype, gen)
+    vectors = torch.nn.functional.logsigmoid(
+        torch.randn(B, T, m, generator=gen, dtype=dtype)
+    ).requires_grad_()
+    bottom = torch.nn.functional.logsigmoid(torch.randn(m, generator=gen, dtype=dtype)).requires_grad_()
+    log_alpha, ref = vector_nondeterministic_reference(push, repl, pop, vectors, bottom, depth)
+    D = T if depth is None else depth
+    fast, (_, alpha, _, _) = run_vector(push, repl, pop, vectors, bottom, D)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(fast, ref, **tol)
+    torch.testing.assert_close(alpha[:, -1].reshape(B, Q, S), normalised(log_alpha)[:, -1], **tol)
+    w = torch.randn(fast.shape, generator=gen, dtype=dtype)
+    inputs = (push, repl, pop, vectors, bottom)
+    for a, b in zip(
+        torch.autograd.grad((fast * w).sum(), inputs, materialize_grads=True),
+        torch.autograd.grad((ref * w).sum(), inputs, materialize_grads=True),
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, **tol)
+
+
+def test_vector_readings_are_expectations_and_stay_finite_over_long_sequences():
+    """Each reading is an expectation of vectors in (0, 1) under a distribution over (state,
+    symbol): summed over (r, y) it lies in (0, 1) per unit; 300 steps of large weights stay
+    finite, with finite gradients."""
+    gen = torch.Generator().manual_seed(5)
+    B, T, Q, S, m = 2, 300, 2, 3, 2
+    push, repl, pop = random_transitions(B, T, Q, S, torch.float32, gen, scale=10.0)
+    vectors = torch.nn.functional.logsigmoid(3 * torch.randn(B, T, m, generator=gen)).requires_grad_()
+    fast, (_, _, zeta, _) = run_vector(push, repl, pop, vectors, torch.zeros(m), depth=5)
+    total = fast.sum((2, 3))
+    assert torch.isfinite(zeta).all() and bool((total > 0).all()) and bool((total < 1 + 1e-5).all())
+    (g,) = torch.autograd.grad(fast[:, -1].sum(), (vectors,))
+    assert torch.isfinite(g).all()
+
+
+def test_step_has_second_derivatives():
+    """The torch step differentiates twice (``StackRNN(fused=False)``), log 0 entries included:
+    ``torch.logaddexp`` gave nan there (its backward's ``1 / (1 + exp(b − a))`` overflows)."""
+    gen = torch.Generator().manual_seed(6)
+    B, Q, S, D = 1, 1, 2, 2
+    gamma, alpha = nondeterministic_initial(B, Q, S, D, dtype=torch.float64)
+    acts = [torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)
+            for shape in ((B, Q * S, Q * S), (B, Q * S, Q * S), (B, Q * S, Q))]  # fmt: skip
+
+    def two_steps(push, repl, pop):
+        g, a = gamma, alpha
+        for _ in range(2):
+            g, a = nondeterministic_step(g, a, push, repl, pop, impl="cpu")
+        return a[:, -1]
+
+    assert torch.autograd.gradgradcheck(two_steps, acts)
+
+
+def test_vector_step_has_second_derivatives():
+    gen = torch.Generator().manual_seed(6)
+    B, Q, S, m, D = 1, 1, 2, 2, 2
+    gamma, alpha = nondeterministic_initial(B, Q, S, D, dtype=torch.float64)
+    zeta, _ = vector_nondeterministic_initial(B, Q, S, m, D, torch.zeros(m, dtype=torch.float64))
+    acts = [torch.randn(*shape, generator=gen, dtype=torch.float64, requires_grad=True)
+            for shape in ((B, Q * S, Q * S), (B, Q * S, Q * S), (B, Q * S, Q), (B, m))]  # fmt: skip
+
+    def two_steps(push, repl, pop, vector):
+        state = (gamma, alpha, zeta)
+        for _ in range(2):
+            *state, eta = vector_nondeterministic_step(*state, push, repl, pop, vector)
+        return eta
+
+    assert torch.autograd.gradgradcheck(two_steps, acts)
+
+
+def test_the_bottom_vector_has_the_shape_of_the_vectors():
+    with pytest.raises(ValueError, match=r"bottom vector has shape \(3,\), expected \(2,\)"):
+        vector_nondeterministic_initial(1, 2, 2, 2, 4, torch.zeros(3))

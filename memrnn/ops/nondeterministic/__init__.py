@@ -36,7 +36,10 @@ from torch import Tensor
 from memrnn.ops.autograd import first_order
 from memrnn.ops.dispatch import choose
 from memrnn.ops.native import load
-from memrnn.ops.nondeterministic.reference import nondeterministic_reference
+from memrnn.ops.nondeterministic.reference import (
+    nondeterministic_reference,
+    vector_nondeterministic_reference,
+)
 
 #: the finite stand-in for log 0: ``exp(LOG_ZERO)`` is 0 in float32 and float64, and a state
 #: holding it stays safe to square, sum and differentiate
@@ -252,17 +255,29 @@ def nondeterministic_step(
         run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1])
         run.step(push, repl, pop)
         return run.final()
+    gamma, col, _ = _torch_column(gamma, alpha, push, repl, pop)
+    new_alpha, z = _forward_weights(alpha, col)
+    return _slide(gamma, _snap(col - z[:, None, None, None])), torch.cat(
+        [alpha[:, 1:], new_alpha[:, None]], 1
+    )
+
+
+def _torch_column(
+    gamma: Tensor, alpha: Tensor, push: Tensor, repl: Tensor, pop: Tensor
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """The torch step's new column before normalisation: ``(gamma`` read with log 0 exact,
+    ``col [B, D + 1, QS, QS]`` = log γ[i → t+1] for ``i = t−D..t``, ``rhs`` the popped runs'
+    weights ``[B, S, (D−1)·Q, Q]`` (None at depth 1) that the vector stack's column reuses)."""
     B, D, _, QS, _ = gamma.shape
     Q = pop.shape[-1]
     S = QS // Q
-    lz = LOG_ZERO
     # log 0 read as exactly log 0: below the diagonal (an end before its start) and below
     # LOG_ZERO / 2 (as the C++ run reads a window)
-    below = torch.ones(D, D, dtype=torch.bool, device=gamma.device).tril(-1)[:, :, None, None]
-    gamma = _snap(gamma).masked_fill(below, lz)
+    gamma = _snap(gamma).masked_fill(_below(D, gamma.device)[:, :, None, None], LOG_ZERO)
     last = gamma[:, :, D - 1]  # γ[i → t] for the D start times i = t−D..t−1: [B, D, QS, QS]
     # replace: every run still open at t takes one replace transition
     col = log_matmul(last, repl[:, None])  # [B, D, QS, QS]
+    rhs = None
     if D >= 2:
         # pop: a run from i reaches k with y on top, the element pushed at k+1 is popped at t+1
         # γ'[k] = Σ_{s,z} γ[k → t][t', y → s, z] pop[s, z → r]  for k = t−D+1..t−1
@@ -273,19 +288,113 @@ def nondeterministic_step(
         lhs = inner.permute(0, 5, 1, 3, 2, 4).reshape(B, S, E * QS, E * Q)  # [B, y, (i, qx), (k, t')]
         rhs = gp.reshape(B, E, Q, S, Q).permute(0, 3, 1, 2, 4).reshape(B, S, E * Q, Q)  # [B, y, (k, t'), r]
         popped = log_matmul(lhs, rhs).reshape(B, S, E, QS, Q).permute(0, 2, 3, 4, 1)  # [B, i, qx, r, y]
-        col = torch.cat([torch.logaddexp(col[:, :E], popped.reshape(B, E, QS, QS)), col[:, E:]], 1)
-    col = torch.cat([col, push[:, None]], 1)  # [B, D + 1, QS, QS], i = t−D..t
+        col = torch.cat([_logaddexp(col[:, :E], popped.reshape(B, E, QS, QS)), col[:, E:]], 1)
+    return gamma, torch.cat([col, push[:, None]], 1), rhs  # i = t−D..t
+
+
+def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
+    """``log(exp(a) + exp(b))`` through ``logsumexp``, whose backward ``exp(x − out)`` stays finite
+    when differentiated again; ``torch.logaddexp``'s ``1 / (1 + exp(b − a))`` overflows for a log 0
+    beside a live weight, and its second derivative is then ``inf / inf``."""
+    return torch.logsumexp(torch.stack([a, b]), 0)
+
+
+def _below(D: int, device) -> Tensor:
+    """``[D, D]``: True below the diagonal (a window entry whose end precedes its start)."""
+    return torch.ones(D, D, dtype=torch.bool, device=device).tril(-1)
+
+
+def _forward_weights(alpha: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
+    """``(log α[t+1] [B, QS]`` normalised, ``z [B]`` = log Σ α[t+1] before it) from the window
+    ``alpha [B, D + 1, QS]`` and the new column ``col [B, D + 1, QS, QS]``.  Step t+1's
+    transitions are scaled by ``1 / Σ α[t+1]``: the readings do not change, and α stays
+    normalised however long the sequence."""
+    B, QS = alpha.shape[0], alpha.shape[-1]
     new_alpha = log_matmul(alpha.reshape(B, 1, -1), col.reshape(B, -1, QS))[:, 0]
-    # scale step t+1's transitions by 1 / Σ α[t+1]: the readings do not change, and α stays
-    # normalised however long the sequence
     z = torch.logsumexp(new_alpha, -1)
-    new_alpha = _snap(new_alpha - z[:, None])
-    col = _snap(col - z[:, None, None, None])
-    # slide the window: drop start time t−D and step t−D+1's column; the newest start time t has
-    # no earlier column (log 0); the new column holds i = t−D+1..t
-    older = torch.cat([gamma[:, 1:, 1:], gamma.new_full((B, 1, D - 1, QS, QS), lz)], 1)
-    gamma = torch.cat([older, col[:, 1:, None]], 2)
-    return gamma, torch.cat([alpha[:, 1:], new_alpha[:, None]], 1)
+    return _snap(new_alpha - z[:, None]), z
+
+
+def _slide(window: Tensor, col: Tensor) -> Tensor:
+    """The window ``[B, D, D, …]`` after the new column ``col [B, D + 1, …]`` (start times
+    ``t−D..t``): start time ``t−D`` and step ``t−D+1``'s column drop out, the newest start time
+    ``t`` has no earlier column (log 0), the new column holds ``i = t−D+1..t``."""
+    B, D = window.shape[:2]
+    older = torch.cat([window[:, 1:, 1:], window.new_full((B, 1, D - 1, *window.shape[3:]), LOG_ZERO)], 1)
+    return torch.cat([older, col[:, 1:, None]], 2)
+
+
+def vector_nondeterministic_initial(
+    batch_size: int, states: int, symbols: int, vector_size: int, depth: int, bottom: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The vector stack's part of the state before step 1 (:func:`nondeterministic_initial`
+    holds the rest): ``(zeta [B, depth, depth, QS, QS, m], eta [B, QS, m])`` holding
+    ``ζ[−1 → 0][0, 0 → 0, 0] = η[0][0, 0] = v_0`` from the log bottom vector ``bottom [m]``
+    (differentiable: a learnt bottom vector takes its gradient through the state)."""
+    qs, m, B = states * symbols, vector_size, batch_size
+    if bottom.shape != (m,):
+        raise ValueError(f"the bottom vector has shape {tuple(bottom.shape)}, expected ({m},)")
+    bottom = _snap(bottom)
+    zeta = bottom.new_full((B, depth, depth, qs, qs, m), LOG_ZERO)
+    corner = torch.zeros(depth, depth, qs, qs, 1, dtype=torch.bool, device=bottom.device)
+    corner[depth - 1, depth - 1, 0, 0] = True
+    zeta = torch.where(corner, bottom, zeta)
+    eta = torch.where(
+        torch.arange(qs, device=bottom.device)[:, None] == 0, bottom, bottom.new_full((qs, m), LOG_ZERO)
+    )
+    return zeta, eta.expand(B, qs, m).clone()
+
+
+def vector_nondeterministic_step(
+    gamma: Tensor,
+    alpha: Tensor,
+    zeta: Tensor,
+    push: Tensor,
+    repl: Tensor,
+    pop: Tensor,
+    vector: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One step of the vector RNS-RNN's stack (DuSell & Chiang 2023; the recurrences of
+    :mod:`memrnn.ops.nondeterministic.reference`) for the whole batch, in torch operations on any
+    device (differentiable twice): :func:`nondeterministic_step`'s columns of ``γ``, and the same
+    products with the vector dimension carried along for ``ζ``.
+
+    Args:
+        gamma, alpha: as :func:`nondeterministic_step`; zeta ``[B, depth, depth, QS, QS, m]``,
+            the window of log ``ζ`` in ``gamma``'s layout.
+        push, repl ``[B, QS, QS]``, pop ``[B, QS, Q]``: log transition weights; vector
+            ``[B, m]``: the log pushed vector.
+
+    Returns:
+        ``(gamma, alpha, zeta, eta)`` after the step; ``eta [B, QS, m]`` is log ``η[t+1]``
+        divided by ``Σ α[t+1]``, so ``eta.exp()`` is the reading (the expected top vector per
+        ``(r, y)``).
+    """
+    B, D, _, QS, _, m = zeta.shape
+    Q = pop.shape[-1]
+    S = QS // Q
+    gamma, col, rhs = _torch_column(gamma, alpha, push, repl, pop)
+    zeta = _snap(zeta).masked_fill(_below(D, zeta.device)[:, :, None, None, None], LOG_ZERO)
+    # replace keeps the vector: [B, D, qx, m, sz] ⊗ [sz, ry]
+    zcol = log_matmul(zeta[:, :, D - 1].transpose(-1, -2), repl[:, None, None]).transpose(-1, -2)
+    if rhs is not None:
+        # pop uncovers the vector below: ζ[i → k][qx, t'y] with the popped runs' weights
+        E = D - 1
+        inner = zeta[:, :E, :E].reshape(B, E, E, QS, Q, S, m)
+        lhs = inner.permute(0, 5, 1, 3, 6, 2, 4).reshape(
+            B, S, E * QS * m, E * Q
+        )  # [B, y, (i, qx, m), (k, t')]
+        popped = (
+            log_matmul(lhs, rhs).reshape(B, S, E, QS, m, Q).permute(0, 2, 3, 5, 1, 4)
+        )  # [B, i, qx, r, y, m]
+        zcol = torch.cat([_logaddexp(zcol[:, :E], popped.reshape(B, E, QS, QS, m)), zcol[:, E:]], 1)
+    zcol = torch.cat([zcol, (push[:, :, :, None] + vector[:, None, None, :])[:, None]], 1)  # i = t−D..t
+    new_alpha, z = _forward_weights(alpha, col)
+    eta = log_matmul(alpha.reshape(B, 1, -1), zcol.reshape(B, (D + 1) * QS, QS * m))[:, 0]
+    eta = _snap(eta.reshape(B, QS, m) - z[:, None, None])
+    gamma = _slide(gamma, _snap(col - z[:, None, None, None]))
+    zeta = _slide(zeta, _snap(zcol - z[:, None, None, None, None]))
+    return gamma, torch.cat([alpha[:, 1:], new_alpha[:, None]], 1), zeta, eta
 
 
 __all__ = [
@@ -295,4 +404,7 @@ __all__ = [
     "nondeterministic_initial",
     "nondeterministic_reference",
     "nondeterministic_step",
+    "vector_nondeterministic_initial",
+    "vector_nondeterministic_reference",
+    "vector_nondeterministic_step",
 ]

@@ -18,6 +18,19 @@ at step ``j`` in state ``r`` with ``y`` on top.  With the start ``α[−1] = α[
 
 The memory-limited variant with window ``depth`` keeps only ``γ[i → j]`` with ``j − i ≤ depth + 1``
 (every other inner weight is 0); with ``depth ≥ T`` it is the unlimited stack.
+
+The vector RNS-RNN (DuSell & Chiang 2023, "The Surprising Computational Power of Nondeterministic
+Stack RNNs") attaches a vector in ``(0, 1)^m`` to every stack element: a push at step ``j``
+pushes the controller's ``v_j``, a replace changes the symbol and keeps the vector, a pop uncovers
+the vector below; the bottom element holds ``v_0``.  ``ζ[i → j][q, x → r, y] ∈ R^m`` is the
+weighted sum of the top vectors of the runs that ``γ[i → j]`` counts, ``η[j][r, y]`` that of the
+runs that ``α[j]`` counts, and the reading is the expected top vector per ``(r, y)``::
+
+    ζ[−1 → 0][0,0→0,0] = v_0            ζ[j−1 → j] = push_j · v_j
+    ζ[i → j][q,x→r,y] = Σ_{s,z} ζ[i → j−1][q,x→s,z] repl_j[s,z→r,y]
+                       + Σ_{k=i+1}^{j−2} Σ_{t} ζ[i → k][q,x→t,y] Σ_{s,z} γ[k → j−1][t,y→s,z] pop_j[s,z→r]
+    η[j][r,y] = Σ_{i=−1}^{j−1} Σ_{q,x} α[i][q,x] ζ[i → j][q,x→r,y]
+    reading_j[r,y] = η[j][r,y] / Σ_{r',y'} α[j][r',y']
 """
 
 from __future__ import annotations
@@ -34,13 +47,42 @@ def nondeterministic_reference(push: Tensor, repl: Tensor, pop: Tensor, depth: i
 
     Returns ``log α [B, T, Q, S]`` (steps ``1..T``).  ``depth``: the memory-limited window
     (``None``: unlimited)."""
+    return _literal(push, repl, pop, None, None, depth)[0]
+
+
+def vector_nondeterministic_reference(
+    push: Tensor,
+    repl: Tensor,
+    pop: Tensor,
+    vectors: Tensor,
+    bottom: Tensor | None = None,
+    depth: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The vector RNS-RNN's stack (module docstring) from the log transition weights as in
+    :func:`nondeterministic_reference`, the log pushed vectors ``vectors [B, T, m]`` of steps
+    ``1..T`` and the log bottom vector ``bottom [m]`` (``None``: the zero vector).
+
+    Returns ``(log α [B, T, Q, S], reading [B, T, Q, S, m])`` (steps ``1..T``)."""
+    if bottom is None:
+        bottom = torch.full(vectors.shape[-1:], float("-inf"), dtype=vectors.dtype)
+    return _literal(push, repl, pop, vectors, bottom, depth)
+
+
+def _literal(push, repl, pop, vectors, bottom, depth):
+    """The recurrences of the module docstring, one batch row at a time; ``vectors`` None: no
+    ``ζ``, ``η`` (the readings returned are then None)."""
     B, T, Q, S = push.shape[:4]
     push, repl, pop = push.exp(), repl.exp(), pop.exp()
     states = list(itertools.product(range(Q), range(S)))
     zero = push.new_zeros(())
-    out = []
+    with_vectors = vectors is not None
+    if with_vectors:
+        vectors, bottom = vectors.exp(), bottom.exp()
+        zero_v = vectors.new_zeros(vectors.shape[-1])
+    out, readings = [], []
     for b in range(B):
         gamma: dict[tuple[int, int], dict[tuple[int, int, int, int], Tensor]] = {}
+        zeta: dict[tuple[int, int], dict[tuple[int, int, int, int], Tensor]] = {}
         start = {(q, x): (push.new_ones(()) if q == x == 0 else zero) for q, x in states}
         alpha = {-1: start, 0: start}
         gamma[(-1, 0)] = {
@@ -48,39 +90,70 @@ def nondeterministic_reference(push: Tensor, repl: Tensor, pop: Tensor, depth: i
             for q, x in states
             for r, y in states
         }
+        if with_vectors:
+            zeta[(-1, 0)] = {
+                (q, x, r, y): (bottom if q == x == r == y == 0 else zero_v)
+                for q, x in states
+                for r, y in states
+            }
 
         def g(i: int, j: int, key: tuple[int, int, int, int], gamma=gamma) -> Tensor:
             return gamma[(i, j)][key] if (i, j) in gamma else zero
 
-        row = []
+        def zt(i: int, j: int, key: tuple[int, int, int, int], zeta=zeta) -> Tensor:
+            return zeta[(i, j)][key] if (i, j) in zeta else zero_v
+
+        row, row_readings = [], []
         for j in range(1, T + 1):
             pu, re, po = push[b, j - 1], repl[b, j - 1], pop[b, j - 1]
             lo = -1 if depth is None else max(-1, j - depth - 1)
             for i in range(lo, j):
-                col = {}
+                col, zcol = {}, {}
                 for (q, x), (r, y) in itertools.product(states, states):
                     if i == j - 1:
                         col[(q, x, r, y)] = pu[q, x, r, y]
+                        if with_vectors:
+                            zcol[(q, x, r, y)] = pu[q, x, r, y] * vectors[b, j - 1]
                         continue
                     total = zero
+                    ztotal = zero_v if with_vectors else None
                     for s, z in states:
                         total = total + g(i, j - 1, (q, x, s, z)) * re[s, z, r, y]
+                        if with_vectors:
+                            ztotal = ztotal + zt(i, j - 1, (q, x, s, z)) * re[s, z, r, y]
                     for k in range(i + 1, j - 1):
                         for t in range(Q):
                             inner = zero
                             for s, z in states:
                                 inner = inner + g(k, j - 1, (t, y, s, z)) * po[s, z, r]
                             total = total + g(i, k, (q, x, t, y)) * inner
+                            if with_vectors:
+                                ztotal = ztotal + zt(i, k, (q, x, t, y)) * inner
                     col[(q, x, r, y)] = total
+                    if with_vectors:
+                        zcol[(q, x, r, y)] = ztotal
                 gamma[(i, j)] = col
-            a = {}
+                if with_vectors:
+                    zeta[(i, j)] = zcol
+            a, eta = {}, {}
             for r, y in states:
                 total = zero
+                ztotal = zero_v if with_vectors else None
                 for i in range(lo, j):
                     for q, x in states:
                         total = total + alpha[i][(q, x)] * gamma[(i, j)][(q, x, r, y)]
+                        if with_vectors:
+                            ztotal = ztotal + alpha[i][(q, x)] * zeta[(i, j)][(q, x, r, y)]
                 a[(r, y)] = total
+                eta[(r, y)] = ztotal
             alpha[j] = a
             row.append(torch.stack([torch.stack([a[(r, y)] for y in range(S)]) for r in range(Q)]))
+            if with_vectors:
+                norm = sum(a.values())
+                row_readings.append(
+                    torch.stack([torch.stack([eta[(r, y)] / norm for y in range(S)]) for r in range(Q)])
+                )
         out.append(torch.stack(row))
-    return torch.stack(out).log()
+        if with_vectors:
+            readings.append(torch.stack(row_readings))
+    return torch.stack(out).log(), (torch.stack(readings) if with_vectors else None)
