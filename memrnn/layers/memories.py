@@ -540,8 +540,9 @@ class VectorNondeterministicStack(NondeterministicStack):
     ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5), ``"one"``
     or ``"zero"``.  A learnt bottom vector is part of :meth:`initial_state`, which therefore
     carries its gradient: make a fresh initial state for each batch (``StackRNN`` does when no
-    state is given).  The reading always ranges over states and symbols.  The step is the torch one
-    on every device (no C++ run), ``O(depth² · Q³ · S² · m)`` per row.
+    state is given).  The reading always ranges over states and symbols.  On CPU ``StackRNN`` runs
+    it as the plain stack's C++ run with ``1 + m`` channels (γ, then ζ per vector unit); the torch
+    step elsewhere, ``O(depth² · Q³ · S² · m)`` per row and step.
     """
 
     kind = "vector_nondeterministic"

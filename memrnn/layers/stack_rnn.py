@@ -37,6 +37,9 @@ from memrnn.ops.lstm import sigmoids_first
 from memrnn.ops.nondeterministic import NondeterministicRun
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
+#: the memories whose stack runs as one :class:`NondeterministicRun` on CPU
+_NONDETERMINISTIC = ("nondeterministic", "vector_nondeterministic")
+
 #: the controllers by name (``StackRNN(controller="…")``); any MemoryLayer instance works too
 CONTROLLERS: dict[str, type[MemoryLayer]] = {"lstm": LSTMLayer, "elman": ElmanRNN, "gru": GRULayer}
 
@@ -290,32 +293,45 @@ class StackRNN(MemoryLayer):
         if self.strict:
             taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
             self._check_overflow((taken >= memory.depth).to(x.dtype), mask)
-        run = NondeterministicRun(ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths)
+        vector = memory.kind == "vector_nondeterministic"
+        zeta = ms.zeta if vector else None
+        run = NondeterministicRun(ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths, zeta=zeta)
         reading = memory.read(ms)
-        ys = []
+        ys, etas = [], []
         masks = mask.unbind(1) if mask is not None else [None] * T
         for x_t, m_t in zip(x.unbind(1), masks, strict=True):
             h, new = self.controller._unchecked_step(torch.cat([x_t, reading], -1), cs)
             cs = new if m_t is None else state_where(m_t, new, cs)
-            reading = memory.reading(run.step(*memory.transitions(h)))
+            if vector:  # the reading is η: the expected top vectors
+                _, eta = run.step(*memory.transitions(h))
+                etas.append(eta)
+                reading = eta.exp().flatten(1)
+            else:
+                reading = memory.reading(run.step(*memory.transitions(h)))
             ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
         y = torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.output_size)
         y, _ = masked_outputs(y, mask)
         if not final:  # outputs(): the [B, depth, depth, QS, QS] window is never built
             return y, None
-        gamma, alpha = run.final()
+        gamma, alpha, *zeta = run.final()
+        if vector:  # each row's η after its own last step
+            etas = torch.stack(etas, 1)
+            eta = etas[:, -1] if lengths is None else etas[torch.arange(B), (lengths - 1).clamp(min=0)]
         if lengths is not None:  # rows that took no step keep their state as it came, bit for bit
             idle = lengths == 0
             gamma = torch.where(idle[:, None, None, None, None], ms.gamma, gamma)
             alpha = torch.where(idle[:, None, None], ms.alpha, alpha)
+            if vector:
+                zeta = [torch.where(idle[:, None, None, None, None, None], ms.zeta, zeta[0])]
+                eta = torch.where(idle[:, None, None], ms.eta, eta)
         steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
-        return y, self.State(*cs, steps, gamma, alpha)
+        return y, self.State(*cs, steps, gamma, alpha, *((zeta[0], eta) if vector else ()))
 
     def outputs(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None) -> Tensor:
         """``forward(x, state, mask)[0]``; with the nondeterministic stack's C++ run, without
         building the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an evaluation
         batch of 256 at depth 104)."""
-        if self.fused and self.memory.kind == "nondeterministic" and self._nondeterministic_native(x):
+        if self.fused and self.memory.kind in _NONDETERMINISTIC and self._nondeterministic_native(x):
             return self._nondeterministic_forward(x, state, mask, final=False)[0]
         return super().outputs(x, state, mask)
 
@@ -325,7 +341,7 @@ class StackRNN(MemoryLayer):
         if not self.fused:  # the loop over step under autograd end to end (second derivatives)
             with implementation("cpu"):
                 return super().forward(x, state, mask)
-        if self.memory.kind == "nondeterministic" and self._nondeterministic_native(x):
+        if self.memory.kind in _NONDETERMINISTIC and self._nondeterministic_native(x):
             return self._nondeterministic_forward(x, state, mask)
         kind = self._fusable()
         if kind is None:

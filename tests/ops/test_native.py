@@ -212,6 +212,49 @@ def test_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, dtype, gen):
         torch.testing.assert_close(a, b, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("B", "depth", "Q", "S", "m"), [(3, 1, 1, 1, 1), (17, 5, 2, 3, 2), (3, 4, 3, 2, 4)])
+def test_vector_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, m, dtype, gen):
+    """The vector RNS-RNN's step (a C++ run of one step with the ζ channels) against the torch
+    step, from a state a few steps in: the new windows, η and every gradient."""
+    from memrnn.ops.nondeterministic import (
+        nondeterministic_initial,
+        vector_nondeterministic_initial,
+        vector_nondeterministic_step,
+    )
+
+    QS = Q * S
+
+    def weights(scale=1.0):
+        return (
+            torch.randn(B, QS, QS, generator=gen, dtype=dtype) * scale,
+            torch.randn(B, QS, QS, generator=gen, dtype=dtype) * scale,
+            torch.randn(B, QS, Q, generator=gen, dtype=dtype) * scale,
+            torch.nn.functional.logsigmoid(torch.randn(B, m, generator=gen, dtype=dtype) * scale),
+        )
+
+    gamma, alpha = nondeterministic_initial(B, Q, S, depth, dtype=dtype)
+    zeta, _ = vector_nondeterministic_initial(B, Q, S, m, depth, torch.full((m,), -0.5, dtype=dtype))
+    for _ in range(depth + 2):
+        gamma, alpha, zeta, _ = vector_nondeterministic_step(gamma, alpha, zeta, *weights(), impl="cpu")
+    inputs = [gamma, alpha, zeta, *weights(3.0)]
+    upper = torch.ones(depth, depth, dtype=torch.bool).triu()[None, :, :, None, None]
+    ws = [torch.randn(gamma.shape, generator=gen, dtype=dtype) * upper,
+          torch.randn(alpha.shape, generator=gen, dtype=dtype),
+          torch.randn(zeta.shape, generator=gen, dtype=dtype) * upper[..., None],
+          torch.randn(B, QS, m, generator=gen, dtype=dtype)]  # fmt: skip
+    results = {}
+    for impl in ("cpu", "native"):
+        xs = [t.clone().requires_grad_() for t in inputs]
+        out = vector_nondeterministic_step(*xs, impl=impl)
+        sum((o * w).sum() for o, w in zip(out, ws, strict=True)).backward()
+        grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in xs]
+        results[impl] = [o.detach() for o in out] + grads
+    tol = {"atol": 1e-12, "rtol": 1e-12} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-5}
+    for a, b in zip(results["native"], results["cpu"], strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
 def test_nondeterministic_layer_runs_native_on_cpu(gen):
     """The RNS-RNN layer: outputs and gradients with the C++ step equal those with the torch step."""
     torch.manual_seed(0)
@@ -253,27 +296,26 @@ def test_nondeterministic_layer_compiles(gen):
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize(
-    ("depth", "args"),
+    ("memory", "depth", "args"),
     [
-        (3, {}),  # the memory-limited window, shallower than the sequence
-        (14, {}),  # deeper than the sequence: start times still log 0 are skipped
-        (14, {"normalize_transitions": True, "states_in_reading": False}),  # the NS-RNN of 2020
+        ("nondeterministic", 3, {}),  # the memory-limited window, shallower than the sequence
+        ("nondeterministic", 14, {}),  # deeper than the sequence: start times still log 0 are skipped
+        ("nondeterministic", 14, {"normalize_transitions": True, "states_in_reading": False}),  # NS-RNN 2020
+        ("vector_nondeterministic", 3, {"vector_size": 2}),  # the vector RNS-RNN (2023), limited
+        ("vector_nondeterministic", 14, {"vector_size": 3, "bottom": "one"}),
     ],
 )
-def test_nondeterministic_run_equals_the_reference_loop(depth, args, dtype, gen):
+def test_nondeterministic_run_equals_the_reference_loop(memory, depth, args, dtype, gen):
     """The layer's nondeterministic stack as one run (``NondeterministicRun``: each column written
     once, log-0 start times skipped, rows past their length run on) against the reference loop
-    over ``step`` (the torch step, the window masked at every step): outputs, the final state,
-    every gradient (input, parameters, a non-fresh initial state), rows of lengths T, 5 and 0.
-    Final-state entries that are log 0 are weighed 0: the run holds them at exactly ``LOG_ZERO``,
-    the torch step a little above it."""
+    over ``step`` with the torch step (the window masked at every step): outputs, the final
+    state, every gradient (input, parameters, a non-fresh initial state), rows of lengths T, 5
+    and 0.  Final-state entries that are log 0 are weighed 0."""
     from memrnn.ops.nondeterministic import LOG_ZERO
 
     torch.manual_seed(5)
     memory_args = {"states": 2, "symbols": 3, **args}
-    net = StackRNN(
-        4, 7, "nondeterministic", "lstm", depth=depth, output="hidden+reading", memory_args=memory_args
-    )
+    net = StackRNN(4, 7, memory, "lstm", depth=depth, output="hidden+reading", memory_args=memory_args)
     net = net.to(dtype)
     B, T = 3, 9
     with torch.no_grad():  # a state two steps in: its window holds runs, its gradient is checked
@@ -288,7 +330,8 @@ def test_nondeterministic_run_equals_the_reference_loop(depth, args, dtype, gen)
         st = type(state)(*(t.clone().requires_grad_() for t in state))
         net.zero_grad()
         if impl == "reference":
-            y, final = MemoryLayer.forward(net, xx, st, mask)
+            with implementation("cpu"):
+                y, final = MemoryLayer.forward(net, xx, st, mask)
         else:
             with implementation(impl):
                 y, final = net(xx, st, mask)

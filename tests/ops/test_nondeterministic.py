@@ -169,9 +169,10 @@ def test_log_matmul_has_second_derivatives():
 # -- the vector RNS-RNN (DuSell & Chiang 2023) ------------------------------------------------------
 
 
-def run_vector(push, repl, pop, vectors, bottom, depth):
+def run_vector(push, repl, pop, vectors, bottom, depth, impl=None):
     """Readings ``[B, T, Q, S, m]`` (the expected top vector per (state, symbol)) from the
-    batched vector step, and the final state."""
+    batched vector step (``impl``: torch's ``"cpu"``, C++ ``"native"``, None the dispatch's
+    choice), and the final state."""
     B, T, Q, S = push.shape[:4]
     m = vectors.shape[-1]
     gamma, alpha = nondeterministic_initial(B, Q, S, depth, dtype=push.dtype)
@@ -186,6 +187,7 @@ def run_vector(push, repl, pop, vectors, bottom, depth):
             repl[:, t].reshape(B, Q * S, Q * S),
             pop[:, t].reshape(B, Q * S, Q),
             vectors[:, t],
+            impl=impl,
         )
         out.append(eta.exp().reshape(B, Q, S, m))
     return torch.stack(out, 1), (gamma, alpha, zeta, eta)
@@ -233,9 +235,10 @@ def test_a_nondeterministic_vector_run_by_hand():
         torch.testing.assert_close(got[0, :, 0], expected, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("impl", ["cpu", "native"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("depth", [None, 1, 2, 3])
-def test_vector_step_equals_the_reference_with_gradients(depth, dtype):
+def test_vector_step_equals_the_reference_with_gradients(depth, dtype, impl):
     """Readings and the gradients of every transition weight, the pushed vectors and the bottom
     vector; the forward weights are the plain stack's."""
     gen = torch.Generator().manual_seed(4)
@@ -247,7 +250,7 @@ def test_vector_step_equals_the_reference_with_gradients(depth, dtype):
     bottom = torch.nn.functional.logsigmoid(torch.randn(m, generator=gen, dtype=dtype)).requires_grad_()
     log_alpha, ref = vector_nondeterministic_reference(push, repl, pop, vectors, bottom, depth)
     D = T if depth is None else depth
-    fast, (_, alpha, _, _) = run_vector(push, repl, pop, vectors, bottom, D)
+    fast, (_, alpha, _, _) = run_vector(push, repl, pop, vectors, bottom, D, impl)
     tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-5}
     torch.testing.assert_close(fast, ref, **tol)
     torch.testing.assert_close(alpha[:, -1].reshape(B, Q, S), normalised(log_alpha)[:, -1], **tol)
@@ -305,7 +308,7 @@ def test_vector_step_has_second_derivatives():
     def two_steps(push, repl, pop, vector):
         state = (gamma, alpha, zeta)
         for _ in range(2):
-            *state, eta = vector_nondeterministic_step(*state, push, repl, pop, vector)
+            *state, eta = vector_nondeterministic_step(*state, push, repl, pop, vector, impl="cpu")
         return eta
 
     assert torch.autograd.gradgradcheck(two_steps, acts)

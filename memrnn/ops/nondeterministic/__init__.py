@@ -116,25 +116,44 @@ class NondeterministicRun:
     """
 
     def __init__(
-        self, gamma: Tensor, alpha: Tensor, steps: int, *, states: int, lengths: Tensor | None = None
+        self,
+        gamma: Tensor,
+        alpha: Tensor,
+        steps: int,
+        *,
+        states: int,
+        lengths: Tensor | None = None,
+        zeta: Tensor | None = None,
     ) -> None:
         self.arrays = _RunArrays(gamma.shape[0], steps, states, lengths)
         self.steps, self.taken = self.arrays.steps, 0
-        self.token = _Start.apply(self.arrays, gamma, alpha)
+        self.vector_size = 0 if zeta is None else zeta.shape[-1]
+        self.token = _Start.apply(self.arrays, gamma, alpha, zeta)
 
-    def step(self, push: Tensor, repl: Tensor, pop: Tensor) -> Tensor:
+    def step(
+        self, push: Tensor, repl: Tensor, pop: Tensor, vector: Tensor | None = None
+    ) -> Tensor | tuple[Tensor, Tensor]:
         """One step on the log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``; returns
-        ``log α [B, QS]`` after it."""
+        ``log α [B, QS]`` after it.  A vector run (made with ``zeta``) takes the log pushed
+        vector ``vector [B, m]`` too and returns ``(log α, eta [B, QS, m])``, ``eta`` as
+        :func:`vector_nondeterministic_step`'s."""
         if self.taken >= self.steps:
             raise RuntimeError(f"this run was made for {self.steps} steps")
-        top, self.token = _Step.apply(self.arrays, self.taken, self.token, push, repl, pop)
+        if (vector is None) != (self.vector_size == 0):
+            raise ValueError(
+                "a vector run (made with zeta) takes a pushed vector at every step, a plain run none"
+            )
+        if vector is None:
+            vector = push.new_zeros(push.shape[0], 0)
+        top, eta, self.token = _Step.apply(self.arrays, self.taken, self.token, push, repl, pop, vector)
         self.taken += 1
-        return top
+        return top if self.vector_size == 0 else (top, eta)
 
-    def final(self) -> tuple[Tensor, Tensor]:
+    def final(self) -> tuple[Tensor, ...]:
         """Each row's window after its ``lengths[b]`` steps: ``(gamma [B, depth, depth, QS, QS],
-        alpha [B, depth + 1, QS])``."""
-        return _Final.apply(self.arrays, self.token)
+        alpha [B, depth + 1, QS])``, and ``zeta [B, depth, depth, QS, QS, m]`` for a vector run."""
+        gamma, alpha, zeta = _Final.apply(self.arrays, self.token)
+        return (gamma, alpha) if self.vector_size == 0 else (gamma, alpha, zeta)
 
     def nbytes(self) -> int:
         """The bytes this run keeps for its backward (the store, the forward weights and every
@@ -171,46 +190,59 @@ class _RunArrays:
 
 class _Start(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, run, gamma, alpha):  # type: ignore[override]
+    def forward(ctx, run, gamma, alpha, zeta):  # type: ignore[override]
         run.store, run.alphas, run.geo = run.ops.ns_run_start(
-            gamma.contiguous(), alpha.contiguous(), run.steps
+            gamma.contiguous(), alpha.contiguous(), None if zeta is None else zeta.contiguous(), run.steps
         )
         run.buffers = run.ops.ns_run_buffers(
             run.store, run.geo, run.states, max(run.steps, 1) if run.keep else 1
         )
-        ctx.run = run
-        ctx.save_for_backward(gamma)
+        ctx.run, ctx.vector = run, zeta is not None
+        ctx.save_for_backward(gamma, *([] if zeta is None else [zeta]))
         return gamma.new_zeros(0)
 
     @staticmethod
     @first_order
     def backward(ctx, _token):  # type: ignore[override]
         run = ctx.run
-        (gamma,) = ctx.saved_tensors
+        gamma, *zeta = ctx.saved_tensors
         gs, ga = run.grads(-1)
-        g_gamma, g_alpha = run.ops.ns_run_window(
+        g_gamma, g_alpha, g_zeta = run.ops.ns_run_window(
             gs, ga, run.geo, torch.zeros_like(run.lengths), run.batch, 0.0
         )
-        return None, g_gamma.masked_fill(gamma <= LOG_ZERO / 2, 0.0), g_alpha  # log 0 was read as log 0
+        g_zeta = g_zeta.masked_fill(zeta[0] <= LOG_ZERO / 2, 0.0) if ctx.vector else None
+        return None, g_gamma.masked_fill(gamma <= LOG_ZERO / 2, 0.0), g_alpha, g_zeta  # log 0 read as log 0
 
 
 class _Step(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, run, s, token, push, repl, pop):  # type: ignore[override]
-        c = (t.contiguous() for t in (push, repl, pop))
-        top = run.ops.ns_run_step(run.store, run.alphas, run.buffers, run.geo, s if run.keep else 0, s, *c)
+    def forward(ctx, run, s, token, push, repl, pop, vector):  # type: ignore[override]
+        c = (t.contiguous() for t in (push, repl, pop, vector))
+        top, eta = run.ops.ns_run_step(
+            run.store, run.alphas, run.buffers, run.geo, s if run.keep else 0, s, *c
+        )
         ctx.run, ctx.s = run, s
-        return top, token.new_zeros(0)
+        return top, eta.transpose(1, 2), token.new_zeros(0)  # eta [B, QS, m]
 
     @staticmethod
     @first_order
-    def backward(ctx, g_top, _token):  # type: ignore[override]
+    def backward(ctx, g_top, g_eta, _token):  # type: ignore[override]
         run, s = ctx.run, ctx.s
         if not run.keep:
             raise RuntimeError("NondeterministicRun: made without gradients (torch.no_grad), cannot go back")
         gs, ga = run.grads(s)
         grads = run.ops.ns_run_step_backward(
-            run.store, run.alphas, run.buffers, run.geo, s, s, gs, ga, g_top.contiguous(), run.states
+            run.store,
+            run.alphas,
+            run.buffers,
+            run.geo,
+            s,
+            s,
+            gs,
+            ga,
+            g_top.contiguous(),
+            g_eta.transpose(1, 2).contiguous(),
+            run.states,
         )
         return None, None, _token, *grads
 
@@ -219,16 +251,18 @@ class _Final(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, token):  # type: ignore[override]
         ctx.run = run
-        gamma, alpha = run.ops.ns_run_window(run.store, run.alphas, run.geo, run.lengths, run.batch, LOG_ZERO)
-        return gamma, alpha
+        gamma, alpha, zeta = run.ops.ns_run_window(
+            run.store, run.alphas, run.geo, run.lengths, run.batch, LOG_ZERO
+        )
+        return gamma, alpha, zeta
 
     @staticmethod
     @first_order
-    def backward(ctx, g_gamma, g_alpha):  # type: ignore[override]
+    def backward(ctx, g_gamma, g_alpha, g_zeta):  # type: ignore[override]
         run = ctx.run
         gs, ga = run.grads(run.steps)
         run.ops.ns_run_window_backward(
-            gs, ga, run.geo, run.lengths, g_gamma.contiguous(), g_alpha.contiguous()
+            gs, ga, run.geo, run.lengths, g_gamma.contiguous(), g_alpha.contiguous(), g_zeta.contiguous()
         )
         return None, g_gamma.new_zeros(0)
 
@@ -353,11 +387,14 @@ def vector_nondeterministic_step(
     repl: Tensor,
     pop: Tensor,
     vector: Tensor,
+    *,
+    impl: str | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """One step of the vector RNS-RNN's stack (DuSell & Chiang 2023; the recurrences of
-    :mod:`memrnn.ops.nondeterministic.reference`) for the whole batch, in torch operations on any
-    device (differentiable twice): :func:`nondeterministic_step`'s columns of ``γ``, and the same
-    products with the vector dimension carried along for ``ζ``.
+    :mod:`memrnn.ops.nondeterministic.reference`) for the whole batch: in C++ on CPU (a run of one
+    step), else in torch operations on any device (differentiable twice):
+    :func:`nondeterministic_step`'s columns of ``γ``, and the same products with the vector
+    dimension carried along for ``ζ``.
 
     Args:
         gamma, alpha: as :func:`nondeterministic_step`; zeta ``[B, depth, depth, QS, QS, m]``,
@@ -365,11 +402,19 @@ def vector_nondeterministic_step(
         push, repl ``[B, QS, QS]``, pop ``[B, QS, Q]``: log transition weights; vector
             ``[B, m]``: the log pushed vector.
 
+        impl: ``"native"`` (a :class:`NondeterministicRun` of one step: C++, CPU tensors of
+            float32/float64, first-order gradients) or ``"cpu"`` (the torch operations here);
+            None picks by device and dtype.
+
     Returns:
         ``(gamma, alpha, zeta, eta)`` after the step; ``eta [B, QS, m]`` is log ``η[t+1]``
         divided by ``Σ α[t+1]``, so ``eta.exp()`` is the reading (the expected top vector per
         ``(r, y)``).
     """
+    if not torch.compiler.is_compiling() and choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
+        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1], zeta=zeta)
+        _, eta = run.step(push, repl, pop, vector)
+        return (*run.final(), eta)
     B, D, _, QS, _, m = zeta.shape
     Q = pop.shape[-1]
     S = QS // Q

@@ -34,6 +34,13 @@
 //   newA[v]  = ⊕_{o'} ⊕_u alphas[J − o'][u] ⊗ col[o'][u][v],   z = ⊕_v newA[v]
 //   store[J][o'] = max(col[o'] − z, LOG_ZERO) (o' < D),         alphas[J+1] = max(newA − z, LOG_ZERO)
 // saved for the backward (per step): R, O, colR, gp, popped, col, newA, z.
+//
+// Channels.  The vector RNS-RNN (DuSell & Chiang 2023) keeps, beside γ, the weighted top vectors
+// ζ[i → j] ∈ R^m: the same recurrences with the vector carried along (a push's column is P ⊗ v_c,
+// replace and pop as above with the popped runs' gp taken from γ), and η[c] = ⊕ α ⊗ ζ_c.  The
+// store holds C = 1 + m channels per offset, γ first: store [cols][Do][C][QS][QS][B]; each
+// step's colR, popped and col carry the channels too, and η (before normalisation) is saved as
+// eta [m][QS][B].  A plain run has C = 1.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
@@ -42,6 +49,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #define NS_SIMD _Pragma("omp simd")
@@ -180,15 +188,17 @@ constexpr int64_t kLanes = 16;
 // keeps columns J0.. (in the absolute numbering of the header; the starting window's columns
 // before J0 hold nothing alive) and start offsets 0..Do−1 (no later offset is ever alive).
 struct Geo {
-  int64_t B, D, Do, J0, Q, S, QS;
-  int64_t col(int64_t J, int64_t o, int64_t u, int64_t v) const {  // store[J][o][u][v][0]
-    return ((((J - J0) * Do + o) * QS + u) * QS + v) * B;
+  int64_t B, D, Do, J0, Q, S, QS, C;  // C: channels (γ, then ζ's m)
+  int64_t col(int64_t J, int64_t o, int64_t ch, int64_t u, int64_t v) const {  // store[J][o][ch][u][v][0]
+    return (((((J - J0) * Do + o) * C + ch) * QS + u) * QS + v) * B;
   }
   bool stored(int64_t J, int64_t o) const { return J >= J0 && o < Do; }
   int64_t al(int64_t A, int64_t u) const { return (A * QS + u) * B; }
-  int64_t sq(int64_t o, int64_t u, int64_t v) const { return ((o * QS + u) * QS + v) * B; }
+  int64_t sq(int64_t o, int64_t ch, int64_t u, int64_t v) const { return (((o * C + ch) * QS + u) * QS + v) * B; }
   int64_t gp(int64_t k, int64_t w, int64_t r) const { return ((k * QS + w) * Q + r) * B; }
-  int64_t pop(int64_t o, int64_t u, int64_t r, int64_t y) const { return (((o * QS + u) * Q + r) * S + y) * B; }
+  int64_t pop(int64_t o, int64_t ch, int64_t u, int64_t r, int64_t y) const {
+    return ((((o * C + ch) * QS + u) * Q + r) * S + y) * B;
+  }
   int64_t E() const { return std::max<int64_t>(D - 1, 1); }  // rows of gp and popped
 };
 
@@ -254,35 +264,36 @@ void log_vecmat_backward(const T* a, const T* M, const T* out, const T* g, int64
     }
 }
 
-// The replace term colR[o'−1][u] = store[J−1][o'−1][u] ⊗ R (o' = 1..L) and the popped runs
-// gp[ko][w] = store[J−1][ko][w] ⊗ O (ko = 0..L−2), as log vector-matrix products: f(a, M, W, V,
-// out) for each.
+// The replace term colR[o'−1][ch][u] = store[J−1][o'−1][ch][u] ⊗ R (o' = 1..L, each channel)
+// and the popped runs gp[ko][w] = store[J−1][ko][0][w] ⊗ O (ko = 0..L−2, from γ), as log
+// vector-matrix products: f(store offset, output offset) for each.
 template <typename F>
-void replace_products(const Geo& g, int64_t J, int64_t L, F f) {
+void replace_products(const Geo& g, int64_t J, int64_t L, int64_t ch, F f) {
   for (int64_t o = 1; o <= L; ++o)
-    for (int64_t u = 0; u < g.QS; ++u) f(g.col(J - 1, o - 1, u, 0), g.sq(o - 1, u, 0));
+    for (int64_t u = 0; u < g.QS; ++u) f(g.col(J - 1, o - 1, ch, u, 0), g.sq(o - 1, ch, u, 0));
 }
 
 template <typename F>
 void popped_run_products(const Geo& g, int64_t J, int64_t L, F f) {
   for (int64_t k = 0; k + 2 <= L; ++k)
-    for (int64_t w = 0; w < g.QS; ++w) f(g.col(J - 1, k, w, 0), g.gp(k, w, 0));
+    for (int64_t w = 0; w < g.QS; ++w) f(g.col(J - 1, k, 0, w, 0), g.gp(k, w, 0));
 }
 
 // The pop term, popped[o'−2][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗
-// gp[ko][qy][r] (o' = 2..L): the step's O(L²) part.  For each o' the blocks store[..][..] (QS·QS
+// gp[ko][qy][r] (o' = 2..L), in channel ch: the step's O(L²) part.  For each o' the blocks store[..][..] (QS·QS
 // vectors, contiguous) are streamed once per pass, the row's maxima and sums staying in cache.
 // N: the padded batch when it is one vector's worth (16), known at compile time so that each
 // inner loop is a few vector instructions; 0: any batch.
 template <typename T, int64_t N>
-void pop_forward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp, T* popped, T* mx, T* sm) {
+void pop_forward(const Geo& g, int64_t J, int64_t L, int64_t ch, const T* store, const T* gp, T* popped, T* mx,
+                 T* sm) {
   const int64_t B = N ? N : g.B, Q = g.Q, S = g.S, QS = g.QS, n = QS * Q * S * B;
   for (int64_t o = 2; o <= L; ++o) {
     std::fill(mx, mx + n, -std::numeric_limits<T>::infinity());
     std::fill(sm, sm + n, T(0));
     for (int pass = 0; pass < 2; ++pass)
       for (int64_t k = 0; k + 2 <= o; ++k) {
-        const T* blk = store + g.col(J - 2 - k, o - 2 - k, 0, 0);
+        const T* blk = store + g.col(J - 2 - k, o - 2 - k, ch, 0, 0);
         const T* gk = gp + g.gp(k, 0, 0);
         for (int64_t u = 0; u < QS; ++u)
           for (int64_t qy = 0; qy < QS; ++qy) {
@@ -306,7 +317,7 @@ void pop_forward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp
             }
           }
       }
-    T* out = popped + g.pop(o - 2, 0, 0, 0);
+    T* out = popped + g.pop(o - 2, ch, 0, 0, 0);
     NS_SIMD
     for (int64_t j = 0; j < n; ++j) out[j] = mx[j] + vlog(sm[j]);
   }
@@ -314,15 +325,15 @@ void pop_forward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp
 
 // The backward of pop_forward: each term's weight exp(a + c − out) · g added to both factors.
 template <typename T, int64_t N>
-void pop_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* gp, const T* popped,
+void pop_backward(const Geo& g, int64_t J, int64_t L, int64_t ch, const T* store, const T* gp, const T* popped,
                   const T* gpop, T* gstore, T* ggp) {
   const int64_t B = N ? N : g.B, Q = g.Q, S = g.S, QS = g.QS;
   for (int64_t o = 2; o <= L; ++o) {
-    const T* out = popped + g.pop(o - 2, 0, 0, 0);
-    const T* go = gpop + g.pop(o - 2, 0, 0, 0);
+    const T* out = popped + g.pop(o - 2, ch, 0, 0, 0);
+    const T* go = gpop + g.pop(o - 2, ch, 0, 0, 0);
     for (int64_t k = 0; k + 2 <= o; ++k) {
-      const T* blk = store + g.col(J - 2 - k, o - 2 - k, 0, 0);
-      T* gblk = gstore + g.col(J - 2 - k, o - 2 - k, 0, 0);
+      const T* blk = store + g.col(J - 2 - k, o - 2 - k, ch, 0, 0);
+      T* gblk = gstore + g.col(J - 2 - k, o - 2 - k, ch, 0, 0);
       const T* gk = gp + g.gp(k, 0, 0);
       T* ggk = ggp + g.gp(k, 0, 0);
       for (int64_t u = 0; u < QS; ++u)
@@ -348,13 +359,13 @@ void pop_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* g
   }
 }
 
-// newA[v] = ⊕_{o' ≤ L} ⊕_u alphas[J − o'][u] ⊗ col[o'][u][v]
+// newA[v] = ⊕_{o' ≤ L} ⊕_u alphas[J − o'][u] ⊗ col[o'][0][u][v] (channel 0; channel c ≥ 1: η[c−1])
 template <typename F>
-void alpha_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
+void alpha_terms(const Geo& g, int64_t J, int64_t L, int64_t ch, Terms& t, F visit) {
   for (int64_t v = 0; v < g.QS; ++v) {
     t.clear();
     for (int64_t o = 0; o <= L; ++o)
-      for (int64_t u = 0; u < g.QS; ++u) t.add(g.al(J - o, u), g.sq(o, u, v));
+      for (int64_t u = 0; u < g.QS; ++u) t.add(g.al(J - o, u), g.sq(o, ch, u, v));
     visit(v * g.B, t);
   }
 }
@@ -362,39 +373,60 @@ void alpha_terms(const Geo& g, int64_t J, int64_t L, Terms& t, F visit) {
 // One step's saved arrays (pointers into the run's per-step buffers).
 template <typename T>
 struct Saved {
-  T *R, *O, *colR, *gp, *popped, *col, *newA, *z;
+  T *R, *O, *colR, *gp, *popped, *col, *newA, *z, *eta;  // eta [m][QS][B]: η before normalisation
 };
 
+// V [m][B]: the log pushed vectors (m = C − 1; unused when C = 1); eta_out [m][QS][B]: η after
+// the step, normalised.
 template <typename T, int64_t N>
-void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const T* P, const Saved<T>& sv) {
-  const int64_t B = N ? N : g.B, D = g.D, S = g.S, QS = g.QS;
+void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const T* P, const T* V,
+                  const Saved<T>& sv, T* eta_out) {
+  const int64_t B = N ? N : g.B, D = g.D, S = g.S, QS = g.QS, C = g.C;
   std::vector<T> m(B), s(B);
   Terms t;
-  replace_products(g, J, L, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.R, QS, QS, B, sv.colR + o); });
+  for (int64_t ch = 0; ch < C; ++ch)
+    replace_products(g, J, L, ch, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.R, QS, QS, B, sv.colR + o); });
   popped_run_products(g, J, L, [&](int64_t a, int64_t o) { log_vecmat<T, N>(store + a, sv.O, QS, g.Q, B, sv.gp + o); });
   {
     std::vector<T> mx(QS * g.Q * S * B), sm(QS * g.Q * S * B);
-    pop_forward<T, N>(g, J, L, store, sv.gp, sv.popped, mx.data(), sm.data());
+    for (int64_t ch = 0; ch < C; ++ch) pop_forward<T, N>(g, J, L, ch, store, sv.gp, sv.popped, mx.data(), sm.data());
   }
-  // the new column: the push from start t, the replace (⊕ the pop from start t − 2 on)
-  std::copy(P, P + QS * QS * B, sv.col);
-  for (int64_t o = 1; o <= L; ++o)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t v = 0; v < QS; ++v) {
-        const T* cr = sv.colR + g.sq(o - 1, u, v);
-        T* out = sv.col + g.sq(o, u, v);
-        if (o >= 2) {
-          const T* pp = sv.popped + g.pop(o - 2, u, v / S, v % S);
-          NS_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            const T mx = cr[b] > pp[b] ? cr[b] : pp[b];  // not std::max (left scalar by GCC)
-            out[b] = mx + vlog(vexp(cr[b] - mx) + vexp(pp[b] - mx));
-          }
-        } else {
-          std::copy(cr, cr + B, out);
-        }
+  // the new column: the push from start t (with the pushed vector in channels 1..m), the replace
+  // (⊕ the pop from start t − 2 on)
+  for (int64_t ch = 0; ch < C; ++ch)
+    for (int64_t uv = 0; uv < QS * QS; ++uv) {
+      const T* p = P + uv * B;
+      T* out = sv.col + g.sq(0, ch, 0, 0) + uv * B;
+      if (ch == 0) {
+        std::copy(p, p + B, out);
+      } else {
+        const T* v = V + (ch - 1) * B;
+        NS_SIMD
+        for (int64_t b = 0; b < B; ++b) out[b] = p[b] + v[b];
       }
-  alpha_terms(g, J, L, t, [&](int64_t o, const Terms& tm) { lse(alphas, sv.col, tm.ia, tm.ic, B, sv.newA + o, m.data(), s.data()); });
+    }
+  for (int64_t o = 1; o <= L; ++o)
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t u = 0; u < QS; ++u)
+        for (int64_t v = 0; v < QS; ++v) {
+          const T* cr = sv.colR + g.sq(o - 1, ch, u, v);
+          T* out = sv.col + g.sq(o, ch, u, v);
+          if (o >= 2) {
+            const T* pp = sv.popped + g.pop(o - 2, ch, u, v / S, v % S);
+            NS_SIMD
+            for (int64_t b = 0; b < B; ++b) {
+              const T mx = cr[b] > pp[b] ? cr[b] : pp[b];  // not std::max (left scalar by GCC)
+              out[b] = mx + vlog(vexp(cr[b] - mx) + vexp(pp[b] - mx));
+            }
+          } else {
+            std::copy(cr, cr + B, out);
+          }
+        }
+  alpha_terms(g, J, L, 0, t, [&](int64_t o, const Terms& tm) { lse(alphas, sv.col, tm.ia, tm.ic, B, sv.newA + o, m.data(), s.data()); });
+  for (int64_t ch = 1; ch < C; ++ch) {
+    T* eta = sv.eta + (ch - 1) * QS * B;
+    alpha_terms(g, J, L, ch, t, [&](int64_t o, const Terms& tm) { lse(alphas, sv.col, tm.ia, tm.ic, B, eta + o, m.data(), s.data()); });
+  }
   {
     const std::vector<T> zero(B, T(0));
     t.clear();
@@ -403,9 +435,9 @@ void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const
   }
   // normalised by z; start t − D leaves the window (the depth's D offsets are kept)
   for (int64_t o = 0; o <= std::min(L, D - 1); ++o)
-    for (int64_t uv = 0; uv < QS * QS; ++uv) {
-      const T* src = sv.col + g.sq(o, 0, 0) + uv * B;
-      T* dst = store + g.col(J, o, 0, 0) + uv * B;
+    for (int64_t j = 0; j < C * QS * QS; ++j) {
+      const T* src = sv.col + g.sq(o, 0, 0, 0) + j * B;
+      T* dst = store + g.col(J, o, 0, 0, 0) + j * B;
       NS_SIMD
       for (int64_t b = 0; b < B; ++b) dst[b] = snap(src[b] - sv.z[b]);
     }
@@ -415,26 +447,33 @@ void step_forward(const Geo& g, int64_t J, int64_t L, T* store, T* alphas, const
     NS_SIMD
     for (int64_t b = 0; b < B; ++b) dst[b] = snap(src[b] - sv.z[b]);
   }
+  for (int64_t j = 0; j < (C - 1) * QS; ++j) {
+    const T* src = sv.eta + j * B;
+    T* dst = eta_out + j * B;
+    NS_SIMD
+    for (int64_t b = 0; b < B; ++b) dst[b] = snap(src[b] - sv.z[b]);
+  }
 }
 
-// The gradients of step s's push, replace and pop (gP, gR [QS][QS][B], gO [QS][Q][B], each
-// overwritten) from those of its column and α (in gstore[J], galphas[J+1]); the gradients of
-// what the step read are added to gstore and galphas.
+// The gradients of step s's push, replace, pop and pushed vectors (gP, gR [QS][QS][B], gO
+// [QS][Q][B], gV [m][B], each overwritten) from those of its column and α (in gstore[J],
+// galphas[J+1]) and of its normalised η (g_eta [m][QS][B]); the gradients of what the step read
+// are added to gstore and galphas.
 template <typename T, int64_t N>
 void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* alphas, const Saved<T>& sv,
-                   T* gstore, T* galphas, T* gP, T* gR, T* gO) {
-  const int64_t B = N ? N : g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS;
-  const int64_t blk = QS * QS * B;
-  std::fill(gR, gR + blk, T(0));
+                   T* gstore, T* galphas, const T* g_eta, T* gP, T* gR, T* gO, T* gV) {
+  const int64_t B = N ? N : g.B, D = g.D, Q = g.Q, S = g.S, QS = g.QS, C = g.C;
+  const int64_t blk = C * QS * QS * B;
+  std::fill(gR, gR + QS * QS * B, T(0));
   std::fill(gO, gO + QS * Q * B, T(0));
   std::vector<T> gcol((L + 1) * blk, T(0)), gnewA(QS * B), gz(B, T(0)), gcolR(std::max<int64_t>(L, 1) * blk);
-  std::vector<T> gpop(g.E() * QS * Q * S * B, T(0)), ggp(g.E() * QS * Q * B, T(0));
-  // the clamps at log 0, then the normaliser z (it enters the column and α)
+  std::vector<T> gpop(g.E() * C * QS * Q * S * B, T(0)), ggp(g.E() * QS * Q * B, T(0)), geta((C - 1) * QS * B);
+  // the clamps at log 0, then the normaliser z (it enters the column, α and η)
   for (int64_t o = 0; o <= std::min(L, D - 1); ++o)
-    for (int64_t uv = 0; uv < QS * QS; ++uv) {
-      const T* gs = gstore + g.col(J, o, 0, 0) + uv * B;
-      const T* c = sv.col + g.sq(o, 0, 0) + uv * B;
-      T* out = gcol.data() + g.sq(o, 0, 0) + uv * B;
+    for (int64_t j = 0; j < C * QS * QS; ++j) {
+      const T* gs = gstore + g.col(J, o, 0, 0, 0) + j * B;
+      const T* c = sv.col + g.sq(o, 0, 0, 0) + j * B;
+      T* out = gcol.data() + g.sq(o, 0, 0, 0) + j * B;
       NS_SIMD
       for (int64_t b = 0; b < B; ++b) {
         out[b] = alive(c[b] - sv.z[b]) ? gs[b] : T(0);
@@ -451,6 +490,16 @@ void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* 
       gz[b] -= out[b];
     }
   }
+  for (int64_t j = 0; j < (C - 1) * QS; ++j) {
+    const T* ge = g_eta + j * B;
+    const T* e = sv.eta + j * B;
+    T* out = geta.data() + j * B;
+    NS_SIMD
+    for (int64_t b = 0; b < B; ++b) {
+      out[b] = alive(e[b] - sv.z[b]) ? ge[b] : T(0);
+      gz[b] -= out[b];
+    }
+  }
   for (int64_t v = 0; v < QS; ++v) {
     const T* na = sv.newA + v * B;
     T* out = gnewA.data() + v * B;
@@ -458,37 +507,60 @@ void step_backward(const Geo& g, int64_t J, int64_t L, const T* store, const T* 
     for (int64_t b = 0; b < B; ++b) out[b] += gz[b] * vexp(na[b] - sv.z[b]);
   }
   Terms t;
-  alpha_terms(g, J, L, t, [&](int64_t o, const Terms& tm) {
+  alpha_terms(g, J, L, 0, t, [&](int64_t o, const Terms& tm) {
     lse_backward(alphas, sv.col, galphas, gcol.data(), tm.ia, tm.ic, sv.newA + o, gnewA.data() + o, B);
   });
-  std::copy(gcol.data(), gcol.data() + blk, gP);
+  for (int64_t ch = 1; ch < C; ++ch) {
+    const int64_t e0 = (ch - 1) * QS * B;
+    alpha_terms(g, J, L, ch, t, [&](int64_t o, const Terms& tm) {
+      lse_backward(alphas, sv.col, galphas, gcol.data(), tm.ia, tm.ic, sv.eta + e0 + o, geta.data() + e0 + o, B);
+    });
+  }
+  // the push: P enters every channel's offset 0, the vector c channel c + 1's
+  std::copy(gcol.data(), gcol.data() + QS * QS * B, gP);
+  for (int64_t ch = 1; ch < C; ++ch) {
+    T* gv = gV + (ch - 1) * B;
+    std::fill(gv, gv + B, T(0));
+    for (int64_t uv = 0; uv < QS * QS; ++uv) {
+      const T* gc = gcol.data() + g.sq(0, ch, 0, 0) + uv * B;
+      T* gp = gP + uv * B;
+      NS_SIMD
+      for (int64_t b = 0; b < B; ++b) {
+        gp[b] += gc[b];
+        gv[b] += gc[b];
+      }
+    }
+  }
   // col = colR ⊕ popped from offset 2 on, colR at offset 1
   for (int64_t o = 1; o <= L; ++o)
-    for (int64_t u = 0; u < QS; ++u)
-      for (int64_t v = 0; v < QS; ++v) {
-        const T* gc = gcol.data() + g.sq(o, u, v);
-        T* gr = gcolR.data() + g.sq(o - 1, u, v);
-        if (o >= 2) {
-          const T* c = sv.col + g.sq(o, u, v);
-          const T* cr = sv.colR + g.sq(o - 1, u, v);
-          const T* pp = sv.popped + g.pop(o - 2, u, v / S, v % S);
-          T* gpp = gpop.data() + g.pop(o - 2, u, v / S, v % S);
-          NS_SIMD
-          for (int64_t b = 0; b < B; ++b) {
-            gr[b] = gc[b] * vexp(cr[b] - c[b]);
-            gpp[b] = gc[b] * vexp(pp[b] - c[b]);
+    for (int64_t ch = 0; ch < C; ++ch)
+      for (int64_t u = 0; u < QS; ++u)
+        for (int64_t v = 0; v < QS; ++v) {
+          const T* gc = gcol.data() + g.sq(o, ch, u, v);
+          T* gr = gcolR.data() + g.sq(o - 1, ch, u, v);
+          if (o >= 2) {
+            const T* c = sv.col + g.sq(o, ch, u, v);
+            const T* cr = sv.colR + g.sq(o - 1, ch, u, v);
+            const T* pp = sv.popped + g.pop(o - 2, ch, u, v / S, v % S);
+            T* gpp = gpop.data() + g.pop(o - 2, ch, u, v / S, v % S);
+            NS_SIMD
+            for (int64_t b = 0; b < B; ++b) {
+              gr[b] = gc[b] * vexp(cr[b] - c[b]);
+              gpp[b] = gc[b] * vexp(pp[b] - c[b]);
+            }
+          } else {
+            std::copy(gc, gc + B, gr);
           }
-        } else {
-          std::copy(gc, gc + B, gr);
         }
-      }
-  pop_backward<T, N>(g, J, L, store, sv.gp, sv.popped, gpop.data(), gstore, ggp.data());
+  for (int64_t ch = 0; ch < C; ++ch)
+    pop_backward<T, N>(g, J, L, ch, store, sv.gp, sv.popped, gpop.data(), gstore, ggp.data());
   popped_run_products(g, J, L, [&](int64_t a, int64_t o) {
     log_vecmat_backward(store + a, sv.O, sv.gp + o, ggp.data() + o, QS, Q, B, gstore + a, gO);
   });
-  replace_products(g, J, L, [&](int64_t a, int64_t o) {
-    log_vecmat_backward(store + a, sv.R, sv.colR + o, gcolR.data() + o, QS, QS, B, gstore + a, gR);
-  });
+  for (int64_t ch = 0; ch < C; ++ch)
+    replace_products(g, J, L, ch, [&](int64_t a, int64_t o) {
+      log_vecmat_backward(store + a, sv.R, sv.colR + o, gcolR.data() + o, QS, QS, B, gstore + a, gR);
+    });
 }
 
 // ---- the ops -------------------------------------------------------------------------------
@@ -503,30 +575,34 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
               ", expected ", shape);
 }
 
-// The geometry of a run: geo = [D, Do, J0, live] (int64; ns_run_start's).
+// The geometry of a run: geo = [D, Do, J0, live] (int64; ns_run_start's), the store
+// [cols][Do][C][QS][QS][Bp].
 Geo geo_of(const at::Tensor& store, const at::Tensor& geo, int64_t Q) {
   TORCH_CHECK(geo.scalar_type() == at::kLong && geo.numel() == 4 && geo.is_contiguous(),
               "memrnn nondeterministic stack: bad run geometry");
+  TORCH_CHECK(store.dim() == 6, "memrnn nondeterministic stack: bad store");
   const int64_t* p = geo.data_ptr<int64_t>();
   Geo g{};
   g.D = p[0];
   g.Do = p[1];
   g.J0 = p[2];
-  g.QS = store.size(2);
+  g.C = store.size(2);
+  g.QS = store.size(3);
   g.Q = Q;
   g.S = g.QS / Q;
-  g.B = store.size(4);
+  g.B = store.size(5);
   return g;
 }
 
 int64_t live_of(const at::Tensor& geo) { return geo.data_ptr<int64_t>()[3]; }
 
-// Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first) that the store holds
-// and where: f(window offset, store offset) for the upper triangle, fa(window, alphas offset) for α.
-// Row b's window is the one after lengths[b] steps of the run (column D − 1 + lengths[b] last).
-template <typename F, typename FA>
-void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
-  const int64_t D = g.D, QS = g.QS, sq = QS * QS;
+// Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first; ζ's [B][D][D][QS][QS][m])
+// that the store holds and where: f(window offset, store offset) for γ's upper triangle, fz(ζ
+// window offset, store offset) for ζ's, fa(window, alphas offset) for α.  Row b's window is the
+// one after lengths[b] steps of the run (column D − 1 + lengths[b] last).
+template <typename F, typename FZ, typename FA>
+void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FZ fz, FA fa) {
+  const int64_t D = g.D, QS = g.QS, sq = QS * QS, m = g.C - 1;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t last = D - 1 + (lengths ? lengths[b] : 0);
     for (int64_t a = 0; a < D; ++a)
@@ -534,63 +610,76 @@ void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FA fa) {
         const int64_t J = last - (D - 1) + c;
         if (!g.stored(J, c - a)) continue;
         const int64_t w = ((b * D + a) * D + c) * sq;
-        for (int64_t uv = 0; uv < sq; ++uv) f(w + uv, g.col(J, c - a, 0, 0) + uv * g.B + b);
+        for (int64_t uv = 0; uv < sq; ++uv) f(w + uv, g.col(J, c - a, 0, 0, 0) + uv * g.B + b);
+        for (int64_t ch = 1; ch <= m; ++ch)
+          for (int64_t uv = 0; uv < sq; ++uv) fz((w + uv) * m + ch - 1, g.col(J, c - a, ch, 0, 0) + uv * g.B + b);
       }
     for (int64_t p = 0; p <= D; ++p)
       for (int64_t u = 0; u < QS; ++u) fa((b * (D + 1) + p) * QS + u, g.al(last + 1 - D + p, u) + b);
   }
 }
 
-// A run of `steps` steps from the window (gamma [B, D, D, QS, QS], alpha [B, D+1, QS], batch
-// first) -> (store, alphas, geo): the window written in (everything else log 0) and the run's
-// geometry [D, Do, J0, live], live being the largest start offset, counted from the window's last
-// end, of an entry alive in it (start offsets up to live + s are computed at step s).
+// A run of `steps` steps from the window (gamma [B, D, D, QS, QS], alpha [B, D+1, QS], and for the
+// vector stack zeta [B, D, D, QS, QS, m], batch first) -> (store, alphas, geo): the window written
+// in (everything else log 0) and the run's geometry [D, Do, J0, live], live being the largest
+// start offset, counted from the window's last end, of an entry alive in it (start offsets up to
+// live + s are computed at step s).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ns_run_start(const at::Tensor& gamma, const at::Tensor& alpha,
-                                                             int64_t steps) {
+                                                             const std::optional<at::Tensor>& zeta, int64_t steps) {
   TORCH_CHECK(gamma.dim() == 5 && alpha.dim() == 3, "memrnn nondeterministic stack: bad ranks");
   const int64_t B = gamma.size(0), D = gamma.size(1), QS = gamma.size(3);
   TORCH_CHECK(D >= 1 && steps >= 0, "memrnn nondeterministic stack: bad sizes");
   const auto dt = gamma.scalar_type();
   check(gamma, "gamma", dt, {B, D, D, QS, QS});
   check(alpha, "alpha", dt, {B, D + 1, QS});
+  const int64_t m = zeta.has_value() ? zeta->size(-1) : 0;
+  if (zeta.has_value()) check(*zeta, "zeta", dt, {B, D, D, QS, QS, m});
   const int64_t Bp = padded(B), sq = QS * QS;
   int64_t live = 0;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_live", [&] {
-    const scalar_t* G = gamma.data_ptr<scalar_t>();
     const scalar_t alive = scalar_t(kLogZero / 2);
+    const scalar_t* G = gamma.data_ptr<scalar_t>();
     for (int64_t w = 0; w < gamma.numel(); ++w)
       if (G[w] > alive) live = std::max(live, D - (w / sq / D % D));  // D − a
+    if (m > 0) {
+      const scalar_t* Z = zeta->data_ptr<scalar_t>();
+      for (int64_t w = 0; w < zeta->numel(); ++w)
+        if (Z[w] > alive) live = std::max(live, D - (w / m / sq / D % D));
+    }
   });
   const int64_t Do = std::max<int64_t>(1, std::min(D, live + steps)), J0 = D - std::min(D, live);
   at::Tensor geo = at::tensor(std::vector<int64_t>{D, Do, J0, live}, at::kLong);
-  at::Tensor store = at::full({D - J0 + steps, Do, QS, QS, Bp}, kLogZero, gamma.options());
+  at::Tensor store = at::full({D - J0 + steps, Do, 1 + m, QS, QS, Bp}, kLogZero, gamma.options());
   at::Tensor alphas = at::full({D + steps + 1, QS, Bp}, kLogZero, gamma.options());
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_start", [&] {
     const Geo g = geo_of(store, geo, 1);
     const scalar_t* G = gamma.data_ptr<scalar_t>();
+    const scalar_t* Z = m > 0 ? zeta->data_ptr<scalar_t>() : nullptr;
     const scalar_t* A = alpha.data_ptr<scalar_t>();
     scalar_t* st = store.data_ptr<scalar_t>();
     scalar_t* al = alphas.data_ptr<scalar_t>();
-    for_window(g, nullptr, B, [&](int64_t w, int64_t o) { st[o] = snap(G[w]); }, [&](int64_t w, int64_t o) { al[o] = A[w]; });
+    for_window(g, nullptr, B, [&](int64_t w, int64_t o) { st[o] = snap(G[w]); },
+               [&](int64_t w, int64_t o) { st[o] = snap(Z[w]); }, [&](int64_t w, int64_t o) { al[o] = A[w]; });
   });
   return {store, alphas, geo};
 }
 
-// The per-step arrays (R, O, colR, gp, popped, col, newA, z) for n steps of a run.
+// The per-step arrays (R, O, colR, gp, popped, col, newA, z, eta) for n steps of a run.
 std::vector<at::Tensor> ns_run_buffers(const at::Tensor& store, const at::Tensor& geo, int64_t Q, int64_t n) {
   const Geo g = geo_of(store, geo, Q);
   auto opt = store.options();
-  const int64_t B = g.B, D = g.D, QS = g.QS, E = g.E();
-  return {at::empty({n, QS, QS, B}, opt),        at::empty({n, QS, Q, B}, opt),
-          at::empty({n, D, QS, QS, B}, opt),     at::empty({n, E, QS, Q, B}, opt),
-          at::empty({n, E, QS, Q, g.S, B}, opt), at::empty({n, D + 1, QS, QS, B}, opt),
-          at::empty({n, QS, B}, opt),            at::empty({n, B}, opt)};
+  const int64_t B = g.B, D = g.D, QS = g.QS, E = g.E(), C = g.C;
+  return {at::empty({n, QS, QS, B}, opt),           at::empty({n, QS, Q, B}, opt),
+          at::empty({n, D, C, QS, QS, B}, opt),     at::empty({n, E, QS, Q, B}, opt),
+          at::empty({n, E, C, QS, Q, g.S, B}, opt), at::empty({n, D + 1, C, QS, QS, B}, opt),
+          at::empty({n, QS, B}, opt),               at::empty({n, B}, opt),
+          at::empty({n, C - 1, QS, B}, opt)};
 }
 
 template <typename T>
 Saved<T> saved_at(at::TensorList sv, int64_t k) {
   auto p = [&](int i) { return sv[i].data_ptr<T>() + k * sv[i].stride(0); };
-  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7)};
+  return {p(0), p(1), p(2), p(3), p(4), p(5), p(6), p(7), p(8)};
 }
 
 // batch first [B, rest...] -> batch last, padded with zeros, into dst [rest..., Bp]
@@ -616,43 +705,50 @@ at::Tensor to_batch_first(const T* src, int64_t B, int64_t Bp, at::IntArrayRef r
   return out;
 }
 
-// Step s of the run (push, repl [B, QS, QS], pop [B, QS, Q], batch first), its arrays kept at
-// index k of the buffers -> log α after the step [B, QS].
-at::Tensor ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffers, const at::Tensor& geo, int64_t k,
-                       int64_t s, const at::Tensor& push, const at::Tensor& repl, const at::Tensor& pop) {
+// Step s of the run (push, repl [B, QS, QS], pop [B, QS, Q], the log pushed vectors [B, m] (m = 0
+// for the plain stack), batch first), its arrays kept at index k of the buffers -> (log α after
+// the step [B, QS], η after it, normalised [B, m, QS]).
+std::vector<at::Tensor> ns_run_step(at::Tensor store, at::Tensor alphas, at::TensorList buffers, const at::Tensor& geo,
+                                    int64_t k, int64_t s, const at::Tensor& push, const at::Tensor& repl,
+                                    const at::Tensor& pop, const at::Tensor& vector) {
   const auto dt = store.scalar_type();
-  const int64_t Q = pop.size(2), B = push.size(0), QS = store.size(2);
+  const int64_t Q = pop.size(2), B = push.size(0), QS = store.size(3), m = store.size(2) - 1;
   check(push, "push", dt, {B, QS, QS});
   check(repl, "repl", dt, {B, QS, QS});
   check(pop, "pop", dt, {B, QS, Q});
-  at::Tensor top;
+  check(vector, "the pushed vector", dt, {B, m});
+  at::Tensor top, eta;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step", [&] {
     const Geo g = geo_of(store, geo, Q);
     const int64_t J = g.D + s;
     TORCH_CHECK(s >= 0 && J - g.J0 < store.size(0) && J + 1 < alphas.size(0), "memrnn nondeterministic stack: step ",
                 s, " is beyond the run");
     const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
-    std::vector<scalar_t> P(QS * QS * g.B);
+    std::vector<scalar_t> P(QS * QS * g.B), V(std::max<int64_t>(m, 1) * g.B), E(std::max<int64_t>(m, 1) * QS * g.B);
     to_batch_last(push, P.data(), g.B);
     to_batch_last(repl, sv.R, g.B);
     to_batch_last(pop, sv.O, g.B);
+    if (m > 0) to_batch_last(vector, V.data(), g.B);
     const int64_t L = std::min(live_of(geo) + s, g.D);
     auto run = g.B == kLanes ? step_forward<scalar_t, kLanes> : step_forward<scalar_t, 0>;
-    run(g, J, L, store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), P.data(), sv);
+    run(g, J, L, store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), P.data(), V.data(), sv, E.data());
     top = to_batch_first(alphas.data_ptr<scalar_t>() + g.al(J + 1, 0), B, g.B, {QS}, store.options());
+    eta = to_batch_first(E.data(), B, g.B, {m, QS}, store.options());
   });
-  return top;
+  return {top, eta};
 }
 
-// The backward of ns_run_step: g_top [B, QS] (the gradient of its output) is added to that of
-// α after the step, the step's gradients are added to gstore and galphas -> (gP, gR, gO) batch first.
+// The backward of ns_run_step: g_top [B, QS] and g_eta [B, m, QS] (the gradients of its outputs)
+// are added to those of α and η after the step, the step's gradients are added to gstore and
+// galphas -> (gP, gR, gO, gV) batch first.
 std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::Tensor& alphas,
                                              at::TensorList buffers, const at::Tensor& geo, int64_t k, int64_t s,
                                              at::Tensor gstore, at::Tensor galphas, const at::Tensor& g_top,
-                                             int64_t Q) {
+                                             const at::Tensor& g_eta, int64_t Q) {
   const auto dt = store.scalar_type();
-  const int64_t QS = store.size(2), B = g_top.size(0);
+  const int64_t QS = store.size(3), B = g_top.size(0), m = store.size(2) - 1;
   check(g_top, "the gradient of alpha", dt, {B, QS});
+  check(g_eta, "the gradient of eta", dt, {B, m, QS});
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step_backward", [&] {
     const Geo g = geo_of(store, geo, Q);
@@ -662,73 +758,81 @@ std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::
     const scalar_t* gt = g_top.data_ptr<scalar_t>();
     for (int64_t u = 0; u < QS; ++u)
       for (int64_t b = 0; b < B; ++b) ga[u * g.B + b] += gt[b * QS + u];
-    std::vector<scalar_t> gP(QS * QS * g.B), gR(QS * QS * g.B), gO(QS * Q * g.B);
+    std::vector<scalar_t> gE(std::max<int64_t>(m, 1) * QS * g.B, scalar_t(0));
+    if (m > 0) to_batch_last(g_eta, gE.data(), g.B);
+    std::vector<scalar_t> gP(QS * QS * g.B), gR(QS * QS * g.B), gO(QS * Q * g.B), gV(std::max<int64_t>(m, 1) * g.B);
     const int64_t L = std::min(live_of(geo) + s, g.D);
     auto back = g.B == kLanes ? step_backward<scalar_t, kLanes> : step_backward<scalar_t, 0>;
     back(g, J, L, store.data_ptr<scalar_t>(), alphas.data_ptr<scalar_t>(), sv, gstore.data_ptr<scalar_t>(),
-         galphas.data_ptr<scalar_t>(), gP.data(), gR.data(), gO.data());
+         galphas.data_ptr<scalar_t>(), gE.data(), gP.data(), gR.data(), gO.data(), gV.data());
     auto opt = store.options();
     out = {to_batch_first(gP.data(), B, g.B, {QS, QS}, opt), to_batch_first(gR.data(), B, g.B, {QS, QS}, opt),
-           to_batch_first(gO.data(), B, g.B, {QS, Q}, opt)};
+           to_batch_first(gO.data(), B, g.B, {QS, Q}, opt), to_batch_first(gV.data(), B, g.B, {m}, opt)};
   });
   return out;
 }
 
 // Each row's window after lengths[b] steps of the run -> (gamma [B, D, D, QS, QS], alpha [B, D+1,
-// QS]), batch first; `fill` where the store holds nothing (log 0 for weights, 0 for gradients).
+// QS], zeta [B, D, D, QS, QS, m]), batch first; `fill` where the store holds nothing (log 0 for
+// weights, 0 for gradients).
 std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& geo,
                                       const at::Tensor& lengths, int64_t B, double fill) {
-  const int64_t QS = store.size(2);
+  const int64_t QS = store.size(3), m = store.size(2) - 1;
   TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.is_contiguous() && lengths.numel() == B,
               "memrnn nondeterministic stack: lengths must be B int64");
-  at::Tensor gamma, alpha;
+  at::Tensor gamma, alpha, zeta;
   AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_run_window", [&] {
     const Geo g = geo_of(store, geo, 1);
     gamma = at::full({B, g.D, g.D, QS, QS}, fill, store.options());
+    zeta = at::full({B, g.D, g.D, QS, QS, m}, fill, store.options());
     alpha = at::empty({B, g.D + 1, QS}, store.options());
     const scalar_t* st = store.data_ptr<scalar_t>();
     const scalar_t* al = alphas.data_ptr<scalar_t>();
     scalar_t* G = gamma.data_ptr<scalar_t>();
+    scalar_t* Z = zeta.data_ptr<scalar_t>();
     scalar_t* A = alpha.data_ptr<scalar_t>();
     for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { G[w] = st[o]; },
-               [&](int64_t w, int64_t o) { A[w] = al[o]; });
+               [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; });
   });
-  return {gamma, alpha};
+  return {gamma, alpha, zeta};
 }
 
 // The backward of ns_run_window: the windows' gradients added to gstore and galphas.
 void ns_run_window_backward(at::Tensor gstore, at::Tensor galphas, const at::Tensor& geo, const at::Tensor& lengths,
-                            const at::Tensor& g_gamma, const at::Tensor& g_alpha) {
+                            const at::Tensor& g_gamma, const at::Tensor& g_alpha, const at::Tensor& g_zeta) {
   const int64_t B = g_gamma.size(0);
-  TORCH_CHECK(g_gamma.is_contiguous() && g_alpha.is_contiguous(), "memrnn nondeterministic stack: gradients must be contiguous");
+  TORCH_CHECK(g_gamma.is_contiguous() && g_alpha.is_contiguous() && g_zeta.is_contiguous(),
+              "memrnn nondeterministic stack: gradients must be contiguous");
   AT_DISPATCH_FLOATING_TYPES(gstore.scalar_type(), "memrnn_ns_run_window_backward", [&] {
     const Geo g = geo_of(gstore, geo, 1);
     scalar_t* st = gstore.data_ptr<scalar_t>();
     scalar_t* al = galphas.data_ptr<scalar_t>();
     const scalar_t* G = g_gamma.data_ptr<scalar_t>();
+    const scalar_t* Z = g_zeta.data_ptr<scalar_t>();
     const scalar_t* A = g_alpha.data_ptr<scalar_t>();
     for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { st[o] += G[w]; },
-               [&](int64_t w, int64_t o) { al[o] += A[w]; });
+               [&](int64_t w, int64_t o) { st[o] += Z[w]; }, [&](int64_t w, int64_t o) { al[o] += A[w]; });
   });
 }
 
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
-  lib.def("ns_run_start(Tensor gamma, Tensor alpha, int steps) -> (Tensor, Tensor, Tensor)", &ns_run_start);
+  lib.def("ns_run_start(Tensor gamma, Tensor alpha, Tensor? zeta, int steps) -> (Tensor, Tensor, Tensor)",
+          &ns_run_start);
   lib.def("ns_run_buffers(Tensor store, Tensor geo, int states, int n) -> Tensor[]", &ns_run_buffers);
   lib.def(
       "ns_run_step(Tensor(a!) store, Tensor(b!) alphas, Tensor(c!)[] buffers, Tensor geo, int k, int s, "
-      "Tensor push, Tensor repl, Tensor pop) -> Tensor",
+      "Tensor push, Tensor repl, Tensor pop, Tensor vector) -> Tensor[]",
       &ns_run_step);
   lib.def(
       "ns_run_step_backward(Tensor store, Tensor alphas, Tensor[] buffers, Tensor geo, int k, int s, "
-      "Tensor(a!) gstore, Tensor(b!) galphas, Tensor g_top, int states) -> Tensor[]",
+      "Tensor(a!) gstore, Tensor(b!) galphas, Tensor g_top, Tensor g_eta, int states) -> Tensor[]",
       &ns_run_step_backward);
   lib.def("ns_run_window(Tensor store, Tensor alphas, Tensor geo, Tensor lengths, int batch, float fill) -> Tensor[]",
           &ns_run_window);
   lib.def(
       "ns_run_window_backward(Tensor(a!) gstore, Tensor(b!) galphas, Tensor geo, Tensor lengths, Tensor g_gamma, "
-      "Tensor g_alpha) -> ()",
+      "Tensor g_alpha, Tensor g_zeta) -> ()",
       &ns_run_window_backward);
 }
