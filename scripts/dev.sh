@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # memrnn's one entry point for set-up, the default job and the tests.
 #   bash scripts/dev.sh train [ARGS]   set up, then train the default config (ARGS go to train.py)
-#   bash scripts/dev.sh test  [ARGS]   set up, then lint and run the fast tests (ARGS go to pytest)
+#   bash scripts/dev.sh test  [ARGS]   set up, then lint and run the fast tests (ARGS go to pytest),
+#                                      in MEMRNN_TEST_WORKERS processes (pytest-xdist; default 2, 0: one)
 #   bash scripts/dev.sh slow  [ARGS]   set up, then run only the slow reproductions
 #   bash scripts/dev.sh setup          only set up
 # Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
@@ -53,7 +54,7 @@ case "$cmd" in
     setup
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    exec "$VENV/bin/python" -m pytest "$@"
+    exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" "$@"
     ;;
   slow)
     setup
