@@ -203,7 +203,7 @@ struct Geo {
 };
 
 // The log-semiring vector-matrix product out[v] = ⊕_w a[w] ⊗ M[w][v] (a [W][B], M [W][V][B],
-// out [V][B]; V ≤ kMaxV), exact: each output's maximum first.  N: the batch when known at
+// out [V][B]; V ≤ kMaxV), exact: each output's sum kept relative to its running maximum.  N: the batch when known at
 // compile time (pop_forward), else 0.
 constexpr int64_t kMaxV = 64;
 
@@ -216,25 +216,23 @@ void log_vecmat(const T* a, const T* M, int64_t W, int64_t V, int64_t Bd, T* out
       m[j] = -std::numeric_limits<T>::infinity();
       sm[j] = T(0);
     }
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t w = 0; w < W; ++w) {
-        const T* aw = a + w * B + b0;
-        for (int64_t v = 0; v < V; ++v) {
-          const T* mv = M + (w * V + v) * B + b0;
-          T* mx = m + v * kLanes;
-          if (pass == 0) {
-            NS_SIMD
-            for (int64_t b = 0; b < kLanes; ++b) {
-              const T t = aw[b] + mv[b];
-              mx[b] = t > mx[b] ? t : mx[b];
-            }
-          } else {
-            T* su = sm + v * kLanes;
-            NS_SIMD
-            for (int64_t b = 0; b < kLanes; ++b) su[b] += vexp(aw[b] + mv[b] - mx[b]);
-          }
+    for (int64_t w = 0; w < W; ++w) {  // one pass: the running maximum, as pop_forward
+      const T* aw = a + w * B + b0;
+      for (int64_t v = 0; v < V; ++v) {
+        const T* mv = M + (w * V + v) * B + b0;
+        T* mx = m + v * kLanes;
+        T* su = sm + v * kLanes;
+        NS_SIMD
+        for (int64_t b = 0; b < kLanes; ++b) {
+          const T t = aw[b] + mv[b];
+          const T d = t - mx[b];
+          const bool up = d > T(0);
+          const T e = vexp(up ? -d : d);
+          su[b] = up ? su[b] * e + T(1) : su[b] + e;
+          mx[b] = up ? t : mx[b];
         }
       }
+    }
     for (int64_t v = 0; v < V; ++v) {
       T* o = out + v * B + b0;
       NS_SIMD
@@ -281,7 +279,7 @@ void popped_run_products(const Geo& g, int64_t J, int64_t L, F f) {
 
 // The pop term, popped[o'−2][u][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][u][qy] ⊗
 // gp[ko][qy][r] (o' = 2..L), in channel ch: the step's O(L²) part.  For each o' the blocks store[..][..] (QS·QS
-// vectors, contiguous) are streamed once per pass, the row's maxima and sums staying in cache.
+// vectors, contiguous) are streamed once, the row's running maxima and sums staying in cache.
 // N: the padded batch when it is one vector's worth (16), known at compile time so that each
 // inner loop is a few vector instructions; 0: any batch.
 template <typename T, int64_t N>
@@ -291,32 +289,32 @@ void pop_forward(const Geo& g, int64_t J, int64_t L, int64_t ch, const T* store,
   for (int64_t o = 2; o <= L; ++o) {
     std::fill(mx, mx + n, -std::numeric_limits<T>::infinity());
     std::fill(sm, sm + n, T(0));
-    for (int pass = 0; pass < 2; ++pass)
-      for (int64_t k = 0; k + 2 <= o; ++k) {
-        const T* blk = store + g.col(J - 2 - k, o - 2 - k, ch, 0, 0);
-        const T* gk = gp + g.gp(k, 0, 0);
-        for (int64_t u = 0; u < QS; ++u)
-          for (int64_t qy = 0; qy < QS; ++qy) {
-            const T* a = blk + (u * QS + qy) * B;
-            const int64_t y = qy % S;
-            for (int64_t r = 0; r < Q; ++r) {
-              const T* c = gk + (qy * Q + r) * B;
-              const int64_t at = ((u * Q + r) * S + y) * B;
-              T* m = mx + at;
-              if (pass == 0) {
-                NS_SIMD
-                for (int64_t b = 0; b < B; ++b) {  // not std::max: GCC leaves that loop scalar
-                  const T t = a[b] + c[b];
-                  m[b] = t > m[b] ? t : m[b];
-                }
-              } else {
-                T* su = sm + at;
-                NS_SIMD
-                for (int64_t b = 0; b < B; ++b) su[b] += vexp(a[b] + c[b] - m[b]);
-              }
+    for (int64_t k = 0; k + 2 <= o; ++k) {
+      const T* blk = store + g.col(J - 2 - k, o - 2 - k, ch, 0, 0);
+      const T* gk = gp + g.gp(k, 0, 0);
+      for (int64_t u = 0; u < QS; ++u)
+        for (int64_t qy = 0; qy < QS; ++qy) {
+          const T* a = blk + (u * QS + qy) * B;
+          const int64_t y = qy % S;
+          for (int64_t r = 0; r < Q; ++r) {
+            const T* c = gk + (qy * Q + r) * B;
+            const int64_t at = ((u * Q + r) * S + y) * B;
+            T* m = mx + at;
+            T* su = sm + at;
+            // one pass, one exponential per term: the sum is kept relative to the running
+            // maximum and rescaled when a term exceeds it (the first term always does)
+            NS_SIMD
+            for (int64_t b = 0; b < B; ++b) {
+              const T t = a[b] + c[b];
+              const T d = t - m[b];
+              const bool up = d > T(0);
+              const T e = vexp(up ? -d : d);
+              su[b] = up ? su[b] * e + T(1) : su[b] + e;
+              m[b] = up ? t : m[b];
             }
           }
-      }
+        }
+    }
     T* out = popped + g.pop(o - 2, ch, 0, 0, 0);
     NS_SIMD
     for (int64_t j = 0; j < n; ++j) out[j] = mx[j] + vlog(sm[j]);
