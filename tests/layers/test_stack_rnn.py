@@ -229,19 +229,19 @@ def test_the_vector_nondeterministic_stack_is_its_papers_structure(bottom, gen):
         assert not hasattr(net.memory, "bottom") or not isinstance(net.memory.bottom, torch.nn.Parameter)
 
 
+@pytest.mark.parametrize("memory", ["nondeterministic", "vector_nondeterministic"])
 @pytest.mark.parametrize("fused", [True, False])
-def test_the_nondeterministic_window_is_strict_about_time(fused, gen):
+def test_the_nondeterministic_window_is_strict_about_time(fused, memory, gen):
     """Depth d keeps start times d back: step d (0-based) is the first to drop runs, whatever the
     weights; rows of at most d real steps never do."""
     torch.manual_seed(0)
-    net = StackRNN(3, 6, "nondeterministic", depth=3, strict=True, fused=fused).double()
+    net = StackRNN(3, 6, memory, depth=3, strict=True, fused=fused).double()
     x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
-    with pytest.raises(
-        StackOverflowError, match=r"NondeterministicStack of depth 3 .* at step 3, batch row 0"
-    ):
+    name = type(net.memory).__name__
+    with pytest.raises(StackOverflowError, match=rf"{name} of depth 3 .* at step 3, batch row 0"):
         net(x)
     net(x, mask=torch.arange(8)[None] < torch.tensor([3, 2])[:, None])
-    tr = StackRNN(3, 6, "nondeterministic", depth=3).double().trace(x)
+    tr = StackRNN(3, 6, memory, depth=3).double().trace(x)
     assert tr["overflow"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
     # chunks: the step count travels in the state
     _, s = net(x[:, :2])
