@@ -146,6 +146,22 @@ void lse(const T* A, const T* C, const std::vector<int64_t>& ia, const std::vect
   for (int64_t b = 0; b < B; ++b) out[b] = m[b] + vlog(s[b]);
 }
 
+// One term a[b] + c[b] into the running log-sum-exp (maximum m, sum s relative to it; m = −inf,
+// s = 0 before the first term): one pass and one exponential per term, the sum rescaled when a
+// term exceeds the maximum (the first term always does).  The result is m + log s.
+template <typename T>
+inline void lse_add(const T* a, const T* c, T* m, T* s, int64_t B) {
+  NS_SIMD
+  for (int64_t b = 0; b < B; ++b) {
+    const T t = a[b] + c[b];
+    const T d = t - m[b];
+    const bool up = d > T(0);
+    const T e = vexp(up ? -d : d);
+    s[b] = up ? s[b] * e + T(1) : s[b] + e;
+    m[b] = up ? t : m[b];
+  }
+}
+
 // The backward of lse: each term's weight exp(a + c − out) · g, added to both factors' gradients.
 template <typename T>
 void lse_backward(const T* A, const T* C, T* gA, T* gC, const std::vector<int64_t>& ia,
@@ -220,17 +236,7 @@ void log_vecmat(const T* a, const T* M, int64_t W, int64_t V, int64_t Bd, T* out
       const T* aw = a + w * B + b0;
       for (int64_t v = 0; v < V; ++v) {
         const T* mv = M + (w * V + v) * B + b0;
-        T* mx = m + v * kLanes;
-        T* su = sm + v * kLanes;
-        NS_SIMD
-        for (int64_t b = 0; b < kLanes; ++b) {
-          const T t = aw[b] + mv[b];
-          const T d = t - mx[b];
-          const bool up = d > T(0);
-          const T e = vexp(up ? -d : d);
-          su[b] = up ? su[b] * e + T(1) : su[b] + e;
-          mx[b] = up ? t : mx[b];
-        }
+        lse_add(aw, mv, m + v * kLanes, sm + v * kLanes, kLanes);
       }
     }
     for (int64_t v = 0; v < V; ++v) {
@@ -299,19 +305,7 @@ void pop_forward(const Geo& g, int64_t J, int64_t L, int64_t ch, const T* store,
           for (int64_t r = 0; r < Q; ++r) {
             const T* c = gk + (qy * Q + r) * B;
             const int64_t at = ((u * Q + r) * S + y) * B;
-            T* m = mx + at;
-            T* su = sm + at;
-            // one pass, one exponential per term: the sum is kept relative to the running
-            // maximum and rescaled when a term exceeds it (the first term always does)
-            NS_SIMD
-            for (int64_t b = 0; b < B; ++b) {
-              const T t = a[b] + c[b];
-              const T d = t - m[b];
-              const bool up = d > T(0);
-              const T e = vexp(up ? -d : d);
-              su[b] = up ? su[b] * e + T(1) : su[b] + e;
-              m[b] = up ? t : m[b];
-            }
+            lse_add(a, c, mx + at, sm + at, B);
           }
         }
     }
