@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 MODELS = {"lstm": "LSTM", "superposition": "Superposition", "stratification": "Stratification",
-          "ns": "NS-RNN", "rns": "RNS-RNN"}  # fmt: skip
+          "ns": "NS-RNN", "rns": "RNS-RNN", "vrns": "Vector RNS-RNN"}  # fmt: skip
 TASKS = {"marked_reversal": "Marked reversal", "unmarked_reversal": "Unmarked reversal",
          "padded_reversal": "Padded reversal", "dyck": "Dyck", "hardest_cfl": "Hardest CFL"}  # fmt: skip
 CONFIGS = ROOT / "configs" / "dusell"
