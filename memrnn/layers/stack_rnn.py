@@ -299,8 +299,9 @@ class StackRNN(MemoryLayer):
         reading = memory.read(ms)
         ys, etas = [], []
         masks = mask.unbind(1) if mask is not None else [None] * T
-        for x_t, m_t in zip(x.unbind(1), masks, strict=True):
-            h, new = self.controller._unchecked_step(torch.cat([x_t, reading], -1), cs)
+        step = self._controller_steps(x, cs)
+        for t, m_t in enumerate(masks):
+            h, new = step(t, reading, cs)
             cs = new if m_t is None else state_where(m_t, new, cs)
             if vector:  # the reading is η: the expected top vectors
                 _, eta = run.step(*memory.transitions(h))
@@ -326,6 +327,24 @@ class StackRNN(MemoryLayer):
                 eta = torch.where(idle[:, None, None], ms.eta, eta)
         steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
         return y, self.State(*cs, steps, gamma, alpha, *((zeta[0], eta) if vector else ()))
+
+    def _controller_steps(self, x: Tensor, cs: NamedTuple):
+        """``step(t, reading, cs) -> (h_t, new controller state)``, the controller's step on
+        ``[x_t ; reading]``.  A one-layer LSTM with biases projects every ``x_t`` at once and
+        steps with ``torch.lstm_cell`` (the reading's product, the recurrent one and the cell in
+        one op) instead of its gate-level reference step."""
+        c = self.controller
+        if not (isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias):
+            return lambda t, reading, cs: c._unchecked_step(torch.cat([x[:, t], reading], -1), cs)
+        w_ih, w_hh, b_ih, b_hh = c._weights(0)
+        w_x, w_r = w_ih.split([self.input_size, self.width], 1)
+        gates_x = torch.nn.functional.linear(x, w_x, b_ih + b_hh)  # [B, T, 4H]
+
+        def step(t: int, reading: Tensor, cs: NamedTuple):
+            h, cc = torch.lstm_cell(reading, (cs.h[:, 0], cs.c[:, 0]), w_r, w_hh, gates_x[:, t], None)
+            return h, type(cs)(h[:, None], cc[:, None])
+
+        return step
 
     def outputs(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None) -> Tensor:
         """``forward(x, state, mask)[0]``; with the nondeterministic stack's C++ run, without
