@@ -278,8 +278,8 @@ class StackRNN(MemoryLayer):
     def _nondeterministic_forward(
         self, x: Tensor, state: NamedTuple | None, mask: Tensor | None, *, final: bool = True
     ):
-        """:meth:`forward` with the nondeterministic stack: the controller's steps in torch, the
-        stack's in C++ as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`: each
+        """:meth:`forward` with a nondeterministic stack: the controller's steps in torch, the
+        stack's (on CPU, float32/float64; else :meth:`_nondeterministic_torch_forward`) in C++ as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`: each
         column of inner weights written once, not a ``[depth, depth]`` window copied and masked
         at every step; start times still log 0 skipped).  Equal to the reference loop (tests);
         rows past their length run on and are ignored (outputs zero, final state at the length)."""
@@ -293,6 +293,8 @@ class StackRNN(MemoryLayer):
         if self.strict:
             taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
             self._check_overflow((taken >= memory.depth).to(x.dtype), mask)
+        if not self._nondeterministic_native(x):
+            return self._nondeterministic_torch_forward(x, cs, ms, mask)
         vector = memory.kind == "vector_nondeterministic"
         zeta = ms.zeta if vector else None
         run = NondeterministicRun(ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths, zeta=zeta)
@@ -328,6 +330,27 @@ class StackRNN(MemoryLayer):
         steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
         return y, self.State(*cs, steps, gamma, alpha, *((zeta[0], eta) if vector else ()))
 
+    def _nondeterministic_torch_forward(self, x: Tensor, cs: NamedTuple, ms: NamedTuple, mask: Tensor | None):
+        """:meth:`_nondeterministic_forward` off the C++ run (CUDA, ``torch.compile``): the
+        memory's torch step after the controller's, rows past their length frozen; the
+        reference loop's numbers without its per-step diagnostics, and with
+        :meth:`_controller_steps`."""
+        memory = self.memory
+        reading = memory.read(ms)
+        ys = []
+        step = self._controller_steps(x, cs)
+        for t in range(x.shape[1]):
+            h, new = step(t, reading, cs)
+            new_ms, _ = memory.update(ms, memory.transitions(h))
+            if mask is None:
+                cs, ms = new, new_ms
+            else:
+                cs, ms = state_where(mask[:, t], new, cs), state_where(mask[:, t], new_ms, ms)
+            reading = memory.read(new_ms)
+            ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
+        y, _ = masked_outputs(torch.stack(ys, 1), mask)
+        return y, self.State(*cs, *ms)
+
     def _controller_steps(self, x: Tensor, cs: NamedTuple):
         """``step(t, reading, cs) -> (h_t, new controller state)``, the controller's step on
         ``[x_t ; reading]``.  A one-layer LSTM with biases projects every ``x_t`` at once and
@@ -350,7 +373,7 @@ class StackRNN(MemoryLayer):
         """``forward(x, state, mask)[0]``; with the nondeterministic stack's C++ run, without
         building the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an evaluation
         batch of 256 at depth 104)."""
-        if self.fused and self.memory.kind in _NONDETERMINISTIC and self._nondeterministic_native(x):
+        if self.fused and self.memory.kind in _NONDETERMINISTIC:
             return self._nondeterministic_forward(x, state, mask, final=False)[0]
         return super().outputs(x, state, mask)
 
@@ -360,7 +383,7 @@ class StackRNN(MemoryLayer):
         if not self.fused:  # the loop over step under autograd end to end (second derivatives)
             with implementation("cpu"):
                 return super().forward(x, state, mask)
-        if self.memory.kind in _NONDETERMINISTIC and self._nondeterministic_native(x):
+        if self.memory.kind in _NONDETERMINISTIC:
             return self._nondeterministic_forward(x, state, mask)
         kind = self._fusable()
         if kind is None:

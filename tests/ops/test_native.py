@@ -325,7 +325,7 @@ def test_nondeterministic_run_equals_the_reference_loop(memory, depth, args, dty
     w = torch.randn(B, T, net.output_size, generator=gen, dtype=dtype)
     w_state = [torch.randn(t.shape, generator=gen, dtype=dtype) for t in state]
     results = {}
-    for impl in ("native", "reference"):
+    for impl in ("native", "cpu", "reference"):  # cpu: StackRNN's own loop on the torch step
         xx = x.clone().requires_grad_()
         st = type(state)(*(t.clone().requires_grad_() for t in state))
         net.zero_grad()
@@ -341,8 +341,9 @@ def test_nondeterministic_run_equals_the_reference_loop(memory, depth, args, dty
         grads = [xx.grad, *(p.grad for p in net.parameters()), *(t.grad for t in st)]
         results[impl] = [y, *(torch.where(a, t, LOG_ZERO) for t, a in zip(final, alive, strict=True)), *grads]
     tol = {"atol": 1e-11, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
-    for a, b in zip(results["native"], results["reference"], strict=True):
-        torch.testing.assert_close(a, b, **tol)
+    for impl in ("native", "cpu"):
+        for a, b in zip(results[impl], results["reference"], strict=True):
+            torch.testing.assert_close(a, b, **tol)
 
 
 def test_nondeterministic_run_checks_its_steps_and_refuses_a_second_order(gen):
