@@ -5,12 +5,15 @@ from memrnn.layers.counters import CounterLSTM, CounterLSTMState, ReLUCounter, R
 from memrnn.layers.elman import ElmanRNN, ElmanState, JordanRNN, JordanState
 from memrnn.layers.gated import GRULayer, GRUState, LSTMLayer, LSTMState
 from memrnn.layers.memories import (
+    JumpTape,
     Memory,
+    NeuralDeque,
     NeuralQueue,
     NondeterministicStack,
     StratificationStack,
     SuperpositionStack,
     Tape,
+    VectorNondeterministicStack,
 )
 from memrnn.layers.nnpda import NNPDA, NNPDAState, StackOverflowError
 from memrnn.layers.reservoir import Reservoir, ReservoirState
@@ -27,10 +30,12 @@ __all__ = [
     "GRUState",
     "JordanRNN",
     "JordanState",
+    "JumpTape",
     "LSTMLayer",
     "LSTMState",
     "Memory",
     "NNPDAState",
+    "NeuralDeque",
     "NeuralQueue",
     "NondeterministicStack",
     "ReLUCounter",
@@ -44,4 +49,5 @@ __all__ = [
     "StratificationStack",
     "SuperpositionStack",
     "Tape",
+    "VectorNondeterministicStack",
 ]
