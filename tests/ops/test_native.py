@@ -354,6 +354,10 @@ def test_nondeterministic_run_checks_its_steps_and_refuses_a_second_order(gen):
     gamma, alpha = nondeterministic_initial(2, 2, 2, 3, dtype=torch.float64)
     run = NondeterministicRun(gamma, alpha, 1, states=2)
     w = [torch.randn(2, 4, n, generator=gen, dtype=torch.float64, requires_grad=True) for n in (4, 4, 2)]
+    with pytest.raises(
+        ValueError, match=r"a vector run .* takes a pushed vector at every step, a plain run none"
+    ):
+        run.step(*w, torch.zeros(2, 3, dtype=torch.float64))
     top = run.step(*w)
     with pytest.raises(RuntimeError, match="made for 1 steps"):
         run.step(*w)
