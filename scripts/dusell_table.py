@@ -16,8 +16,9 @@ the rest, so a crashed or killed cell (reported, with its log) is never dropped.
 offline to W&B under the cell's folder.  ``--table-only`` prints the table of what is there.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
-CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-5 minutes per epoch on one core of
-this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is about 20 core-hours.
+CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-8 minutes per epoch on one core of
+this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is about 20 core-hours.  ``vrns``, the
+vector RNS-RNN (DuSell & Chiang 2023), costs about 6 times the RNS-RNN's stack time.
 """
 
 from __future__ import annotations
