@@ -1,23 +1,25 @@
 // DuSell & Chiang's nondeterministic stack (NS-RNN 2020; RNS-RNN and its memory-limited variant
 // 2022) over a whole sequence, step by step, in C++ (memrnn.ops.nondeterministic): the log-space
 // recurrences, window and per-step normalisation of nondeterministic_step in __init__.py, whose
-// broadcast log-sum-exps they replace on CPU tensors.  Every log-sum-exp is exact (the maximum of
-// its own terms subtracted, never a product of separately shifted exponentials) and formed term by
-// term without materialising the broadcast; every array is batch-last ([..., B], B padded to 16
-// lanes) so that each loop over the batch vectorises, the exponentials and logarithms included
-// (float: vexp/vlog below, Cephes' polynomials, within 2 ulp; double: the C library's).
+// broadcast log-sum-exps they replace on CPU tensors.  Every log-sum-exp is exact (its sum kept
+// relative to the running maximum of its own terms, never a product of separately shifted
+// exponentials: lse_add) and formed term by term without materialising the broadcast; every array
+// is batch-last ([..., B], B padded to 16 lanes) so that each loop over the batch vectorises, the
+// exponentials and logarithms included (float: vexp/vlog below, Cephes' polynomials, within 2 ulp;
+// double: the C library's).
 //
 // The store.  A run of T steps from a window of depth D keeps every column once, in absolute
 // order, instead of a window copied at every step (O(D²) per step; the columns are written once):
-//   store  [D+T][D][QS][QS][B]  store[J][o] = log γ[i → j], j the end of column J, i = j − 1 − o
-//                               (columns 0..D−1: the starting window's, column D+s: step s's)
-//   alphas [D+T+1][QS][B]       alphas[J+1] = log α[j] (the end of column J); alphas[0..D] the
-//                               starting window's
+//   store  [D+T][D][C][QS][QS][B]  store[J][o][0] = log γ[i → j], j the end of column J,
+//                                  i = j − 1 − o (columns 0..D−1: the starting window's, column
+//                                  D+s: step s's)
+//   alphas [D+T+1][QS][B]          alphas[J+1] = log α[j] (the end of column J); alphas[0..D] the
+//                                  starting window's
 // with QS = Q·S configurations qx = q·S + x.  Window entry G[a][c] (a ≤ c) is store[c][c − a];
 // entries below the diagonal, and start offsets beyond the depth, are log 0.  Only what can be
 // alive is allocated (Geo below): columns from J0 = D − live on and start offsets below
-// Do = min(D, live + T), so the store is [D − J0 + T][Do][QS][QS][B] (T+1 columns of T+1 offsets
-// from the fresh stack, where live = 1).
+// Do = min(D, live + T), so the store is [D − J0 + T][Do][C][QS][QS][B] (C channels, below; T+1
+// columns of T+1 offsets from the fresh stack, where live = 1).
 //
 // Live starts.  Starts earlier than every entry alive in the starting window (above LOG_ZERO / 2)
 // can never gain weight: their entries stay log 0 exactly and are never computed.  From the fresh
@@ -119,33 +121,6 @@ inline T snap(T x) {
 }
 inline double vlog(double x) { return std::log(x); }
 
-// out[b] = log Σ_k exp(A[ia_k + b] + C[ic_k + b]) over the term offsets (ia_k, ic_k), exactly:
-// the maximum first, then the shifted sum.
-template <typename T>
-void lse(const T* A, const T* C, const std::vector<int64_t>& ia, const std::vector<int64_t>& ic,
-         int64_t B, T* out, T* m, T* s) {
-  const auto K = ia.size();
-  std::fill(m, m + B, -std::numeric_limits<T>::infinity());
-  std::fill(s, s + B, T(0));
-  for (size_t k = 0; k < K; ++k) {
-    const T* a = A + ia[k];
-    const T* c = C + ic[k];
-    NS_SIMD
-    for (int64_t b = 0; b < B; ++b) {
-      const T t = a[b] + c[b];
-      m[b] = t > m[b] ? t : m[b];
-    }
-  }
-  for (size_t k = 0; k < K; ++k) {
-    const T* a = A + ia[k];
-    const T* c = C + ic[k];
-    NS_SIMD
-    for (int64_t b = 0; b < B; ++b) s[b] += vexp(a[b] + c[b] - m[b]);
-  }
-  NS_SIMD
-  for (int64_t b = 0; b < B; ++b) out[b] = m[b] + vlog(s[b]);
-}
-
 // One term a[b] + c[b] into the running log-sum-exp (maximum m, sum s relative to it; m = −inf,
 // s = 0 before the first term): one pass and one exponential per term, the sum rescaled when a
 // term exceeds the maximum (the first term always does).  The result is m + log s.
@@ -160,6 +135,18 @@ inline void lse_add(const T* a, const T* c, T* m, T* s, int64_t B) {
     s[b] = up ? s[b] * e + T(1) : s[b] + e;
     m[b] = up ? t : m[b];
   }
+}
+
+// out[b] = log Σ_k exp(A[ia_k + b] + C[ic_k + b]) over the term offsets (ia_k, ic_k), exactly,
+// in one pass (lse_add).
+template <typename T>
+void lse(const T* A, const T* C, const std::vector<int64_t>& ia, const std::vector<int64_t>& ic,
+         int64_t B, T* out, T* m, T* s) {
+  std::fill(m, m + B, -std::numeric_limits<T>::infinity());
+  std::fill(s, s + B, T(0));
+  for (size_t k = 0; k < ia.size(); ++k) lse_add(A + ia[k], C + ic[k], m, s, B);
+  NS_SIMD
+  for (int64_t b = 0; b < B; ++b) out[b] = m[b] + vlog(s[b]);
 }
 
 // The backward of lse: each term's weight exp(a + c − out) · g, added to both factors' gradients.
