@@ -291,9 +291,7 @@ def nondeterministic_step(
         return run.final()
     gamma, col, _ = _torch_column(gamma, alpha, push, repl, pop)
     new_alpha, z = _forward_weights(alpha, col)
-    return _slide(gamma, _snap(col - z[:, None, None, None])), torch.cat(
-        [alpha[:, 1:], new_alpha[:, None]], 1
-    )
+    return _slide(gamma, _normalised(col, z)), torch.cat([alpha[:, 1:], new_alpha[:, None]], 1)
 
 
 def _torch_column(
@@ -305,9 +303,7 @@ def _torch_column(
     B, D, _, QS, _ = gamma.shape
     Q = pop.shape[-1]
     S = QS // Q
-    # log 0 read as exactly log 0: below the diagonal (an end before its start) and below
-    # LOG_ZERO / 2 (as the C++ run reads a window)
-    gamma = _snap(gamma).masked_fill(_below(D, gamma.device)[:, :, None, None], LOG_ZERO)
+    gamma = _read_window(gamma)
     last = gamma[:, :, D - 1]  # γ[i → t] for the D start times i = t−D..t−1: [B, D, QS, QS]
     # replace: every run still open at t takes one replace transition
     col = log_matmul(last, repl[:, None])  # [B, D, QS, QS]
@@ -333,9 +329,17 @@ def _logaddexp(a: Tensor, b: Tensor) -> Tensor:
     return torch.logsumexp(torch.stack([a, b]), 0)
 
 
-def _below(D: int, device) -> Tensor:
-    """``[D, D]``: True below the diagonal (a window entry whose end precedes its start)."""
-    return torch.ones(D, D, dtype=torch.bool, device=device).tril(-1)
+def _read_window(window: Tensor) -> Tensor:
+    """A window ``[B, D, D, …]`` with log 0 read as exactly log 0, as the C++ run reads it: below
+    the diagonal (an end before its start) and below ``LOG_ZERO / 2``."""
+    D = window.shape[1]
+    below = torch.ones(D, D, dtype=torch.bool, device=window.device).tril(-1)
+    return _snap(window).masked_fill(below.view(D, D, *[1] * (window.dim() - 3)), LOG_ZERO)
+
+
+def _normalised(x: Tensor, z: Tensor) -> Tensor:
+    """Log weights ``x [B, …]`` of step t+1 divided by ``Σ α[t+1] = exp(z [B])``, log 0 exact."""
+    return _snap(x - z.view(-1, *[1] * (x.dim() - 1)))
 
 
 def _forward_weights(alpha: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
@@ -346,7 +350,7 @@ def _forward_weights(alpha: Tensor, col: Tensor) -> tuple[Tensor, Tensor]:
     B, QS = alpha.shape[0], alpha.shape[-1]
     new_alpha = log_matmul(alpha.reshape(B, 1, -1), col.reshape(B, -1, QS))[:, 0]
     z = torch.logsumexp(new_alpha, -1)
-    return _snap(new_alpha - z[:, None]), z
+    return _normalised(new_alpha, z), z
 
 
 def _slide(window: Tensor, col: Tensor) -> Tensor:
@@ -401,7 +405,6 @@ def vector_nondeterministic_step(
             the window of log ``ζ`` in ``gamma``'s layout.
         push, repl ``[B, QS, QS]``, pop ``[B, QS, Q]``: log transition weights; vector
             ``[B, m]``: the log pushed vector.
-
         impl: ``"native"`` (a :class:`NondeterministicRun` of one step: C++, CPU tensors of
             float32/float64, first-order gradients) or ``"cpu"`` (the torch operations here);
             None picks by device and dtype.
@@ -419,7 +422,7 @@ def vector_nondeterministic_step(
     Q = pop.shape[-1]
     S = QS // Q
     gamma, col, rhs = _torch_column(gamma, alpha, push, repl, pop)
-    zeta = _snap(zeta).masked_fill(_below(D, zeta.device)[:, :, None, None, None], LOG_ZERO)
+    zeta = _read_window(zeta)
     # replace keeps the vector: [B, D, qx, m, sz] ⊗ [sz, ry]
     zcol = log_matmul(zeta[:, :, D - 1].transpose(-1, -2), repl[:, None, None]).transpose(-1, -2)
     if rhs is not None:
@@ -436,9 +439,9 @@ def vector_nondeterministic_step(
     zcol = torch.cat([zcol, (push[:, :, :, None] + vector[:, None, None, :])[:, None]], 1)  # i = t−D..t
     new_alpha, z = _forward_weights(alpha, col)
     eta = log_matmul(alpha.reshape(B, 1, -1), zcol.reshape(B, (D + 1) * QS, QS * m))[:, 0]
-    eta = _snap(eta.reshape(B, QS, m) - z[:, None, None])
-    gamma = _slide(gamma, _snap(col - z[:, None, None, None]))
-    zeta = _slide(zeta, _snap(zcol - z[:, None, None, None, None]))
+    eta = _normalised(eta.reshape(B, QS, m), z)
+    gamma = _slide(gamma, _normalised(col, z))
+    zeta = _slide(zeta, _normalised(zcol, z))
     return gamma, torch.cat([alpha[:, 1:], new_alpha[:, None]], 1), zeta, eta
 
 
