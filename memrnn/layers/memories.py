@@ -488,7 +488,8 @@ class NondeterministicStack(Memory):
         return self.reading(state.alpha[:, -1])
 
     def reading(self, top: Tensor) -> Tensor:
-        """The reading ``[B, width]`` from the log forward weights ``top = log α[t] [B, QS]``."""
+        """The reading ``[B, width]`` from what a :class:`NondeterministicRun` step returns: the
+        log forward weights ``top = log α[t] [B, QS]``."""
         if not self.states_in_reading:
             top = torch.logsumexp(top.view(-1, self.states, self.symbols), 1)
         return torch.softmax(top, -1)
@@ -618,10 +619,12 @@ class VectorNondeterministicStack(NondeterministicStack):
         return VectorNondeterministicState(steps, gamma, alpha, zeta, eta)
 
     def read(self, state: VectorNondeterministicState) -> Tensor:
-        return state.eta.exp().flatten(1)
+        return self.reading((state.alpha[:, -1], state.eta))
 
-    def reading(self, top: Tensor) -> Tensor:
-        raise NotImplementedError("the vector stack's reading needs eta: read(state)")
+    def reading(self, out: tuple[Tensor, Tensor]) -> Tensor:
+        """The reading ``[B, Q·S·m]`` from what a vector :class:`NondeterministicRun` step
+        returns: ``(log α [B, QS], eta [B, QS, m])``, the expected top vectors being ``exp(eta)``."""
+        return out[1].exp().flatten(1)
 
     def update(
         self,

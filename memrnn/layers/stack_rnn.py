@@ -305,30 +305,23 @@ class StackRNN(MemoryLayer):
         for t, m_t in enumerate(masks):
             h, new = step(t, reading, cs)
             cs = new if m_t is None else state_where(m_t, new, cs)
-            if vector:  # the reading is η: the expected top vectors
-                _, eta = run.step(*memory.transitions(h))
-                etas.append(eta)
-                reading = eta.exp().flatten(1)
-            else:
-                reading = memory.reading(run.step(*memory.transitions(h)))
+            out = run.step(*memory.transitions(h))
+            reading = memory.reading(out)
+            if vector:  # η is part of the vector stack's state
+                etas.append(out[1])
             ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
         y = torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.output_size)
         y, _ = masked_outputs(y, mask)
         if not final:  # outputs(): the [B, depth, depth, QS, QS] window is never built
             return y, None
-        gamma, alpha, *zeta = run.final()
-        if vector:  # each row's η after its own last step
+        stack = run.final()  # (gamma, alpha[, zeta]), each row's after its own last step
+        if vector:  # and η after that step
             etas = torch.stack(etas, 1)
-            eta = etas[:, -1] if lengths is None else etas[torch.arange(B), (lengths - 1).clamp(min=0)]
+            stack += (etas[:, -1] if lengths is None else etas[torch.arange(B), (lengths - 1).clamp(min=0)],)
         if lengths is not None:  # rows that took no step keep their state as it came, bit for bit
-            idle = lengths == 0
-            gamma = torch.where(idle[:, None, None, None, None], ms.gamma, gamma)
-            alpha = torch.where(idle[:, None, None], ms.alpha, alpha)
-            if vector:
-                zeta = [torch.where(idle[:, None, None, None, None, None], ms.zeta, zeta[0])]
-                eta = torch.where(idle[:, None, None], ms.eta, eta)
+            stack = state_where(lengths == 0, ms[1:], stack)
         steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
-        return y, self.State(*cs, steps, gamma, alpha, *((zeta[0], eta) if vector else ()))
+        return y, self.State(*cs, steps, *stack)
 
     def _nondeterministic_torch_forward(self, x: Tensor, cs: NamedTuple, ms: NamedTuple, mask: Tensor | None):
         """:meth:`_nondeterministic_forward` off the C++ run (CUDA, ``torch.compile``): the
@@ -346,7 +339,7 @@ class StackRNN(MemoryLayer):
                 cs, ms = new, new_ms
             else:
                 cs, ms = state_where(mask[:, t], new, cs), state_where(mask[:, t], new_ms, ms)
-            reading = memory.read(new_ms)
+            reading = memory.read(ms)
             ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
         y, _ = masked_outputs(torch.stack(ys, 1), mask)
         return y, self.State(*cs, *ms)
