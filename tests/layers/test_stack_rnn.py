@@ -171,6 +171,16 @@ def test_strict_names_the_step_and_row_and_ignores_padding(fused, gen):
     layer("superposition", depth=8, strict=True, fused=fused)(x)
 
 
+def traced_pda(tr, B, T, Q, S):
+    """A nondeterministic stack's traced log transition weights in the literal reference's shapes:
+    ``push, repl [B, T, Q, S, Q, S]``, ``pop [B, T, Q, S, Q]``."""
+    return (
+        tr["push"].reshape(B, T, Q, S, Q, S),
+        tr["repl"].reshape(B, T, Q, S, Q, S),
+        tr["pop"].reshape(B, T, Q, S, Q),
+    )
+
+
 @pytest.mark.parametrize("variant", ["rns", "ns"])
 def test_the_nondeterministic_stack_is_its_papers_structure(variant, gen):
     """With depth >= T the readings equal DuSell & Chiang's recurrences (the literal reference)
@@ -184,9 +194,7 @@ def test_the_nondeterministic_stack_is_its_papers_structure(variant, gen):
     x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
     tr = net.trace(x)
     B, T = 2, 6
-    push = tr["push"].reshape(B, T, 2, 2, 2, 2)
-    repl = tr["repl"].reshape(B, T, 2, 2, 2, 2)
-    pop = tr["pop"].reshape(B, T, 2, 2, 2)
+    push, repl, pop = traced_pda(tr, B, T, 2, 2)
     if not rns:  # a probabilistic PDA: each configuration's transitions sum to 1
         total = torch.cat([tr["push"], tr["repl"], tr["pop"]], -1).exp().sum(-1)
         torch.testing.assert_close(total, torch.ones_like(total))
@@ -208,9 +216,7 @@ def test_the_vector_nondeterministic_stack_is_its_papers_structure(bottom, gen):
     x = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
     tr = net.trace(x)
     B, T = 2, 6
-    push = tr["push"].reshape(B, T, 2, 2, 2, 2)
-    repl = tr["repl"].reshape(B, T, 2, 2, 2, 2)
-    pop = tr["pop"].reshape(B, T, 2, 2, 2)
+    push, repl, pop = traced_pda(tr, B, T, 2, 2)
     assert tr["vector"].shape == (B, T, 3) and bool(((tr["vector"] > 0) & (tr["vector"] < 1)).all())
     log_bottom = net.memory.log_bottom(dtype=torch.float64)
     expected_bottom = {"learned": torch.full((3,), 0.5), "one": torch.ones(3), "zero": torch.zeros(3)}[bottom]
