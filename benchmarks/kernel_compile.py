@@ -49,6 +49,7 @@ import memrnn.ops.elman.triton
 import memrnn.ops.jordan.triton
 import memrnn.ops.lstm.triton
 import memrnn.ops.nnpda.triton
+import memrnn.ops.nondeterministic.triton
 import memrnn.ops.second_order_rnn.triton
 import memrnn.ops.stack_rnn.triton  # noqa: F401
 from memrnn.core import create_layer
@@ -84,7 +85,22 @@ LAYERS: dict[str, dict[str, Any]] = {
         "depth": 32,
         "memory_args": {"jump": 5},
     },
+    # DuSell & Chiang's sizes: 2 states × 3 symbols (and vectors of 5); depth above the 4 steps
+    "nondeterministic_lstm": {
+        "input_size": 16,
+        "hidden_size": 20,
+        "depth": 16,
+        "memory_args": {"states": 2, "symbols": 3},
+    },
+    "vector_nondeterministic_lstm": {
+        "input_size": 16,
+        "hidden_size": 20,
+        "depth": 16,
+        "memory_args": {"states": 2, "symbols": 3, "vector_size": 5},
+    },
 }
+#: the layers whose kernels also take float64 (the nondeterministic stack's log weights)
+FLOAT64_LAYERS = ("nondeterministic_lstm", "vector_nondeterministic_lstm")
 ONE_HOT = ("second_order", "nnpda")
 TORCH_TO_TRITON = {
     torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64",
@@ -130,6 +146,8 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
         for name, kwargs in LAYERS.items():
             current["layer"] = name
             for dtype in dtypes:
+                if dtype == torch.float64 and name not in FLOAT64_LAYERS:
+                    continue
                 layer = create_layer(name, **kwargs).to(dtype)
                 gen = torch.Generator().manual_seed(0)
                 if name in ONE_HOT:
@@ -202,7 +220,9 @@ def _compile_into(rows: list[dict[str, Any]], launches: list[dict[str, Any]], ta
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--targets", type=int, nargs="+", default=[90, 80], help="compute capabilities")
-    ap.add_argument("--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16"])
+    ap.add_argument(
+        "--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16", "float64"]
+    )
     args = ap.parse_args(argv)
     dtypes = [getattr(torch, d) for d in args.dtypes]
     launches = record_launches(dtypes)

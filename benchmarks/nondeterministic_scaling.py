@@ -11,8 +11,9 @@ Two rows per length: the unlimited stack (``depth = T``: every start time kept; 
 linear in T).  Time is
 forward+backward (best of ``--repeats``); memory is the bytes kept for the backward (what autograd
 saves, plus the C++ run's store and per-step arrays).
-``--impls`` times the stack's step in C++ (``native``, the default on CPU) and in torch
-operations (``cpu``) in the same run.  ``--vector-size m`` times the vector RNS-RNN's stack
+``--impls`` times the stack's run in C++ (``native``, the default on CPU), its run in Triton
+kernels (``triton``, the default on CUDA: ``--device cuda``) and the torch step (``cpu``) in the
+same run.  ``--vector-size m`` times the vector RNS-RNN's stack
 instead (elements carrying ``m`` units: the C++ run with ``1 + m`` channels, or the torch step).
 ``--max-torch-unlimited`` (64) skips the torch step's unlimited rows beyond it: their saved memory
 grows as T³."""
@@ -34,8 +35,8 @@ from memrnn.ops.nondeterministic import NondeterministicRun
 
 @contextlib.contextmanager
 def _recording(runs: list[NondeterministicRun]):
-    """Collect the C++ runs made inside (their store and per-step arrays are kept by the run, not
-    saved through autograd, so the saved-tensor count does not see them)."""
+    """Collect the runs made inside (C++ or Triton: their store and per-step arrays are kept by
+    the run, not saved through autograd, so the saved-tensor count does not see them)."""
     init = NondeterministicRun.__init__
 
     def record(self, *args, **kwargs):
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--device", default="cpu", help="cpu or cuda (memory is then the peak allocated)")
-    ap.add_argument("--impls", nargs="+", default=[None], choices=["native", "cpu"],
+    ap.add_argument("--impls", nargs="+", default=[None], choices=["native", "triton", "cpu"],
                     help="the stack step's implementations to time (default: the dispatch's choice)")  # fmt: skip
     args = ap.parse_args(argv)
     if args.threads:

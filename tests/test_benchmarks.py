@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import run
+from memrnn.ops.dispatch import triton_available
 
 
 def test_tiny_benchmark_writes_tables_csvs_and_plot(tmp_path, capsys):
@@ -96,3 +97,21 @@ def test_nondeterministic_scaling_prints_rows_and_exponents(capsys):
     )  # fmt: skip
     assert [(r["stack"], r["T"]) for r in rows] == [("unlimited", 4), ("limited", 4), ("limited", 8)]
     assert "vectors of 2 units (vector RNS-RNN)" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not triton_available(), reason="needs Triton (pip install triton)")
+def test_the_triton_run_launches_three_kernels_forward_and_six_backward_per_step(capsys):
+    """``benchmarks/nondeterministic_launches.py`` at a tiny size: the nondeterministic stack's
+    Triton run launches 3 kernels per step forward and 6 backward (4 kernels and the two sums of
+    the replace and pop weights' partial gradients), whatever the depth, where the torch step
+    launches dozens; plain and vector stacks."""
+    from benchmarks import nondeterministic_launches
+
+    for vector in ("0", "3"):
+        rows = nondeterministic_launches.main(
+            ["--lengths", "3", "5", "--depth", "2", "--batch", "2", "--vector-size", vector]
+        )
+        stack = {r["impl"]: r for r in rows if r["what"] == "the stack alone"}
+        assert (stack["Triton run"]["forward"], stack["Triton run"]["backward"]) == (3, 6)
+        assert stack["torch step"]["forward"] > 20 and stack["torch step"]["backward"] > 40
+    assert "fewer launches per step with the Triton run" in capsys.readouterr().out

@@ -417,8 +417,8 @@ class NondeterministicStack(Memory):
     section 5).  With ``depth ≥ T`` the stack is the unlimited one; from step ``depth + 1`` on, runs
     whose top element was pushed more than ``depth`` steps earlier are dropped, and ``overflow``
     is 1 at each such step (0 before).  Each step costs ``O(depth² · Q³ · S²)`` per row with the
-    torch step; ``StackRNN``'s C++ run on CPU computes only start times that can be alive,
-    ``O(min(s, depth)² · Q³ · S²)`` at step ``s`` from the fresh stack.
+    torch step; ``StackRNN``'s run (C++ on CPU, Triton kernels on CUDA) computes only start times
+    that can be alive, ``O(min(s, depth)² · Q³ · S²)`` at step ``s`` from the fresh stack.
     """
 
     kind = "nondeterministic"
@@ -541,9 +541,9 @@ class VectorNondeterministicStack(NondeterministicStack):
     ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5), ``"one"``
     or ``"zero"``.  A learnt bottom vector is part of :meth:`initial_state`, which therefore
     carries its gradient: make a fresh initial state for each batch (``StackRNN`` does when no
-    state is given).  The reading always ranges over states and symbols.  On CPU ``StackRNN`` runs
-    it as the plain stack's C++ run with ``1 + m`` channels (γ, then ζ per vector unit); the torch
-    step elsewhere, ``O(depth² · Q³ · S² · m)`` per row and step.
+    state is given).  The reading always ranges over states and symbols.  ``StackRNN`` runs it as
+    the plain stack's run with ``1 + m`` channels (γ, then ζ per vector unit; C++ on CPU, Triton
+    kernels on CUDA); the torch step elsewhere, ``O(depth² · Q³ · S² · m)`` per row and step.
     """
 
     kind = "vector_nondeterministic"

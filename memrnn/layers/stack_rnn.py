@@ -32,9 +32,9 @@ from memrnn.layers.gated import GRULayer, LSTMLayer
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
-from memrnn.ops.dispatch import choose, implementation
+from memrnn.ops.dispatch import implementation
 from memrnn.ops.lstm import sigmoids_first
-from memrnn.ops.nondeterministic import NondeterministicRun
+from memrnn.ops.nondeterministic import NondeterministicRun, run_impl
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
 #: the memories whose stack runs as one :class:`NondeterministicRun` on CPU
@@ -268,20 +268,22 @@ class StackRNN(MemoryLayer):
         return c.weight_ih, c.bias, c.weight_hh
 
     @staticmethod
-    def _nondeterministic_native(x: Tensor) -> bool:
-        """Whether the nondeterministic stack runs as one :class:`NondeterministicRun` (CPU,
-        float32/float64, the C++ ops built; not under ``torch.compile``/``export``)."""
-        return (
-            not torch.compiler.is_compiling() and choose(x, None, triton_ok=False, native_ok=True) == "native"
-        )
+    def _nondeterministic_run(x: Tensor) -> str | None:
+        """How the nondeterministic stack runs as one :class:`NondeterministicRun`: ``"native"``
+        (C++: CPU, float32/float64, the C++ ops built), ``"triton"`` (CUDA, float32/float64), or
+        None (the torch step: other dtypes, ``torch.compile``/``export``)."""
+        impl = run_impl(x)
+        return impl if impl in ("native", "triton") else None
 
     def _nondeterministic_forward(
         self, x: Tensor, state: NamedTuple | None, mask: Tensor | None, *, final: bool = True
     ):
         """:meth:`forward` with a nondeterministic stack: the controller's steps in torch, the
-        stack's (on CPU, float32/float64; else :meth:`_nondeterministic_torch_forward`) in C++ as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`: each
-        column of inner weights written once, not a ``[depth, depth]`` window copied and masked
-        at every step; start times still log 0 skipped).  Equal to the reference loop (tests);
+        stack's as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`, in C++ on
+        CPU and in Triton kernels on CUDA, float32/float64; else
+        :meth:`_nondeterministic_torch_forward`): each column of inner weights written once, not
+        a ``[depth, depth]`` window copied and masked at every step; start times still log 0
+        skipped.  Equal to the reference loop (tests);
         rows past their length run on and are ignored (outputs zero, final state at the length)."""
         state, mask = self.check_inputs(x, state, mask)
         cs, ms = self.split(state)
@@ -293,11 +295,14 @@ class StackRNN(MemoryLayer):
         if self.strict:
             taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
             self._check_overflow((taken >= memory.depth).to(x.dtype), mask)
-        if not self._nondeterministic_native(x):
+        impl = self._nondeterministic_run(x)
+        if impl is None:
             return self._nondeterministic_torch_forward(x, cs, ms, mask)
         vector = memory.kind == "vector_nondeterministic"
         zeta = ms.zeta if vector else None
-        run = NondeterministicRun(ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths, zeta=zeta)
+        run = NondeterministicRun(
+            ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths, zeta=zeta, impl=impl
+        )
         reading = memory.read(ms)
         ys, etas = [], []
         masks = mask.unbind(1) if mask is not None else [None] * T

@@ -5,8 +5,9 @@ fast path of torch operations with a hand-written backward (``"cpu"``; it also r
 Triton kernels (``"triton"``: one launch per sequence and direction).  :func:`choose` picks
 
 * ``"reference"`` inside :func:`memrnn.core.switch.reference_paths` (tests, second derivatives, bit reproduction);
-* ``"triton"`` for CUDA tensors of float32, bfloat16 or float16 when Triton is importable and the
-  mechanism's kernel covers the options (float64 and everything else take ``"cpu"``);
+* ``"triton"`` for CUDA tensors of float32, bfloat16 or float16 (or the dtypes a mechanism's
+  kernels name) when Triton is importable and the mechanism's kernel covers the options (other
+  dtypes take ``"cpu"``);
 * ``"native"`` for CPU tensors of float32 or float64 when the mechanism has a C++ time loop
   (:mod:`memrnn.ops.native`: the same hand-written BPTT as ``"cpu"``, its loops compiled) and it
   built (``MEMRNN_NATIVE=0`` turns it off);
@@ -73,9 +74,21 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "") not in ("", "0")
 
 
-def choose(x: Tensor, impl: str | None = None, *, triton_ok: bool = True, native_ok: bool = False) -> str:
+#: the storage dtypes memrnn's Triton kernels take unless a mechanism says otherwise
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def choose(
+    x: Tensor,
+    impl: str | None = None,
+    *,
+    triton_ok: bool = True,
+    native_ok: bool = False,
+    triton_dtypes: tuple[torch.dtype, ...] = TRITON_DTYPES,
+) -> str:
     """The implementation for inputs ``x`` (module docstring); ``native_ok``: the mechanism has a
-    C++ loop for these options."""
+    C++ loop for these options; ``triton_dtypes``: the dtypes its kernels take on CUDA (the
+    nondeterministic stack's: float32 and float64)."""
     if impl is None and _FORCED.get() is not None:
         impl = _FORCED.get()
         if (impl == "triton" and not triton_ok) or (impl == "native" and not native_ok):
@@ -95,12 +108,7 @@ def choose(x: Tensor, impl: str | None = None, *, triton_ok: bool = True, native
         return impl
     if forcing_reference():
         return "reference"
-    if (
-        triton_ok
-        and x.device.type == "cuda"
-        and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
-        and triton_available()
-    ):
+    if triton_ok and x.device.type == "cuda" and x.dtype in triton_dtypes and triton_available():
         return "triton"
     if native_ok and _native_fits(x) and native_available():
         return "native"

@@ -24,8 +24,11 @@ above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed te
 last so that each loop over the batch vectorises, and start times that are still log 0 never
 computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
 ``StackRNN`` runs its sequences this way; :func:`nondeterministic_step` on CPU is a run of one
-step.  Its backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with ``fused=False``) keeps
-the torch step, whose gradients differentiate again.
+step.  On CUDA tensors of float32 and float64 the same run goes through Triton kernels
+(:mod:`memrnn.ops.nondeterministic.triton`: the store batch first, three launches per step
+forward and six backward, where the torch step launches about a hundred).  :func:`run_impl`
+says which runs.  Both runs' backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with
+``fused=False``) keeps the torch step, whose gradients differentiate again.
 """
 
 from __future__ import annotations
@@ -78,6 +81,21 @@ def log_matmul(a: Tensor, b: Tensor) -> Tensor:
     return _LogMatmul.apply(a, b)
 
 
+#: the dtypes of the Triton run (log weights in half precision would not stay exact)
+TRITON_DTYPES = (torch.float32, torch.float64)
+
+
+def run_impl(x: Tensor, impl: str | None = None) -> str:
+    """Where a stack on tensors like ``x`` runs: ``"native"`` (a :class:`NondeterministicRun` in
+    C++: CPU, float32/float64), ``"triton"`` (a run in Triton kernels: CUDA, float32/float64, or
+    CPU tensors under Triton's interpreter when forced), or ``"cpu"`` (the torch step, any
+    device and dtype, differentiable twice; also under ``torch.compile``/``export``, where the
+    runs' ops have no fake kernels).  ``impl`` forces one (:func:`memrnn.ops.dispatch.choose`)."""
+    if torch.compiler.is_compiling() and impl is None:
+        return "cpu"
+    return choose(x, impl, triton_ok=x.dtype in TRITON_DTYPES, native_ok=True, triton_dtypes=TRITON_DTYPES)
+
+
 def nondeterministic_initial(
     batch_size: int, states: int, symbols: int, depth: int, *, device=None, dtype=None
 ) -> tuple[Tensor, Tensor]:
@@ -124,10 +142,18 @@ class NondeterministicRun:
         states: int,
         lengths: Tensor | None = None,
         zeta: Tensor | None = None,
+        impl: str | None = None,
     ) -> None:
-        self.arrays = _RunArrays(gamma.shape[0], steps, states, lengths)
-        self.steps, self.taken = self.arrays.steps, 0
+        impl = run_impl(gamma, impl)
+        if impl not in ("native", "triton"):
+            raise ValueError(
+                f"NondeterministicRun runs in C++ (CPU, float32/float64) or in Triton (CUDA, float32/float64), "
+                f"not on {gamma.device.type} {gamma.dtype} here: use nondeterministic_step"
+            )
+        self.impl = impl
         self.vector_size = 0 if zeta is None else zeta.shape[-1]
+        self.arrays = _RunArrays(gamma, steps, states, lengths, impl, self.vector_size)
+        self.steps, self.taken = self.arrays.steps, 0
         self.token = _Start.apply(self.arrays, gamma, alpha, zeta)
 
     def step(
@@ -159,21 +185,30 @@ class NondeterministicRun:
         """The bytes this run keeps for its backward (the store, the forward weights and every
         step's arrays; the gradient store, made in the backward, is as large as the first two)."""
         a = self.arrays
-        return sum(t.numel() * t.element_size() for t in (a.store, a.alphas, *a.buffers))
+        arrays = (a.store, a.alphas, *(t for t in a.buffers if isinstance(t, Tensor)))  # not the caller's
+        return sum(t.numel() * t.element_size() for t in arrays)
 
 
 class _RunArrays:
     """What a :class:`NondeterministicRun`'s autograd nodes share: the store, the forward weights,
     every step's arrays (``native_step.cpp``) and the gradient store."""
 
-    def __init__(self, batch: int, steps: int, states: int, lengths: Tensor | None) -> None:
-        self.ops = load()
-        if self.ops is None:
-            raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
-        self.batch, self.states, self.steps = int(batch), int(states), int(steps)
+    def __init__(
+        self, gamma: Tensor, steps: int, states: int, lengths: Tensor | None, impl: str, vector_size: int
+    ) -> None:
+        if impl == "triton":
+            from memrnn.ops.nondeterministic.triton import TRITON_RUN_OPS
+
+            self.ops, device = TRITON_RUN_OPS, gamma.device  # the run's lengths stay on its device
+        else:
+            self.ops, device = load(), torch.device("cpu")
+            if self.ops is None:
+                raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
+        self.impl, self.vector_size, self.qs = impl, int(vector_size), int(gamma.shape[-1])
+        self.batch, self.states, self.steps = int(gamma.shape[0]), int(states), int(steps)
         if lengths is None:
             lengths = torch.full((self.batch,), self.steps, dtype=torch.long)
-        self.lengths = lengths.to("cpu", torch.long).contiguous()
+        self.lengths = lengths.to(device, torch.long).contiguous()
         self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
         self._grads: tuple[Tensor, Tensor] | None = None
         self._last = -2
@@ -217,34 +252,36 @@ class _Start(torch.autograd.Function):
 class _Step(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, s, token, push, repl, pop, vector):  # type: ignore[override]
-        c = (t.contiguous() for t in (push, repl, pop, vector))
+        weights = _layout(run, push, repl, pop, vector)
         top, eta = run.ops.ns_run_step(
-            run.store, run.alphas, run.buffers, run.geo, s if run.keep else 0, s, *c
+            run.store, run.alphas, run.buffers, run.geo, s if run.keep else 0, s, *weights
         )
         ctx.run, ctx.s = run, s
+        ctx.set_materialize_grads(False)  # an output nobody reads (the vector stack's α) costs nothing
         return top, eta.transpose(1, 2), token.new_zeros(0)  # eta [B, QS, m]
 
     @staticmethod
     @first_order
-    def backward(ctx, g_top, g_eta, _token):  # type: ignore[override]
+    def backward(ctx, g_top, g_eta, token):  # type: ignore[override]
         run, s = ctx.run, ctx.s
         if not run.keep:
             raise RuntimeError("NondeterministicRun: made without gradients (torch.no_grad), cannot go back")
         gs, ga = run.grads(s)
+        if g_eta is not None:
+            g_eta = g_eta.transpose(1, 2)  # [B, m, QS]
+        if run.impl != "triton":  # the C++ run reads every gradient
+            g_top = gs.new_zeros(run.batch, run.qs) if g_top is None else g_top
+            g_eta = gs.new_zeros(run.batch, run.vector_size, run.qs) if g_eta is None else g_eta
         grads = run.ops.ns_run_step_backward(
-            run.store,
-            run.alphas,
-            run.buffers,
-            run.geo,
-            s,
-            s,
-            gs,
-            ga,
-            g_top.contiguous(),
-            g_eta.transpose(1, 2).contiguous(),
-            run.states,
+            run.store, run.alphas, run.buffers, run.geo, s, s, gs, ga, *_layout(run, g_top, g_eta), run.states
         )
-        return None, None, _token, *grads
+        return None, None, token if token is not None else gs.new_zeros(0), *grads
+
+
+def _layout(run: _RunArrays, *tensors: Tensor | None) -> tuple[Tensor | None, ...]:
+    """Tensors as a run's ops read them: contiguous for the C++ run, in place (any strides; None
+    for a gradient nobody sent) for the Triton run."""
+    return tensors if run.impl == "triton" else tuple(t.contiguous() for t in tensors)
 
 
 class _Final(torch.autograd.Function):
@@ -284,9 +321,9 @@ def nondeterministic_step(
     Returns:
         The stack after step ``t + 1``; ``alpha[:, -1] [B, QS]`` is ``log α[t + 1]``.
     """
-    # under torch.compile/export the torch step below is traced (the C++ op has no fake kernel)
-    if not torch.compiler.is_compiling() and choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
-        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1])
+    impl = run_impl(gamma, impl)
+    if impl in ("native", "triton"):
+        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1], impl=impl)
         run.step(push, repl, pop)
         return run.final()
     gamma, col, _ = _torch_column(gamma, alpha, push, repl, pop)
@@ -414,8 +451,9 @@ def vector_nondeterministic_step(
         divided by ``Σ α[t+1]``, so ``eta.exp()`` is the reading (the expected top vector per
         ``(r, y)``).
     """
-    if not torch.compiler.is_compiling() and choose(gamma, impl, triton_ok=False, native_ok=True) == "native":
-        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1], zeta=zeta)
+    impl = run_impl(gamma, impl)
+    if impl in ("native", "triton"):
+        run = NondeterministicRun(gamma, alpha, 1, states=pop.shape[-1], zeta=zeta, impl=impl)
         _, eta = run.step(push, repl, pop, vector)
         return (*run.final(), eta)
     B, D, _, QS, _, m = zeta.shape
@@ -452,6 +490,7 @@ __all__ = [
     "nondeterministic_initial",
     "nondeterministic_reference",
     "nondeterministic_step",
+    "run_impl",
     "vector_nondeterministic_initial",
     "vector_nondeterministic_reference",
     "vector_nondeterministic_step",
