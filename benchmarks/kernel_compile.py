@@ -85,6 +85,8 @@ LAYERS: dict[str, dict[str, Any]] = {
         "depth": 32,
         "memory_args": {"jump": 5},
     },
+    "deque_lstm": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
+    "deque_elman": {"input_size": 16, "hidden_size": 64, "width": 8, "depth": 32},
     # DuSell & Chiang's sizes: 2 states × 3 symbols (and vectors of 5); depth above the 4 steps
     "nondeterministic_lstm": {
         "input_size": 16,

@@ -201,6 +201,8 @@ LAYERS_WITH_KERNELS = [
             "queue_elman",
             "tape_lstm",
             "tape_elman",
+            "deque_lstm",
+            "deque_elman",
         )
     )
 ]
@@ -243,11 +245,12 @@ VALUE_ARG = {
     "queue": "value_activation",
     "tape": "write_activation",
     "tape_jump": "write_activation",
+    "deque": "value_activation",
 }
 
 
 @needs_triton
-@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape", "tape_jump"])
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape", "tape_jump", "deque"])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 @pytest.mark.parametrize(
     ("activation", "push_activation", "depth"),
@@ -277,9 +280,9 @@ def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, p
         torch.arange(T)[None] < torch.tensor([T, 0, 3, *torch.randint(0, T + 1, (B - 3,)).tolist()])[:, None]
     ).to(DEVICE)
     s0 = state_map(lambda t: (t + 0.1 * torch.randn_like(t)).requires_grad_(), layer.initial_state(B))
-    if memory in ("stratification", "queue"):  # strengths in [0, 1], some of them full
+    if memory in ("stratification", "queue", "deque"):  # strengths in [0, 1], some of them full
         g = torch.Generator().manual_seed(3)
-        strengths = torch.rand(B, depth, generator=g).to(DEVICE)
+        strengths = torch.rand(B, depth * (2 if memory == "deque" else 1), generator=g).to(DEVICE)
         strengths[:, ::3] = 1.0
         s0 = s0._replace(strengths=strengths.requires_grad_())
     if memory == "tape_jump":  # each row its own jump, some past the tape's end (Delétang et al.'s Tape-RNN)
@@ -324,7 +327,7 @@ def test_stack_rnn_kernels_equal_the_reference(memory, controller, activation, p
 
 
 @needs_triton
-@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape"])
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "queue", "tape", "deque"])
 def test_stack_rnn_kernels_in_bfloat16_and_strict_mode(memory):
     """bfloat16 storage (float32 accumulation) stays near the float32 reference; ``strict`` on the
     kernels raises the reference's error, naming the same step and row (the tape is circular:
@@ -334,7 +337,8 @@ def test_stack_rnn_kernels_in_bfloat16_and_strict_mode(memory):
     from memrnn.layers.nnpda import StackOverflowError
 
     torch.manual_seed(2)
-    depth = 1 if memory == "queue" else 2  # a queue pops its oldest element: a window of 1 overflows
+    # a queue pops its oldest element, a DeQue pushes at both ends: windows of 1 overflow
+    depth = 1 if memory in ("queue", "deque") else 2
     layer = StackRNN(4, 8, memory, "lstm", width=3, depth=depth, strict=True).to(DEVICE)
     x = torch.randn(5, 6, 4, device=DEVICE)
     if memory == "tape":

@@ -14,7 +14,7 @@ from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
-_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump")
+_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")
 _NATIVE_MEMORIES = _MEMORIES  # native.cpp covers every one
 
 

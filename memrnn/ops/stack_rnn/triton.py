@@ -2,8 +2,8 @@
 two persistent Triton kernels: one launch for the forward pass of a whole sequence and one for the
 backward (the tiling of :mod:`memrnn.ops.elman.triton`: one program per tile of ``BLOCK_B`` batch
 rows, the state kept by the program for every step, phases ordered by a barrier).  The memories:
-Joulin & Mikolov's (2015) superposition stack, Delétang et al.'s (2023) tape, and Grefenstette et
-al.'s (2015) stratification stack and neural queue.  The CPU path of the same computation is
+Joulin & Mikolov's (2015) superposition stack, Delétang et al.'s (2023) tape (and their Tape-RNN's
+jump tape), and Grefenstette et al.'s (2015) stratification stack, neural queue and DeQue.  The CPU path of the same computation is
 :class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence`; the reference is
 :class:`memrnn.layers.StackRNN`'s loop over ``step``.
 
@@ -483,15 +483,258 @@ def _strat_step_grad(
     tl.store(grow + 1, (g_pop * pop * (1.0 - pop)).to(gty), mask=rmask)
 
 
+@triton.jit
+def _deque_step(
+    t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, x_ptr, zs_ptr, B, N, M, D, KH, NZ,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """Grefenstette et al.'s (2015) DeQue (section 3.3, :mod:`memrnn.ops.deque`): strengths
+    ``s [T+1, B, 2D]`` bottom first (the bottom half newest first, the top half oldest first);
+    each half's values slide in ``p [2(T+D), B, m]`` (``m = M / 2``): the bottom half's ``Pb =
+    p[:T+D]`` (``v_bot`` of step ``t`` at ``Pb[T−1−t]``; slot ``i < D`` after step ``t`` at
+    ``Pb[T−1−t+i]``), the top half's ``Pt = p[T+D:]`` (``v_top`` at ``Pt[D+t]``; slot ``D+j`` at
+    ``Pt[t+1+j]``).  The top pop (covered from above: suffix sums), then the bottom pop (prefix
+    sums), each half shifted outward, both pushes, both readings ``[r_top ; r_bot]``; ``x [B, 2D]``
+    (float32) holds the strengths between the pops.  Returns the strength that leaves the window."""
+    m = M // 2
+    W = 2 * D
+    hrow = hd_ptr + t * B * KH + rows * KH
+    push_top = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
+    pop_top = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
+    push_bot = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+    pop_bot = tl.load(hrow + 3, mask=rmask, other=0.0).to(tl.float32)
+    old_row = s_ptr + t * B * W + rows[:, None] * W
+    new_row = s_ptr + (t + 1) * B * W + rows[:, None] * W
+    x_row = x_ptr + rows[:, None] * W
+    # 1. the top pop: from the top down (suffix sums)
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        cov = _exclusive(old, carry, True)
+        carry += tl.sum(old, 1)
+        tl.store(x_row + di[None, :], tl.maximum(old - tl.maximum(pop_top[:, None] - cov, 0.0), 0.0), mask=md)
+    tl.debug_barrier()
+    # 2. the bottom pop (prefix sums); slot i of the bottom half moves to i + 1, of the top half
+    # to i − 1: slots D − 1 and D leave the window
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        p1 = tl.load(x_row + di[None, :], mask=md, other=0.0)
+        cov = _exclusive(p1, carry, False)
+        carry += tl.sum(p1, 1)
+        p2 = tl.maximum(p1 - tl.maximum(pop_bot[:, None] - cov, 0.0), 0.0)
+        leaves = ((di == D - 1) | (di == D))[None, :]
+        dst = tl.where(di < D, di + 1, di - 1)
+        tl.store(new_row + dst[None, :], p2.to(s_ptr.dtype.element_ty), mask=md & ~leaves)
+        lost += tl.sum(tl.where(md & leaves, p2, 0.0), 1)
+    tl.store(new_row, push_bot[:, None].to(s_ptr.dtype.element_ty), mask=rmask[:, None])
+    tl.store(new_row + W - 1, push_top[:, None].to(s_ptr.dtype.element_ty), mask=rmask[:, None])
+    mcols = tl.arange(0, BLOCK_M)
+    mm = rmask[:, None] & (mcols < m)[None, :]
+    v_top = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 4 + mcols[None, :], mask=mm, other=0.0)
+    v_bot = tl.load(hd_ptr + t * B * KH + rows[:, None] * KH + 4 + m + mcols[None, :], mask=mm, other=0.0)
+    pty = p_ptr.dtype.element_ty
+    tl.store(p_ptr + (T + 2 * D + t) * B * m + rows[:, None] * m + mcols[None, :], v_top.to(pty), mask=mm)
+    tl.store(p_ptr + (T - 1 - t) * B * m + rows[:, None] * m + mcols[None, :], v_bot.to(pty), mask=mm)
+    tl.debug_barrier()
+    # 3. the readings of the new DeQue: the top's (suffix sums), then the bottom's (prefix sums)
+    for end in tl.static_range(2):
+        carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        r = tl.zeros((BLOCK_B, BLOCK_M), dtype=tl.float32)
+        for c in range(tl.cdiv(W, BLOCK_D)):
+            di = _chunk(c, W, BLOCK_D, end == 0) + tl.arange(0, BLOCK_D)
+            md = rmask[:, None] & (di < W)[None, :]
+            new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+            cov = _exclusive(new, carry, end == 0)
+            carry += tl.sum(new, 1)
+            w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
+            slot = tl.where(di < D, T - 1 - t + di, T + D + t + 1 + di - D)  # the row of p
+            V = tl.load(
+                p_ptr + slot[None, :, None] * B * m + rows[:, None, None] * m + mcols[None, None, :],
+                mask=md[:, :, None] & (mcols < m)[None, None, :],
+                other=0.0,
+            ).to(tl.float32)
+            r += tl.sum(w[:, :, None] * V, 1)
+        tl.store(
+            zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + N + end * m + mcols[None, :],
+            r.to(zs_ptr.dtype.element_ty),
+            mask=mm,
+        )
+    return lost
+
+
+@triton.jit
+def _deque_step_grad(
+    t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, gs_ptr, gp_ptr, x_ptr, gz_ptr, gsx_ptr, ghd_ptr, cur, nxt,
+    B, N, M, D, KH, NZ, VCODE: tl.constexpr, HAS_GS: tl.constexpr,
+    BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """The backward of :func:`_deque_step` with autograd's subgradients (``max(·, 0)`` passes at
+    0, ``minimum`` splits a tie in halves), the passes of the CPU kernel
+    (``memrnn.ops.stack_rnn.cpu._Deque.backward``) over chunks: the strengths' gradient
+    ``gs[cur] -> gs[nxt]``, the values' accumulated in ``gp [2(T+D), B, m]`` (float32), the four
+    strengths' through their sigmoid and the pushed vectors' into ``ghd[t]``.  ``x [4, B, 2D]``
+    (float32) is scratch: the new strengths' gradient, two rows of running-sum operands, the
+    strengths between the pops."""
+    m = M // 2
+    W = 2 * D
+    hrow = hd_ptr + t * B * KH + rows * KH
+    push_top = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
+    pop_top = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
+    push_bot = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+    pop_bot = tl.load(hrow + 3, mask=rmask, other=0.0).to(tl.float32)
+    old_row = s_ptr + t * B * W + rows[:, None] * W
+    new_row = s_ptr + (t + 1) * B * W + rows[:, None] * W
+    g_row = gs_ptr + cur * B * W + rows[:, None] * W  # ∂L/∂s_{t+1}
+    out_row = gs_ptr + nxt * B * W + rows[:, None] * W
+    y_row = x_ptr + rows[:, None] * W  # ∂L/∂s_{t+1} with the readings' shares
+    a_row = x_ptr + B * W + rows[:, None] * W
+    b_row = x_ptr + 2 * B * W + rows[:, None] * W
+    p1_row = x_ptr + 3 * B * W + rows[:, None] * W
+    mcols = tl.arange(0, BLOCK_M)
+    mm = rmask[:, None] & (mcols < m)[None, :]
+    zrow = gz_ptr + cur * B * NZ + rows[:, None] * NZ + N + mcols[None, :]
+    # 1. the readings (the top's with suffix sums into a_row, the bottom's with prefix sums into
+    # b_row): the values' gradient, and the strengths' through w = min(s, max(0, 1 − covered(s)))
+    for end in tl.static_range(2):
+        g_r = tl.load(zrow + end * m, mask=mm, other=0.0)
+        x_row = a_row if end == 0 else b_row
+        carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        for c in range(tl.cdiv(W, BLOCK_D)):
+            di = _chunk(c, W, BLOCK_D, end == 0) + tl.arange(0, BLOCK_D)
+            md = rmask[:, None] & (di < W)[None, :]
+            new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+            a = 1.0 - _exclusive(new, carry, end == 0)
+            carry += tl.sum(new, 1)
+            r = tl.maximum(a, 0.0)
+            w = tl.minimum(new, r)
+            da = tl.where(new < r, 1.0, tl.where(new == r, 0.5, 0.0))
+            db = tl.where(a >= 0, 1.0 - da, 0.0)
+            slot = tl.where(di < D, T - 1 - t + di, T + D + t + 1 + di - D)
+            m3 = md[:, :, None] & (mcols < m)[None, None, :]
+            off = slot[None, :, None] * B * m + rows[:, None, None] * m + mcols[None, None, :]
+            V = tl.load(p_ptr + off, mask=m3, other=0.0).to(tl.float32)
+            g_w = tl.sum(V * g_r[:, None, :], 2)
+            tl.store(
+                gp_ptr + off,
+                tl.load(gp_ptr + off, mask=m3, other=0.0) + w[:, :, None] * g_r[:, None, :],
+                mask=m3,
+            )
+            tl.store(x_row + di[None, :], g_w * db, mask=md)  # −∂L/∂covered
+            if end == 0:
+                y = tl.load(g_row + di[None, :], mask=md, other=0.0)
+            else:
+                y = tl.load(y_row + di[None, :], mask=md, other=0.0)
+            tl.store(y_row + di[None, :], y + g_w * da, mask=md)
+        tl.debug_barrier()
+    # the covered sums' transposes: the top's (a queue's) prefix sums, the bottom's suffix sums
+    for end in tl.static_range(2):
+        x_row = a_row if end == 0 else b_row
+        carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        for c in range(tl.cdiv(W, BLOCK_D)):
+            di = _chunk(c, W, BLOCK_D, end == 1) + tl.arange(0, BLOCK_D)
+            md = rmask[:, None] & (di < W)[None, :]
+            x = tl.load(x_row + di[None, :], mask=md, other=0.0)
+            y = tl.load(y_row + di[None, :], mask=md, other=0.0) - _exclusive(x, carry, end == 1)
+            carry += tl.sum(x, 1)
+            tl.store(y_row + di[None, :], y, mask=md)
+        tl.debug_barrier()
+    # 2. the pushes (new slots 0 and 2D − 1), the top pop's result again (suffix sums)
+    g_push_bot = tl.load(x_ptr + rows * W, mask=rmask, other=0.0)
+    g_push_top = tl.load(x_ptr + rows * W + W - 1, mask=rmask, other=0.0)
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        c1 = pop_top[:, None] - _exclusive(old, carry, True)
+        carry += tl.sum(old, 1)
+        tl.store(p1_row + di[None, :], tl.maximum(old - tl.maximum(c1, 0.0), 0.0), mask=md)
+    tl.debug_barrier()
+    # 3. the bottom pop (prefix sums): the shift's gradient (slot i of the result came from i + 1
+    # or i − 1 of the new DeQue), then b2 = p1 − max(b1, 0), b1 = pop_bot − covered(p1)
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_pop_bot = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        p1 = tl.load(p1_row + di[None, :], mask=md, other=0.0)
+        b1 = pop_bot[:, None] - _exclusive(p1, carry, False)
+        carry += tl.sum(p1, 1)
+        b2 = p1 - tl.maximum(b1, 0.0)
+        kept = md & ((di != D - 1) & (di != D))[None, :]
+        src = tl.where(di < D, di + 1, di - 1)
+        g_b2 = tl.where(b2 >= 0, tl.load(y_row + src[None, :], mask=kept, other=0.0), 0.0)
+        g_b1 = tl.where(b1 >= 0, -g_b2, 0.0)
+        g_pop_bot += tl.sum(tl.where(md, g_b1, 0.0), 1)
+        tl.store(a_row + di[None, :], g_b2, mask=md)
+        tl.store(b_row + di[None, :], g_b1, mask=md)
+    tl.debug_barrier()
+    # 4. the top pop (suffix sums): g_p1 = g_b2 − suffix(g_b1), then c2 = old − max(c1, 0)
+    carry_g = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    g_pop_top = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        g_b1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
+        g_p1 = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_b1, carry_g, True)
+        carry_g += tl.sum(g_b1, 1)
+        old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
+        c1 = pop_top[:, None] - _exclusive(old, carry, True)
+        carry += tl.sum(old, 1)
+        c2 = old - tl.maximum(c1, 0.0)
+        g_c2 = tl.where(c2 >= 0, g_p1, 0.0)
+        g_c1 = tl.where(c1 >= 0, -g_c2, 0.0)
+        g_pop_top += tl.sum(tl.where(md, g_c1, 0.0), 1)
+        tl.store(a_row + di[None, :], g_c2, mask=md)
+        tl.store(b_row + di[None, :], g_c1, mask=md)
+    tl.debug_barrier()
+    # 5. the old strengths: g_c2 − prefix(g_c1), and the outside gradient of s_t
+    carry = tl.zeros((BLOCK_B,), dtype=tl.float32)
+    for c in range(tl.cdiv(W, BLOCK_D)):
+        di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
+        md = rmask[:, None] & (di < W)[None, :]
+        g_c1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
+        g_old = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_c1, carry, False)
+        carry += tl.sum(g_c1, 1)
+        if HAS_GS:
+            g_old += tl.load(gsx_ptr + t * B * W + rows[:, None] * W + di[None, :], mask=md, other=0.0).to(
+                tl.float32
+            )
+        tl.store(out_row + di[None, :], g_old, mask=md)
+    # 6. the pushed vectors (complete: the windows after step t are done) and the heads
+    gty = ghd_ptr.dtype.element_ty
+    for end in tl.static_range(2):
+        v = tl.load(
+            hd_ptr + t * B * KH + rows[:, None] * KH + 4 + end * m + mcols[None, :], mask=mm, other=0.0
+        )
+        at = (T + 2 * D + t) if end == 0 else (T - 1 - t)  # Pt[D + t], Pb[T − 1 − t]
+        gv = tl.load(gp_ptr + at * B * m + rows[:, None] * m + mcols[None, :], mask=mm, other=0.0)
+        gv = gv * _value_grad_from_output(v.to(tl.float32), VCODE)
+        tl.store(
+            ghd_ptr + t * B * KH + rows[:, None] * KH + 4 + end * m + mcols[None, :], gv.to(gty), mask=mm
+        )
+    grow = ghd_ptr + t * B * KH + rows * KH
+    tl.store(grow, (g_push_top * push_top * (1.0 - push_top)).to(gty), mask=rmask)
+    tl.store(grow + 1, (g_pop_top * pop_top * (1.0 - pop_top)).to(gty), mask=rmask)
+    tl.store(grow + 2, (g_push_bot * push_bot * (1.0 - push_bot)).to(gty), mask=rmask)
+    tl.store(grow + 3, (g_pop_bot * pop_bot * (1.0 - pop_bot)).to(gty), mask=rmask)
+
+
 #: the memories the kernels run, by code
-MEMORY_CODES = {"superposition": 0, "tape": 1, "stratification": 2, "queue": 3, "tape_jump": 4}
+MEMORY_CODES = {"superposition": 0, "tape": 1, "stratification": 2, "queue": 3, "tape_jump": 4, "deque": 5}
 #: the head's actions per memory code
-N_ACTIONS = {0: 3, 1: 3, 2: 2, 3: 2, 4: 5}
+N_ACTIONS = {0: 3, 1: 3, 2: 2, 3: 2, 4: 5, 5: 4}
 
 
 @triton.jit
 def _stack_fwd(
-    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr, jp_ptr,
+    pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr, jp_ptr, x_ptr,
     T, B, N, M, D, SW, KH,
     LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
@@ -502,10 +745,12 @@ def _stack_fwd(
     activated gates or the Elman pre-activation), ``wz [G, N+M]``, ``wh [KH, N]``, ``bh [KH]``,
     ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]``, ``hd [T, B, KH]`` (actions, then the pushed vector),
     ``s [T+1, B, SW]`` (the memory's cells, ``SW = D · M``, or the stratification strengths,
-    ``SW = D``), ``p [T+D, B, M]`` (the stratification values; unused otherwise), ``ovf [T, B]``,
-    ``jp [B]`` (the jump tape's jumps in cells mod ``D``, int32; unused otherwise); index 0 of
-    ``zs``, ``cs`` and ``s`` holds the initial state.  ``MEM``: 0 superposition, 1 tape, 2
-    stratification, 3 queue, 4 the jump tape."""
+    ``SW = D``; the DeQue's, ``SW = 2D``), ``p [T+D, B, M]`` (the stratification values; the
+    DeQue's two halves ``[2(T+D), B, M/2]``; unused otherwise), ``ovf [T, B]``, ``jp [B]`` (the
+    jump tape's jumps in cells mod ``D``, int32; unused otherwise), ``x [B, 2D]`` (float32 scratch
+    of the DeQue); index 0 of ``zs``, ``cs`` and ``s`` holds the initial state.  ``MEM``: 0
+    superposition, 1 tape, 2 stratification, 3 queue, 4 the jump tape, 5 the DeQue (``M`` is
+    the reading's width: ``2m`` for the DeQue)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -598,8 +843,8 @@ def _stack_fwd(
             logits = tl.where(is_act, acc, float("-inf"))
             e = tl.where(is_act, tl.exp(logits - tl.max(logits, 1)[:, None]), 0.0)
             heads = tl.where(is_act, e / tl.sum(e, 1)[:, None], _act(acc, VCODE))
-        else:  # sigmoid push and pop strengths
-            heads = tl.where((hcols < 2)[None, :], _sig(acc), _act(acc, VCODE))
+        else:  # sigmoid push and pop strengths (the DeQue's: at both ends)
+            heads = tl.where((hcols < (4 if MEM == 5 else 2))[None, :], _sig(acc), _act(acc, VCODE))
         tl.store(
             hd_ptr + t * B * KH + rows[:, None] * KH + hcols[None, :],
             heads.to(hd_ptr.dtype.element_ty),
@@ -617,6 +862,27 @@ def _stack_fwd(
         elif MEM == 4:
             _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, True, BLOCK_F)
             lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
+        elif MEM == 5:
+            lost = _deque_step(
+                t,
+                T,
+                rows,
+                rmask,
+                hd_ptr,
+                s_ptr,
+                p_ptr,
+                x_ptr,
+                zs_ptr,
+                B,
+                N,
+                M,
+                D,
+                KH,
+                NZ,
+                BLOCK_B,
+                BLOCK_D,
+                BLOCK_M,
+            )
         else:
             lost = _strat_step(
                 t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
@@ -644,7 +910,8 @@ def _stack_bwd(
     step ``t``'s state in slot ``t % 2`` (slot ``T % 2`` filled by the caller); slot 0 ends with
     the initial state's (``gs`` without the initial reading's share, which ``gz`` holds).  The
     stratification memories also take ``gp [T+D, B, M]`` (float32, the values' gradient, filled
-    with the outside gradient of ``p`` by the caller) and scratch ``x [2, B, D]``."""
+    with the outside gradient of ``p`` by the caller) and scratch ``x [2, B, D]``; the DeQue
+    ``gp [2(T+D), B, M/2]`` and ``x [4, B, 2D]``."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -666,6 +933,11 @@ def _stack_bwd(
             _tape_step_grad(
                 t, rows, rmask, hd_ptr, s_ptr, gs_ptr, gz_ptr, gsx_ptr, ghd_ptr, jp_ptr, cur, nxt,
                 B, N, M, SW, KH, NZ, VCODE, HAS_GS, MEM == 4, BLOCK_B, BLOCK_F,
+            )  # fmt: skip
+        elif MEM == 5:
+            _deque_step_grad(
+                t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, gs_ptr, gp_ptr, x_ptr, gz_ptr, gsx_ptr, ghd_ptr,
+                cur, nxt, B, N, M, D, KH, NZ, VCODE, HAS_GS, BLOCK_B, BLOCK_D, BLOCK_M,
             )  # fmt: skip
         else:
             _strat_step_grad(
@@ -754,9 +1026,9 @@ class StackRNNTriton(torch.autograd.Function):
         lstm, code, vcode, mem = spec
         T, B, _ = pre.shape
         N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
-        strat = mem in (2, 3)
-        M = KH - N_ACTIONS[mem]
-        D = p0.shape[1] if strat else SW // M
+        strat, deque = mem in (2, 3), mem == 5
+        M = KH - N_ACTIONS[mem]  # the reading's width
+        D = p0.shape[1] if strat else SW // 2 if deque else SW // M
         NZ = N + M
         pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
         zs = pre.new_empty(T + 1, B, NZ)
@@ -772,12 +1044,17 @@ class StackRNNTriton(torch.autograd.Function):
         p = pre.new_empty(T + D, B, M) if strat else pre.new_empty(0)
         if strat:
             p[T:] = p0.transpose(0, 1)
+        if deque:  # the bottom half's buffer, then the top half's
+            p = pre.new_empty(2 * (T + D), B, M // 2)
+            p[T : T + D] = p0[:, :D].transpose(0, 1)
+            p[T + D : T + 2 * D] = p0[:, D:].transpose(0, 1)
+        x = torch.empty(B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
         ovf = pre.new_zeros(T, B)
         if T > 0 and B > 0:
             _stack_fwd[(triton.cdiv(B, BLOCK_B),)](
-                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s, ovf, jp,
-                T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
-                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
+                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
+                jp, x, T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
+                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
                 num_warps=DOT_WARPS,
             )  # fmt: skip
         ctx.spec, ctx.dims = spec, (M, D)
@@ -792,7 +1069,7 @@ class StackRNNTriton(torch.autograd.Function):
         w_z, w_head, zs, cs, gates, hd, s, p, jp = ctx.saved_tensors
         lstm, code, vcode, mem = ctx.spec
         M, D = ctx.dims
-        strat = mem in (2, 3)
+        strat, deque = mem in (2, 3), mem == 5
         T, B, G = gates.shape
         N, KH, SW = w_head.shape[1], w_head.shape[0], s.shape[2]
         NZ = N + M
@@ -804,29 +1081,34 @@ class StackRNNTriton(torch.autograd.Function):
             if g is not None:
                 buf[T % 2] = g[T]
         gp = torch.zeros(T + D, B, M, **f32) if strat else gs  # contiguous, whatever g_p's strides
-        if strat and g_p is not None:
+        if deque:
+            gp = torch.zeros(2 * (T + D), B, M // 2, **f32)
+        if (strat or deque) and g_p is not None:
             gp.copy_(g_p)
-        scratch = torch.empty(2, B, D, **f32) if strat else gs
+        scratch = torch.empty(2, B, D, **f32) if strat else torch.empty(4, B, 2 * D, **f32) if deque else gs
         g_zs, g_cs, g_s = (None if g is None else g.contiguous() for g in (g_zs, g_cs, g_s))
         ga = torch.empty_like(gates)
         ghd = torch.empty_like(hd)
         if T > 0 and B > 0:
             _stack_bwd[(triton.cdiv(B, BLOCK_B),)](
                 zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_s is None else g_s,
-                w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat else s,
+                w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s,
                 ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
-                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_depth_blocks(D, M),
+                BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
                 num_warps=DOT_WARPS,
             )  # fmt: skip
         dt = zs.dtype
         g_s0 = gs[0].clone()
-        g_r0 = None
-        if strat:  # the reading is a state field of its own
+        g_r0 = g_p0 = None
+        if strat or deque:  # the reading is a state field of its own
             g_r0 = gz[0, :, N:].to(dt)
         else:  # the reading is the top (head) cell
             g_s0[:, :M] += gz[0, :, N:]
-        g_p0 = gp[T:].transpose(0, 1).to(dt) if strat else None
+        if strat:
+            g_p0 = gp[T:].transpose(0, 1).to(dt)
+        if deque:
+            g_p0 = gp[T : T + 2 * D].transpose(0, 1).to(dt)
         g_w_z = g_w_head = g_b_head = None
         if ctx.needs_input_grad[1]:
             g_w_z = (ga.reshape(T * B, G).t().float() @ zs[:T].reshape(T * B, NZ).float()).to(w_z.dtype)
@@ -841,6 +1123,12 @@ class StackRNNTriton(torch.autograd.Function):
 def _head_block(KH: int) -> int:
     """Columns of the head's tile: a power of 2, at least 16 (``tl.dot``)."""
     return max(16, triton.next_power_of_2(KH))
+
+
+def _memory_blocks(mem: int, D: int, M: int) -> tuple[int, int]:
+    """``(BLOCK_D, BLOCK_M)`` of memory ``mem`` (:func:`_depth_blocks`; the DeQue's ``2D``
+    strengths and values of ``M / 2`` units)."""
+    return _depth_blocks(2 * D, M // 2) if mem == 5 else _depth_blocks(D, M)
 
 
 def _depth_blocks(D: int, M: int) -> tuple[int, int]:
@@ -884,9 +1172,9 @@ def stack_rnn_triton(
     pre = torch.nn.functional.linear(x, w_in[:, :nx], b).transpose(0, 1)
     w_z = torch.cat([w_rec, w_in[:, nx:]], 1)
     jump = None
-    if mem in (2, 3):
+    if mem in (2, 3, 5):
         values0, strengths0, reading0 = memory0
-        D, M = values0.shape[1], values0.shape[2]
+        D, M = values0.shape[1] // (2 if mem == 5 else 1), values0.shape[2]
         s0, p0, r0 = strengths0, values0, reading0
     else:
         if mem == 4:
@@ -908,10 +1196,13 @@ def stack_rnn_triton(
     h_fin = final_by_length(zs_b[:, :, :N], lengths)
     c_fin = final_by_length(cs.transpose(0, 1), lengths) if lstm else None
     s_fin = final_by_length(s.transpose(0, 1), lengths)
-    if mem in (2, 3):
+    if mem in (2, 3, 5):
         ends = torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
         idx = (T - ends)[:, None] + torch.arange(D, device=x.device)  # [B, D]: the final window
-        values = p.transpose(0, 1).gather(1, idx[..., None].expand(-1, -1, M))
+        values = p[: T + D].transpose(0, 1).gather(1, idx[..., None].expand(-1, -1, M))
+        if mem == 5:  # the top half slides the other way: Pt[L : L + D]
+            top = (T + D + ends)[:, None] + torch.arange(D, device=x.device)
+            values = torch.cat([values, p.transpose(0, 1).gather(1, top[..., None].expand(-1, -1, M))], 1)
         finals = (values, s_fin, final_by_length(zs_b[:, :, N:], lengths))
     else:
         finals = (s_fin.reshape(B, D, M),) if jump is None else (jump, s_fin.reshape(B, D, M))
