@@ -1,8 +1,9 @@
 """DuSell & Chiang's nondeterministic stack (NS-RNN 2020; RNS-RNN, its memory-limited variant
 2022; the vector RNS-RNN 2023) over a whole sequence in Triton kernels: the run of
 ``native_step.cpp`` (whose header states the recurrences, the store and the live start offsets)
-on GPUs, three launches per step forward and five backward, where the torch step launches a few
-hundred small kernels and copies the ``[depth, depth]`` window at every step.
+on GPUs: three launches per step forward and six backward (four kernels and two sums), where the
+torch step launches about a hundred small kernels and copies the ``[depth, depth]`` window at
+every step (``python -m benchmarks.nondeterministic_launches``).
 
 The store (batch first here, a row's blocks contiguous; ``NC`` columns, ``DO`` start offsets,
 ``C = 1 + m`` channels: γ, then ζ per vector unit)::
@@ -11,7 +12,7 @@ The store (batch first here, a row's blocks contiguous; ``NC`` columns, ``DO`` s
     alphas [B, D + T + 1, QS]       alphas[b, J + 1] = log α[j]
 
 and per step ``k`` (``[n, B, …]``, ``n`` the steps kept for the backward): ``R``, ``O`` the replace
-and pop weights, ``colR [DO, C, QS, QS]`` (the replace term of offset ``o' = 1..L`` at ``o' − 1``),
+and pop weights (the caller's tensors, read through their strides, not copied), ``colR [DO, C, QS, QS]`` (the replace term of offset ``o' = 1..L`` at ``o' − 1``),
 ``gp [E, QS, Q]`` (the popped runs of offset ``ko``), ``popped [E, C, QS, Q, S]`` (the pop term of
 ``o' = 2..L`` at ``o' − 2``), ``col [DO + 1, C, QS, QS]`` (the new column before normalisation),
 ``newA [QS]``, ``z``, ``eta [C − 1, QS]`` (η before normalisation).
@@ -19,8 +20,9 @@ and pop weights, ``colR [DO, C, QS, QS]`` (the replace term of offset ``o' = 1..
 Forward, step ``s`` (column ``J = D + s``, ``L = min(live + s, D)`` offsets):
 
 * ``_ns_replace_fwd``, one program per (offset ``i < L``, row): ``colR[i] = store[J−1][i] ⊗ R``
-  for every channel and ``gp[i] = store[J−1][i][0] ⊗ O``;
-* ``_ns_pop_fwd``, one program per (offset ``o' ≤ L``, channel, row): the push column
+  over the block's ``C·QS`` rows ``ρ = (ch, u)`` (every channel at once) and ``gp[i] =
+  store[J−1][i][0] ⊗ O``;
+* ``_ns_pop_fwd``, one program per (offset ``o' ≤ L``, row), over the rows ``ρ``: the push column
   (``o' = 0``), the replace term alone (``o' = 1``), or the pop term streamed over
   ``ko = 0..o'−2`` (one exact log-sum-exp, its running maximum and sum kept per output) and
   ``col[o'] = colR ⊕ popped``;

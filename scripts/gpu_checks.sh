@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The checks and timings that need a CUDA GPU, in one command, for a machine that already has a
+# CUDA build of torch and Triton (e.g. a cluster node, or a lent H100/H200 whose python3 holds
+# them): nothing is installed, memrnn runs from this checkout (PYTHONPATH), every result goes to
+# OUTDIR as a file named for what it holds.
+#
+#   bash scripts/gpu_checks.sh OUTDIR [tests] [stack] [nondeterministic] [compile]   (default: all four)
+#
+#   tests             the Triton kernels compiled on the GPU against the reference loops
+#                     (tests/ops/test_triton_kernels.py, tests/ops/test_nondeterministic_triton.py,
+#                     the gpu-marked layer tests): tests.txt
+#   stack             the stack RNNs' two kernels against cuDNN's nn.LSTM (issue 23's cell: batch
+#                     64, controller 64, width 8; every memory, LSTM and Elman controllers): stack-rnn.md
+#   nondeterministic  DuSell & Chiang's RNS-RNN (and the vector RNS-RNN) on the Triton run against
+#                     the torch step, time and memory against T: nondeterministic.md
+#   compile           the kernels' registers and spills as this GPU's Triton compiles them: kernels.md
+#
+# Each part takes a few minutes on an H100; PYTHON picks the interpreter (default python3).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:?usage: bash scripts/gpu_checks.sh OUTDIR [tests] [stack] [nondeterministic] [compile]}
+shift
+PARTS=${*:-tests stack nondeterministic compile}
+PY=${PYTHON:-python3}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+unset TRITON_INTERPRET
+if ! "$PY" -c "import torch, triton, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+  echo "gpu_checks: $PY has no CUDA device (or no torch/triton); nothing to do here" >&2
+  exit 2
+fi
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
+  "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+  git rev-parse HEAD 2>/dev/null
+} | tee "$OUT/device.txt"
+status=0
+for part in $PARTS; do
+  case "$part" in
+    tests)
+      "$PY" -m pytest -q -p no:cacheprovider -m "not slow" -o addopts="" \
+        tests/ops/test_triton_kernels.py tests/ops/test_nondeterministic_triton.py \
+        tests/ops/test_nnpda.py 2>&1 | tee "$OUT/tests.txt" || status=1
+      ;;
+    stack)
+      "$PY" benchmarks/stack_rnn_speed.py --device cuda --lengths 64 256 1024 --repeats 10 \
+        --memories superposition stratification queue tape tape_jump deque 2>&1 | tee "$OUT/stack-rnn.md" || status=1
+      ;;
+    nondeterministic)
+      {
+        "$PY" -m benchmarks.nondeterministic_scaling --device cuda --impls triton cpu --lengths 16 32 64 128 \
+          --max-unlimited 128 --max-torch-unlimited 64 --repeats 5
+        "$PY" -m benchmarks.nondeterministic_scaling --device cuda --impls triton cpu --lengths 32 64 128 \
+          --max-unlimited 64 --max-torch-unlimited 32 --repeats 5 --vector-size 5
+        "$PY" -m benchmarks.nondeterministic_scaling --device cuda --impls triton --lengths 80 --batch 10 \
+          --max-unlimited 80 --repeats 10  # DuSell & Chiang's training batch (and depth 16)
+      } 2>&1 | tee "$OUT/nondeterministic.md" || status=1
+      ;;
+    compile)
+      "$PY" -m benchmarks.kernel_compile --targets 90 --dtypes float32 float64 2>&1 | tee "$OUT/kernels.md" || status=1
+      ;;
+    *)
+      echo "gpu_checks: unknown part '$part' (tests, stack, nondeterministic, compile)" >&2
+      status=2
+      ;;
+  esac
+done
+exit $status
