@@ -484,6 +484,14 @@ def _strat_step_grad(
 
 
 @triton.jit
+def _four(hrow, rmask):
+    """The DeQue's head columns 0–3 of each row of the tile (push and pop at the top, push and
+    pop at the bottom), ``[BLOCK_B]`` float32 each, from ``hd[t]``."""
+    a0, a1, a2 = _three(hrow, rmask)
+    return a0, a1, a2, tl.load(hrow + 3, mask=rmask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _deque_step(
     t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, x_ptr, zs_ptr, B, N, M, D, KH, NZ,
     BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -498,11 +506,7 @@ def _deque_step(
     (float32) holds the strengths between the pops.  Returns the strength that leaves the window."""
     m = M // 2
     W = 2 * D
-    hrow = hd_ptr + t * B * KH + rows * KH
-    push_top = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
-    pop_top = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
-    push_bot = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
-    pop_bot = tl.load(hrow + 3, mask=rmask, other=0.0).to(tl.float32)
+    push_top, pop_top, push_bot, pop_bot = _four(hd_ptr + t * B * KH + rows * KH, rmask)
     old_row = s_ptr + t * B * W + rows[:, None] * W
     new_row = s_ptr + (t + 1) * B * W + rows[:, None] * W
     x_row = x_ptr + rows[:, None] * W
@@ -582,11 +586,7 @@ def _deque_step_grad(
     strengths between the pops."""
     m = M // 2
     W = 2 * D
-    hrow = hd_ptr + t * B * KH + rows * KH
-    push_top = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
-    pop_top = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
-    push_bot = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
-    pop_bot = tl.load(hrow + 3, mask=rmask, other=0.0).to(tl.float32)
+    push_top, pop_top, push_bot, pop_bot = _four(hd_ptr + t * B * KH + rows * KH, rmask)
     old_row = s_ptr + t * B * W + rows[:, None] * W
     new_row = s_ptr + (t + 1) * B * W + rows[:, None] * W
     g_row = gs_ptr + cur * B * W + rows[:, None] * W  # ∂L/∂s_{t+1}
