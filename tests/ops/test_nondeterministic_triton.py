@@ -134,6 +134,30 @@ def test_the_layer_on_the_triton_run_equals_the_reference_loop(memory, depth, ar
 
 
 @needs_triton
+def test_inference_keeps_one_step_of_arrays_and_gives_the_same_numbers(gen):
+    """Under ``torch.no_grad`` a Triton run keeps one step's arrays (not every step's) and gives
+    the C++ run's outputs and final state, padded rows included."""
+    torch.manual_seed(0)
+    net = StackRNN(3, 5, "vector_nondeterministic", "lstm", depth=3,
+                   memory_args={"states": 2, "symbols": 2, "vector_size": 2}).double()  # fmt: skip
+    x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+    mask = torch.arange(5)[None] < torch.tensor([5, 2])[:, None]
+    results = {}
+    for impl in ("native", "triton"):
+        device = DEVICE if impl == "triton" else "cpu"
+        net = net.to(device)
+        with torch.no_grad(), implementation(impl):
+            y, state = net(x.to(device), mask=mask.to(device))
+        results[impl] = [t.cpu() for t in (y, *state)]
+    for a, b in zip(results["triton"], results["native"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    gamma, alpha = nondeterministic_initial(2, 2, 2, 3, dtype=torch.float64, device=DEVICE)
+    with torch.no_grad():
+        run = NondeterministicRun(gamma, alpha, 4, states=2, impl="triton")
+    assert run.arrays.buffers[2].shape[0] == 1  # colR: one step's
+
+
+@needs_triton
 def test_the_dispatch_and_what_a_run_refuses(gen):
     """``run_impl`` sends float32/float64 to the Triton run when Triton is forced (or on CUDA),
     half precision to the torch step; a run asked for where neither run can go says so."""
