@@ -134,6 +134,41 @@ def test_the_layer_on_the_triton_run_equals_the_reference_loop(memory, depth, ar
 
 
 @needs_triton
+@pytest.mark.parametrize("tile", [16, 2**16])
+def test_the_loops_over_offsets_give_the_same_run_whatever_offsets_they_take_at_once(tile, monkeypatch, gen):
+    """The kernels' loops over start offsets take as many offsets per iteration as fit a tile
+    (``TILE``): with one offset per iteration (many iterations) and with every offset in one
+    iteration, the layer's outputs and gradients equal the C++ run's (depth 9, 8 steps, the
+    vector stack)."""
+    from memrnn.ops.nondeterministic import triton as kernels
+
+    monkeypatch.setattr(kernels, "TILE", tile)
+    kernels.launch_options.cache_clear()
+    try:
+        opts = kernels.launch_options(3, 4, 2)
+        per = (opts["pop_fwd"]["KB"], opts["alpha"]["OB"], opts["pop_bwd"]["OB"])
+        assert per == ((1, 1, 1) if tile == 16 else (512, 1024, 512))
+        torch.manual_seed(0)
+        net = StackRNN(3, 5, "vector_nondeterministic", "lstm", depth=9,
+                       memory_args={"states": 2, "symbols": 2, "vector_size": 2}).double()  # fmt: skip
+        x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
+        results = {}
+        for impl in ("native", "triton"):
+            device = DEVICE if impl == "triton" else "cpu"
+            net = net.to(device)
+            net.zero_grad()
+            xx = x.to(device).requires_grad_()
+            with implementation(impl):
+                y, _ = net(xx)
+            y.square().sum().backward()
+            results[impl] = [t.detach().cpu() for t in (y, xx.grad, *(p.grad for p in net.parameters()))]
+        for a, b in zip(results["triton"], results["native"], strict=True):
+            torch.testing.assert_close(a, b, atol=1e-11, rtol=0)
+    finally:
+        kernels.launch_options.cache_clear()
+
+
+@needs_triton
 def test_inference_keeps_one_step_of_arrays_and_gives_the_same_numbers(gen):
     """Under ``torch.no_grad`` a Triton run keeps one step's arrays (not every step's) and gives
     the C++ run's outputs and final state, padded rows included."""

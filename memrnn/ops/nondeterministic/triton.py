@@ -36,12 +36,17 @@ gradient into the store blocks it read, each written by one program, and into ``
 ``_ns_replace_bwd`` (per offset: the replace and popped-run products' gradients into column
 ``J − 1`` and per-offset partial sums of ``R``'s and ``O``'s, summed by torch).
 
-Every log-sum-exp is exact (the maximum of its own terms first); padded lanes hold ``−∞`` and
-drop out.  Float32 and float64.  Tested against the C++ run and the torch step under Triton's
+The loops over start offsets (the pop term's ``ko``, the forward weights' ``o'``, the pop
+term's backward ``o'``) take as many offsets per iteration as fit a tile of :data:`TILE`
+elements, folded into the axis they reduce, so that a program keeps that many independent loads
+in flight instead of one chain of ``L`` dependent iterations.  Every log-sum-exp is exact (the
+maximum of its own terms first); padded lanes hold ``−∞`` and drop out.  Float32 and float64.  Tested against the C++ run and the torch step under Triton's
 interpreter (``tests/ops/test_nondeterministic_triton.py``).
 """
 
 from __future__ import annotations
+
+import functools
 
 import torch
 import triton
@@ -116,13 +121,14 @@ def _ns_replace_fwd(
 def _ns_pop_fwd(
     store, gp, colR, popped, col, P, V, jc, NC, DO, E, sPb, sPr, sPc,
     QS: tl.constexpr, Q: tl.constexpr, S: tl.constexpr, C: tl.constexpr,
-    UP: tl.constexpr, QP: tl.constexpr, SP: tl.constexpr, RP: tl.constexpr,
+    UP: tl.constexpr, QP: tl.constexpr, SP: tl.constexpr, RP: tl.constexpr, KB: tl.constexpr,
 ):  # fmt: skip
     """The new column before normalisation over its ``C·QS`` rows ``ρ = (ch, u)``, program
     ``(o', b)``: the push (``o' = 0``; channel ``ch ≥ 1`` adds the pushed vector's unit
     ``ch − 1``), the replace term (``o' = 1``), or ``colR ⊕ popped`` with the pop term
-    ``popped[o'][ρ][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][ρ][q y] ⊗ gp[ko][q y][r]``;
-    ``jc``: column ``J``'s index in the store."""
+    ``popped[o'][ρ][r][y] = ⊕_{ko ≤ o'−2} ⊕_q store[J−2−ko][o'−2−ko][ρ][q y] ⊗ gp[ko][q y][r]``,
+    ``KB`` values of ``ko`` at a time (the axis reduced holds ``(ko, q)``); ``jc``: column ``J``'s
+    index in the store."""
     o = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     BLK: tl.constexpr = C * QS * QS
@@ -140,19 +146,19 @@ def _ns_pop_fwd(
         )
     else:
         rho = tl.arange(0, RP)[:, None, None, None]
-        q = tl.arange(0, QP)[None, :, None, None]
+        kq = tl.arange(0, KB * QP)[None, :, None, None]  # (ko − k0, q)
+        q = kq % QP
         y = tl.arange(0, SP)[None, None, :, None]
         r = tl.arange(0, QP)[None, None, None, :]
-        ma = (rho < C * QS) & (q < Q) & (y < S)
-        mc = (q < Q) & (y < S) & (r < Q)
-        a_ptr = store + ((b * NC + jc - 2) * DO + o - 2) * BLK + rho * QS + q * S + y  # ko = 0
-        c_ptr = gp + b * E * QS * Q + (q * S + y) * Q + r
         back = (DO + 1) * BLK  # one column back and one offset down: ko + 1
+        a_ptr = store + ((b * NC + jc - 2) * DO + o - 2) * BLK + rho * QS + q * S + y - (kq // QP) * back
+        c_ptr = gp + b * E * QS * Q + ((kq // QP) * QS + q * S + y) * Q + r
         m = tl.full((RP, SP, QP), float("-inf"), popped.dtype.element_ty)
         s = tl.zeros((RP, SP, QP), popped.dtype.element_ty)
-        for ko in range(0, o - 1):
-            t = tl.load(a_ptr - ko * back, mask=ma, other=float("-inf"))
-            t += tl.load(c_ptr + ko * (QS * Q), mask=mc, other=float("-inf"))
+        for k0 in range(0, o - 1, KB):
+            live = (kq // QP < o - 1 - k0) & (q < Q) & (y < S)
+            t = tl.load(a_ptr - k0 * back, mask=live & (rho < C * QS), other=float("-inf"))
+            t += tl.load(c_ptr + k0 * (QS * Q), mask=live & (r < Q), other=float("-inf"))
             mn = tl.maximum(m, tl.max(t, 1))
             mr = tl.where(mn == float("-inf"), 0.0, mn)
             s = s * tl.exp(m - mr) + tl.sum(tl.exp(t - mr[:, None, :, :]), 1)
@@ -171,25 +177,28 @@ def _ns_pop_fwd(
 @triton.jit
 def _ns_alpha_fwd(
     store, alphas, col, newA, z_out, eta, top, eta_out, J, jc, L, NORM, NC, DO, NA,
-    QS: tl.constexpr, C: tl.constexpr, CP: tl.constexpr, UP: tl.constexpr,
+    QS: tl.constexpr, C: tl.constexpr, CP: tl.constexpr, UP: tl.constexpr, OB: tl.constexpr,
 ):  # fmt: skip
     """Program ``b``: ``newA[ch][v] = ⊕_{o'} ⊕_u alphas[J − o'][u] ⊗ col[o'][ch][u][v]`` (``α`` for
-    channel 0, ``η`` for the others), ``z = ⊕_v newA[0][v]``, then ``α[j]``, ``η`` and the
-    column's offsets ``0..NORM`` normalised by ``z`` (``jc``: column ``J``'s index in the store)."""
+    channel 0, ``η`` for the others; ``OB`` offsets at a time, the axis reduced holding
+    ``(o', u)``), ``z = ⊕_v newA[0][v]``, then ``α[j]``, ``η`` and the column's offsets
+    ``0..NORM`` normalised by ``z`` (``jc``: column ``J``'s index in the store)."""
     b = tl.program_id(0).to(tl.int64)
     BLK: tl.constexpr = C * QS * QS
     c3 = tl.arange(0, CP)[:, None, None]
-    u3 = tl.arange(0, UP)[None, :, None]
+    ou = tl.arange(0, OB * UP)[None, :, None]  # (o' − o0, u)
+    u3 = ou % UP
     v3 = tl.arange(0, UP)[None, None, :]
     mk = (c3 < C) & (u3 < QS) & (v3 < QS)
-    cell = (c3 * QS + u3) * QS + v3
-    al_ptr = alphas + (b * NA + J) * QS + u3  # o' = 0
+    cell = (ou // UP) * BLK + (c3 * QS + u3) * QS + v3
+    al_ptr = alphas + (b * NA + J - ou // UP) * QS + u3  # o' = o0 + ou // UP
     col_ptr = col + b * (DO + 1) * BLK + cell
     m = tl.full((CP, UP), float("-inf"), col.dtype.element_ty)
     s = tl.zeros((CP, UP), col.dtype.element_ty)
-    for o in range(0, L + 1):
-        t = tl.load(al_ptr - o * QS, mask=u3 < QS, other=float("-inf"))
-        t += tl.load(col_ptr + o * BLK, mask=mk, other=float("-inf"))
+    for o0 in range(0, L + 1, OB):
+        live = ou // UP <= L - o0
+        t = tl.load(al_ptr - o0 * QS, mask=live & (u3 < QS), other=float("-inf"))
+        t += tl.load(col_ptr + o0 * BLK, mask=live & mk, other=float("-inf"))
         mn = tl.maximum(m, tl.max(t, 1))
         mr = tl.where(mn == float("-inf"), 0.0, mn)
         s = s * tl.exp(m - mr) + tl.sum(tl.exp(t - mr[:, None, :]), 1)
@@ -209,15 +218,16 @@ def _ns_alpha_fwd(
     tl.store(eta + (b * (C - 1) + c2 - 1) * QS + v2, na, mask=me)
     tl.store(eta_out + (b * (C - 1) + c2 - 1) * QS + v2, tl.where(na - z > _ALIVE, na - z, _LZ), mask=me)
     dst = store + (b * NC + jc) * DO * BLK + cell
-    for o in range(0, NORM + 1):
-        x = tl.load(col_ptr + o * BLK, mask=mk, other=0.0) - z
-        tl.store(dst + o * BLK, tl.where(x > _ALIVE, x, _LZ), mask=mk)
+    for o0 in range(0, NORM + 1, OB):
+        live = mk & (ou // UP <= NORM - o0)
+        x = tl.load(col_ptr + o0 * BLK, mask=live, other=0.0) - z
+        tl.store(dst + o0 * BLK, tl.where(x > _ALIVE, x, _LZ), mask=live)
 
 
 @triton.jit
 def _ns_norm_bwd(
     gstore, galphas, g_top, g_eta, col, newA, z_in, eta, gna, J, jc, NORM, NC, DO, NA, sTb, sTv, sEb, sEc, sEv,
-    QS: tl.constexpr, C: tl.constexpr, CP: tl.constexpr, UP: tl.constexpr,
+    QS: tl.constexpr, C: tl.constexpr, CP: tl.constexpr, UP: tl.constexpr, OB: tl.constexpr,
     HAS_TOP: tl.constexpr, HAS_ETA: tl.constexpr,
 ):  # fmt: skip
     """Program ``b``: the gradient of ``newA`` (channel 0, with the normaliser's) and of ``η``
@@ -247,17 +257,19 @@ def _ns_norm_bwd(
     ge = tl.where(me & (e - z > _ALIVE), ge, 0.0)
     gz -= tl.sum(tl.sum(ge, 1), 0)
     c3 = tl.arange(0, CP)[:, None, None]
-    u3 = tl.arange(0, UP)[None, :, None]
+    ou = tl.arange(0, OB * UP)[None, :, None]  # (o' − o0, u): OB offsets at a time
+    u3 = ou % UP
     v3 = tl.arange(0, UP)[None, None, :]
     mk = (c3 < C) & (u3 < QS) & (v3 < QS)
-    cell = (c3 * QS + u3) * QS + v3
+    cell = (ou // UP) * BLK + (c3 * QS + u3) * QS + v3
     col_ptr = col + b * (DO + 1) * BLK + cell
     gs_ptr = gstore + (b * NC + jc) * DO * BLK + cell
-    kept = tl.zeros((CP, UP, UP), col.dtype.element_ty)
-    for o in range(0, NORM + 1):
-        cl = tl.load(col_ptr + o * BLK, mask=mk, other=_LZ)
-        gs = tl.load(gs_ptr + o * BLK, mask=mk, other=0.0)
-        kept += tl.where(mk & (cl - z > _ALIVE), gs, 0.0)
+    kept = tl.zeros((CP, OB * UP, UP), col.dtype.element_ty)
+    for o0 in range(0, NORM + 1, OB):
+        live = mk & (ou // UP <= NORM - o0)
+        cl = tl.load(col_ptr + o0 * BLK, mask=live, other=_LZ)
+        gs = tl.load(gs_ptr + o0 * BLK, mask=live, other=0.0)
+        kept += tl.where(live & (cl - z > _ALIVE), gs, 0.0)
     gz -= tl.sum(tl.sum(tl.sum(kept, 2), 1), 0)
     gn += gz * tl.exp(tl.where(vm, na - z, float("-inf")))
     tl.store(gna + b * C * QS + v1, gn, mask=vm)
@@ -318,32 +330,36 @@ def _ns_col_bwd(
 def _ns_pop_bwd(
     store, gstore, gp, popped, gpop, ggp, jc, L, NC, DO, E,
     QS: tl.constexpr, Q: tl.constexpr, S: tl.constexpr, C: tl.constexpr,
-    QP: tl.constexpr, SP: tl.constexpr, RP: tl.constexpr,
+    QP: tl.constexpr, SP: tl.constexpr, RP: tl.constexpr, OB: tl.constexpr,
 ):  # fmt: skip
     """Program ``(ko, b)``: the pop term's gradient into every store block it read with the
     popped runs of offset ``ko`` (``store[J−2−ko][o'−2−ko]``, ``o' = ko+2..L``: blocks no other
-    program touches) and into ``ggp[ko]``; ``jc``: column ``J``'s index in the store."""
+    program touches; ``OB`` of them at a time, the first axis holding ``(o', ρ)``) and into
+    ``ggp[ko]``; ``jc``: column ``J``'s index in the store."""
     ko = tl.program_id(0)
     b = tl.program_id(1).to(tl.int64)
     BLK: tl.constexpr = C * QS * QS
-    rho = tl.arange(0, RP)[:, None, None, None]
+    orho = tl.arange(0, OB * RP)[:, None, None, None]  # (o' − o0, ρ)
+    rho = orho % RP
     q = tl.arange(0, QP)[None, :, None, None]
     y = tl.arange(0, SP)[None, None, :, None]
     r = tl.arange(0, QP)[None, None, None, :]
-    ma = (rho < C * QS) & (q < Q) & (y < S)
     mc = (q < Q) & (y < S) & (r < Q)
-    mo = (rho < C * QS) & (y < S) & (r < Q)
     c = tl.load(gp + ((b * E + ko) * QS + q * S + y) * Q + r, mask=mc, other=_LZ)
-    a_at = ((b * NC + jc - 2 - ko) * DO - 2 - ko) * BLK + rho * QS + q * S + y  # then + o' · BLK
-    p_at = ((b * E - 2) * C * QS + rho) * Q * S + r * S + y  # then + o' · C·QS·Q·S
+    # o' = o0 + orho // RP: the block store[J−2−ko][o'−2−ko], the pop term's entry o' − 2
+    a_at = ((b * NC + jc - 2 - ko) * DO - 2 - ko + orho // RP) * BLK + rho * QS + q * S + y
+    p_at = ((b * E - 2 + orho // RP) * C * QS + rho) * Q * S + r * S + y
     acc = tl.zeros((QP, SP, QP), gp.dtype.element_ty)
-    for o in range(ko + 2, L + 1):
-        a = tl.load(store + a_at + o * BLK, mask=ma, other=_LZ)
-        out = tl.load(popped + p_at + o * (C * QS * Q * S), mask=mo, other=_LZ)
-        g = tl.load(gpop + p_at + o * (C * QS * Q * S), mask=mo, other=0.0)
+    for o0 in range(ko + 2, L + 1, OB):
+        live = (orho // RP <= L - o0) & (rho < C * QS)
+        ma = live & (q < Q) & (y < S)
+        mo = live & (y < S) & (r < Q)
+        a = tl.load(store + a_at + o0 * BLK, mask=ma, other=_LZ)
+        out = tl.load(popped + p_at + o0 * (C * QS * Q * S), mask=mo, other=_LZ)
+        g = tl.load(gpop + p_at + o0 * (C * QS * Q * S), mask=mo, other=0.0)
         w = tl.exp(tl.where(ma & mc, a + c - out, float("-inf"))) * g
-        ga = tl.load(gstore + a_at + o * BLK, mask=ma, other=0.0) + tl.sum(w, 3)[:, :, :, None]
-        tl.store(gstore + a_at + o * BLK, ga, mask=ma)
+        ga = tl.load(gstore + a_at + o0 * BLK, mask=ma, other=0.0) + tl.sum(w, 3)[:, :, :, None]
+        tl.store(gstore + a_at + o0 * BLK, ga, mask=ma)
         acc += tl.sum(w, 0)
     q3 = tl.arange(0, QP)[:, None, None]
     y3 = tl.arange(0, SP)[None, :, None]
@@ -398,6 +414,38 @@ def _ns_replace_bwd(
 
 def _p2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
+
+
+#: elements a serial loop's tile holds at most: the loops over start offsets take as many offsets
+#: per iteration as fit (8 for the plain stack's pop term at 2 states × 3 symbols, 16 for its
+#: forward weights), so that a program has that many independent loads in flight, not one
+TILE = 1024
+
+
+def per_iteration(elements: int) -> int:
+    """Offsets per iteration of a loop whose tile holds ``elements`` per offset: a power of 2,
+    at least 1, at most ``TILE // elements``."""
+    return 1 << max(0, (TILE // max(elements, 1)).bit_length() - 1)
+
+
+@functools.cache
+def launch_options(C: int, QS: int, Q: int) -> dict[str, dict[str, int]]:
+    """Each kernel family's compile-time sizes and warps for ``C`` channels and ``QS = Q·S``
+    configurations: ``replace`` (both replace kernels), ``pop_fwd``, ``alpha`` (``_ns_alpha_fwd``
+    and ``_ns_norm_bwd``), ``col`` and ``pop_bwd``."""
+    S = QS // Q
+    UP, RP, QP, SP, CP = _p2(QS), _p2(C * QS), _p2(Q), _p2(S), _p2(C)
+    pop, cell = RP * QP * QP * SP, CP * UP * UP  # the tiles of one offset
+    base = {"QS": QS, "C": C}
+    return {
+        "replace": {**base, "Q": Q, "UP": UP, "QP": QP, "RP": RP, "num_warps": warps(RP * UP * UP)},
+        "pop_fwd": {**base, "Q": Q, "S": S, "UP": UP, "QP": QP, "SP": SP, "RP": RP, "KB": per_iteration(pop),
+                    "num_warps": warps(max(TILE, pop))},
+        "alpha": {**base, "UP": UP, "CP": CP, "OB": per_iteration(cell), "num_warps": warps(max(TILE, cell))},
+        "col": {**base, "Q": Q, "S": S, "UP": UP, "CP": CP, "num_warps": warps(cell)},
+        "pop_bwd": {**base, "Q": Q, "S": S, "QP": QP, "SP": SP, "RP": RP, "OB": per_iteration(pop),
+                    "num_warps": warps(max(TILE, pop))},
+    }  # fmt: skip
 
 
 class TritonRunOps:
@@ -526,7 +574,7 @@ class TritonRunOps:
         D, Do, J0, live = geo.tolist()
         B, NC, _, C, QS, _ = store.shape
         Q = pop.shape[-1]
-        S, E, m = QS // Q, max(Do - 1, 1), C - 1
+        E, m = max(Do - 1, 1), C - 1
         J, L = D + s, min(live + s, D)
         if s < 0 or J - J0 >= NC:
             raise RuntimeError(f"memrnn nondeterministic stack: step {s} is beyond the run")
@@ -534,22 +582,19 @@ class TritonRunOps:
         buffers[0][k], buffers[1][k] = (R, R._version), (O, O._version)
         colR, gp, popped, col, newA, z, eta = (t[k] for t in buffers[2:])
         vec = vector.contiguous() if m else push  # the push's is never read without vectors
-        UP, RP = _p2(QS), _p2(C * QS)
-        sizes = {"QS": QS, "C": C, "UP": UP}
+        opts = launch_options(C, QS, Q)
         if L > 0:
             _ns_replace_fwd[(L, B)](
-                store, R, O, colR, gp, J - 1 - J0, L, NC, Do, E, *R.stride(), *O.stride(),
-                Q=Q, QP=_p2(Q), RP=RP, num_warps=warps(RP * UP * UP), **sizes,
-            )  # fmt: skip
+                store, R, O, colR, gp, J - 1 - J0, L, NC, Do, E, *R.stride(), *O.stride(), **opts["replace"]
+            )
         _ns_pop_fwd[(L + 1, B)](
-            store, gp, colR, popped, col, push, vec, J - J0, NC, Do, E, *push.stride(),
-            Q=Q, S=S, QP=_p2(Q), SP=_p2(S), RP=RP, num_warps=warps(RP * _p2(Q) ** 2 * _p2(S)), **sizes,
-        )  # fmt: skip
+            store, gp, colR, popped, col, push, vec, J - J0, NC, Do, E, *push.stride(), **opts["pop_fwd"]
+        )
         top = store.new_empty(B, QS)
         eta_out = store.new_empty(B, m, QS)
         _ns_alpha_fwd[(B,)](
             store, alphas, col, newA, z, eta, top, eta_out if m else top, J, J - J0, L, min(L, D - 1),
-            NC, Do, alphas.shape[1], CP=_p2(C), num_warps=warps(_p2(C) * UP * UP), **sizes,
+            NC, Do, alphas.shape[1], **opts["alpha"],
         )  # fmt: skip
         return [top, eta_out]
 
@@ -586,27 +631,24 @@ class TritonRunOps:
         gna, gP, gV = new(B, C, QS), new(B, QS, QS), new(B, m)
         gcolR, gpop, ggp = new(B, Do, C, QS, QS), new(B, E, C, QS, Q, S), new(B, E, QS, Q)
         gR_part, gO_part = new(B, Do, QS, QS), new(B, Do, QS, Q)
-        UP, RP = _p2(QS), _p2(C * QS)
-        sizes = {"QS": QS, "C": C, "UP": UP}
+        opts = launch_options(C, QS, Q)
         _ns_norm_bwd[(B,)](
             gstore, galphas, g_top, g_eta, col, newA, z, eta, gna, J, J - J0, min(L, D - 1), NC, Do, NA,
             *(g_top.stride() if has_top else (0, 0)), *(g_eta.stride() if has_eta else (0, 0, 0)),
-            HAS_TOP=has_top, HAS_ETA=has_eta,
-            CP=_p2(C), num_warps=warps(_p2(C) * UP * UP), **sizes,
+            HAS_TOP=has_top, HAS_ETA=has_eta, **opts["alpha"],
         )  # fmt: skip
         _ns_col_bwd[(L + 1, B)](
             gstore, galphas, alphas, col, colR, popped, newA, z, eta, gna, gP, gV if m else gP, gcolR, gpop,
-            J, J - J0, D, NC, Do, E, NA, Q=Q, S=S, CP=_p2(C), num_warps=warps(_p2(C) * UP * UP), **sizes,
+            J, J - J0, D, NC, Do, E, NA, **opts["col"],
         )  # fmt: skip
         if L >= 2:
             _ns_pop_bwd[(L - 1, B)](
-                store, gstore, gp, popped, gpop, ggp, J - J0, L, NC, Do, E,
-                QS=QS, Q=Q, S=S, C=C, QP=_p2(Q), SP=_p2(S), RP=RP, num_warps=warps(RP * _p2(Q) ** 2 * _p2(S)),
-            )  # fmt: skip
+                store, gstore, gp, popped, gpop, ggp, J - J0, L, NC, Do, E, **opts["pop_bwd"]
+            )
         if L >= 1:
             _ns_replace_bwd[(L, B)](
                 store, gstore, R, O, colR, gcolR, gp, ggp, gR_part, gO_part, J - 1 - J0, L, NC, Do, E,
-                *R.stride(), *O.stride(), Q=Q, QP=_p2(Q), RP=RP, num_warps=warps(RP * UP * UP), **sizes,
+                *R.stride(), *O.stride(), **opts["replace"],
             )  # fmt: skip
             gR, gO = gR_part[:, :L].sum(1), gO_part[:, :L].sum(1)
         else:
