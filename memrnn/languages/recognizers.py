@@ -54,11 +54,20 @@ string with ``Geometric(1/2)`` random edits (insert, replace or delete a symbol,
 among those that keep the length in the window), else a uniformly random string of uniform length;
 redrawn until it is not in the language.  :func:`sample_labelled` gives the benchmark's splits:
 each string positive or negative with probability 1/2 (:data:`FLARE_SPLITS`).
+
+Next-symbol sets (:meth:`RecognitionLanguage.next_symbols`, the targets of the paper's
+next-symbol-prediction loss): after each prefix of a string of the language, every symbol with
+which the prefix can still be completed to a string of the language, and end-of-string
+(:attr:`RecognitionLanguage.eos`) when the prefix is one.  The public code computes the same sets
+but for ``stack_manipulation``, whose sets depend on how its sampler made the string
+(``convention="public"``: ``POP`` offered on the empty initial stack, ``PUSH`` withheld after the
+string's last push).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 from abc import ABC, abstractmethod
@@ -120,6 +129,31 @@ class RecognitionLanguage(ABC):
     @property
     def num_symbols(self) -> int:
         return len(self.alphabet)
+
+    @property
+    def eos(self) -> int:
+        """End-of-string in next-symbol sets: the id after the alphabet's."""
+        return len(self.alphabet)
+
+    def next_symbols(self, ids: Sequence[int], convention: str = "language") -> list[frozenset[int]]:
+        """The next-symbol sets of a string of the language (Butoi et al. 2025, the
+        next-symbol-prediction objective): ``len(ids) + 1`` sets; set ``i`` holds every symbol
+        ``a`` such that ``ids[:i] a`` is a prefix of a string of the language, and :attr:`eos`
+        when ``ids[:i]`` is in the language.  ``convention="public"``: the public code's sets
+        (they differ for ``stack_manipulation`` only; module docstring).  A string outside the
+        language raises."""
+        if convention not in ("language", "public"):
+            raise ValueError(f"convention must be 'language' or 'public', got {convention!r}")
+        s = self.check_ids(ids)
+        if not self._accepts(s):
+            raise ValueError(
+                f"{self.name}: next-symbol sets are for strings of the language; {self.decode(s)!r} is not one"
+            )
+        return [frozenset(x) for x in self._next_symbols(s, convention)]
+
+    @abstractmethod
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        """:meth:`next_symbols` of a string ``s`` of the language."""
 
     def check_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
         """``ids`` as a tuple of ints; an id outside the alphabet raises, naming it and where."""
@@ -193,6 +227,27 @@ class AutomatonRecognitionLanguage(RecognitionLanguage):
             if q < 0:
                 return False
         return q in self.accept
+
+    @functools.cached_property
+    def live(self) -> frozenset[int]:
+        """The states from which an accept state can be reached."""
+        live = set(self.accept)
+        while True:
+            more = {q for q, row in enumerate(self.delta) if q not in live and any(r in live for r in row)}
+            if not more:
+                return frozenset(live)
+            live |= more
+
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        out, q = [], self.start
+        for i in range(len(s) + 1):
+            out.append(
+                {a for a, r in enumerate(self.delta[q]) if r in self.live}
+                | ({self.eos} if q in self.accept else set())
+            )
+            if i < len(s):
+                q = self.delta[q][s[i]]
+        return out
 
     def counts(self, n: int) -> list[int]:
         """``[count(q, n) for q]``: accepted strings of length ``n`` read from state ``q``."""
@@ -352,6 +407,11 @@ class Majority(RecognitionLanguage):
     def _accepts(self, s: tuple[int, ...]) -> bool:
         return 2 * sum(s) > len(s)
 
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        # any prefix is completed by enough 1s
+        ones = [0, *itertools.accumulate(s)]
+        return [{0, 1} | ({self.eos} if 2 * ones[i] > i else set()) for i in range(len(s) + 1)]
+
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 1:
             return None
@@ -392,6 +452,36 @@ class StackManipulation(RecognitionLanguage):
             return False
         return list(s[i + 1 :]) == stack[::-1]
 
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        public = convention == "public"
+        pushes, done = s.count(PUSH), 0
+        out: list[set[int]] = []
+        stack: list[int] = []
+        i, initial = 0, True  # still reading the initial stack
+        while s[i] != MARK:
+            if initial:  # the initial stack's bits, an operation, or the mark
+                out.append({0, 1, PUSH, MARK} | ({POP} if stack or public else set()))
+            else:
+                out.append(
+                    {MARK} | ({PUSH} if done < pushes or not public else set()) | ({POP} if stack else set())
+                )
+            if s[i] < 2:
+                stack.append(s[i])
+            else:
+                initial = False
+                if s[i] == POP:
+                    stack.pop()
+                else:  # PUSH b
+                    out.append({0, 1})
+                    i += 1
+                    stack.append(s[i])
+                    done += 1
+            i += 1
+        out.append({MARK} | ({PUSH} if done < pushes or not public else set()) | ({POP} if stack else set()))
+        if initial:
+            out[-1] = {0, 1, PUSH, MARK} | ({POP} if stack or public else set())
+        return out + [{b} for b in reversed(stack)] + [{self.eos}]
+
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         # length = 2 * stack + 3 * pushes + 1
         if hi < 1:
@@ -430,6 +520,11 @@ class _WordLanguage(RecognitionLanguage):
             return False
         i = s.index(mark)
         return s[i + 1 :] == self.transform(s[:i])
+
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        # before the mark any symbol (the mark included); after it, f(w) symbol by symbol
+        i = s.index(self.num_symbols - 1)
+        return [set(range(self.num_symbols))] * (i + 1) + [{a} for a in s[i + 1 :]] + [{self.eos}]
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         a, b = math.ceil(max(0, lo - 1) / 2), (hi - 1) // 2
@@ -487,6 +582,12 @@ class UnmarkedReversal(RecognitionLanguage):
     def _accepts(self, s: tuple[int, ...]) -> bool:
         return len(s) % 2 == 0 and s == s[::-1]
 
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        # any prefix p is completed by reverse(p); p itself is in the language iff it is an
+        # even-length palindrome
+        ends = _palindromic_prefixes(s)
+        return [{0, 1} | ({self.eos} if i % 2 == 0 and i in ends else set()) for i in range(len(s) + 1)]
+
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         a, b = math.ceil(lo / 2), hi // 2
         if a > b:
@@ -506,6 +607,14 @@ class MissingDuplicate(RecognitionLanguage):
         t = [1 if x == 2 else x for x in s]
         n = len(t) // 2
         return t[:n] == t[n:]
+
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        # a prefix with at most one _ is completed inside a long enough w w (its _ across from a
+        # 1, or a new _ across from one of its 1s or a new 1), so 0 and 1 always, _ until one was read
+        gap = s.index(2)
+        return [{0, 1, 2}] * (gap + 1) + [
+            {0, 1} | ({self.eos} if self._accepts(s[:i]) else set()) for i in range(gap + 1, len(s) + 1)
+        ]
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         a, b = max(1, math.ceil(lo / 2)), hi // 2
@@ -559,6 +668,37 @@ def _parse_numbers(s: tuple[int, ...], separators: tuple[int, ...]) -> list[list
     return parts
 
 
+def _operands_then_result(
+    operands: list[list[int]], separators: tuple[int, ...], z: int, n: int, eos: int
+) -> list[set[int]]:
+    """Next-symbol sets of ``x sep1 y sep2 … z`` of length ``n`` (little-endian binary): before
+    each operand a bit, after each of its bits a bit or its separator; after the last separator
+    the bits of ``z`` without padding one by one, then a padding 0 or the end."""
+    out: list[set[int]] = []
+    for bits, sep in zip(operands, separators, strict=True):
+        out += [{0, 1}] + [{0, 1, sep} for _ in bits]
+    out += [{b} for b in _bits(z)]
+    return out + [{0, eos} for _ in range(n + 1 - len(out))]
+
+
+def _palindromic_prefixes(s: Sequence[int]) -> set[int]:
+    """The lengths ``m`` (0 included) with ``s[:m]`` a palindrome, in ``O(len(s))``: the borders
+    of ``s · sentinel · reverse(s)`` (KMP's prefix function), a border of length ``m`` being
+    ``s[:m] = reverse(s[:m])``."""
+    t = [*s, -1, *reversed(s)]
+    pi = [0] * len(t)
+    for i in range(1, len(t)):
+        k = pi[i - 1]
+        while k and t[i] != t[k]:
+            k = pi[k - 1]
+        pi[i] = k + (t[i] == t[k])
+    out, k = {0}, pi[-1]
+    while k:
+        out.add(k)
+        k = pi[k - 1]
+    return out
+
+
 class _BinaryOperation(RecognitionLanguage):
     """``x op y = z`` in little-endian binary with ``z = f(x, y)``."""
 
@@ -577,6 +717,10 @@ class _BinaryOperation(RecognitionLanguage):
     def _accepts(self, s: tuple[int, ...]) -> bool:
         parts = _parse_numbers(s, (2, 3))
         return parts is not None and self.f(_value(parts[0]), _value(parts[1])) == _value(parts[2])
+
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        x, y, _ = _parse_numbers(s, (2, 3))
+        return _operands_then_result([x, y], (2, 3), self.f(_value(x), _value(y)), len(s), self.eos)
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 5:
@@ -640,6 +784,10 @@ class ComputeSqrt(RecognitionLanguage):
     def _accepts(self, s: tuple[int, ...]) -> bool:
         parts = _parse_numbers(s, (2,))
         return parts is not None and math.isqrt(_value(parts[0])) == _value(parts[1])
+
+    def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
+        x, _ = _parse_numbers(s, (2,))
+        return _operands_then_result([x], (2,), math.isqrt(_value(x)), len(s), self.eos)
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 3:

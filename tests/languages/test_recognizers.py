@@ -375,3 +375,111 @@ def test_bad_input_raises_naming_the_value():
     with pytest.raises(ValueError, match="no negative string found"):
         # the window holds only the empty string, which is in the language
         sample_negative(flare_language("even_pairs"), np.random.default_rng(0), (0, 0), tries=5)
+
+
+#: next-symbol check per language: (longest string enumerated N, longest string of the language
+#: whose sets are checked M): every continuation of a checked prefix has a witness within N
+#: (``prefix a`` completed by its reverse: 2(M + 1) <= N for unmarked reversal)
+NEXT_CHECK = {
+    "even_pairs": (12, 6), "repeat_01": (12, 6), "parity": (12, 6), "first": (12, 6),
+    "cycle_navigation": (5, 3), "modular_arithmetic": (5, 3), "dyck_2_3": (8, 4),
+    "majority": (12, 5), "stack_manipulation": (7, 4), "marked_reversal": (9, 5),
+    "unmarked_reversal": (12, 5), "marked_copy": (9, 5), "missing_duplicate": (10, 4),
+    "odds_first": (9, 5), "bucket_sort": (7, 3),
+}  # fmt: skip
+#: the arithmetic languages: (the operator's id or None, the id of '=', the operation); their
+#: strings are built from every operand of up to 4 bits (any longer string needs longer operands)
+ARITHMETIC_CHECK = {
+    "binary_addition": (2, 3, lambda x, y: x + y),
+    "binary_multiplication": (2, 3, lambda x, y: x * y),
+    "compute_sqrt": (None, 2, math.isqrt),
+}
+
+
+def _bit_strings(lo, hi):
+    return [b for n in range(lo, hi + 1) for b in itertools.product((0, 1), repeat=n)]
+
+
+def _next_symbol_cases(lang):
+    """``(strings of the language enumerated, those whose next-symbol sets are checked)``: every
+    string up to ``N`` symbols; for the arithmetic languages every ``x op y = z`` (``x = z``) with
+    operands of up to 4 bits and ``z`` of no or up to 2 padding zeros, checked with operands of up
+    to 3 bits and at most 1 padding zero."""
+    if lang.name in ARITHMETIC_CHECK:
+        op, eq, f = ARITHMETIC_CHECK[lang.name]
+        operands = _bit_strings(1, 4)
+        heads = [(x, y) for x in operands for y in operands] if op is not None else [(x,) for x in operands]
+        members, checked = [], []
+        for h in heads:
+            z = [int(c) for c in reversed(bin(f(*(_num(b) for b in h)))[2:])]
+            for pad in range(3):
+                s = (*h[0], *((op, *h[1]) if op is not None else ()), eq, *z, *[0] * pad)
+                members.append(s)
+                if pad <= 1 and all(len(b) <= 3 for b in h):
+                    checked.append(s)
+        assert all(lang.accepts(s) for s in members)
+        return members, checked
+    n, m = NEXT_CHECK[lang.name]
+    members = [s for s in _all_strings(lang.num_symbols, n) if lang.accepts(s)]
+    return members, [s for s in members if len(s) <= m]
+
+
+def test_next_symbols_are_the_continuations_of_the_language(lang):
+    """Every next-symbol set of short strings of the language equals the brute-force one: the
+    symbols ``a`` for which ``prefix a`` begins a string of the language among all strings
+    enumerated (long enough for a witness of every continuation), and end-of-string exactly when
+    the prefix is in the language."""
+    members, checked = _next_symbol_cases(lang)
+    begins = {s[:i] for s in members for i in range(len(s) + 1)}
+    assert len(checked) >= 3, lang.name
+    for s in checked:
+        sets = lang.next_symbols(s)
+        assert len(sets) == len(s) + 1
+        for i, got in enumerate(sets):
+            p = s[:i]
+            want = {a for a in range(lang.num_symbols) if (*p, a) in begins}
+            want |= {lang.eos} if lang.accepts(p) else set()
+            assert got == want, (lang.name, lang.decode(s), i, sorted(got), sorted(want))
+
+
+def test_next_symbols_of_long_strings_contain_each_next_symbol():
+    """On sampled strings up to 80 symbols every symbol is in the set before it and the last set
+    holds end-of-string (the public code's check), in both conventions."""
+    rng = np.random.default_rng(0)
+    for name in FLARE_LANGUAGES:
+        lang = flare_language(name)
+        for _ in range(20):
+            s = lang.sample(rng, (0, 80))
+            for convention in ("language", "public"):
+                sets = lang.next_symbols(s, convention)
+                assert all(a in sets[i] for i, a in enumerate(s)), (name, lang.decode(s))
+                assert lang.eos in sets[-1]
+
+
+def test_the_public_convention_differs_for_stack_manipulation_only():
+    """The public code's sets for ``stack_manipulation`` (its sampler's): ``POP`` offered on the
+    initial stack even when it is empty, ``PUSH`` withheld after the string's last push; every
+    other language's sets are the language's."""
+    lang = flare_language("stack_manipulation")
+    s = lang.encode("1 PUSH 0 POP # 1")
+
+    def names(sets):
+        return [" ".join(sorted(lang.alphabet[a] if a < lang.eos else "EOS" for a in x)) for x in sets]
+
+    assert names(lang.next_symbols(s)) == [
+        "# 0 1 PUSH", "# 0 1 POP PUSH", "0 1", "# POP PUSH", "# POP PUSH", "1", "EOS"
+    ]  # fmt: skip
+    assert names(lang.next_symbols(s, "public")) == [
+        "# 0 1 POP PUSH", "# 0 1 POP PUSH", "0 1", "# POP", "# POP", "1", "EOS"
+    ]  # fmt: skip
+    rng = np.random.default_rng(1)
+    for name in FLARE_LANGUAGES:
+        if name != "stack_manipulation":
+            other = flare_language(name)
+            for _ in range(5):
+                w = other.sample(rng, (0, 30))
+                assert other.next_symbols(w, "public") == other.next_symbols(w)
+    with pytest.raises(ValueError, match="'0 1' is not one"):
+        flare_language("majority").next_symbols((0, 1))
+    with pytest.raises(ValueError, match="convention must be 'language' or 'public', got 'paper'"):
+        flare_language("majority").next_symbols((1,), "paper")
