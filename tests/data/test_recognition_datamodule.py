@@ -44,13 +44,47 @@ def test_batches_put_bos_first_and_count_it_in_the_lengths():
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert set(batch) == {"input", "mask", "label", "lengths"}
-    assert dm.vocab_size == 3 and dm.num_symbols == 2 and dm.bracket_types is None
+    assert dm.vocab_size == 3 and dm.num_symbols == 3 and dm.bracket_types is None  # outputs: 0, 1, EOS
     assert (batch["input"][:, 0] == 2).all()  # BOS
     assert torch.equal(batch["mask"].sum(1), batch["lengths"])
     items = [dm.datasets["train"][i] for i in range(64)]
     assert sorted(len(it["body"]) + 1 for it in items) == sorted(
         int(n) for b in dm.train_dataloader() for n in b["lengths"]
     )
+
+
+def test_auxiliary_targets_are_the_positive_strings_next_symbols_and_their_sets():
+    """``auxiliary``: each positive string's next symbols then ``EOS`` as ``target`` and its
+    next-symbol sets as ``next_set`` (masked to its positions); negatives get neither."""
+    from memrnn.data.datamodule import IGNORE_INDEX
+
+    dm = RecognizerDataModule("stack_manipulation", train_size=64, val_size=8, test_per_length=1,
+                              test_lengths=(0, 5), auxiliary=["language_modelling", "next_symbols"])  # fmt: skip
+    dm.setup("fit")
+    lang, eos = dm.language, dm.language.eos
+    items = [dm.datasets["train"][i] for i in range(32)]
+    batch = dm.collate_fn()(items)
+    assert set(batch) == {"input", "mask", "label", "lengths", "target", "next_set", "next_set_mask"}
+    assert batch["next_set"].shape[-1] == dm.num_symbols == lang.num_symbols + 1
+    for i, it in enumerate(items):
+        n = len(it["body"])
+        if it["label"]:
+            assert batch["target"][i, : n + 1].tolist() == [*it["body"], eos]
+            assert (batch["target"][i, n + 1 :] == IGNORE_INDEX).all()
+            sets = [set(torch.nonzero(row).flatten().tolist()) for row in batch["next_set"][i, : n + 1]]
+            assert sets == [set(x) for x in lang.next_symbols(it["body"])]
+            assert batch["next_set_mask"][i].tolist() == [t <= n for t in range(batch["mask"].shape[1])]
+        else:
+            assert (batch["target"][i] == IGNORE_INDEX).all() and not batch["next_set_mask"][i].any()
+    assert 0 < sum(it["label"] for it in items) < len(items)
+    public = RecognizerDataModule(
+        "stack_manipulation", auxiliary=["next_symbols"], next_symbols_convention="public"
+    )
+    positive = next(it for it in items if it["label"])
+    got = public.collate_fn()([positive])["next_set"][0, : len(positive["body"]) + 1]
+    assert [set(torch.nonzero(r).flatten().tolist()) for r in got] == [
+        set(x) for x in lang.next_symbols(positive["body"], "public")
+    ]
 
 
 def test_bad_arguments_are_named():
@@ -64,6 +98,12 @@ def test_bad_arguments_are_named():
         RecognizerDataModule("parity", perturbation_probability=-0.1)
     with pytest.raises(ValueError, match="0 <= min <= max"):
         RecognizerDataModule("parity", test_lengths=(9, 3))
+    with pytest.raises(ValueError, match="auxiliary takes a list of language_modelling, next_symbols; got"):
+        RecognizerDataModule("parity", auxiliary=["lm"])
+    with pytest.raises(
+        ValueError, match="next_symbols_convention must be 'language' or 'public', got 'paper'"
+    ):
+        RecognizerDataModule("parity", next_symbols_convention="paper")
 
 
 def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
@@ -85,3 +125,29 @@ def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
     accuracy = [r["val/accept_end"] for r in run["history"] if "val/accept_end" in r]
     assert len(accuracy) == 12 and accuracy[-1] > 0.9, (accuracy, out.stdout[-2000:])
     assert not any("val/accept_prefix" in r for r in run["history"])  # whole-string labels only
+
+
+def test_train_py_trains_with_the_auxiliary_losses_and_selects_on_recognition(tmp_path):
+    """``train.py`` with configs/flare/lstm_lm_ns.yaml: recognition, language modelling and
+    next-symbol prediction together; the offline run logs each objective's validation loss,
+    ``val/loss`` is the recognition loss (what checkpoints and early stopping watch), and the
+    language model's cross-entropy comes without a gap (the benchmark has no exact reference)."""
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    args = [
+        "fit", "--config", str(ROOT / "configs/flare/lstm_lm_ns.yaml"),
+        "--data.init_args.language=marked_reversal", "--data.init_args.train_size=256",
+        "--data.init_args.val_size=64", "--model.init_args.layer.init_args.hidden_size=16",
+        "--model.init_args.lr=0.01", "--trainer.max_epochs=3",
+        f"--trainer.logger.init_args.save_dir={tmp_path}",
+    ]  # fmt: skip
+    out = subprocess.run([sys.executable, str(ROOT / "train.py"), *args],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    run = read_offline_run(next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), wait=30)
+    rows = [r for r in run["history"] if "val/loss" in r]
+    assert len(rows) == 3
+    for r in rows:
+        assert {"val/loss_acceptor_end", "val/loss_generator", "val/loss_next_set", "val/loss_total",
+                "val/accept_end", "val/ce", "val/next_set_sequence"} <= set(r)  # fmt: skip
+        assert r["val/loss"] == pytest.approx(r["val/loss_acceptor_end"])
+        assert "val/ce_gap" not in r

@@ -153,3 +153,46 @@ def test_training_loss_is_logged_on_logging_steps_or_when_monitored(tmp_path, mo
                   limit_val_batches=0, callbacks=callbacks)  # fmt: skip
     t.fit(model, datamodule=dm)
     assert logged == (list(range(7)) if monitored else [2, 5, 6])
+
+
+def test_string_reduction_averages_each_strings_positions_then_the_strings():
+    """``loss_reduction="string"`` (the recognizer benchmark's auxiliary losses): each string's
+    mean over its scored positions (``target`` not ignored; ``next_set_mask``), then the mean over
+    the strings that have any; ``"token"`` the mean over all of them.  ``select_on`` makes that
+    objective's loss ``val/loss``."""
+    from memrnn.data import RecognizerDataModule
+    from memrnn.data.datamodule import IGNORE_INDEX
+
+    dm = RecognizerDataModule(
+        "marked_reversal", train_size=16, val_size=8, auxiliary=["language_modelling", "next_symbols"]
+    )
+    dm.setup("fit")
+    batch = dm.collate_fn()([dm.datasets["train"][i] for i in range(16)])
+    objectives = {"acceptor_end": 1.0, "generator": 1.0, "next_set": 1.0}
+    string, token = (model_for(dm, objectives, loss_reduction=r) for r in ("string", "token"))
+    token.load_state_dict(string.state_dict())
+    out = string.heads_out(batch["input"], batch["mask"])
+    got_s, got_t = string.losses(batch, out), token.losses(batch, out)
+    nll = torch.nn.functional.cross_entropy(out["generator"].transpose(1, 2), batch["target"],
+                                            ignore_index=IGNORE_INDEX, reduction="none")  # fmt: skip
+    bce = torch.nn.functional.binary_cross_entropy_with_logits(
+        out["next_set"], batch["next_set"].float(), reduction="none"
+    ).mean(-1)
+    lm_rows, ns_rows = [], []
+    for i in range(16):
+        scored = batch["target"][i] != IGNORE_INDEX
+        if scored.any():
+            lm_rows.append(nll[i][scored].mean())
+            ns_rows.append(bce[i][batch["next_set_mask"][i]].mean())
+    torch.testing.assert_close(got_s["generator"], torch.stack(lm_rows).mean())
+    torch.testing.assert_close(got_s["next_set"], torch.stack(ns_rows).mean())
+    scored = batch["target"] != IGNORE_INDEX
+    torch.testing.assert_close(got_t["generator"], nll[scored].mean())
+    torch.testing.assert_close(got_t["next_set"], bce[batch["next_set_mask"]].mean())
+    torch.testing.assert_close(got_s["acceptor_end"], got_t["acceptor_end"])
+    with pytest.raises(ValueError, match="loss_reduction must be 'token' or 'string', got 'sum'"):
+        model_for(dm, objectives, loss_reduction="sum")
+    with pytest.raises(
+        ValueError, match=r"select_on='generator' is not one of the objectives \(acceptor_end\)"
+    ):
+        model_for(dm, {"acceptor_end": 1.0}, select_on="generator")
