@@ -106,25 +106,29 @@ def test_bad_arguments_are_named():
         RecognizerDataModule("parity", next_symbols_convention="paper")
 
 
-def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
-    """``train.py`` with configs/flare/lstm.yaml on a CPU: an LSTM recognises ``first`` (the first
-    symbol is 1) and the validation accuracy lands in the offline W&B run's summary."""
+def _train(tmp_path, config, *overrides):
+    """``train.py fit`` with ``configs/flare/<config>`` and ``overrides``, W&B offline into
+    ``tmp_path``: the offline run's history."""
     env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    args = [
-        "fit", "--config", str(ROOT / "configs/flare/lstm.yaml"),
-        "--data.init_args.language=first", "--data.init_args.train_size=1024",
-        "--data.init_args.val_size=128",
-        "--model.init_args.layer.init_args.hidden_size=16",
-        "--model.init_args.lr=0.01", "--trainer.max_epochs=12",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-    ]  # fmt: skip
+    args = ["fit", "--config", str(ROOT / "configs/flare" / config), *overrides,
+            f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip
     out = subprocess.run([sys.executable, str(ROOT / "train.py"), *args],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    run = read_offline_run(next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), wait=30)
-    accuracy = [r["val/accept_end"] for r in run["history"] if "val/accept_end" in r]
-    assert len(accuracy) == 12 and accuracy[-1] > 0.9, (accuracy, out.stdout[-2000:])
-    assert not any("val/accept_prefix" in r for r in run["history"])  # whole-string labels only
+    return read_offline_run(next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), wait=30)["history"]
+
+
+def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
+    """``train.py`` with configs/flare/lstm.yaml on a CPU: an LSTM recognises ``first`` (the first
+    symbol is 1) and the validation accuracy lands in the offline W&B run's summary."""
+    history = _train(
+        tmp_path, "lstm.yaml", "--data.init_args.language=first", "--data.init_args.train_size=1024",
+        "--data.init_args.val_size=128", "--model.init_args.layer.init_args.hidden_size=16",
+        "--model.init_args.lr=0.01", "--trainer.max_epochs=12",
+    )  # fmt: skip
+    accuracy = [r["val/accept_end"] for r in history if "val/accept_end" in r]
+    assert len(accuracy) == 12 and accuracy[-1] > 0.9, accuracy
+    assert not any("val/accept_prefix" in r for r in history)  # whole-string labels only
 
 
 def test_train_py_trains_with_the_auxiliary_losses_and_selects_on_recognition(tmp_path):
@@ -132,19 +136,13 @@ def test_train_py_trains_with_the_auxiliary_losses_and_selects_on_recognition(tm
     next-symbol prediction together; the offline run logs each objective's validation loss,
     ``val/loss`` is the recognition loss (what checkpoints and early stopping watch), and the
     language model's cross-entropy comes without a gap (the benchmark has no exact reference)."""
-    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
-    args = [
-        "fit", "--config", str(ROOT / "configs/flare/lstm_lm_ns.yaml"),
-        "--data.init_args.language=marked_reversal", "--data.init_args.train_size=256",
-        "--data.init_args.val_size=64", "--model.init_args.layer.init_args.hidden_size=16",
-        "--model.init_args.lr=0.01", "--trainer.max_epochs=3",
-        f"--trainer.logger.init_args.save_dir={tmp_path}",
-    ]  # fmt: skip
-    out = subprocess.run([sys.executable, str(ROOT / "train.py"), *args],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    run = read_offline_run(next(tmp_path.glob("wandb/offline-run-*/run-*.wandb")), wait=30)
-    rows = [r for r in run["history"] if "val/loss" in r]
+    history = _train(
+        tmp_path, "lstm_lm_ns.yaml", "--data.init_args.language=marked_reversal",
+        "--data.init_args.train_size=256", "--data.init_args.val_size=64",
+        "--model.init_args.layer.init_args.hidden_size=16", "--model.init_args.lr=0.01",
+        "--trainer.max_epochs=3",
+    )  # fmt: skip
+    rows = [r for r in history if "val/loss" in r]
     assert len(rows) == 3
     for r in rows:
         assert {"val/loss_acceptor_end", "val/loss_generator", "val/loss_next_set", "val/loss_total",
