@@ -150,7 +150,7 @@ def _ns_pop_fwd(
         q = kq % QP
         y = tl.arange(0, SP)[None, None, :, None]
         r = tl.arange(0, QP)[None, None, None, :]
-        back = (DO + 1) * BLK  # one column back and one offset down: ko + 1
+        back = (b * 0 + DO + 1) * BLK  # one column back and one offset down (ko + 1); int64, as b
         a_ptr = store + ((b * NC + jc - 2) * DO + o - 2) * BLK + rho * QS + q * S + y - (kq // QP) * back
         c_ptr = gp + b * E * QS * Q + ((kq // QP) * QS + q * S + y) * Q + r
         m = tl.full((RP, SP, QP), float("-inf"), popped.dtype.element_ty)
