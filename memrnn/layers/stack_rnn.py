@@ -98,9 +98,11 @@ class StackRNN(MemoryLayer):
             the batch row, when a real (unpadded) step drops any content out of the window.
         fused: ``forward`` runs :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` (hand-written
             backpropagation through time) when the controller is a one-layer LSTM or a tanh,
-            sigmoid or relu Elman RNN; otherwise, or with ``False``, the loop over ``step``
-            (the nondeterministic stack's step in C++ on CPU, first order).  With ``False`` every
-            op of that loop is torch's own, so second derivatives work.  Same numbers.
+            sigmoid or relu Elman RNN (on CUDA the stack RNN's two Triton kernels); the
+            nondeterministic stacks run as one :class:`memrnn.ops.nondeterministic.NondeterministicRun`
+            (C++ on CPU, Triton kernels on CUDA; first order) under any controller; otherwise, or
+            with ``False``, the loop over ``step``.  With ``False`` every op of that loop is
+            torch's own, so second derivatives work.  Same numbers.
         memory_args, controller_args: extra arguments of the memory and controller built by name
             (``push_activation``, ``forget_bias``, ``activation``, …).
 
