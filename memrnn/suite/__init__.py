@@ -4,7 +4,7 @@ with per-length curves.  ``python -m memrnn.suite --help`` is the entry point.""
 
 from memrnn.suite.cluster import slurm_script, wandb_sweep
 from memrnn.suite.collect import Results, collect, collect_wandb
-from memrnn.suite.runner import cell_status, run_cell, run_local
+from memrnn.suite.runner import cell_status, run_cell, run_local, running_elsewhere
 from memrnn.suite.spec import Cell, Suite
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "collect_wandb",
     "run_cell",
     "run_local",
+    "running_elsewhere",
     "slurm_script",
     "wandb_sweep",
 ]

@@ -9,7 +9,9 @@ A cell's folder (``Suite.cell_dir``) says where it stands:
 
 A cell with ``STARTED`` and neither of the others was killed (or is still running).  Every
 launcher runs the cells that are not done, so running a suite again re-runs the failed and the
-killed ones and never repeats a finished one.
+killed ones and never repeats a finished one.  :func:`run_local` looks again just before it
+starts each cell, so two of them on one machine share a suite's folder: neither starts a cell the
+other has finished or is running (a ``STARTED`` of this host whose process is alive).
 """
 
 from __future__ import annotations
@@ -46,6 +48,28 @@ def cell_status(suite: Suite, cell: Cell) -> str:
     if (folder / "STARTED").is_file():
         return "killed"
     return "pending"
+
+
+def running_elsewhere(suite: Suite, cell: Cell) -> int | None:
+    """The process id of a live process of this machine that is running ``cell`` (its
+    ``STARTED`` names this host and that process, and there is no result), else None."""
+    folder = suite.cell_dir(cell)
+    if cell_status(suite, cell) != "killed":
+        return None
+    try:
+        stamp = json.loads((folder / "STARTED").read_text())
+    except (OSError, ValueError):
+        return None
+    pid = stamp.get("pid") if isinstance(stamp, dict) else None
+    if stamp.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # alive, another user's
+        return pid
+    return pid
 
 
 def _scalars(d: dict[str, Any]) -> dict[str, float]:
@@ -240,6 +264,15 @@ def run_local(
         while todo or running:
             while todo and len(running) < jobs:
                 cell = todo.pop(0)
+                if cell_status(suite, cell) == "done":  # another runner finished it meanwhile
+                    log(f"[suite {suite.name}] {cell.name}: done by another runner")
+                    report[cell.name] = "done"
+                    continue
+                pid = running_elsewhere(suite, cell)
+                if pid is not None:
+                    log(f"[suite {suite.name}] {cell.name}: running in process {pid}; not started again")
+                    report[cell.name] = f"running in process {pid}"
+                    continue
                 path = suite.out / "logs" / f"{cell.name.replace('/', '_')}.log"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:

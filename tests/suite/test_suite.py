@@ -26,6 +26,7 @@ from memrnn.suite import (
     collect_wandb,
     run_cell,
     run_local,
+    running_elsewhere,
     slurm_script,
     wandb_sweep,
 )
@@ -264,6 +265,38 @@ def test_running_again_reruns_only_what_is_not_done(ran, tmp_path):
     assert {c: (suite.cell_dir(suite.cell(c)) / "result.json").stat().st_mtime_ns for c in done} == done
     assert not (suite.cell_dir(suite.cell("broken/reverse_string/seed0")) / "FAILED").exists()
     assert cell_status(suite, suite.cell("broken/parity_check/seed0")) == "failed"  # not selected
+
+
+def test_a_cell_another_process_of_this_machine_is_running_is_not_started_again(ran):
+    """Two runners sharing a suite's folder: a cell whose ``STARTED`` names this host and a live
+    process is skipped (reported, never launched); once that process is gone it is killed and
+    runs again."""
+    import socket
+    import subprocess as sp
+
+    suite = ran.suite
+    cell = suite.cell("broken/parity_check/seed1")  # never run: pending
+    folder = suite.cell_dir(cell)
+    folder.mkdir(parents=True, exist_ok=True)
+    other = sp.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        (folder / "STARTED").write_text(json.dumps({"host": socket.gethostname(), "pid": other.pid}))
+        assert running_elsewhere(suite, cell) == other.pid
+        lines: list[str] = []
+        report = run_local(suite, cells=[cell], log=lines.append)
+        assert report == {cell.name: f"running in process {other.pid}"}
+        assert any(f"running in process {other.pid}; not started again" in line for line in lines)
+        assert (
+            not (folder / "result.json").exists()
+            and not (suite.out / "logs" / "broken_parity_check_seed1.log").exists()
+        )
+    finally:
+        other.kill()
+        other.wait()
+    assert running_elsewhere(suite, cell) is None and cell_status(suite, cell) == "killed"
+    (folder / "STARTED").write_text(json.dumps({"host": "elsewhere", "pid": other.pid}))
+    assert running_elsewhere(suite, cell) is None  # another machine's: no way to tell, runs again
+    (folder / "STARTED").unlink()
 
 
 def test_slurm_array_through_a_fake_sbatch(ran, tmp_path):
