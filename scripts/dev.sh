@@ -54,7 +54,8 @@ case "$cmd" in
     setup
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" "$@"
+    # loadgroup: tests marked with one xdist_group (a shared folder built up in order) share a worker
+    exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" --dist loadgroup "$@"
     ;;
   slow)
     setup

@@ -35,6 +35,9 @@ from memrnn.suite.runner import _parameters, fit_budget
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
+#: the tests share the ``ran`` suite's folder and build on each other's cells, in file order: one
+#: test worker runs them all (``--dist loadgroup``, scripts/dev.sh)
+pytestmark = pytest.mark.xdist_group("suite_folder")
 #: a Chomsky-hierarchy cell small enough for seconds on a CPU
 TINY = {
     "model.init_args.layer.init_args.hidden_size": 8,
