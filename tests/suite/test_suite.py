@@ -305,7 +305,11 @@ def test_a_cell_another_process_of_this_machine_is_running_is_not_started_again(
 def test_slurm_array_through_a_fake_sbatch(ran, tmp_path):
     """``slurm --submit`` writes a script that a fake sbatch checks (the array covers the cells
     not done, one per task) and runs as SLURM would run its task 0: that cell gets done."""
-    suite = ran.suite
+    # the broken architecture fixed (as test_running_again_reruns_only_what_is_not_done does):
+    # whichever cell is first not done, it must run
+    fixed = dict(ran.archs, broken=str(CONFIGS / "chomsky/lstm.yaml"))
+    suite = Suite.load(write_suite(ran.folder, architectures=fixed, tasks={
+        "parity_check": {"data.init_args.task": "parity_check"}, "reverse_string": {"data.init_args.task": "reverse_string"}}))  # fmt: skip
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     sbatch = bin_ / "sbatch"
