@@ -15,6 +15,8 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     metric: test/acc_mean_over_lengths     # the score the collector tabulates
     mode: max                              # max: higher is better (min: lower)
     budget: {parameters: 64000}            # optional: each architecture's size set to match it
+    sample:                                # optional: hyper-parameters drawn per cell (a trial)
+      model.init_args.lr: {loguniform: [1.0e-4, 1.0e-2]}
     slurm: {time: "04:00:00", cpus-per-task: 1}   # #SBATCH options of the array job
 
 With a ``budget``, every cell's ``key`` (default ``model.init_args.layer.init_args.hidden_size``;
@@ -23,8 +25,16 @@ largest value (up to ``max``, default 4096) whose model has at most ``parameters
 parameters, so architectures compare at a matched parameter budget (the value is found once per
 architecture and task and recorded in the result).
 
+With ``sample``, every cell draws each listed override from its distribution (``loguniform``,
+``uniform``: ``[low, high]``; ``int_uniform``: ``[low, high]`` inclusive; ``choice``: a list),
+with a generator seeded by the suite's name and the cell's architecture, task, learning rate and
+seed: the same cell always draws the same values, and the seeds of one architecture and task are
+independent random trials (Butoi et al. 2025 draw each trial's hyper-parameters so, and report
+the mean and the best over 10).  The drawn values are in the cell's command line, hence in its
+``result.json``.
+
 Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
-of its architecture, the suite's ``args``, the task's, the architecture's, then the seed
+of its architecture, the suite's ``args``, the task's, the architecture's, the drawn ones, then the seed
 (``--seed_everything`` and ``--data.init_args.seed``), the learning rate and the run folder, so
 later overrides win.  Cells are named ``<arch>/<task>/lr<lr>/seed<seed>`` (no ``lr`` part
 without ``lrs``); the name is also the cell's folder under the suite's ``out``.
@@ -34,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +53,10 @@ import yaml
 
 #: the keys a suite file may have
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
-              "args", "metric", "mode", "out", "slurm", "budget")  # fmt: skip
+              "args", "metric", "mode", "out", "slurm", "budget", "sample")  # fmt: skip
+#: the distributions ``sample`` draws from, and what each takes
+DISTRIBUTIONS = {"loguniform": "[low, high], 0 < low < high", "uniform": "[low, high], low < high",
+                 "int_uniform": "[low, high] integers, low <= high", "choice": "a non-empty list"}  # fmt: skip
 #: the size a parameter budget sets unless an architecture names another
 BUDGET_KEY = "model.init_args.layer.init_args.hidden_size"
 
@@ -91,6 +105,29 @@ def _overrides(value: Any, where: str) -> list[str]:
     )
 
 
+def _distribution(spec: Any, where: str) -> tuple[str, Any]:
+    """A ``sample`` entry (``{loguniform: [low, high]}`` …) as ``(kind, arguments)``; anything else
+    raises, naming it."""
+    if not isinstance(spec, dict) or len(spec) != 1 or next(iter(spec)) not in DISTRIBUTIONS:
+        kinds = "; ".join(f"{{{k}: {v}}}" for k, v in DISTRIBUTIONS.items())
+        raise ValueError(f"{where}: expected one of {kinds}; got {spec!r}")
+    kind, arg = next(iter(spec.items()))
+    numbers = (
+        isinstance(arg, list)
+        and len(arg) == 2
+        and all(isinstance(x, int | float) and not isinstance(x, bool) for x in arg)
+    )
+    ok = {
+        "loguniform": numbers and 0 < arg[0] < arg[1],
+        "uniform": numbers and arg[0] < arg[1],
+        "int_uniform": numbers and all(isinstance(x, int) for x in arg) and arg[0] <= arg[1],
+        "choice": isinstance(arg, list) and len(arg) > 0,
+    }[kind]
+    if not ok:
+        raise ValueError(f"{where}: {kind} takes {DISTRIBUTIONS[kind]}; got {arg!r}")
+    return kind, list(arg)
+
+
 @dataclass(frozen=True)
 class Architecture:
     """A ``train.py`` config and the overrides this suite adds to it."""
@@ -120,6 +157,8 @@ class Suite:
     slurm: dict[str, Any] = field(default_factory=dict)
     #: ``{"parameters": N, "max": M}`` or ``None`` (module docstring)
     budget: dict[str, int] | None = None
+    #: override key -> ``(distribution, arguments)`` (module docstring)
+    sample: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
@@ -190,6 +229,9 @@ class Suite:
             for k, v in budget.items():
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise ValueError(f"{path}: budget {k} must be a positive int, got {v!r}")
+        sample = {
+            str(k): _distribution(v, f"{path}: sample {k!r}") for k, v in (raw.get("sample") or {}).items()
+        }
         slurm = raw.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
@@ -214,6 +256,7 @@ class Suite:
             description=str(raw.get("description", "")),
             slurm={str(k): v for k, v in slurm.items()},
             budget=None if budget is None else {"max": 4096, **budget},
+            sample=sample,
         )
 
     def cells(self) -> list[Cell]:
@@ -252,10 +295,28 @@ class Suite:
         """The cell's folder: ``<out>/<cell name>``."""
         return self.out / cell.name
 
+    def sampled(self, cell: Cell) -> dict[str, Any]:
+        """The values ``sample`` draws for ``cell`` (module docstring): always the same for the
+        same suite name and cell coordinates."""
+        rng = random.Random(f"{self.name}|{cell.arch}|{cell.task}|{cell.lr}|{cell.seed}")
+        out: dict[str, Any] = {}
+        for key in sorted(self.sample):
+            kind, arg = self.sample[key]
+            if kind == "loguniform":
+                out[key] = math.exp(rng.uniform(math.log(arg[0]), math.log(arg[1])))
+            elif kind == "uniform":
+                out[key] = rng.uniform(arg[0], arg[1])
+            elif kind == "int_uniform":
+                out[key] = rng.randint(arg[0], arg[1])
+            else:
+                out[key] = rng.choice(arg)
+        return out
+
     def cli_args(self, cell: Cell) -> list[str]:
         """The cell's ``train.py`` arguments after the subcommand (module docstring's order)."""
         arch = self.architectures[cell.arch]
-        args = ["--config", str(arch.config), *self.args, *self.tasks[cell.task], *arch.args,
+        drawn = _overrides(self.sampled(cell), f"suite {self.name!r}: sample")
+        args = ["--config", str(arch.config), *self.args, *self.tasks[cell.task], *arch.args, *drawn,
                 f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
         if cell.lr is not None:
             args.append(f"--{self.lr_key}={cell.lr!r}")

@@ -135,6 +135,42 @@ def test_bad_suites_are_named(tmp_path, change, message):
     assert message in str(e.value)
 
 
+def test_sampled_hyper_parameters_are_each_cells_own_and_always_the_same(tmp_path):
+    """``sample``: each cell draws its overrides from the named distributions, the same ones each
+    time the suite is read, others for other seeds (independent trials), within bounds, and they
+    go into the cell's command line after the architecture's overrides."""
+    sample = {"model.init_args.lr": {"loguniform": [1e-4, 1e-2]},
+              "data.init_args.batch_size": {"int_uniform": [8, 64]},
+              "trainer.gradient_clip_val": {"choice": [1.0, 5.0]}}  # fmt: skip
+    suite = Suite.load(write_suite(tmp_path, sample=sample, seeds=list(range(20))))
+    again = Suite.load(write_suite(tmp_path, sample=sample, seeds=list(range(20))))
+    draws = [suite.sampled(c) for c in suite.cells()]
+    assert draws == [again.sampled(c) for c in again.cells()]
+    lrs = [d["model.init_args.lr"] for d in draws]
+    assert all(1e-4 <= x <= 1e-2 for x in lrs) and len(set(lrs)) == len(lrs)
+    assert min(lrs) < 1e-3 < max(lrs)  # log-uniform: a decade either side of 1e-3
+    assert {d["data.init_args.batch_size"] for d in draws} <= set(range(8, 65))
+    assert {d["trainer.gradient_clip_val"] for d in draws} == {1.0, 5.0}
+    cell = suite.cells()[3]
+    args = suite.cli_args(cell)
+    drawn = suite.sampled(cell)
+    assert f"--data.init_args.batch_size={drawn['data.init_args.batch_size']}" in args
+    assert args.index(f"--seed_everything={cell.seed}") > max(
+        i for i, a in enumerate(args) if a.startswith("--model.init_args.lr=")
+    )
+    for bad, message in (
+        (
+            {"lr": {"loguniform": [0, 1]}},
+            r"sample 'lr': loguniform takes \[low, high\], 0 < low < high; got \[0, 1\]",
+        ),
+        ({"lr": {"normal": [0, 1]}}, r"sample 'lr': expected one of \{loguniform"),
+        ({"k": {"int_uniform": [1.5, 3]}}, r"int_uniform takes \[low, high\] integers"),
+        ({"k": {"choice": []}}, r"choice takes a non-empty list"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Suite.load(write_suite(tmp_path, sample=bad))
+
+
 def test_unknown_cells_are_named(tmp_path):
     suite = Suite.load(write_suite(tmp_path, lrs=[0.001]))
     with pytest.raises(KeyError, match="no cell 'lstm/parity_check/seed0'"):
