@@ -7,6 +7,8 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     architectures:                         # name -> a train.py config, with optional overrides
       lstm: ../chomsky/lstm.yaml
       stack_rnn: {config: ../chomsky/stack_rnn.yaml, args: {model.init_args.layer.init_args.depth: 40}}
+      lstm_aux: {config: ../flare/lstm_lm_ns.yaml,   # an architecture may draw its own (below)
+                 sample: {model.init_args.objectives.generator: {loguniform: [0.01, 10]}}}
     tasks:                                 # name -> overrides (a mapping or a list of --key=value)
       reverse_string: {data.init_args.task: reverse_string}
     seeds: [0, 1, 2]
@@ -30,8 +32,9 @@ With ``sample``, every cell draws each listed override from its distribution (``
 with a generator seeded by the suite's name and the cell's architecture, task, learning rate and
 seed: the same cell always draws the same values, and the seeds of one architecture and task are
 independent random trials (Butoi et al. 2025 draw each trial's hyper-parameters so, and report
-the mean and the best over 10).  The drawn values are in the cell's command line, hence in its
-``result.json``.
+the mean and the best over 10).  An architecture's own ``sample`` adds to the suite's (and wins
+on a shared key): what only it has, such as an auxiliary loss's coefficient.  The drawn values
+are in the cell's command line, hence in its ``result.json``.
 
 Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
 of its architecture, the suite's ``args``, the task's, the architecture's, the drawn ones, then the seed
@@ -135,6 +138,8 @@ class Architecture:
     config: Path
     args: list[str] = field(default_factory=list)
     budget_key: str = BUDGET_KEY
+    #: override key -> ``(distribution, arguments)``, drawn per cell beside the suite's
+    sample: dict[str, tuple[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -191,17 +196,21 @@ class Suite:
                 spec = {"config": spec}
             if (
                 not isinstance(spec, dict)
-                or set(spec) - {"config", "args", "budget_key"}
+                or set(spec) - {"config", "args", "budget_key", "sample"}
                 or "config" not in spec
             ):
                 raise ValueError(
-                    f"{path}: architecture {name!r} must be a config path or {{config:, args:, budget_key:}}, "
-                    f"got {spec!r}"
+                    f"{path}: architecture {name!r} must be a config path or "
+                    f"{{config:, args:, budget_key:, sample:}}, got {spec!r}"
                 )
             archs[str(name)] = Architecture(
                 existing(spec["config"], f"architecture {name!r}'s config"),
                 _overrides(spec.get("args"), f"{path}: architecture {name!r}"),
                 str(spec.get("budget_key", BUDGET_KEY)),
+                {
+                    str(k): _distribution(v, f"{path}: architecture {name!r}'s sample {k!r}")
+                    for k, v in (spec.get("sample") or {}).items()
+                },
             )
         if not isinstance(raw["tasks"], dict) or not raw["tasks"]:
             raise ValueError(f"{path}: 'tasks' must be a non-empty mapping name -> overrides")
@@ -299,9 +308,10 @@ class Suite:
         """The values ``sample`` draws for ``cell`` (module docstring): always the same for the
         same suite name and cell coordinates."""
         rng = random.Random(f"{self.name}|{cell.arch}|{cell.task}|{cell.lr}|{cell.seed}")
+        sample = {**self.sample, **self.architectures[cell.arch].sample}
         out: dict[str, Any] = {}
-        for key in sorted(self.sample):
-            kind, arg = self.sample[key]
+        for key in sorted(sample):
+            kind, arg = sample[key]
             if kind == "loguniform":
                 out[key] = math.exp(rng.uniform(math.log(arg[0]), math.log(arg[1])))
             elif kind == "uniform":

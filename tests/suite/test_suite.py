@@ -158,6 +158,17 @@ def test_sampled_hyper_parameters_are_each_cells_own_and_always_the_same(tmp_pat
     assert args.index(f"--seed_everything={cell.seed}") > max(
         i for i, a in enumerate(args) if a.startswith("--model.init_args.lr=")
     )
+    # an architecture's own draws add to the suite's: the LSTM with the recognizer paper's
+    # auxiliary losses draws their coefficients, the plain LSTM does not
+    archs = {"lstm": str(CONFIGS / "chomsky/lstm.yaml"),
+             "aux": {"config": str(CONFIGS / "flare/lstm_lm_ns.yaml"),
+                     "sample": {"model.init_args.objectives.generator": {"loguniform": [0.01, 10]}}}}  # fmt: skip
+    mixed = Suite.load(write_suite(tmp_path, architectures=archs, sample=sample))
+    for c in mixed.cells():
+        drawn = mixed.sampled(c)
+        extra = {"model.init_args.objectives.generator"} if c.arch == "aux" else set()
+        assert set(drawn) == set(sample) | extra
+        assert all(0.01 <= drawn[k] <= 10 for k in extra)
     for bad, message in (
         (
             {"lr": {"loguniform": [0, 1]}},
