@@ -514,7 +514,7 @@ def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name
     extra = ["--trainer.accelerator=cpu"]
     sizes = {}
     for arch in suite.architectures:
-        cell = suite.cell(arch=arch, task=task, seed=0, lr=suite.lrs[0])
+        cell = suite.cell(arch=arch, task=task, seed=0, lr=suite.lrs[0] if suite.lrs else None)
         sizes[arch] = fit_budget(suite, cell, [suite.defaults], extra)
         saved = json.loads((tmp_path / "budget" / f"{arch}__{task}.json").read_text())
         assert 0.8 * suite.budget["parameters"] < saved["count"] <= suite.budget["parameters"], (arch, saved)
