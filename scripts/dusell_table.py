@@ -12,7 +12,8 @@ and scores the data once and trains every model on it, so the exact scores of th
 strings (an inside pass per string) are paid once, not once per model; every model's config is
 checked to resolve to the same ``data`` section first.  A cell that finishes writes
 ``<out>/<model>_<task>/seed<S>/result.json``; running the command again skips those and re-runs
-the rest, so a crashed or killed cell (reported, with its log) is never dropped.  Runs log
+the rest, so a crashed or killed cell (reported, with its log) is never dropped: it continues
+from its latest epoch's ``last.ckpt`` (the same W&B run; ``--fresh`` starts it again).  Runs log
 offline to W&B under the cell's folder.  ``--table-only`` prints the table of what is there.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
@@ -55,8 +56,15 @@ def cli_args(model: str, task: str, seed: int, save: Path, extra: list[str]) -> 
     ]  # fmt: skip
 
 
-def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str]) -> int:
-    """Train and test ``models`` on one (task, seed), sharing one data module; 1 if any failed."""
+def latest_checkpoint(save: Path) -> Path | None:
+    """The newest ``last.ckpt`` an unfinished run left under a cell's folder, else None."""
+    found = sorted(save.glob("**/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str], fresh: bool = False) -> int:
+    """Train and test ``models`` on one (task, seed), sharing one data module; 1 if any failed.
+    A model whose earlier run was killed continues from its latest checkpoint unless ``fresh``."""
     import torch
     import wandb
 
@@ -73,9 +81,13 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str])
         (save / "FAILED").unlink(missing_ok=True)
         try:
             start = time.perf_counter()
+            last = None if fresh else latest_checkpoint(save)
             cli = build_cli(
-                cli_args(model, task, seed, save, extra), run=False, default_config_files=defaults
-            )
+                cli_args(model, task, seed, save, extra), run=False, default_config_files=defaults,
+                continue_from=last,
+            )  # fmt: skip
+            if cli.continue_from is not None:
+                print(f"[dusell] {model}_{task} seed {seed}: continuing from {cli.continue_from}", flush=True)
             data = cli.config.data.as_dict()
             if shared is None:
                 shared, data_config = cli.datamodule, data
@@ -85,7 +97,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str])
                 raise ValueError(
                     f"{model}_{task}.yaml resolves to another data section than {models[0]}_{task}.yaml"
                 )
-            cli.trainer.fit(cli.model, datamodule=shared)
+            cli.trainer.fit(cli.model, datamodule=shared, ckpt_path=cli.continue_from)
             best = cli.trainer.checkpoint_callback.best_model_path
             (tested,) = cli.trainer.test(cli.model, datamodule=shared, ckpt_path=best or None)
             result = {
@@ -94,6 +106,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str])
                 "best_val_loss": float(cli.trainer.checkpoint_callback.best_model_score or float("nan")),
                 "epochs": cli.trainer.current_epoch, "steps": cli.trainer.global_step,
                 "checkpoint": str(best), "seconds": time.perf_counter() - start, "overrides": extra,
+                "continued_from": None if cli.continue_from is None else str(cli.continue_from),
             }  # fmt: skip
             (save / "result.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"[dusell] {model}_{task} seed {seed}: test/ce_gap {result['test_ce_gap']:.4f} "
@@ -151,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/dusell"))
     p.add_argument("--table", type=Path, help="also write the table here")
     p.add_argument("--table-only", action="store_true")
+    p.add_argument("--fresh", action="store_true", help="start killed cells again instead of continuing them")
     p.add_argument("--worker", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name, given, known in (("model", args.models, MODELS), ("task", args.tasks, TASKS)):
@@ -160,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         p.error(f"--jobs must be >= 1, got {args.jobs}")
     if args.worker:
-        return worker(args.worker[0], int(args.worker[1]), args.models, args.out, extra)
+        return worker(args.worker[0], int(args.worker[1]), args.models, args.out, extra, args.fresh)
     failed = []
     if not args.table_only:
         todo = [(t, s) for t in args.tasks for s in args.seeds
@@ -173,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                 log = args.out / "logs" / f"{task}_seed{seed}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 cmd = [sys.executable, __file__, "--worker", task, str(seed), "--models", *args.models,
-                       "--out", str(args.out), "--", *extra]  # fmt: skip
+                       "--out", str(args.out), *(["--fresh"] if args.fresh else []), "--", *extra]  # fmt: skip
                 print(f"[dusell] start {task} seed {seed} (log {log})", flush=True)
                 with log.open("a") as fh:
                     running.append(

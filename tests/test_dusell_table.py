@@ -40,10 +40,13 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     lstm = sorted([results["lstm", 0], results["lstm", 1]])
     assert row.split("|")[2].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
 
-    # a killed cell (no result, a stale FAILED) is run again; finished cells are left alone
+    # a killed cell (no result, a stale FAILED) is run again from its latest checkpoint (here its
+    # only epoch, so it is tested without training further); finished cells are left alone
     kept = out / "lstm_marked_reversal" / "seed0" / "result.json"
     stamp = kept.stat().st_mtime_ns
     redo = out / "superposition_marked_reversal" / "seed1"
+    before = json.loads((redo / "result.json").read_text())
+    (run,) = (redo / "memrnn").iterdir()
     (redo / "result.json").unlink()
     (redo / "FAILED").write_text("killed")
     again = table(out)
@@ -56,6 +59,10 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     assert (
         "start marked_reversal seed 1" in again.stdout and "start marked_reversal seed 0" not in again.stdout
     )
+    after = json.loads((redo / "result.json").read_text())
+    assert after["continued_from"] == str(run / "checkpoints" / "last.ckpt")
+    assert after["steps"] == before["steps"] and list((redo / "memrnn").iterdir()) == [run]
+    assert after["test_ce_gap"] == pytest.approx(before["test_ce_gap"], rel=1e-5)  # the same weights
 
 
 def test_a_failing_cell_is_reported_and_the_command_fails(tmp_path):

@@ -22,7 +22,7 @@ from memrnn.lit.metrics import (
     NextSetAccuracy,
     PerLengthStats,
 )
-from memrnn.lit.runs import LearningRateMonitor, SaveRunConfig, run_dir
+from memrnn.lit.runs import LearningRateMonitor, ModelCheckpoint, SaveRunConfig, run_dir
 from memrnn.lit.sequence import SequenceModule
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "LearningRateMonitor",
     "LengthCurves",
     "LinearProbe",
+    "ModelCheckpoint",
     "ModelComparison",
     "NextSetAccuracy",
     "PerLengthStats",

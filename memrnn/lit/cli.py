@@ -227,6 +227,14 @@ class MemrnnCLI(LightningCLI):
 
     _ckpt_run: dict[str, Any] | None = None
 
+    def __init__(self, *args: Any, continue_from: str | Path | None = None, **kwargs: Any) -> None:
+        #: the checkpoint whose run this CLI continues without a subcommand (``run=False``):
+        #: ``continue_from`` when its model is the config's, else None (``build_cli``)
+        self.continue_from: Path | None = None if continue_from is None else Path(continue_from)
+        #: why ``continue_from`` was not continued (the first model difference), else None
+        self.continue_refused: str | None = None
+        super().__init__(*args, **kwargs)
+
     def add_arguments_to_parser(self, parser) -> None:
         # The sizes follow from the language; users never set them (they are derived values,
         # so they do not appear in --print_config).
@@ -236,6 +244,8 @@ class MemrnnCLI(LightningCLI):
     # -- checkpoints ----------------------------------------------------------------------------
     def _parse_ckpt_path(self) -> None:
         sub = self.config.get("subcommand")
+        if not sub and self.continue_from is not None:
+            self._continue_without_subcommand(self.continue_from)
         ckpt_path = self.config[sub].get("ckpt_path") if sub else None
         if ckpt_path and str(ckpt_path) not in SPECIAL_CKPT:
             try:
@@ -258,9 +268,32 @@ class MemrnnCLI(LightningCLI):
                 warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
         super()._parse_ckpt_path()
 
+    def _continue_without_subcommand(self, path: Path) -> None:
+        """``continue_from`` (no subcommand): continue the checkpoint's run when it holds the
+        config's model; otherwise warn, name the first difference and start a new run."""
+        ckpt = read_checkpoint(path)
+        diffs = model_differences(self.config.get("model"), ckpt.get("hyper_parameters", {}))
+        if diffs:
+            self.continue_refused = diffs[0]
+            self.continue_from = None
+            rank_zero_warn(
+                f"not continuing {path}: it holds another model than the config asks for ({diffs[0]}); "
+                "starting a new run"
+            )
+            return
+        self._ckpt_run = ckpt.get(RUN_KEY)
+        if self._ckpt_run:
+            warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
+
     def before_instantiate_classes(self) -> None:
         sub = self.config.get("subcommand")
         if not sub:
+            if self._ckpt_run and self.config.get("trainer") is not None:
+                logger = self.config.trainer.get("logger")
+                if logger not in (False, None):
+                    self._continue_wandb_run(logger, self._ckpt_run)
+                elif self.config.trainer.get("default_root_dir") is None and self._ckpt_run.get("run_dir"):
+                    self.config.trainer.default_root_dir = self._ckpt_run["run_dir"]
             return
         trainer = self.config[sub].trainer
         logger, record = trainer.get("logger"), self._ckpt_run
@@ -285,7 +318,7 @@ class MemrnnCLI(LightningCLI):
         args = logger.init_args
         if args.get("id") is None and args.get("version") is None:
             args.id = record["version"]
-            rank_zero_info(f"--ckpt_path: continuing W&B run {record['version']} in {record['run_dir']}")
+            rank_zero_info(f"continuing W&B run {record['version']} in {record['run_dir']}")
 
     def instantiate_classes(self) -> None:
         """Lightning's, but a bad value that a class refuses (its ``ValueError``/``TypeError``)
@@ -406,13 +439,20 @@ def build_cli(
     *,
     run: bool = True,
     default_config_files: Sequence[str | Path] = (),
+    continue_from: str | Path | None = None,
 ) -> MemrnnCLI:
     """Build (and by default run) the CLI; ``args=None`` reads ``sys.argv``.
 
     ``default_config_files`` are read before any ``--config`` (``train.py`` passes
     ``configs/defaults.yaml``).  With ``run=False`` there are no subcommands: the CLI only
     parses and instantiates (``cli.model``, ``cli.datamodule``, ``cli.trainer``).
+    ``continue_from`` (with ``run=False``) is a checkpoint whose run the trainer continues (its
+    W&B run id, so its folder and best-checkpoint tracking) when it holds the config's model;
+    pass ``cli.continue_from`` to ``trainer.fit(..., ckpt_path=...)`` (None when refused:
+    ``cli.continue_refused`` says why).
     """
+    if continue_from is not None and run:
+        raise ValueError("continue_from is for run=False; with a subcommand pass --ckpt_path")
     quiet_known_noise()
     given = sys.argv[1:] if args is None else list(args)
     try:
@@ -432,6 +472,7 @@ def build_cli(
         subclass_mode_data=True,
         args=args,
         run=run,
+        continue_from=continue_from,
         parser_class=ConciseArgumentParser,
         save_config_callback=SaveRunConfig,
         parser_kwargs={sub: defaults for sub in ("fit", "validate", "test", "predict")} if run else defaults,

@@ -23,6 +23,7 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch.callbacks import LearningRateMonitor as _LearningRateMonitor
+from lightning.pytorch.callbacks import ModelCheckpoint as _ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -140,3 +141,29 @@ class LearningRateMonitor(_LearningRateMonitor):
     def on_train_epoch_start(self, trainer: L.Trainer, *args: Any, **kwargs: Any) -> None:
         if not getattr(self, "_off", False):
             super().on_train_epoch_start(trainer, *args, **kwargs)
+
+
+class ModelCheckpoint(_ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose ``last.ckpt`` (``save_last=True``) is the state after
+    every validation (or training epoch, when it saves there), so a killed run continues from its
+    latest epoch (``--ckpt_path=<run>/checkpoints/last.ckpt``; the suite runner does it itself).
+
+    Lightning 2.6 rewrites ``last.ckpt`` only when a top-k checkpoint is saved in the same step:
+    a run whose monitored value stopped improving keeps an old ``last.ckpt``, and a resume repeats
+    every epoch since.  ``save_last="link"`` and ``save_last=False`` behave as Lightning's."""
+
+    def _latest(self, trainer: L.Trainer) -> None:
+        if self.save_last is True and self._last_global_step_saved != trainer.global_step:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_train_epoch_end(trainer, pl_module)
+        if not self._should_skip_saving_checkpoint(trainer) and self._should_save_on_train_epoch_end(trainer):
+            self._latest(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        super().on_validation_end(trainer, pl_module)
+        if not self._should_skip_saving_checkpoint(trainer) and not self._should_save_on_train_epoch_end(
+            trainer
+        ):
+            self._latest(trainer)

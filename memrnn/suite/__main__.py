@@ -54,6 +54,9 @@ def _filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", nargs="+", type=float, help="only these learning rates")
 
 
+FRESH = "start killed or failed cells again instead of continuing from their latest epoch's checkpoint"
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m memrnn.suite", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -71,6 +74,7 @@ def parser() -> argparse.ArgumentParser:
     _filters(q)
     q.add_argument("--jobs", type=int, default=1, help="cells at a time (default 1)")
     q.add_argument("--threads", type=int, default=1, help="torch threads per cell (default 1)")
+    q.add_argument("--fresh", action="store_true", help=FRESH)
     q = add("cell", "run one cell in this process")
     q.add_argument("--cell", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0")
     q.add_argument("--index", type=int, help="the cell's index in `list`")
@@ -78,7 +82,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--task")
     q.add_argument("--seed", type=int)
     q.add_argument("--lr", type=float)
-    q.add_argument("--force", action="store_true", help="run it even if it is done")
+    q.add_argument("--force", action="store_true", help="run it even if it is done (afresh)")
+    q.add_argument("--fresh", action="store_true", help=FRESH)
     q = add("slurm", "write a SLURM job-array script for the cells not done")
     _filters(q)
     q.add_argument("--script", type=Path, help="where to write it (default: <out>/slurm.sbatch)")
@@ -135,14 +140,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"[suite {suite.name}] {cell.name} is done ({suite.cell_dir(cell) / 'result.json'}); --force runs it again"
             )
             return 0
+        forced = cell_status(suite, cell) == "done"
         (suite.cell_dir(cell) / "result.json").unlink(missing_ok=True)
-        result = run_cell(suite, cell, extra)
+        result = run_cell(suite, cell, extra, resume=not (args.fresh or forced))
         print(f"[suite {suite.name}] {cell.name}: {suite.metric} = {result['score']:.6g}")
         return 0
 
     if args.command == "run":
         report = run_local(
-            suite, jobs=args.jobs, threads=args.threads, extra=extra, cells=_select(suite, args)
+            suite,
+            jobs=args.jobs,
+            threads=args.threads,
+            extra=extra,
+            cells=_select(suite, args),
+            fresh=args.fresh,
         )
         results = collect(suite)
         paths = results.write(suite.out / "results")

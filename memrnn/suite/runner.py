@@ -88,19 +88,35 @@ def _write_json(path: Path, value: Any) -> None:
     tmp.replace(path)  # atomic: a reader never sees half a result
 
 
-def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, Any]:
+def interrupted_checkpoint(suite: Suite, cell: Cell) -> Path | None:
+    """The newest ``last.ckpt`` a killed or failed run of ``cell`` left in its folder (None when
+    the cell is done, never started, or stopped before its first checkpoint)."""
+    if cell_status(suite, cell) not in ("killed", "failed"):
+        return None
+    found = sorted(suite.cell_dir(cell).glob("**/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: bool = True) -> dict[str, Any]:
     """Train ``cell`` (``trainer.fit``), test the checkpoint with the best monitored value (the
     last weights without checkpointing), and write ``result.json`` into the cell's folder:
     the cell's coordinates, ``metrics`` (every scalar the test logged), ``curves`` (the test's
     per-length curves), ``parameters`` (trainable), ``steps``, ``epochs``, ``best_score`` and
-    ``checkpoint``, ``seconds``, and the ``args`` it ran with (``extra`` last).  Returns that
-    dict; on an exception writes ``FAILED``, finishes the W&B run with exit code 1 and raises.
+    ``checkpoint``, ``seconds`` (of this attempt), ``continued_from`` and the ``args`` it ran
+    with (``extra`` last).  Returns that dict; on an exception writes ``FAILED``, finishes the
+    W&B run with exit code 1 and raises.
+
+    With ``resume`` (the default) a cell that was killed or failed after its first checkpoint
+    continues from its latest epoch (:func:`interrupted_checkpoint`; the same W&B run, folder and
+    best-checkpoint tracking), unless the suite now gives it another model (then it starts again,
+    with a warning naming the difference).
 
     Runs in this process (one cell, one W&B run); DDP ranks each call it, rank 0 writes."""
     import wandb
 
     folder = suite.cell_dir(cell)
     folder.mkdir(parents=True, exist_ok=True)
+    last = interrupted_checkpoint(suite, cell) if resume else None
     (folder / "FAILED").unlink(missing_ok=True)
     args = [*suite.cli_args(cell), *extra]
     stamp = {
@@ -129,9 +145,11 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
             sized = fit_budget(suite, cell, defaults, extra)
             key = suite.architectures[cell.arch].budget_key
             args = [*suite.cli_args(cell), f"--{key}={sized}", *extra]
-        cli = build_cli(args, run=False, default_config_files=defaults)
+        cli = build_cli(args, run=False, default_config_files=defaults, continue_from=last)
         trainer, model = cli.trainer, cli.model
-        trainer.fit(model, datamodule=cli.datamodule)
+        if cli.continue_from is not None:
+            _say(f"[suite {suite.name}] {cell.name}: continuing from {cli.continue_from}")
+        trainer.fit(model, datamodule=cli.datamodule, ckpt_path=cli.continue_from)
         ckpt = trainer.checkpoint_callback
         best = ckpt.best_model_path if ckpt is not None else ""
         (tested,) = trainer.test(model, datamodule=cli.datamodule, ckpt_path=best or None)
@@ -152,6 +170,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = ()) -> dict[str, A
             "best_score": None if best_score is None else float(best_score),
             "checkpoint": str(best),
             "seconds": round(time.perf_counter() - start, 1),
+            "continued_from": None if cli.continue_from is None else str(cli.continue_from),
             "args": args,
         }
         if trainer.is_global_zero:
@@ -221,7 +240,7 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str]) -> list[str]:
+def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str], fresh: bool = False) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -232,6 +251,7 @@ def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str]) -> list[str]:
         cell.name,
         "--out",
         str(suite.out),
+        *(["--fresh"] if fresh else []),
     ]
     return cmd + (["--", *extra] if extra else [])
 
@@ -244,13 +264,15 @@ def run_local(
     extra: Sequence[str] = (),
     cells: Sequence[Cell] | None = None,
     log: Callable[[str], None] | None = None,
+    fresh: bool = False,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
     a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
     in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran, in the
     suite's order
     (``done`` or ``failed (exit N; log …)``); Ctrl-C stops the running cells, which then count
-    as killed and run again next time."""
+    as killed and run again next time, from their latest epoch's checkpoint unless ``fresh``
+    (:func:`run_cell`)."""
     log = log or _say
     if jobs < 1 or threads < 1:
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
@@ -277,7 +299,7 @@ def run_local(
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:
                     proc = subprocess.Popen(
-                        _cell_command(suite, cell, extra), stdout=fh, stderr=subprocess.STDOUT, env=env
+                        _cell_command(suite, cell, extra, fresh), stdout=fh, stderr=subprocess.STDOUT, env=env
                     )
                 running.append((cell, proc, path, time.perf_counter()))
                 log(f"[suite {suite.name}] start {cell.name} (log {path})")

@@ -290,3 +290,29 @@ def test_model_differences_reads_a_class_and_its_import_path_as_one():
         "model.init_args.optimizer: <class 'torch.optim.adam.Adam'>"
     )
     assert model_differences(config, {**saved, "optimizer": "no.such.Thing"})  # unresolvable: a difference
+
+
+@pytest.mark.parametrize("cls", ["lightning", "memrnn"])
+def test_last_checkpoint_is_the_latest_epoch_even_when_no_top_k_checkpoint_was_saved(tmp_path, cls):
+    """Lightning 2.6 rewrites last.ckpt only in a step where a top-k checkpoint is saved; with
+    every_n_epochs=2 its last.ckpt after three epochs is the second's.  memrnn's is the third's."""
+    from lightning.pytorch.callbacks import ModelCheckpoint as LightningCheckpoint
+
+    from memrnn.lit import ModelCheckpoint
+
+    args = ["--config", DYCK, *TINY, "--trainer.max_epochs=3", "--trainer.logger=false"]
+    cli = build_cli(
+        [*args, f"--trainer.default_root_dir={tmp_path}"],
+        run=False,
+        default_config_files=[DEFAULTS],
+    )
+    trainer = cli.trainer
+    (default,) = [cb for cb in trainer.callbacks if isinstance(cb, LightningCheckpoint)]
+    assert type(default) is ModelCheckpoint  # the project's defaults use memrnn's
+    kind = LightningCheckpoint if cls == "lightning" else ModelCheckpoint
+    mine = kind(dirpath=tmp_path / cls, monitor="val/loss", save_last=True, every_n_epochs=2)
+    trainer.callbacks.append(mine)
+    trainer.fit(cli.model, datamodule=cli.datamodule)
+    epoch = torch.load(tmp_path / cls / "last.ckpt", weights_only=True)["epoch"]
+    assert epoch == (1 if cls == "lightning" else 2)
+    assert torch.load(default.last_model_path, weights_only=True)["epoch"] == 2

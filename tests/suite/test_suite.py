@@ -15,6 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import torch
 import yaml
 
 from memrnn.languages.chomsky import chomsky_task
@@ -31,7 +32,7 @@ from memrnn.suite import (
     wandb_sweep,
 )
 from memrnn.suite.__main__ import main
-from memrnn.suite.runner import _parameters, fit_budget
+from memrnn.suite.runner import _parameters, fit_budget, interrupted_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -519,3 +520,42 @@ def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name
         saved = json.loads((tmp_path / "budget" / f"{arch}__{task}.json").read_text())
         assert 0.8 * suite.budget["parameters"] < saved["count"] <= suite.budget["parameters"], (arch, saved)
     assert sizes["lstm"] < sizes["rnn"]  # an LSTM unit costs about 4 Elman units
+
+
+def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch):
+    """A cell whose run was killed after a checkpoint continues it (same W&B run, folder and
+    best-checkpoint tracking); --fresh, --force or another model start a new run."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    args = dict(TINY, **{"trainer.max_steps": -1, "trainer.max_epochs": 1})
+    suite = Suite.load(write_suite(tmp_path, args=args, seeds=[0]))
+    cell = suite.cell("lstm/parity_check/seed0")
+    folder = suite.cell_dir(cell)
+    first = run_cell(suite, cell)
+    assert first["continued_from"] is None and first["epochs"] == 1
+    per_epoch = first["steps"]
+    (run,) = (folder / "memrnn").iterdir()
+
+    (folder / "result.json").unlink()  # killed after its first epoch (STARTED, a checkpoint, no result)
+    assert cell_status(suite, cell) == "killed"
+    last = interrupted_checkpoint(suite, cell)
+    assert last == run / "checkpoints" / "last.ckpt"
+    again = run_cell(suite, cell, ["--trainer.max_epochs=3"])
+    assert again["continued_from"] == str(last)
+    assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
+    assert list((folder / "memrnn").iterdir()) == [run]  # the same run
+    assert torch.load(last, weights_only=True)["epoch"] == 2
+    assert Path(again["checkpoint"]).parent == run / "checkpoints"
+
+    (folder / "result.json").unlink()
+    with pytest.warns(UserWarning, match="not continuing .*hidden_size"):
+        other = run_cell(
+            suite, cell, ["--trainer.max_epochs=1", "--model.init_args.layer.init_args.hidden_size=4"]
+        )
+    assert other["continued_from"] is None and other["steps"] == per_epoch
+    assert len(list((folder / "memrnn").iterdir())) == 2
+
+    (folder / "result.json").unlink()
+    fresh = run_cell(suite, cell, resume=False)
+    assert fresh["continued_from"] is None and fresh["steps"] == per_epoch
+    assert len(list((folder / "memrnn").iterdir())) == 3
+    assert interrupted_checkpoint(suite, cell) is None  # done: nothing to continue
