@@ -97,6 +97,11 @@ def interrupted_checkpoint(suite: Suite, cell: Cell) -> Path | None:
     return found[-1] if found else None
 
 
+def checkpoint_epoch(path: Path) -> int:
+    """The 0-based epoch a Lightning checkpoint was saved in (read without loading its weights)."""
+    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["epoch"])
+
+
 def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: bool = True) -> dict[str, Any]:
     """Train ``cell`` (``trainer.fit``), test the checkpoint with the best monitored value (the
     last weights without checkpointing), and write ``result.json`` into the cell's folder:

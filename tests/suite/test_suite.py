@@ -522,7 +522,7 @@ def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name
     assert sizes["lstm"] < sizes["rnn"]  # an LSTM unit costs about 4 Elman units
 
 
-def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch):
+def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, capsys):
     """A cell whose run was killed after a checkpoint continues it (same W&B run, folder and
     best-checkpoint tracking); --fresh, --force or another model start a new run."""
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -539,6 +539,8 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch):
     assert cell_status(suite, cell) == "killed"
     last = interrupted_checkpoint(suite, cell)
     assert last == run / "checkpoints" / "last.ckpt"
+    main(["list", str(suite.path), "--out", str(suite.out)])
+    assert "killed   lstm/parity_check/seed0  (continues after epoch 1)" in capsys.readouterr().out
     again = run_cell(suite, cell, ["--trainer.max_epochs=3"])
     assert again["continued_from"] == str(last)
     assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
