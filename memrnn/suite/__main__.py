@@ -25,7 +25,14 @@ import yaml
 
 from memrnn.suite.cluster import slurm_script, wandb_sweep
 from memrnn.suite.collect import collect, collect_wandb
-from memrnn.suite.runner import cell_status, checkpoint_epoch, interrupted_checkpoint, run_cell, run_local
+from memrnn.suite.runner import (
+    cell_status,
+    checkpoint_epoch,
+    interrupted_checkpoint,
+    run_cell,
+    run_local,
+    running_elsewhere,
+)
 from memrnn.suite.spec import Cell, Suite
 
 
@@ -116,9 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "list":
         for cell in _select(suite, args):
-            last = interrupted_checkpoint(suite, cell)
-            note = f"  (continues after epoch {checkpoint_epoch(last) + 1})" if last is not None else ""
-            print(f"{cell.index:>5}  {cell_status(suite, cell):<8} {cell.name}{note}")
+            status, note = cell_status(suite, cell), ""
+            pid = running_elsewhere(suite, cell)
+            if pid is not None:
+                status, note = "running", f"  (process {pid})"
+            elif (last := interrupted_checkpoint(suite, cell)) is not None:
+                note = f"  (continues after epoch {checkpoint_epoch(last) + 1})"
+            print(f"{cell.index:>5}  {status:<8} {cell.name}{note}")
             if args.commands:
                 print("       train.py fit " + shlex.join(suite.cli_args(cell) + extra))
         return 0

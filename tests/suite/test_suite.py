@@ -318,7 +318,7 @@ def test_running_again_reruns_only_what_is_not_done(ran, tmp_path):
     assert cell_status(suite, suite.cell("broken/parity_check/seed0")) == "failed"  # not selected
 
 
-def test_a_cell_another_process_of_this_machine_is_running_is_not_started_again(ran):
+def test_a_cell_another_process_of_this_machine_is_running_is_not_started_again(ran, capsys):
     """Two runners sharing a suite's folder: a cell whose ``STARTED`` names this host and a live
     process is skipped (reported, never launched); once that process is gone it is killed and
     runs again."""
@@ -341,6 +341,9 @@ def test_a_cell_another_process_of_this_machine_is_running_is_not_started_again(
             not (folder / "result.json").exists()
             and not (suite.out / "logs" / "broken_parity_check_seed1.log").exists()
         )
+        main(["list", str(suite.path), "--out", str(suite.out), "--arch", "broken", "--seed", "1"])
+        listed = capsys.readouterr().out
+        assert f"running  broken/parity_check/seed1  (process {other.pid})" in listed, listed
     finally:
         other.kill()
         other.wait()
