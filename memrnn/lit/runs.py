@@ -84,7 +84,8 @@ class SaveRunConfig(SaveConfigCallback):
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / self.config_filename
             if path.exists():  # a resume or a test of the same run: keep the first config
-                stem, n = f"config.{self.subcommand or stage}", 1
+                # without a subcommand (build_cli(run=False)) the stage is Lightning's TrainerFn
+                stem, n = f"config.{self.subcommand or getattr(stage, 'value', stage)}", 1
                 while (folder / f"{stem}-{n}.yaml").exists():
                     n += 1
                 path = folder / f"{stem}-{n}.yaml"

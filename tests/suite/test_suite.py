@@ -548,6 +548,7 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     assert again["continued_from"] == str(last)
     assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
     assert list((folder / "memrnn").iterdir()) == [run]  # the same run
+    assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.fit-1.yaml", "config.yaml"]
     assert torch.load(last, weights_only=True)["epoch"] == 2
     assert Path(again["checkpoint"]).parent == run / "checkpoints"
 
