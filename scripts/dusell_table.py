@@ -125,12 +125,30 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
     return failed
 
 
+def task_floor(task: str) -> float:
+    """The task's length floor on its training lengths (:func:`memrnn.languages.length_floor`):
+    the ce_gap a model of the training distribution has there, because it must predict the
+    length that the lower bound ``log p(w | length)`` is given."""
+    import importlib
+
+    import yaml
+
+    from memrnn.data.presets import get_preset
+    from memrnn.languages import length_floor
+
+    spec = yaml.safe_load((CONFIGS / f"lstm_{task}.yaml").read_text())["data"]["init_args"]["language"]
+    module, _, name = spec["class_path"].rpartition(".")
+    language = getattr(importlib.import_module(module), name)(**(spec.get("init_args") or {}))
+    return length_floor(language, get_preset("dusell").windows(language)[0])
+
+
 def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> tuple[str, list[str]]:
     """The markdown table of ``test/ce_gap`` (median / max / min over seeds, and how many seeds)
-    and the cells still missing."""
+    beside each task's length floor on the training lengths (:func:`task_floor`), and the cells
+    still missing."""
     missing = []
-    head = "| task | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
-    lines = [head, "|---" * (len(models) + 1) + "|"]
+    head = "| task | length floor | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
+    lines = [head, "|---" * (len(models) + 2) + "|"]
     for task in tasks:
         cells = []
         for model in models:
@@ -146,7 +164,7 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
                 if gaps
                 else "—"
             )
-        lines.append(f"| {TASKS.get(task, task)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {TASKS.get(task, task)} | {task_floor(task):.3f} | " + " | ".join(cells) + " |")
     return "\n".join(lines), missing
 
 
@@ -205,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     table, missing = collect(args.out, args.models, args.tasks, args.seeds)
     note = (
         "test/ce_gap (nats per token above the exact lower bound, DuSell & Chiang's metric): "
-        "median / max / min over seeds (seeds)"
+        "median / max / min over seeds (seeds); length floor: the gap of a model of the training "
+        "distribution on the training lengths (it must predict the length the bound is given)"
     )
     print(f"\n{note}\n\n{table}")
     if args.table:

@@ -2,6 +2,7 @@
 one result per cell, re-runs only what is missing or failed, and tabulates median / max / min."""
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,8 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
         line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| Marked")
     )
     lstm = sorted([results["lstm", 0], results["lstm", 1]])
-    assert row.split("|")[2].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
+    assert row.split("|")[3].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
+    assert row.split("|")[2].strip() == f"{math.log(20) / 61:.3f}"  # 20 odd lengths, mean 61 with END
 
     # a killed cell (no result, a stale FAILED) is run again from its latest checkpoint (here its
     # only epoch, so it is tested without training further); finished cells are left alone

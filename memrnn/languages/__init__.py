@@ -11,7 +11,7 @@ from memrnn.languages.automata import (
     dyck1_counter_machine,
     dyck1_pda,
 )
-from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations
+from memrnn.languages.base import Language, Lengths, LengthSampling, bracket_annotations, length_floor
 from memrnn.languages.counting import AnBn, AnBnCn, CountingLanguage
 from memrnn.languages.dyck import ACCEPT, REJECT, DyckKM
 from memrnn.languages.dyck_n import DuSellDyck, DyckN
@@ -63,5 +63,6 @@ __all__ = [
     "dyck1_pda",
     "flare_language",
     "latch_automaton",
+    "length_floor",
     "table1_automaton",
 ]

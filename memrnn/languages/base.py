@@ -391,3 +391,30 @@ def bracket_annotations(language: Language, ids: Sequence[int]) -> dict[str, np.
 
 
 _guard_samplers(Language)
+
+
+def length_floor(language: Language, window: Lengths, lengths: Sequence[int] | None = None) -> float:
+    """The smallest cross-entropy difference against ``log p(w | length)`` (nats per token,
+    ``END`` counted) that a model of the training distribution reaches when the training lengths
+    are drawn uniformly from the ``K`` possible lengths of ``window`` (DuSell & Chiang's protocol,
+    ``length_sampling="uniform"``): such a model scores ``log p(w | length) - log K`` on every
+    string of those lengths (it must predict the length; the bound is given it), so on strings of
+    lengths ``n_i`` the difference is ``sum_i log K / sum_i n_i``.
+
+    ``lengths``: the strings' lengths (default: one string per possible length of ``window``,
+    the expectation of a split sampled like the training data).  Lengths outside the window
+    raise ``ValueError``: there a model of the training distribution gives the string
+    probability 0, and no finite floor exists."""
+    possible = language.lengths_in(window)
+    if not possible:
+        raise ValueError(f"{language} has no string with a length in {tuple(window)}")
+    lengths = list(possible if lengths is None else lengths)
+    outside = sorted({int(n) for n in lengths} - set(possible))
+    if outside:
+        raise ValueError(
+            f"length_floor: lengths {outside[:5]} are not possible lengths of {language} in the window "
+            f"{tuple(window)}"
+        )
+    if not lengths:
+        raise ValueError("length_floor needs at least one length")
+    return len(lengths) * math.log(len(possible)) / sum(lengths)

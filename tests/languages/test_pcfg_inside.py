@@ -55,3 +55,25 @@ def test_bad_chunks_and_terminals_are_named():
         g.log_probs([[0]], chunk=0)
     with pytest.raises(ValueError, match="unknown terminal index 99 at position 1 of string 0"):
         g.log_probs([[0, 99]])
+
+
+def test_length_floor_is_log_k_over_the_mean_length():
+    """DuSell & Chiang's splits draw the length uniformly from the K possible lengths of 40-80
+    symbols (41-81 with END); a model of that distribution pays log K per string against
+    log p(w | length).  Dyck and unmarked reversal have the 21 even symbol counts, marked
+    reversal the 20 odd ones, padded reversal all 41."""
+    from memrnn.languages import DuSellDyck, length_floor
+
+    window = (41, 81)
+    assert length_floor(DuSellDyck(), window) == pytest.approx(math.log(21) / 61)
+    assert length_floor(UnmarkedReversal(), window) == pytest.approx(math.log(21) / 61)
+    assert length_floor(MarkedReversal(), window) == pytest.approx(math.log(20) / 61)
+    assert length_floor(PaddedReversal(), window) == pytest.approx(math.log(41) / 61)
+    # a split's own lengths: sum log K / sum n
+    assert length_floor(DuSellDyck(), window, [41, 41, 81]) == pytest.approx(3 * math.log(21) / 163)
+    with pytest.raises(ValueError, match=r"lengths \[42, 83\] are not possible lengths"):
+        length_floor(DuSellDyck(), window, [41, 42, 83])
+    # a split sampled like the training data is near the expectation (1,000 strings)
+    lang, rng = MarkedReversal(), np.random.default_rng(0)
+    lengths = [len(w) for w in lang.sample_many(1000, rng, window, "uniform")]
+    assert length_floor(lang, window, lengths) == pytest.approx(math.log(20) / 61, rel=0.02)
