@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -245,6 +247,10 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
+def _exit_on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str], fresh: bool = False) -> list[str]:
     cmd = [
         sys.executable,
@@ -275,7 +281,7 @@ def run_local(
     a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
     in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran, in the
     suite's order
-    (``done`` or ``failed (exit N; log …)``); Ctrl-C stops the running cells, which then count
+    (``done`` or ``failed (exit N; log …)``); Ctrl-C or SIGTERM stops the running cells, which then count
     as killed and run again next time, from their latest epoch's checkpoint unless ``fresh``
     (:func:`run_cell`)."""
     log = log or _say
@@ -287,6 +293,11 @@ def run_local(
     running: list[tuple[Cell, subprocess.Popen, Path, float]] = []
     report: dict[str, str] = {}
     log(f"[suite {suite.name}] {len(todo)} cell(s) to run, {jobs} at a time")
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (kill, SLURM's time limit) would end this process without its `finally`,
+        # leaving its cells running as orphans: turn it into an exit that stops them first
+        previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
         while todo or running:
             while todo and len(running) < jobs:
@@ -335,5 +346,7 @@ def run_local(
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     # in the suite's order, whichever cell finished first
     return {name: report[name] for name in order if name in report}

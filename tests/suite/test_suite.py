@@ -565,3 +565,43 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     assert fresh["continued_from"] is None and fresh["steps"] == per_epoch
     assert len(list((folder / "memrnn").iterdir())) == 3
     assert interrupted_checkpoint(suite, cell) is None  # done: nothing to continue
+
+
+def test_a_terminated_runner_stops_its_cells(tmp_path):
+    """SIGTERM to `python -m memrnn.suite run` (kill, a scheduler's time limit) stops the cells
+    it started instead of leaving them running as orphans; they count as not done."""
+    import signal
+    import time
+
+    args = dict(TINY, **{"trainer.max_steps": 10**6})  # a cell that would run for hours
+    suite = Suite.load(write_suite(tmp_path, args=args, seeds=[0], tasks={"parity_check": {}}))
+    cell = suite.cell("lstm/parity_check/seed0")
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "memrnn.suite", "run", str(suite.path), "--out", str(suite.out)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )
+    try:
+        started = suite.cell_dir(cell) / "STARTED"
+        deadline = time.monotonic() + 120
+        while not started.exists() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert started.exists(), "the cell never started"
+        pid = json.loads(started.read_text())["pid"]
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        runner.kill()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"the cell's process {pid} outlived its runner")
+    assert cell_status(suite, cell) in ("killed", "failed")
