@@ -56,12 +56,6 @@ def cli_args(model: str, task: str, seed: int, save: Path, extra: list[str]) -> 
     ]  # fmt: skip
 
 
-def latest_checkpoint(save: Path) -> Path | None:
-    """The newest ``last.ckpt`` an unfinished run left under a cell's folder, else None."""
-    found = sorted(save.glob("**/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
-
-
 def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str], fresh: bool = False) -> int:
     """Train and test ``models`` on one (task, seed), sharing one data module; 1 if any failed.
     A model whose earlier run was killed continues from its latest checkpoint unless ``fresh``."""
@@ -69,6 +63,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
     import wandb
 
     from memrnn.lit.cli import build_cli
+    from memrnn.lit.runs import latest_checkpoint
 
     torch.set_num_threads(1)
     defaults = [ROOT / "configs" / "defaults.yaml"]

@@ -44,6 +44,13 @@ def run_dir(trainer: L.Trainer) -> Path:
     return Path(trainer.default_root_dir)
 
 
+def latest_checkpoint(folder: str | Path) -> Path | None:
+    """The newest ``last.ckpt`` of the runs under ``folder`` (a run folder, or a folder holding
+    run folders), else None: where a killed run continues (:class:`ModelCheckpoint`)."""
+    found = sorted(Path(folder).glob("**/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
 def run_record(trainer: L.Trainer) -> dict[str, Any]:
     """What a checkpoint records of its run: the folder, the logger's class and, for W&B, the
     run id and project (rank 0)."""

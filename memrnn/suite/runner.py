@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from memrnn.lit.cli import build_cli
+from memrnn.lit.runs import latest_checkpoint
 from memrnn.suite.spec import Cell, Suite
 
 #: the ``train.py`` defaults read before every config when the suite names none
@@ -95,8 +96,7 @@ def interrupted_checkpoint(suite: Suite, cell: Cell) -> Path | None:
     the cell is done, never started, or stopped before its first checkpoint)."""
     if cell_status(suite, cell) not in ("killed", "failed"):
         return None
-    found = sorted(suite.cell_dir(cell).glob("**/checkpoints/last*.ckpt"), key=lambda p: p.stat().st_mtime)
-    return found[-1] if found else None
+    return latest_checkpoint(suite.cell_dir(cell))
 
 
 def checkpoint_epoch(path: Path) -> int:
