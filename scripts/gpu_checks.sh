@@ -8,7 +8,7 @@
 #
 #   tests             the Triton kernels compiled on the GPU against the reference loops
 #                     (tests/ops/test_triton_kernels.py, tests/ops/test_nondeterministic_triton.py,
-#                     the gpu-marked layer tests): tests.txt
+#                     tests/ops/test_nnpda.py, then the gpu-marked layer tests; JOBS workers): tests.txt
 #   stack             the stack RNNs' two kernels against cuDNN's nn.LSTM (issue 23's cell: batch
 #                     64, controller 64, width 8; every memory, LSTM and Elman controllers): stack-rnn.md
 #   nondeterministic  DuSell & Chiang's RNS-RNN (and the vector RNS-RNN) on the Triton run against
@@ -38,12 +38,22 @@ status=0
 for part in $PARTS; do
   case "$part" in
     tests)
-      "$PY" -m pytest -q -p no:cacheprovider -m "not slow" -o addopts="" \
-        tests/ops/test_triton_kernels.py tests/ops/test_nondeterministic_triton.py \
-        tests/ops/test_nnpda.py 2>&1 | tee "$OUT/tests.txt" || status=1
+      # JOBS pytest workers (pytest-xdist, when there) share the GPU: the kernels' compilation is
+      # most of this part's time, and it runs on the CPU
+      XDIST=()
+      if "$PY" -c "import xdist" 2>/dev/null; then XDIST=(-n "${JOBS:-8}"); fi
+      {
+        rc=0
+        "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" -o addopts="" "${XDIST[@]}" \
+          tests/ops/test_triton_kernels.py tests/ops/test_nondeterministic_triton.py tests/ops/test_nnpda.py || rc=1
+        "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="" "${XDIST[@]}" \
+          tests/layers/test_fast_paths.py tests/core/test_interface.py tests/core/test_checks.py \
+          tests/rsm/test_machine.py || rc=1
+        exit $rc
+      } 2>&1 | tee "$OUT/tests.txt" || status=1
       ;;
     stack)
-      "$PY" benchmarks/stack_rnn_speed.py --device cuda --lengths 64 256 1024 --repeats 10 \
+      "$PY" benchmarks/stack_rnn_speed.py --device cuda --lengths 256 64 1024 --repeats 10 \
         --memories superposition stratification queue tape tape_jump deque 2>&1 | tee "$OUT/stack-rnn.md" || status=1
       ;;
     nondeterministic)
