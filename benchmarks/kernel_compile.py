@@ -37,7 +37,7 @@ if "TRITON_CACHE_DIR" not in os.environ:  # compile for real each run (the times
 
 import torch
 import triton
-from triton.backends.compiler import GPUTarget
+from triton.backends.compiler import BaseBackend, GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
@@ -101,6 +101,14 @@ LAYERS: dict[str, dict[str, Any]] = {
         "memory_args": {"states": 2, "symbols": 3, "vector_size": 5},
     },
 }
+try:  # the JIT's own typing of a launch's arguments (Triton >= 3.3): ints equal to 1 become
+    # constants, pointers and ints divisible by 16 get ``tt.divisibility = 16``.  Compiling without
+    # these attributes compiles other code than a real launch does: Triton 3.6 compiled the
+    # stratification kernels here but failed on the GPU once its loads were specialised for
+    # 16-byte alignment (``memrnn.ops.stack_rnn.triton._carried``)
+    from triton._C.libtriton import native_specialize_impl as specialize
+except ImportError:  # older Triton: the plain signature below, no alignment attributes
+    specialize = None
 #: the layers whose kernels also take float64 (the nondeterministic stack's log weights)
 FLOAT64_LAYERS = ("nondeterministic_lstm", "vector_nondeterministic_lstm")
 ONE_HOT = ("second_order", "nnpda")
@@ -122,11 +130,19 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
     def record(self: JITFunction, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
         options = {k: kwargs.pop(k) for k in OPTIONS if k in kwargs}
         bound = dict(zip((p.name for p in self.params), args, strict=False)) | kwargs
-        signature, constexprs = {}, {}
-        for p in self.params:
+        signature, constexprs, attrs = {}, {}, {}
+        for i, p in enumerate(self.params):
             v = bound.get(p.name, p.default)
             if p.is_constexpr:
                 signature[p.name], constexprs[p.name] = "constexpr", v
+            elif specialize is not None:  # as the JIT types a real launch (see `specialize`)
+                kind, attr = specialize(BaseBackend, v, p.is_const, not p.do_not_specialize,
+                                        not p.do_not_specialize_on_alignment)  # fmt: skip
+                signature[p.name] = kind
+                if kind == "constexpr":
+                    constexprs[p.name] = v
+                elif attr:
+                    attrs[(i,)] = BaseBackend.parse_attr(attr)
             elif isinstance(v, torch.Tensor):
                 signature[p.name] = "*" + TORCH_TO_TRITON[v.dtype]
             elif isinstance(v, bool):
@@ -137,9 +153,10 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
                 signature[p.name] = "fp32"
             else:
                 raise TypeError(f"{self.__name__}: cannot type argument {p.name}={v!r}")
-        key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())))
+        key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())),
+               tuple(sorted(attrs)))  # fmt: skip
         launches.setdefault(key, {"fn": self, "name": self.__name__, "signature": signature,
-                                  "constexprs": constexprs, "options": options,
+                                  "constexprs": constexprs, "attrs": attrs, "options": options,
                                   "layer": current["layer"]})  # fmt: skip
 
     JITFunction.run = record  # type: ignore[method-assign]
@@ -203,7 +220,12 @@ def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict
 def _compile_into(rows: list[dict[str, Any]], launches: list[dict[str, Any]], targets: list[int]) -> None:
     for launch in launches:
         for arch in targets:
-            src = ASTSource(fn=launch["fn"], signature=launch["signature"], constexprs=launch["constexprs"])
+            src = ASTSource(
+                fn=launch["fn"],
+                signature=launch["signature"],
+                constexprs=launch["constexprs"],
+                attrs=launch["attrs"],
+            )
             start = time.perf_counter()
             compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=launch["options"])
             seconds = time.perf_counter() - start

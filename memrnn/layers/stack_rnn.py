@@ -351,23 +351,34 @@ class StackRNN(MemoryLayer):
         y, _ = masked_outputs(torch.stack(ys, 1), mask)
         return y, self.State(*cs, *ms)
 
-    def _controller_steps(self, x: Tensor, cs: NamedTuple):
+    def _controller_steps(self, x: Tensor, cs: NamedTuple, fused_cell: bool | None = None):
         """``step(t, reading, cs) -> (h_t, new controller state)``, the controller's step on
         ``[x_t ; reading]``.  A one-layer LSTM with biases projects every ``x_t`` at once and
-        steps with ``torch.lstm_cell`` (the reading's product, the recurrent one and the cell in
-        one op) instead of its gate-level reference step."""
+        steps with ``torch.lstm_cell`` on CPU (the reading's product, the recurrent one and the
+        cell in one op), elsewhere with two products and the cell's pointwise ops (CUDA's fused
+        cell takes only 1-D biases, not the per-row ``gates_x[:, t]``); ``fused_cell`` forces
+        either.  Other controllers take their gate-level reference step."""
         c = self.controller
         if not (isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias):
             return lambda t, reading, cs: c._unchecked_step(torch.cat([x[:, t], reading], -1), cs)
         w_ih, w_hh, b_ih, b_hh = c._weights(0)
         w_x, w_r = w_ih.split([self.input_size, self.width], 1)
         gates_x = torch.nn.functional.linear(x, w_x, b_ih + b_hh)  # [B, T, 4H]
+        if fused_cell is None:
+            fused_cell = x.device.type == "cpu"
 
-        def step(t: int, reading: Tensor, cs: NamedTuple):
+        def cell_step(t: int, reading: Tensor, cs: NamedTuple):
             h, cc = torch.lstm_cell(reading, (cs.h[:, 0], cs.c[:, 0]), w_r, w_hh, gates_x[:, t], None)
             return h, type(cs)(h[:, None], cc[:, None])
 
-        return step
+        def gate_step(t: int, reading: Tensor, cs: NamedTuple):
+            gates = torch.addmm(torch.addmm(gates_x[:, t], reading, w_r.t()), cs.h[:, 0], w_hh.t())
+            i, f, g, o = gates.chunk(4, 1)  # PyTorch's gate order
+            cc = torch.sigmoid(f) * cs.c[:, 0] + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(cc)
+            return h, type(cs)(h[:, None], cc[:, None])
+
+        return cell_step if fused_cell else gate_step
 
     def outputs(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None) -> Tensor:
         """``forward(x, state, mask)[0]``; with the nondeterministic stack's C++ run, without

@@ -255,6 +255,29 @@ def test_the_nondeterministic_window_is_strict_about_time(fused, memory, gen):
         net(x[:, 2:], s)
 
 
+def test_the_lstm_controllers_two_steps_agree(gen):
+    """The nondeterministic stack's LSTM controller steps by ``torch.lstm_cell`` on CPU and by two
+    products and the cell by hand elsewhere (CUDA's fused cell refuses per-row gate biases): both
+    give the same states and gradients, here on CPU in float64."""
+    torch.manual_seed(0)
+    net = StackRNN(3, 5, "nondeterministic", depth=4).double()
+    x = torch.randn(4, 3, 3, generator=gen, dtype=torch.float64)
+    reading = torch.randn(4, net.width, generator=gen, dtype=torch.float64, requires_grad=True)
+    cs, _ = net.split(net.initial_state(4))
+    cs = state_map(lambda t: (t + torch.rand(t.shape, generator=gen, dtype=t.dtype)).requires_grad_(), cs)
+    results = []
+    for fused_cell in (True, False):
+        step = net._controller_steps(x, cs, fused_cell=fused_cell)
+        h, new = step(1, reading, cs)
+        leaves = [h, *state_leaves(new)]
+        grads = torch.autograd.grad(sum((t * t.detach().cos()).sum() for t in leaves),
+                                    [reading, *state_leaves(cs), *net.parameters()], allow_unused=True)  # fmt: skip
+        results.append(leaves + [g for g in grads if g is not None])
+    assert len(results[0]) == len(results[1]) > 4
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
 def test_overflow_is_reported_without_strict(gen):
     net = layer("stratification", depth=2)
     tr = net.trace(torch.randn(1, 6, 3, generator=gen, dtype=torch.float64))

@@ -326,6 +326,17 @@ def _exclusive(x, carry, REV: tl.constexpr):
 
 
 @triton.jit
+def _carried(x, carry):
+    """``carry + Σ_j x[:, j]``, the running total after the chunk ``x [BLOCK_B, BLOCK_D]``, as one
+    reduction with ``carry`` added into the chunk's first column.  Not ``carry += tl.sum(x, 1)``:
+    Triton 3.6's ``TritonGPUOptimizeThreadLocality`` pass asserts (``loopResult.hasOneUse()``,
+    the compile fails) on a loop-carried sum of a reduction whose result is unused after the loop,
+    once the loads are specialised for 16-byte alignment (as every real launch is)."""
+    first = (tl.arange(0, x.shape[1]) == 0)[None, :]
+    return tl.sum(tl.where(first, x + carry[:, None], x), 1)
+
+
+@triton.jit
 def _strat_step(
     t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
     QUEUE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -346,7 +357,7 @@ def _strat_step(
         md = rmask[:, None] & (di < D)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         cov = _exclusive(old, carry, QUEUE)
-        carry += tl.sum(old, 1)
+        carry = _carried(old, carry)
         popped = tl.maximum(old - tl.maximum(pop[:, None] - cov, 0.0), 0.0)
         tl.store(
             new_row + di[None, :] + 1, popped.to(s_ptr.dtype.element_ty), mask=md & (di + 1 < D)[None, :]
@@ -370,7 +381,7 @@ def _strat_step(
         md = rmask[:, None] & (di < D)[None, :]
         new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         cov = _exclusive(new, carry, QUEUE)
-        carry += tl.sum(new, 1)
+        carry = _carried(new, carry)
         w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
         V = tl.load(
             p_ptr + (T - 1 - t + di)[None, :, None] * B * M + rows[:, None, None] * M + mcols[None, None, :],
@@ -414,7 +425,7 @@ def _strat_step_grad(
         md = rmask[:, None] & (di < D)[None, :]
         new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         a3 = 1.0 - _exclusive(new, carry, QUEUE)
-        carry += tl.sum(new, 1)
+        carry = _carried(new, carry)
         r3 = tl.maximum(a3, 0.0)
         w = tl.minimum(new, r3)
         da = tl.where(new < r3, 1.0, tl.where(new == r3, 0.5, 0.0))
@@ -438,7 +449,7 @@ def _strat_step_grad(
             y_row + di[None, :], mask=md, other=0.0
         )
         gn -= _exclusive(x, carry, not QUEUE)
-        carry += tl.sum(x, 1)
+        carry = _carried(x, carry)
         tl.store(g_row + di[None, :], gn, mask=md)
         g_push += tl.sum(tl.where(md & (di == 0)[None, :], gn, 0.0), 1)
     tl.debug_barrier()
@@ -450,7 +461,7 @@ def _strat_step_grad(
         md = rmask[:, None] & (di < D)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         a1 = pop[:, None] - _exclusive(old, carry, QUEUE)
-        carry += tl.sum(old, 1)
+        carry = _carried(old, carry)
         a2 = old - tl.maximum(a1, 0.0)
         g_a2 = tl.load(g_row + di[None, :] + 1, mask=md & (di + 1 < D)[None, :], other=0.0)
         g_a2 = tl.where(a2 >= 0, g_a2, 0.0)
@@ -465,7 +476,7 @@ def _strat_step_grad(
         md = rmask[:, None] & (di < D)[None, :]
         x = tl.load(x_row + di[None, :], mask=md, other=0.0)
         g_old = tl.load(y_row + di[None, :], mask=md, other=0.0) + _exclusive(x, carry, not QUEUE)
-        carry += tl.sum(x, 1)
+        carry = _carried(x, carry)
         if HAS_GS:
             g_old += tl.load(gsx_ptr + t * B * D + rows[:, None] * D + di[None, :], mask=md, other=0.0).to(
                 tl.float32
@@ -517,7 +528,7 @@ def _deque_step(
         md = rmask[:, None] & (di < W)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         cov = _exclusive(old, carry, True)
-        carry += tl.sum(old, 1)
+        carry = _carried(old, carry)
         tl.store(x_row + di[None, :], tl.maximum(old - tl.maximum(pop_top[:, None] - cov, 0.0), 0.0), mask=md)
     tl.debug_barrier()
     # 2. the bottom pop (prefix sums); slot i of the bottom half moves to i + 1, of the top half
@@ -529,7 +540,7 @@ def _deque_step(
         md = rmask[:, None] & (di < W)[None, :]
         p1 = tl.load(x_row + di[None, :], mask=md, other=0.0)
         cov = _exclusive(p1, carry, False)
-        carry += tl.sum(p1, 1)
+        carry = _carried(p1, carry)
         p2 = tl.maximum(p1 - tl.maximum(pop_bot[:, None] - cov, 0.0), 0.0)
         leaves = ((di == D - 1) | (di == D))[None, :]
         dst = tl.where(di < D, di + 1, di - 1)
@@ -554,7 +565,7 @@ def _deque_step(
             md = rmask[:, None] & (di < W)[None, :]
             new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
             cov = _exclusive(new, carry, end == 0)
-            carry += tl.sum(new, 1)
+            carry = _carried(new, carry)
             w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
             slot = tl.where(di < D, T - 1 - t + di, T + D + t + 1 + di - D)  # the row of p
             V = tl.load(
@@ -609,7 +620,7 @@ def _deque_step_grad(
             md = rmask[:, None] & (di < W)[None, :]
             new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
             a = 1.0 - _exclusive(new, carry, end == 0)
-            carry += tl.sum(new, 1)
+            carry = _carried(new, carry)
             r = tl.maximum(a, 0.0)
             w = tl.minimum(new, r)
             da = tl.where(new < r, 1.0, tl.where(new == r, 0.5, 0.0))
@@ -640,7 +651,7 @@ def _deque_step_grad(
             md = rmask[:, None] & (di < W)[None, :]
             x = tl.load(x_row + di[None, :], mask=md, other=0.0)
             y = tl.load(y_row + di[None, :], mask=md, other=0.0) - _exclusive(x, carry, end == 1)
-            carry += tl.sum(x, 1)
+            carry = _carried(x, carry)
             tl.store(y_row + di[None, :], y, mask=md)
         tl.debug_barrier()
     # 2. the pushes (new slots 0 and 2D − 1), the top pop's result again (suffix sums)
@@ -652,7 +663,7 @@ def _deque_step_grad(
         md = rmask[:, None] & (di < W)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         c1 = pop_top[:, None] - _exclusive(old, carry, True)
-        carry += tl.sum(old, 1)
+        carry = _carried(old, carry)
         tl.store(p1_row + di[None, :], tl.maximum(old - tl.maximum(c1, 0.0), 0.0), mask=md)
     tl.debug_barrier()
     # 3. the bottom pop (prefix sums): the shift's gradient (slot i of the result came from i + 1
@@ -664,7 +675,7 @@ def _deque_step_grad(
         md = rmask[:, None] & (di < W)[None, :]
         p1 = tl.load(p1_row + di[None, :], mask=md, other=0.0)
         b1 = pop_bot[:, None] - _exclusive(p1, carry, False)
-        carry += tl.sum(p1, 1)
+        carry = _carried(p1, carry)
         b2 = p1 - tl.maximum(b1, 0.0)
         kept = md & ((di != D - 1) & (di != D))[None, :]
         src = tl.where(di < D, di + 1, di - 1)
@@ -683,10 +694,10 @@ def _deque_step_grad(
         md = rmask[:, None] & (di < W)[None, :]
         g_b1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
         g_p1 = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_b1, carry_g, True)
-        carry_g += tl.sum(g_b1, 1)
+        carry_g = _carried(g_b1, carry_g)
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
         c1 = pop_top[:, None] - _exclusive(old, carry, True)
-        carry += tl.sum(old, 1)
+        carry = _carried(old, carry)
         c2 = old - tl.maximum(c1, 0.0)
         g_c2 = tl.where(c2 >= 0, g_p1, 0.0)
         g_c1 = tl.where(c1 >= 0, -g_c2, 0.0)
@@ -701,7 +712,7 @@ def _deque_step_grad(
         md = rmask[:, None] & (di < W)[None, :]
         g_c1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
         g_old = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_c1, carry, False)
-        carry += tl.sum(g_c1, 1)
+        carry = _carried(g_c1, carry)
         if HAS_GS:
             g_old += tl.load(gsx_ptr + t * B * W + rows[:, None] * W + di[None, :], mask=md, other=0.0).to(
                 tl.float32
