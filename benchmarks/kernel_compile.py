@@ -203,6 +203,19 @@ def ptxas_usage(ptx: str, arch: int) -> dict[str, int]:
     }
 
 
+def dot_precisions(ttir: str) -> str:
+    """The products (``tt.dot``) of a kernel's Triton IR by input precision, e.g. ``"ieee×6"`` or
+    ``"ieee×4, tf32×2"``: every ``tl.dot`` and any sum of broadcast products the compiler rewrote
+    into a dot (Triton 3.6 made those TF32), read before ``tf32x3`` is split into three TF32
+    products."""
+    counts: dict[str, int] = {}
+    for line in re.findall(r"= tt\.dot(?:_scaled)? [^\n]*", ttir):
+        found = re.search(r"inputPrecision = (\w+)", line)
+        kind = found.group(1) if found else "ieee"  # the printer leaves out the default, IEEE
+        counts[kind] = counts.get(kind, 0) + 1
+    return ", ".join(f"{k}×{n}" for k, n in sorted(counts.items())) or "none"
+
+
 def compile_all(launches: list[dict[str, Any]], targets: list[int]) -> list[dict[str, Any]]:
     """Each launch compiled for each target (``sm_<target>``), with its resources."""
     rows = []
@@ -237,7 +250,7 @@ def _compile_into(rows: list[dict[str, Any]], launches: list[dict[str, Any]], ta
                 "kernel": launch["name"], "layer": launch["layer"], "target": f"sm_{arch}", "dtypes": ",".join(d[1:] for d in dtypes),
                 "warps": launch["options"].get("num_warps", 4), "regs": usage["regs"],
                 "spills": usage["spills"], "stack": usage["stack"], "shared": compiled.metadata.shared,
-                "seconds": seconds,
+                "seconds": seconds, "products": dot_precisions(compiled.asm["ttir"]),
             })  # fmt: skip
 
 
@@ -254,12 +267,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
           f"from {', '.join(LAYERS)} (state 64, batch 64); compiled without a GPU")  # fmt: skip
     head = ["kernel", "first launched by", "target", "storage", "warps", "registers/thread", "spill stores (bytes/thread)",
-            "stack frame (bytes/thread)", "shared bytes", "compile s"]  # fmt: skip
+            "stack frame (bytes/thread)", "shared bytes", "compile s", "products"]  # fmt: skip
     print("| " + " | ".join(head) + " |")
     print("|" + "---|" * len(head))
     for r in rows:
         cells = [r["kernel"], r["layer"], r["target"], r["dtypes"], r["warps"], r["regs"], r["spills"], r["stack"],
-                 r["shared"], f"{r['seconds']:.1f}"]  # fmt: skip
+                 r["shared"], f"{r['seconds']:.1f}", r["products"]]  # fmt: skip
         print("| " + " | ".join(str(c) for c in cells) + " |")
     return rows
 

@@ -848,7 +848,11 @@ def _stack_fwd(
             wt = tl.load(  # wt[k, q] = W_head[q, k]
                 wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
             ).to(tl.float32)
-            acc += tl.sum(h[:, :, None] * wt[None, :, :], 1)  # a tl.dot here: 43 KB/thread of spills
+            # an explicit IEEE product: Triton 3.6 rewrote the sum of broadcast products that stood
+            # here into a TF32 dot (inputs rounded to 10 significand bits: 2e-4 to 1e-3 of each
+            # tensor's largest value on an H200, against 2e-7 for torch's float32;
+            # ``python -m benchmarks.kernel_precision``)
+            acc += tl.dot(h, wt, input_precision=STACK_DOT_PRECISION)
         if MEM < 2 or MEM == 4:  # softmax over the three (the jump tape: five) actions
             is_act = (hcols < (5 if MEM == 4 else 3))[None, :]
             logits = tl.where(is_act, acc, float("-inf"))
