@@ -85,10 +85,12 @@ def choose(
     triton_ok: bool = True,
     native_ok: bool = False,
     triton_dtypes: tuple[torch.dtype, ...] = TRITON_DTYPES,
+    triton_default: bool = True,
 ) -> str:
     """The implementation for inputs ``x`` (module docstring); ``native_ok``: the mechanism has a
     C++ loop for these options; ``triton_dtypes``: the dtypes its kernels take on CUDA (the
-    nondeterministic stack's: float32 and float64)."""
+    nondeterministic stack's: float32 and float64); ``triton_default``: whether CUDA tensors go
+    to the kernels unforced (False: only inside ``implementation("triton")``)."""
     if impl is None and _FORCED.get() is not None:
         impl = _FORCED.get()
         if (impl == "triton" and not triton_ok) or (impl == "native" and not native_ok):
@@ -108,7 +110,13 @@ def choose(
         return impl
     if forcing_reference():
         return "reference"
-    if triton_ok and x.device.type == "cuda" and x.dtype in triton_dtypes and triton_available():
+    if (
+        triton_ok
+        and triton_default
+        and x.device.type == "cuda"
+        and x.dtype in triton_dtypes
+        and triton_available()
+    ):
         return "triton"
     if native_ok and _native_fits(x) and native_available():
         return "native"

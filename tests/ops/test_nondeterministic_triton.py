@@ -7,6 +7,8 @@ the sizes are small; ``-m gpu`` runs the compiled kernels at DuSell & Chiang's s
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
@@ -87,7 +89,16 @@ LAYER_CASES = [
 ]
 
 
+#: open on CUDA (an H200, Triton 3.6): the Triton run's backward failed these tests there, a
+#: gradient off by factors of 0.5 in places or never arriving (benchmarks/results/stack-rnn-h200.md);
+#: Triton's interpreter passes them.  Strict, so that the GPU session that fixes it sees the marker go.
+OPEN_ON_CUDA = pytest.mark.xfail(
+    torch.cuda.is_available(), strict=True, reason="the Triton run's backward on CUDA (stack-rnn-h200.md)"
+)
+
+
 @needs_triton
+@OPEN_ON_CUDA
 @pytest.mark.parametrize(("memory", "depth", "args", "dtype"), [
     (*case, dtype) for case, dtype in zip(LAYER_CASES, [torch.float64, torch.float32] * 2, strict=True)
 ])  # fmt: skip
@@ -134,6 +145,7 @@ def test_the_layer_on_the_triton_run_equals_the_reference_loop(memory, depth, ar
 
 
 @needs_triton
+@OPEN_ON_CUDA
 @pytest.mark.parametrize("tile", [16, 2**16])
 def test_the_loops_over_offsets_give_the_same_run_whatever_offsets_they_take_at_once(tile, monkeypatch, gen):
     """The kernels' loops over start offsets take as many offsets per iteration as fit a tile
@@ -209,6 +221,25 @@ def test_the_dispatch_and_what_a_run_refuses(gen):
 
 
 @needs_triton
+def test_cuda_takes_the_torch_step_until_the_triton_run_passes_on_a_gpu():
+    """With ``TRITON_RUN_BY_DEFAULT`` off (its backward failed the GPU tests on an H200), CUDA
+    tensors of the stack's dtypes go to the torch step unless the Triton run is forced; the other
+    kernels' dispatch is unchanged (fake CUDA tensors: no GPU needed)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from memrnn.ops import nondeterministic
+    from memrnn.ops.dispatch import choose
+
+    assert nondeterministic.TRITON_RUN_BY_DEFAULT is False
+    with FakeTensorMode():
+        x = torch.empty(2, 3, device="cuda", dtype=torch.float64)
+    assert run_impl(x) == "cpu" and run_impl(x.float()) == "cpu"
+    assert choose(x.float()) == "triton"  # Elman, LSTM, the stack RNNs' kernels
+    with implementation("triton"):
+        assert run_impl(x) == "triton"
+
+
+@needs_triton
 def test_a_triton_run_checks_its_steps_and_restarts_a_second_backward_pass(gen):
     """As the C++ run: at most the steps it was made for; a second backward pass
     (``retain_graph``) gives the first one's gradients; first order only."""
@@ -233,12 +264,22 @@ def test_a_triton_run_checks_its_steps_and_restarts_a_second_backward_pass(gen):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize(
+    "impl",
+    [
+        pytest.param(
+            "triton", marks=pytest.mark.xfail(strict=True, reason="the Triton run's backward on CUDA")
+        ),
+        None,  # the dispatch's choice on CUDA: the torch step while TRITON_RUN_BY_DEFAULT is off
+    ],
+)
+@pytest.mark.parametrize(
     ("memory", "args"), [("nondeterministic", {}), ("vector_nondeterministic", {"vector_size": 5})]
 )
-def test_the_compiled_kernels_equal_the_cpp_run_at_the_papers_size(memory, args, gen):
+def test_the_compiled_kernels_equal_the_cpp_run_at_the_papers_size(memory, args, impl, gen):
     """On a GPU, at DuSell & Chiang's size (20-unit LSTM controller, 2 states × 3 symbols, the
     unlimited stack of depth 104, batch 10, T 80; ragged lengths), in float64: the compiled
-    kernels against the C++ run on CPU, outputs and every gradient."""
+    kernels (``impl="triton"``) and the default CUDA path against the C++ run on CPU, outputs
+    and every gradient (a gradient that never arrives fails as such)."""
     torch.manual_seed(0)
     net = StackRNN(3, 20, memory, "lstm", depth=104, memory_args={"states": 2, "symbols": 3, **args}).double()
     B, T = 10, 80
@@ -249,8 +290,11 @@ def test_the_compiled_kernels_equal_the_cpp_run_at_the_papers_size(memory, args,
         net = net.to(device)
         xx = x.to(device).requires_grad_()
         net.zero_grad()
-        y, _ = net(xx, mask=mask.to(device))
+        with implementation(impl) if device == "cuda" and impl else contextlib.nullcontext():
+            y, _ = net(xx, mask=mask.to(device))
         y.square().sum().backward()
-        results.append([t.detach().cpu() for t in (y, xx.grad, *(p.grad for p in net.parameters()))])
+        named = [("x", xx.grad), *((n, p.grad) for n, p in net.named_parameters())]
+        assert not [n for n, g in named if g is None], f"no gradient on {device}"
+        results.append([t.detach().cpu() for t in (y, *(g for _, g in named))])
     for a, b in zip(*results, strict=True):
         torch.testing.assert_close(a, b, atol=1e-9, rtol=1e-9)
