@@ -10,7 +10,8 @@ script runs each layer's reference loop in float64 on CPU (the truth), then in f
 kernels (``implementation("triton")``) and the reference loop (``reference_paths()``) on
 ``--device``, and the reference loop on CPU, and prints for each the largest error over the
 outputs, final states and every gradient, as a fraction of that tensor's largest value.  A kernel
-is as exact as torch's float32 when its error is of the order of torch's.  TF32 is off (IEEE
+is as exact as torch's float32 when its error is of the order of torch's; the script exits 1 if a
+kernel's is more than ``--max-ratio`` (20) times torch's on CPU, or a layer fails.  TF32 is off (IEEE
 float32 products), as in the tests.  No strength sits on a kink: stratification strengths are
 drawn in [0.05, 0.95].
 """
@@ -103,12 +104,14 @@ def errors(name: str, device: str, batch: int = 8, steps: int = 12, seed: int = 
     return out
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def main(argv: list[str] | None = None) -> tuple[list[dict], list[str]]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--layers", nargs="+", default=list(LAYERS))
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--max-ratio", type=float, default=20.0,
+                    help="exit 1 if a kernel's error exceeds this many times torch's float32 error on CPU")  # fmt: skip
     args = ap.parse_args(argv)
     where = torch.cuda.get_device_name() if args.device == "cuda" else "CPU"
     interp = " (Triton's interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else ""
@@ -117,18 +120,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
     cols = ["kernel", *([f"torch {args.device}"] if args.device != "cpu" else []), "torch cpu"]
     print("| layer | " + " | ".join(f"{c} float32" for c in cols) + " | kernel / torch cpu |")
     print("|---|" + "---|" * (len(cols) + 1))
-    rows = []
+    rows, bad = [], []
     for name in args.layers:
         try:
             e = errors(name, args.device, args.batch, args.steps)
         except Exception as exc:  # one layer's failure is a row, not the end of the table
             print(f"| {name} | failed: {type(exc).__name__}: {str(exc).splitlines()[0][:120]} |")
+            bad.append(name)
             continue
-        rows.append({"layer": name, **e})
+        ratio = e["kernel"] / max(e["torch cpu"], 1e-30)
+        rows.append({"layer": name, **e, "ratio": ratio})
         cells = " | ".join(f"{e[c]:.1e}" for c in cols)
-        print(f"| {name} | {cells} | {e['kernel'] / max(e['torch cpu'], 1e-30):.1f} |")
-    return rows
+        print(f"| {name} | {cells} | {ratio:.1f} |")
+        if ratio > args.max_ratio:
+            bad.append(name)
+    if bad:
+        print(f"more than {args.max_ratio:g}× torch's float32 error, or failed: {', '.join(bad)}")
+    return rows, bad
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(1 if main()[1] else 0)

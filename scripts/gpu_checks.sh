@@ -4,11 +4,13 @@
 # them): nothing is installed, memrnn runs from this checkout (PYTHONPATH), every result goes to
 # OUTDIR as a file named for what it holds.
 #
-#   bash scripts/gpu_checks.sh OUTDIR [tests] [stack] [nondeterministic] [compile]   (default: all four)
+#   bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [nondeterministic] [compile]   (default: all)
 #
 #   tests             the Triton kernels compiled on the GPU against the reference loops
 #                     (tests/ops/test_triton_kernels.py, tests/ops/test_nondeterministic_triton.py,
 #                     tests/ops/test_nnpda.py, then the gpu-marked layer tests; JOBS workers): tests.txt
+#   precision         every kernel's float32 error against its float64 reference loop, beside
+#                     torch's own float32 error (benchmarks/kernel_precision.py): precision.md
 #   stack             the stack RNNs' two kernels against cuDNN's nn.LSTM (issue 23's cell: batch
 #                     64, controller 64, width 8; every memory, LSTM and Elman controllers): stack-rnn.md
 #   nondeterministic  DuSell & Chiang's RNS-RNN (and the vector RNS-RNN) on the Triton run against
@@ -18,9 +20,9 @@
 # Each part takes a few minutes on an H100; PYTHON picks the interpreter (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash scripts/gpu_checks.sh OUTDIR [tests] [stack] [nondeterministic] [compile]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [nondeterministic] [compile]}
 shift
-PARTS=${*:-tests stack nondeterministic compile}
+PARTS=${*:-tests precision stack nondeterministic compile}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -52,6 +54,9 @@ for part in $PARTS; do
         exit $rc
       } 2>&1 | tee "$OUT/tests.txt" || status=1
       ;;
+    precision)
+      "$PY" -m benchmarks.kernel_precision --device cuda 2>&1 | tee "$OUT/precision.md" || status=1
+      ;;
     stack)
       "$PY" benchmarks/stack_rnn_speed.py --device cuda --lengths 256 64 1024 --repeats 10 \
         --memories superposition stratification queue tape tape_jump deque 2>&1 | tee "$OUT/stack-rnn.md" || status=1
@@ -70,7 +75,7 @@ for part in $PARTS; do
       "$PY" -m benchmarks.kernel_compile --targets 90 --dtypes float32 float64 2>&1 | tee "$OUT/kernels.md" || status=1
       ;;
     *)
-      echo "gpu_checks: unknown part '$part' (tests, stack, nondeterministic, compile)" >&2
+      echo "gpu_checks: unknown part '$part' (tests, precision, stack, nondeterministic, compile)" >&2
       status=2
       ;;
   esac
