@@ -34,7 +34,10 @@ fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null
   "$PY" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
-  git rev-parse HEAD 2>/dev/null
+  # a copied checkout's .git can lag its files (the device tool's did): MEMRNN_COMMIT names the
+  # commit the caller sent, and a digest of the tracked sources pins what ran
+  echo "commit: ${MEMRNN_COMMIT:-$(git rev-parse HEAD 2>/dev/null) (per .git)}"
+  echo "sources: $(cat memrnn/ops/*/triton.py memrnn/ops/*.py | sha256sum | cut -c1-16) (sha256 of memrnn/ops' Python)"
 } | tee "$OUT/device.txt"
 status=0
 for part in $PARTS; do
