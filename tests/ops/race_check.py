@@ -11,7 +11,13 @@ interpreter runs, every address each program loads and stores and reports:
 - ``store-load``: an address one program stores and another loads in the same launch;
 - ``load-after-store``: a program loading an address it stored since its last barrier.
 
-It patches the interpreter's builder and grid executor (Triton 3.x internals): it is a test tool.
+:func:`reversed_programs` runs each launch's programs last to first (a result that changes
+depends on the programs' order, which a GPU does not keep), and :func:`poisoned_empties` fills
+every fresh ``torch.empty``/``new_empty``/``empty_like`` float tensor with NaN (a GPU's caching
+allocator hands back stale data where a CPU often gives zeros, so a read of memory nobody wrote
+shows there only).
+
+They patch the interpreter's builder and grid executor (Triton 3.x internals): test tools.
 """
 
 from __future__ import annotations
@@ -107,3 +113,45 @@ def detect_races() -> Iterator[collections.Counter]:
         )
         for key in [k for k, n in report.items() if n == 0]:
             del report[key]
+
+
+@contextlib.contextmanager
+def reversed_programs() -> Iterator[None]:
+    """Inside the block, every interpreted launch runs its programs from the last to the first."""
+    from triton.runtime import interpreter as interp
+
+    builder = interp.InterpreterBuilder
+    saved = builder.set_grid_idx
+
+    def set_grid_idx(self, x, y, z):
+        gx, gy, gz = self.grid_dim
+        return saved(self, gx - 1 - x, gy - 1 - y, gz - 1 - z)
+
+    builder.set_grid_idx = set_grid_idx
+    try:
+        yield
+    finally:
+        builder.set_grid_idx = saved
+
+
+@contextlib.contextmanager
+def poisoned_empties() -> Iterator[None]:
+    """Inside the block, fresh uninitialised float tensors hold NaN."""
+    import torch
+
+    saved = (torch.Tensor.new_empty, torch.empty, torch.empty_like)
+    new_empty, empty, empty_like = saved
+
+    def fill(t):
+        if t.is_floating_point():
+            with torch.no_grad():
+                t.fill_(float("nan"))
+        return t
+
+    torch.Tensor.new_empty = lambda self, *a, **k: fill(new_empty(self, *a, **k))
+    torch.empty = lambda *a, **k: fill(empty(*a, **k))
+    torch.empty_like = lambda *a, **k: fill(empty_like(*a, **k))
+    try:
+        yield
+    finally:
+        torch.Tensor.new_empty, torch.empty, torch.empty_like = saved
