@@ -32,6 +32,16 @@ needs_triton = pytest.mark.skipif(
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _leaf(t: torch.Tensor, device: str) -> torch.Tensor:
+    """A fresh leaf copy of ``t`` on ``device`` for one run's gradient.  Never
+    ``t.to(device).requires_grad_()``: on ``t``'s own device that is ``t`` itself, so two runs
+    share one ``.grad`` (the second backward adds into the tensor the first run's result still
+    holds: the runs compared agree by construction, or differ by a factor of 2), and once ``t``
+    requires grad, ``t.to("cuda")`` is no leaf and its ``.grad`` stays None.  Both read as a GPU
+    bug on an H200 (``benchmarks/results/stack-rnn-h200.md``)."""
+    return t.detach().clone().to(device).requires_grad_()
+
+
 def _weights(B, Q, S, m, dtype, gen, scale=1.0):
     QS = Q * S
     out = [torch.randn(B, QS, QS, generator=gen, dtype=dtype) * scale,
@@ -70,7 +80,7 @@ def test_one_step_equals_the_torch_step(B, depth, Q, S, m, dtype, gen):
     step = vector_nondeterministic_step if m else nondeterministic_step
     results = {}
     for impl in ("cpu", "triton"):
-        xs = [t.clone().to(DEVICE if impl == "triton" else "cpu").requires_grad_() for t in inputs]
+        xs = [_leaf(t, DEVICE if impl == "triton" else "cpu") for t in inputs]
         out = step(*xs, impl=impl)
         sum((o * w.to(o.device)).sum() for o, w in zip(out, ws, strict=True)).backward()
         grads = [torch.zeros_like(x) if x.grad is None else x.grad for x in xs]
@@ -89,16 +99,7 @@ LAYER_CASES = [
 ]
 
 
-#: open on CUDA (an H200, Triton 3.6): the Triton run's backward failed these tests there, a
-#: gradient off by factors of 0.5 in places or never arriving (benchmarks/results/stack-rnn-h200.md);
-#: Triton's interpreter passes them.  Strict, so that the GPU session that fixes it sees the marker go.
-OPEN_ON_CUDA = pytest.mark.xfail(
-    torch.cuda.is_available(), strict=True, reason="the Triton run's backward on CUDA (stack-rnn-h200.md)"
-)
-
-
 @needs_triton
-@OPEN_ON_CUDA
 @pytest.mark.parametrize(("memory", "depth", "args", "dtype"), [
     (*case, dtype) for case, dtype in zip(LAYER_CASES, [torch.float64, torch.float32] * 2, strict=True)
 ])  # fmt: skip
@@ -122,8 +123,8 @@ def test_the_layer_on_the_triton_run_equals_the_reference_loop(memory, depth, ar
     for impl in ("triton", "native", "reference"):
         device = DEVICE if impl == "triton" else "cpu"
         net = net.to(device)
-        xx = x.to(device).requires_grad_()
-        st = type(state)(*(t.to(device).requires_grad_() for t in state))
+        xx = _leaf(x, device)
+        st = type(state)(*(_leaf(t, device) for t in state))
         net.zero_grad()
         if impl == "reference":
             with implementation("cpu"):
@@ -145,7 +146,6 @@ def test_the_layer_on_the_triton_run_equals_the_reference_loop(memory, depth, ar
 
 
 @needs_triton
-@OPEN_ON_CUDA
 @pytest.mark.parametrize("tile", [16, 2**16])
 def test_the_loops_over_offsets_give_the_same_run_whatever_offsets_they_take_at_once(tile, monkeypatch, gen):
     """The kernels' loops over start offsets take as many offsets per iteration as fit a tile
@@ -169,7 +169,7 @@ def test_the_loops_over_offsets_give_the_same_run_whatever_offsets_they_take_at_
             device = DEVICE if impl == "triton" else "cpu"
             net = net.to(device)
             net.zero_grad()
-            xx = x.to(device).requires_grad_()
+            xx = _leaf(x, device)
             with implementation(impl):
                 y, _ = net(xx)
             y.square().sum().backward()
@@ -221,18 +221,20 @@ def test_the_dispatch_and_what_a_run_refuses(gen):
 
 
 @needs_triton
-def test_cuda_takes_the_torch_step_until_the_triton_run_passes_on_a_gpu():
-    """With ``TRITON_RUN_BY_DEFAULT`` off (its backward failed the GPU tests on an H200), CUDA
-    tensors of the stack's dtypes go to the torch step unless the Triton run is forced; the other
-    kernels' dispatch is unchanged (fake CUDA tensors: no GPU needed)."""
+def test_cuda_takes_the_triton_run_unless_it_is_switched_off(monkeypatch):
+    """CUDA tensors of the stack's dtypes go to the Triton run; with ``TRITON_RUN_BY_DEFAULT``
+    off, to the torch step unless the run is forced, the other kernels' dispatch unchanged (fake
+    CUDA tensors: no GPU needed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from memrnn.ops import nondeterministic
     from memrnn.ops.dispatch import choose
 
-    assert nondeterministic.TRITON_RUN_BY_DEFAULT is False
     with FakeTensorMode():
         x = torch.empty(2, 3, device="cuda", dtype=torch.float64)
+    assert nondeterministic.TRITON_RUN_BY_DEFAULT is True
+    assert run_impl(x) == "triton" and run_impl(x.float()) == "triton" and run_impl(x.half()) == "cpu"
+    monkeypatch.setattr(nondeterministic, "TRITON_RUN_BY_DEFAULT", False)
     assert run_impl(x) == "cpu" and run_impl(x.float()) == "cpu"
     assert choose(x.float()) == "triton"  # Elman, LSTM, the stack RNNs' kernels
     with implementation("triton"):
@@ -263,23 +265,16 @@ def test_a_triton_run_checks_its_steps_and_restarts_a_second_backward_pass(gen):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize(
-    "impl",
-    [
-        pytest.param(
-            "triton", marks=pytest.mark.xfail(strict=True, reason="the Triton run's backward on CUDA")
-        ),
-        None,  # the dispatch's choice on CUDA: the torch step while TRITON_RUN_BY_DEFAULT is off
-    ],
-)
+@pytest.mark.parametrize("impl", ["triton", "cpu"])  # the Triton run (CUDA's default), the torch step
 @pytest.mark.parametrize(
     ("memory", "args"), [("nondeterministic", {}), ("vector_nondeterministic", {"vector_size": 5})]
 )
 def test_the_compiled_kernels_equal_the_cpp_run_at_the_papers_size(memory, args, impl, gen):
     """On a GPU, at DuSell & Chiang's size (20-unit LSTM controller, 2 states × 3 symbols, the
     unlimited stack of depth 104, batch 10, T 80; ragged lengths), in float64: the compiled
-    kernels (``impl="triton"``) and the default CUDA path against the C++ run on CPU, outputs
-    and every gradient (a gradient that never arrives fails as such)."""
+    kernels (``impl="triton"``, CUDA's default) and the torch step on CUDA (``impl="cpu"``)
+    against the C++ run on CPU, outputs and every gradient (a gradient that never arrives fails
+    as such)."""
     torch.manual_seed(0)
     net = StackRNN(3, 20, memory, "lstm", depth=104, memory_args={"states": 2, "symbols": 3, **args}).double()
     B, T = 10, 80
@@ -288,9 +283,9 @@ def test_the_compiled_kernels_equal_the_cpp_run_at_the_papers_size(memory, args,
     results = []
     for device in ("cpu", "cuda"):
         net = net.to(device)
-        xx = x.to(device).requires_grad_()
+        xx = _leaf(x, device)
         net.zero_grad()
-        with implementation(impl) if device == "cuda" and impl else contextlib.nullcontext():
+        with implementation(impl) if device == "cuda" else contextlib.nullcontext():
             y, _ = net(xx, mask=mask.to(device))
         y.square().sum().backward()
         named = [("x", xx.grad), *((n, p.grad) for n, p in net.named_parameters())]

@@ -24,11 +24,11 @@ above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed te
 last so that each loop over the batch vectorises, and start times that are still log 0 never
 computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
 ``StackRNN`` runs its sequences this way; :func:`nondeterministic_step` on CPU is a run of one
-step.  On CUDA tensors of float32 and float64 the same run can go through Triton kernels
+step.  On CUDA tensors of float32 and float64 the same run goes through Triton kernels
 (:mod:`memrnn.ops.nondeterministic.triton`: the store batch first, three launches per step
-forward and six backward, where the torch step launches about a hundred), inside
-``implementation("triton")`` until :data:`TRITON_RUN_BY_DEFAULT` is on.  :func:`run_impl`
-says which runs.  Both runs' backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with
+forward and six backward, where the torch step launches about a hundred; setting
+:data:`TRITON_RUN_BY_DEFAULT` off sends CUDA to the torch step).  :func:`run_impl` says which
+runs.  Both runs' backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with
 ``fused=False``) keeps the torch step, whose gradients differentiate again.
 """
 
@@ -84,20 +84,21 @@ def log_matmul(a: Tensor, b: Tensor) -> Tensor:
 
 #: the dtypes of the Triton run (log weights in half precision would not stay exact)
 TRITON_DTYPES = (torch.float32, torch.float64)
-#: whether CUDA tensors take the Triton run without ``implementation("triton")``.  Off: on an
-#: H200 (Triton 3.6) its forward and its float32 error equalled the reference's, but its backward
-#: failed the GPU tests (an input gradient off by factors of 0.5 in places, a parameter left
-#: without a gradient; ``benchmarks/results/stack-rnn-h200.md``), which Triton's interpreter does
-#: not reproduce.  Until a GPU passes ``tests/ops/test_nondeterministic_triton.py``, CUDA runs the
-#: torch step (correct, about 3× slower there) unless the Triton run is forced.
-TRITON_RUN_BY_DEFAULT = False
+#: whether CUDA tensors take the Triton run without ``implementation("triton")`` (off: the torch
+#: step, about 2.5× slower there, unless the run is forced).  On an H200 (Triton 3.6) the run's
+#: outputs, final states and every gradient were within torch's own float32 error of the float64
+#: reference (``python -m benchmarks.kernel_precision``; ``benchmarks/results/stack-rnn-h200.md``).
+#: The GPU test failures that had turned this off were the tests' own: they reused one input
+#: tensor's ``.grad`` across the runs they compared (``_leaf`` in
+#: ``tests/ops/test_nondeterministic_triton.py``).
+TRITON_RUN_BY_DEFAULT = True
 
 
 def run_impl(x: Tensor, impl: str | None = None) -> str:
     """Where a stack on tensors like ``x`` runs: ``"native"`` (a :class:`NondeterministicRun` in
     C++: CPU, float32/float64), ``"triton"`` (a run in Triton kernels: CUDA, float32/float64,
-    only when forced while :data:`TRITON_RUN_BY_DEFAULT` is off, or CPU tensors under Triton's
-    interpreter when forced), or ``"cpu"`` (the torch step, any
+    unless :data:`TRITON_RUN_BY_DEFAULT` is off; CPU tensors under Triton's interpreter when
+    forced), or ``"cpu"`` (the torch step, any
     device and dtype, differentiable twice; also under ``torch.compile``/``export``, where the
     runs' ops have no fake kernels).  ``impl`` forces one (:func:`memrnn.ops.dispatch.choose`)."""
     if torch.compiler.is_compiling() and impl is None:
