@@ -185,3 +185,48 @@ def test_no_import_cycle_between_files() -> None:
         if node not in state:
             dfs(node)
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+# -- gradients that tests compare -----------------------------------------------------------------
+def _moved_leaves(tree: ast.AST) -> list[int]:
+    """Lines of ``name.to(...).requires_grad_()``: on ``name``'s own device and dtype ``.to``
+    returns ``name`` itself, so two runs made this way share one ``.grad`` (the second backward
+    adds into the first run's result); once ``name`` requires grad, a copy on another device is
+    no leaf (its ``.grad`` stays None)."""
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "requires_grad_"
+            and isinstance(node.func.value, ast.Call)
+            and isinstance(node.func.value.func, ast.Attribute)
+            and node.func.value.func.attr == "to"
+            and isinstance(node.func.value.func.value, (ast.Name, ast.Attribute, ast.Subscript))
+            and not any(k.arg == "copy" for k in node.func.value.keywords)  # .to(..., copy=True)
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_test_makes_a_leaf_by_moving_a_tensor_it_keeps() -> None:
+    """``x.to(device).requires_grad_()`` on a tensor ``x`` that outlives the line made two GPU
+    tests of the nondeterministic stack fail on an H200 (and their CPU runs compare a gradient
+    with itself); a fresh leaf is ``x.detach().clone().to(device).requires_grad_()`` or
+    ``x.to(device, copy=True).requires_grad_()``."""
+    hits = [
+        f"{p.relative_to(ROOT)}:{line}"
+        for p in _text_files()
+        if p.suffix == ".py"
+        for line in _moved_leaves(ast.parse(p.read_text(encoding="utf-8")))
+    ]
+    assert not hits, f"a leaf made by moving a kept tensor (clone it first): {hits}"
+
+
+def test_the_moved_leaf_check_fires() -> None:
+    bad = "xx = x.to(device).requires_grad_()\nst = [t.to('cuda', dtype).requires_grad_() for t in s]"
+    good = (
+        "xx = x.clone().to(device).requires_grad_()\nw = torch.randn(3).to(device).requires_grad_()\n"
+        "y = x.to(device, copy=True).requires_grad_()"
+    )
+    assert _moved_leaves(ast.parse(bad)) == [1, 2] and _moved_leaves(ast.parse(good)) == []

@@ -26,14 +26,14 @@ def make_inputs(dtype, *, n=3, m1=4, m2=2, D=5, B=3, T=4, learn_h=True, seed=0, 
 
     def r(*shape, lo=0.0, hi=1.0):
         t = torch.rand(*shape, generator=g, dtype=torch.float64) * (hi - lo) + lo
-        return t.to(device, dtype).requires_grad_()
+        return t.to(device, dtype, copy=True).requires_grad_()
 
     weight = r(O, n, m1, L, lo=-0.3, hi=0.9)
     h = torch.tensor(4.0, dtype=dtype, device=device).requires_grad_(learn_h)
     # a window whose top has a tie (two equal components) in row 0: the max's split
     stack0 = torch.rand(B, D, m2, generator=g, dtype=torch.float64)
     stack0[0, 0] = 0.7
-    stack0 = stack0.to(device, dtype).requires_grad_()
+    stack0 = stack0.to(device, dtype, copy=True).requires_grad_()
     ids = torch.randint(0, m1, (B, T), generator=g).to(device)
     return weight, h, r(B, n), stack0, r(B, m2), ids
 
