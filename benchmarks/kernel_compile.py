@@ -105,7 +105,7 @@ try:  # the JIT's own typing of a launch's arguments (Triton >= 3.3): ints equal
     # constants, pointers and ints divisible by 16 get ``tt.divisibility = 16``.  Compiling without
     # these attributes compiles other code than a real launch does: Triton 3.6 compiled the
     # stratification kernels here but failed on the GPU once its loads were specialised for
-    # 16-byte alignment (``memrnn.ops.stack_rnn.triton._carried``)
+    # 16-byte alignment (``memrnn.ops.stack_rnn.triton._scan``)
     from triton._C.libtriton import native_specialize_impl as specialize
 except ImportError:  # older Triton: the plain signature below, no alignment attributes
     specialize = None

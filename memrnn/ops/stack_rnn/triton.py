@@ -316,24 +316,22 @@ def _chunk(c, D, BLOCK_D: tl.constexpr, REV: tl.constexpr):
 
 
 @triton.jit
-def _exclusive(x, carry, REV: tl.constexpr):
-    """Exclusive running sums of ``x [BLOCK_B, BLOCK_D]`` along the elements, continuing ``carry``
-    (the earlier chunks' total): prefix sums, or suffix sums if ``REV``.  A stack's covered sums
-    are prefix sums over the elements (newest first) and their transpose suffix sums; a queue's
-    the other way round.  Both directions are scans, never ``total − prefix``, so the last
-    element's suffix sum is exactly 0 (a tie the subgradients see)."""
-    return carry[:, None] + tl.cumsum(x, 1, reverse=REV) - x
+def _scan(x, carry, REV: tl.constexpr):
+    """One chunk ``x [BLOCK_B, BLOCK_D]`` of a running sum along the elements that continues
+    ``carry [BLOCK_B]`` (the earlier chunks' total): ``(exclusive, carry + Σ_j x[:, j])``, the
+    exclusive prefix sums (suffix sums if ``REV``) and the total to carry into the next chunk.
 
-
-@triton.jit
-def _carried(x, carry):
-    """``carry + Σ_j x[:, j]``, the running total after the chunk ``x [BLOCK_B, BLOCK_D]``, as one
-    reduction with ``carry`` added into the chunk's first column.  Not ``carry += tl.sum(x, 1)``:
-    Triton 3.6's ``TritonGPUOptimizeThreadLocality`` pass asserts (``loopResult.hasOneUse()``,
-    the compile fails) on a loop-carried sum of a reduction whose result is unused after the loop,
-    once the loads are specialised for 16-byte alignment (as every real launch is)."""
+    A stack's covered sums are prefix sums over the elements (newest first) and their transpose
+    suffix sums; a queue's the other way round.  Both directions are scans, never ``total −
+    prefix``, so the last element's suffix sum is exactly 0 (a tie the subgradients see).  The
+    total is one reduction with ``carry`` added into the chunk's first column, not ``carry +
+    tl.sum(x, 1)``: Triton 3.6's ``TritonGPUOptimizeThreadLocality`` pass asserts
+    (``loopResult.hasOneUse()``, the compile fails) on a loop-carried sum of a reduction whose
+    result is unused after the loop, once the loads are specialised for 16-byte alignment (as
+    every real launch is)."""
+    exclusive = carry[:, None] + tl.cumsum(x, 1, reverse=REV) - x
     first = (tl.arange(0, x.shape[1]) == 0)[None, :]
-    return tl.sum(tl.where(first, x + carry[:, None], x), 1)
+    return exclusive, tl.sum(tl.where(first, x + carry[:, None], x), 1)
 
 
 @triton.jit
@@ -356,8 +354,7 @@ def _strat_step(
         di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < D)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        cov = _exclusive(old, carry, QUEUE)
-        carry = _carried(old, carry)
+        cov, carry = _scan(old, carry, QUEUE)
         popped = tl.maximum(old - tl.maximum(pop[:, None] - cov, 0.0), 0.0)
         tl.store(
             new_row + di[None, :] + 1, popped.to(s_ptr.dtype.element_ty), mask=md & (di + 1 < D)[None, :]
@@ -380,8 +377,7 @@ def _strat_step(
         di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < D)[None, :]
         new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        cov = _exclusive(new, carry, QUEUE)
-        carry = _carried(new, carry)
+        cov, carry = _scan(new, carry, QUEUE)
         w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
         V = tl.load(
             p_ptr + (T - 1 - t + di)[None, :, None] * B * M + rows[:, None, None] * M + mcols[None, None, :],
@@ -424,8 +420,8 @@ def _strat_step_grad(
         di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < D)[None, :]
         new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        a3 = 1.0 - _exclusive(new, carry, QUEUE)
-        carry = _carried(new, carry)
+        ex, carry = _scan(new, carry, QUEUE)
+        a3 = 1.0 - ex
         r3 = tl.maximum(a3, 0.0)
         w = tl.minimum(new, r3)
         da = tl.where(new < r3, 1.0, tl.where(new == r3, 0.5, 0.0))
@@ -448,8 +444,8 @@ def _strat_step_grad(
         gn = tl.load(g_row + di[None, :], mask=md, other=0.0) + tl.load(
             y_row + di[None, :], mask=md, other=0.0
         )
-        gn -= _exclusive(x, carry, not QUEUE)
-        carry = _carried(x, carry)
+        ex, carry = _scan(x, carry, not QUEUE)
+        gn -= ex
         tl.store(g_row + di[None, :], gn, mask=md)
         g_push += tl.sum(tl.where(md & (di == 0)[None, :], gn, 0.0), 1)
     tl.debug_barrier()
@@ -460,8 +456,8 @@ def _strat_step_grad(
         di = _chunk(c, D, BLOCK_D, QUEUE) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < D)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        a1 = pop[:, None] - _exclusive(old, carry, QUEUE)
-        carry = _carried(old, carry)
+        ex, carry = _scan(old, carry, QUEUE)
+        a1 = pop[:, None] - ex
         a2 = old - tl.maximum(a1, 0.0)
         g_a2 = tl.load(g_row + di[None, :] + 1, mask=md & (di + 1 < D)[None, :], other=0.0)
         g_a2 = tl.where(a2 >= 0, g_a2, 0.0)
@@ -475,8 +471,8 @@ def _strat_step_grad(
         di = _chunk(c, D, BLOCK_D, not QUEUE) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < D)[None, :]
         x = tl.load(x_row + di[None, :], mask=md, other=0.0)
-        g_old = tl.load(y_row + di[None, :], mask=md, other=0.0) + _exclusive(x, carry, not QUEUE)
-        carry = _carried(x, carry)
+        ex, carry = _scan(x, carry, not QUEUE)
+        g_old = tl.load(y_row + di[None, :], mask=md, other=0.0) + ex
         if HAS_GS:
             g_old += tl.load(gsx_ptr + t * B * D + rows[:, None] * D + di[None, :], mask=md, other=0.0).to(
                 tl.float32
@@ -527,8 +523,7 @@ def _deque_step(
         di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        cov = _exclusive(old, carry, True)
-        carry = _carried(old, carry)
+        cov, carry = _scan(old, carry, True)
         tl.store(x_row + di[None, :], tl.maximum(old - tl.maximum(pop_top[:, None] - cov, 0.0), 0.0), mask=md)
     tl.debug_barrier()
     # 2. the bottom pop (prefix sums); slot i of the bottom half moves to i + 1, of the top half
@@ -539,8 +534,7 @@ def _deque_step(
         di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         p1 = tl.load(x_row + di[None, :], mask=md, other=0.0)
-        cov = _exclusive(p1, carry, False)
-        carry = _carried(p1, carry)
+        cov, carry = _scan(p1, carry, False)
         p2 = tl.maximum(p1 - tl.maximum(pop_bot[:, None] - cov, 0.0), 0.0)
         leaves = ((di == D - 1) | (di == D))[None, :]
         dst = tl.where(di < D, di + 1, di - 1)
@@ -564,8 +558,7 @@ def _deque_step(
             di = _chunk(c, W, BLOCK_D, end == 0) + tl.arange(0, BLOCK_D)
             md = rmask[:, None] & (di < W)[None, :]
             new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-            cov = _exclusive(new, carry, end == 0)
-            carry = _carried(new, carry)
+            cov, carry = _scan(new, carry, end == 0)
             w = tl.minimum(new, tl.maximum(1.0 - cov, 0.0))
             slot = tl.where(di < D, T - 1 - t + di, T + D + t + 1 + di - D)  # the row of p
             V = tl.load(
@@ -619,8 +612,8 @@ def _deque_step_grad(
             di = _chunk(c, W, BLOCK_D, end == 0) + tl.arange(0, BLOCK_D)
             md = rmask[:, None] & (di < W)[None, :]
             new = tl.load(new_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-            a = 1.0 - _exclusive(new, carry, end == 0)
-            carry = _carried(new, carry)
+            ex, carry = _scan(new, carry, end == 0)
+            a = 1.0 - ex
             r = tl.maximum(a, 0.0)
             w = tl.minimum(new, r)
             da = tl.where(new < r, 1.0, tl.where(new == r, 0.5, 0.0))
@@ -650,8 +643,8 @@ def _deque_step_grad(
             di = _chunk(c, W, BLOCK_D, end == 1) + tl.arange(0, BLOCK_D)
             md = rmask[:, None] & (di < W)[None, :]
             x = tl.load(x_row + di[None, :], mask=md, other=0.0)
-            y = tl.load(y_row + di[None, :], mask=md, other=0.0) - _exclusive(x, carry, end == 1)
-            carry = _carried(x, carry)
+            ex, carry = _scan(x, carry, end == 1)
+            y = tl.load(y_row + di[None, :], mask=md, other=0.0) - ex
             tl.store(y_row + di[None, :], y, mask=md)
         tl.debug_barrier()
     # 2. the pushes (new slots 0 and 2D − 1), the top pop's result again (suffix sums)
@@ -662,8 +655,8 @@ def _deque_step_grad(
         di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        c1 = pop_top[:, None] - _exclusive(old, carry, True)
-        carry = _carried(old, carry)
+        ex, carry = _scan(old, carry, True)
+        c1 = pop_top[:, None] - ex
         tl.store(p1_row + di[None, :], tl.maximum(old - tl.maximum(c1, 0.0), 0.0), mask=md)
     tl.debug_barrier()
     # 3. the bottom pop (prefix sums): the shift's gradient (slot i of the result came from i + 1
@@ -674,8 +667,8 @@ def _deque_step_grad(
         di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         p1 = tl.load(p1_row + di[None, :], mask=md, other=0.0)
-        b1 = pop_bot[:, None] - _exclusive(p1, carry, False)
-        carry = _carried(p1, carry)
+        ex, carry = _scan(p1, carry, False)
+        b1 = pop_bot[:, None] - ex
         b2 = p1 - tl.maximum(b1, 0.0)
         kept = md & ((di != D - 1) & (di != D))[None, :]
         src = tl.where(di < D, di + 1, di - 1)
@@ -693,11 +686,11 @@ def _deque_step_grad(
         di = _chunk(c, W, BLOCK_D, True) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         g_b1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
-        g_p1 = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_b1, carry_g, True)
-        carry_g = _carried(g_b1, carry_g)
+        ex, carry_g = _scan(g_b1, carry_g, True)
+        g_p1 = tl.load(a_row + di[None, :], mask=md, other=0.0) - ex
         old = tl.load(old_row + di[None, :], mask=md, other=0.0).to(tl.float32)
-        c1 = pop_top[:, None] - _exclusive(old, carry, True)
-        carry = _carried(old, carry)
+        ex, carry = _scan(old, carry, True)
+        c1 = pop_top[:, None] - ex
         c2 = old - tl.maximum(c1, 0.0)
         g_c2 = tl.where(c2 >= 0, g_p1, 0.0)
         g_c1 = tl.where(c1 >= 0, -g_c2, 0.0)
@@ -711,8 +704,8 @@ def _deque_step_grad(
         di = _chunk(c, W, BLOCK_D, False) + tl.arange(0, BLOCK_D)
         md = rmask[:, None] & (di < W)[None, :]
         g_c1 = tl.load(b_row + di[None, :], mask=md, other=0.0)
-        g_old = tl.load(a_row + di[None, :], mask=md, other=0.0) - _exclusive(g_c1, carry, False)
-        carry = _carried(g_c1, carry)
+        ex, carry = _scan(g_c1, carry, False)
+        g_old = tl.load(a_row + di[None, :], mask=md, other=0.0) - ex
         if HAS_GS:
             g_old += tl.load(gsx_ptr + t * B * W + rows[:, None] * W + di[None, :], mask=md, other=0.0).to(
                 tl.float32
