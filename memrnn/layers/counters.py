@@ -37,6 +37,7 @@ from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_act
 from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
+from memrnn.layers.gated import lstm_pointwise
 from memrnn.ops.buckets import final_by_length, masked_outputs
 from memrnn.ops.counter import counter_sequence
 from memrnn.ops.lstm import lstm_sequence, sigmoids_first
@@ -253,10 +254,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
     def _step_parts(self, px: Tensor, pc: Tensor, state: CounterLSTMState):
         n = self.input_size
         rec = torch.cat([state.h, state.e], -1)
-        i, f, g, o = (px + F.linear(rec, self.weight[:, n:])).chunk(4, -1)
-        i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-        c = f * state.c + i * g
-        h = o * torch.tanh(c)
+        h, c, (i, f, g, o) = lstm_pointwise(px + F.linear(rec, self.weight[:, n:]), state.c)
         ki, kf, kd, ko = (pc + F.linear(rec, self.counter_weight[:, n:])).chunk(4, -1)
         ki, kf, kd, ko = torch.sigmoid(ki), torch.sigmoid(kf), torch.tanh(kd), torch.sigmoid(ko)
         cnt = kf * state.n + ki * kd

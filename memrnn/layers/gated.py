@@ -76,6 +76,16 @@ class GRUState(NamedTuple):
 FUSED_CHUNK = 256
 
 
+def lstm_pointwise(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """The LSTM cell after its products (Hochreiter & Schmidhuber 1997, with the forget gate of
+    Gers et al. 2000; PyTorch's gate order i, f, g, o): ``gates [B, 4H]`` (pre-activations) and
+    ``c [B, H]`` -> ``(h [B, H], c [B, H], (i, f, g, o))``, the gates activated."""
+    i, f, g, o = gates.chunk(4, dim=-1)
+    i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
+    c = f * c + i * g
+    return o * torch.tanh(c), c, (i, f, g, o)
+
+
 def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
     """Run a fused torch RNN, batch first, with right-padded ``mask``, in chunks of
     :data:`FUSED_CHUNK` steps.
@@ -263,11 +273,7 @@ class LSTMLayer(_FusedRecurrent):
         inp = x_t
         for layer, (h, c) in enumerate(zip(state.h.unbind(1), state.c.unbind(1), strict=True)):
             w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            gates = F.linear(inp, w_ih, b_ih) + F.linear(h, w_hh, b_hh)
-            i, f, g, o = gates.chunk(4, dim=-1)
-            i, f, g, o = torch.sigmoid(i), torch.sigmoid(f), torch.tanh(g), torch.sigmoid(o)
-            c = f * c + i * g
-            h = o * torch.tanh(c)
+            h, c, (i, f, g, o) = lstm_pointwise(F.linear(inp, w_ih, b_ih) + F.linear(h, w_hh, b_hh), c)
             hs.append(h)
             cs.append(c)
             for k, v in (("i", i), ("f", f), ("o", o), ("c_tilde", g)):

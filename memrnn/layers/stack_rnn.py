@@ -28,7 +28,7 @@ from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.core.state import state_where
 from memrnn.layers.elman import ElmanRNN
-from memrnn.layers.gated import GRULayer, LSTMLayer
+from memrnn.layers.gated import GRULayer, LSTMLayer, lstm_pointwise
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
@@ -373,9 +373,7 @@ class StackRNN(MemoryLayer):
 
         def gate_step(t: int, reading: Tensor, cs: NamedTuple):
             gates = torch.addmm(torch.addmm(gates_x[:, t], reading, w_r.t()), cs.h[:, 0], w_hh.t())
-            i, f, g, o = gates.chunk(4, 1)  # PyTorch's gate order
-            cc = torch.sigmoid(f) * cs.c[:, 0] + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(cc)
+            h, cc, _ = lstm_pointwise(gates, cs.c[:, 0])
             return h, type(cs)(h[:, None], cc[:, None])
 
         return cell_step if fused_cell else gate_step
