@@ -9,6 +9,7 @@ from memrnn.analysis.counting import (
     first_counting_failure,
     strings_acceptor,
 )
+from memrnn.analysis.positions import output_position_accuracy
 from memrnn.analysis.probe import ProbeResult, fit_linear_probe, probe_features
 from memrnn.analysis.reference import Feature, available_features, reference_features
 
@@ -22,6 +23,7 @@ __all__ = [
     "counting_sweep",
     "first_counting_failure",
     "fit_linear_probe",
+    "output_position_accuracy",
     "probe_features",
     "reference_features",
     "strings_acceptor",

@@ -1,6 +1,6 @@
 """Data modules and collation for formal-language experiments."""
 
-from memrnn.data.chomsky import ChomskyDataModule, collate_chomsky
+from memrnn.data.chomsky import ChomskyDataModule, collate_chomsky, transduction_batch
 from memrnn.data.datamodule import (
     IGNORE_INDEX,
     EpochShuffleSampler,
@@ -42,4 +42,5 @@ __all__ = [
     "collate_recognizer",
     "collate_transduction",
     "get_preset",
+    "transduction_batch",
 ]

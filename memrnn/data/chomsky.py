@@ -111,6 +111,21 @@ def collate_chomsky(items: Sequence[dict[str, Any]]) -> dict[str, Tensor]:
     return out
 
 
+def transduction_batch(
+    task: TransductionTask | str, length: int, count: int, seed: int = 0
+) -> dict[str, Tensor]:
+    """``count`` sequences of ``task`` (a task or its name, as :class:`ChomskyDataModule` takes)
+    with inputs of ``length`` symbols, drawn from ``seed``, collated as a test batch
+    (:func:`collate_chomsky`: ``input``, ``target``, ``mask [B, T]``, ``input_lengths [B]``, …)."""
+    task = transduction_task(task) if isinstance(task, str) else task
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be a positive int, got {length!r}")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count must be a positive int, got {count!r}")
+    rng = np.random.default_rng([seed, length])
+    return collate_chomsky([transduction_item(task, *task.sample(rng, length)) for _ in range(count)])
+
+
 class ChomskyDataModule(SplitDataModule):
     """One Chomsky-hierarchy task (module docstring).
 
