@@ -1,5 +1,5 @@
 """What memrnn's Triton kernels share: activation functions with autograd's derivative
-conventions, and the tiling rule."""
+conventions, the backward kernels' first move, and the tiling rule."""
 
 from __future__ import annotations
 
@@ -60,6 +60,21 @@ def _tanh(z):
     e = tl.exp(-2.0 * tl.abs(z))
     t = (1.0 - e) / (1.0 + e)
     return tl.where(z >= 0, t, -t)
+
+
+@triton.jit
+def _seed_slot(dst_ptr, src_ptr, T, B, N, rows, rmask, cols, BLOCK: tl.constexpr, NUM: tl.constexpr):
+    """The first move of a persistent backward kernel: ``dst[T % 2] = src[T]`` in float32 for the
+    program's ``rows``, where ``src [T+1, B, N]`` holds the gradients of the states (its row ``T``:
+    the final state's) and ``dst [2, B, N]`` is the float32 scratch whose slot ``t % 2`` holds
+    ``∂L/∂state_t`` as the kernel walks ``t`` down (ping-pong).  ``cols`` is
+    ``tl.arange(0, BLOCK)``; ``NUM`` blocks cover ``N``."""
+    for jb in tl.static_range(NUM):
+        j = jb * BLOCK + cols
+        m2 = rmask[:, None] & (j < N)[None, :]
+        off = rows[:, None] * N + j[None, :]
+        v = tl.load(src_ptr + T * B * N + off, mask=m2, other=0.0).to(tl.float32)
+        tl.store(dst_ptr + (T % 2) * B * N + off, v, mask=m2)
 
 
 #: rows per program: ``tl.dot`` needs at least 16

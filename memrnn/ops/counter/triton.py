@@ -18,7 +18,16 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_PRECISION, DOT_WARPS, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    CODES,
+    DOT_PRECISION,
+    DOT_WARPS,
+    _act,
+    _act_grad,
+    _seed_slot,
+    unit_blocks,
+)
 
 
 @triton.jit
@@ -97,15 +106,7 @@ def _counter_bwd(
     cols = tl.arange(0, BLOCK)
     N = H + K
     G = H + 2 * K
-    for kb in tl.static_range(NUM_N):
-        k = kb * BLOCK + cols
-        m2 = rmask[:, None] & (k < N)[None, :]
-        off = rows[:, None] * N + k[None, :]
-        tl.store(
-            g_ptr + (T % 2) * B * N + off,
-            tl.load(grs_ptr + T * B * N + off, mask=m2, other=0.0).to(tl.float32),
-            mask=m2,
-        )
+    _seed_slot(g_ptr, grs_ptr, T, B, N, rows, rmask, cols, BLOCK, NUM_N)
     tl.debug_barrier()
     for step in range(T):
         t = T - 1 - step

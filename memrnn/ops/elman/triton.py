@@ -28,7 +28,16 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_PRECISION, DOT_WARPS, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    CODES,
+    DOT_PRECISION,
+    DOT_WARPS,
+    _act,
+    _act_grad,
+    _seed_slot,
+    unit_blocks,
+)
 
 
 @triton.jit
@@ -86,12 +95,7 @@ def _elman_bwd(
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_H)
-    # g[T % 2] = ∂L/∂h_T
-    for jb in tl.static_range(NUM_H):
-        j = jb * BLOCK_H + cols
-        m2 = rmask[:, None] & (j < H)[None, :]
-        v = tl.load(ghs_ptr + T * B * H + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(tl.float32)
-        tl.store(g_ptr + (T % 2) * B * H + rows[:, None] * H + j[None, :], v, mask=m2)
+    _seed_slot(g_ptr, ghs_ptr, T, B, H, rows, rmask, cols, BLOCK_H, NUM_H)  # g[T % 2] = ∂L/∂h_T
     tl.debug_barrier()
     for i in range(T):
         t = T - 1 - i

@@ -19,7 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _sig, _tanh, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _seed_slot, _sig, _tanh, unit_blocks
 
 
 @triton.jit
@@ -100,20 +100,8 @@ def _lstm_bwd(
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
     G = 4 * N
-    for jb in tl.static_range(NUM_N):
-        j = jb * BLOCK_N + cols
-        m2 = rmask[:, None] & (j < N)[None, :]
-        off = rows[:, None] * N + j[None, :]
-        tl.store(
-            gh_ptr + (T % 2) * B * N + off,
-            tl.load(ghs_ptr + T * B * N + off, mask=m2, other=0.0).to(tl.float32),
-            mask=m2,
-        )
-        tl.store(
-            gc_ptr + (T % 2) * B * N + off,
-            tl.load(gcs_ptr + T * B * N + off, mask=m2, other=0.0).to(tl.float32),
-            mask=m2,
-        )
+    _seed_slot(gh_ptr, ghs_ptr, T, B, N, rows, rmask, cols, BLOCK_N, NUM_N)
+    _seed_slot(gc_ptr, gcs_ptr, T, B, N, rows, rmask, cols, BLOCK_N, NUM_N)
     tl.debug_barrier()
     for step in range(T):
         t = T - 1 - step

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import grouped_weight_grad
-from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _seed_slot, unit_blocks
 
 #: the largest vocabulary the kernels handle (one ``tl.dot`` per symbol and step)
 MAX_SYMBOLS = 32
@@ -81,15 +81,7 @@ def _so_bwd(
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
     sens = tl.load(h_ptr).to(tl.float32)
-    for jb in tl.static_range(NUM_N):
-        j = jb * BLOCK_N + cols
-        m2 = rmask[:, None] & (j < N)[None, :]
-        off = rows[:, None] * N + j[None, :]
-        tl.store(
-            g_ptr + (T % 2) * B * N + off,
-            tl.load(gs_ptr + T * B * N + off, mask=m2, other=0.0).to(tl.float32),
-            mask=m2,
-        )
+    _seed_slot(g_ptr, gs_ptr, T, B, N, rows, rmask, cols, BLOCK_N, NUM_N)
     tl.debug_barrier()
     for step in range(T):
         t = T - 1 - step
