@@ -21,7 +21,7 @@ task                       level        input -> output
 ``cycle_navigation``       regular      moves −1/0/+1 (tokens 0/1/2) -> position mod 5
 ``stack_manipulation``     dcf          stack (bottom first) + POP/PUSH 0/PUSH 1 -> final stack
 ``reverse_string``         dcf          binary string -> its reverse
-``modular_arithmetic_brackets``  dcf    fully bracketed ``+``/``−`` expression (mod 5) -> value
+``modular_arithmetic_brackets``  dcf    fully bracketed ``+``/``−``/``*`` expression (mod 5) -> value
 ``solve_equation``         dcf          such an expression with one digit ``x``, ``=``, value -> x
 ``duplicate_string``       cs           binary ``w`` -> ``ww``
 ``missing_duplicate``      cs           ``ww`` with one symbol masked -> that symbol
@@ -267,10 +267,10 @@ class ReverseString(TransductionTask):
         return self.check_input(x)[::-1]
 
 
-def _expression(rng: np.random.Generator, n: int) -> tuple[list[str], int]:
+def _expression(rng: np.random.Generator, n: int, mult: bool = False) -> tuple[list[str], int]:
     """Delétang et al.'s random bracketed expression of exactly ``n`` symbols over digits mod 5,
-    ``+`` and ``−``, and its value: ``d``, ``−d``, ``(d)``, ``(−d)`` for ``n ≤ 4``, else
-    ``(L op R)`` with ``|L|`` uniform in ``1..n−4``."""
+    ``+`` and ``−`` (and ``*`` with ``mult``, each operator equally likely), and its value: ``d``,
+    ``−d``, ``(d)``, ``(−d)`` for ``n ≤ 4``, else ``(L op R)`` with ``|L|`` uniform in ``1..n−4``."""
     if n < 1:
         raise ValueError(f"an expression needs at least one symbol, got length {n}")
     if n <= 4:
@@ -278,17 +278,21 @@ def _expression(rng: np.random.Generator, n: int) -> tuple[list[str], int]:
         form = {1: [str(d)], 2: ["-", str(d)], 3: ["(", str(d), ")"], 4: ["(", "-", str(d), ")"]}[n]
         return form, (-d if n % 2 == 0 else d) % 5
     left = int(rng.integers(1, n - 3))
-    ls, lv = _expression(rng, left)
-    rs, rv = _expression(rng, n - 3 - left)
-    if int(rng.integers(0, 2)) == 0:
+    ls, lv = _expression(rng, left, mult)
+    rs, rv = _expression(rng, n - 3 - left, mult)
+    op = int(rng.integers(0, 3 if mult else 2))
+    if op == 0:
         return ["(", *ls, "+", *rs, ")"], (lv + rv) % 5
-    return ["(", *ls, "-", *rs, ")"], (lv - rv) % 5
+    if op == 1:
+        return ["(", *ls, "-", *rs, ")"], (lv - rv) % 5
+    return ["(", *ls, "*", *rs, ")"], (lv * rv) % 5
 
 
 def _evaluate(symbols: Sequence[str], x: int | None = None) -> int:
-    """The value mod 5 of a bracketed ``+``/``−`` expression (``x`` substituted), by recursive
-    descent over ``E -> T (op T)*``, ``T -> digit | x | −T | (E)``; a ``ValueError`` if it does not
-    parse."""
+    """The value mod 5 of a bracketed ``+``/``−``/``*`` expression (``x`` substituted), by
+    recursive descent over ``E -> F ((+|−) F)*``, ``F -> T (* T)*``, ``T -> digit | x | −T | (E)``
+    (``*`` binds tighter, unary ``−`` tightest, as Python reads them); a ``ValueError`` if it does
+    not parse."""
     pos = 0
 
     def term() -> int:
@@ -311,13 +315,21 @@ def _evaluate(symbols: Sequence[str], x: int | None = None) -> int:
             return int(s)
         raise ValueError(f"unexpected {s!r} at position {pos - 1}")
 
-    def expr() -> int:
+    def factor() -> int:
         nonlocal pos
         v = term()
+        while pos < len(symbols) and symbols[pos] == "*":
+            pos += 1
+            v = v * term()
+        return v
+
+    def expr() -> int:
+        nonlocal pos
+        v = factor()
         while pos < len(symbols) and symbols[pos] in "+-":
             op = symbols[pos]
             pos += 1
-            v = v + term() if op == "+" else v - term()
+            v = v + factor() if op == "+" else v - factor()
         return v
 
     v = expr()
@@ -327,16 +339,23 @@ def _evaluate(symbols: Sequence[str], x: int | None = None) -> int:
 
 
 class ModularArithmeticBrackets(TransductionTask):
-    """A fully bracketed expression over digits mod 5 with ``+`` and ``−`` (drawn as
-    :func:`_expression`); the class is its value.  The vocabulary also holds ``*`` and ``x``, as
-    the public code's (``mult=False``, the paper's setting)."""
+    """A fully bracketed expression over digits mod 5 with ``+``, ``−`` and ``*`` (drawn as
+    :func:`_expression`, each operator equally likely); the class is its value.  The public
+    sweep builds this task with ``mult=True`` (its ``TASK_BUILDERS``), so the paper's numbers are
+    with ``*``; ``mult=False`` draws ``+`` and ``−`` only (the vocabulary keeps ``*``).  The
+    vocabulary also holds ``x``, as the public code's."""
 
     name, level = "modular_arithmetic_brackets", "dcf"
     input_symbols = ("0", "1", "2", "3", "4", "+", "-", "*", "(", ")", "x")
     output_symbols = ("0", "1", "2", "3", "4")
 
+    def __init__(self, mult: bool = True) -> None:
+        if not isinstance(mult, bool):
+            raise ValueError(f"mult must be a bool, got {mult!r}")
+        self.mult = mult
+
     def _draw(self, rng, n):
-        return [self.input_symbols.index(s) for s in _expression(rng, n)[0]]
+        return [self.input_symbols.index(s) for s in _expression(rng, n, self.mult)[0]]
 
     def transduce(self, x):
         x = self.check_input(x)

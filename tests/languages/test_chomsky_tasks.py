@@ -11,7 +11,13 @@ import math
 import numpy as np
 import pytest
 
-from memrnn.languages.chomsky import CHOMSKY_TASKS, _evaluate, _expression, chomsky_task
+from memrnn.languages.chomsky import (
+    CHOMSKY_TASKS,
+    ModularArithmeticBrackets,
+    _evaluate,
+    _expression,
+    chomsky_task,
+)
 
 
 def ids(task, text: str) -> list[int]:
@@ -38,6 +44,8 @@ WORKED = [  # (task, input, output), from the public code's docstrings (odds_fir
     ("reverse_string", "1 1 0 1 0", "0 1 0 1 1"),
     ("modular_arithmetic_brackets", "( ( 1 + 2 ) - ( - 3 ) )", "1"),
     ("modular_arithmetic_brackets", "( - 4 )", "1"),
+    ("modular_arithmetic_brackets", "( ( 2 * - 4 ) + ( 3 * 3 ) )", "1"),  # -8 + 9
+    ("modular_arithmetic_brackets", "( 4 * ( 1 - 3 ) )", "2"),  # -8 mod 5
     ("solve_equation", "( x + 2 ) = 4", "2"),
     ("solve_equation", "( ( 1 - x ) - ( - 3 ) ) = 0", "4"),
     ("duplicate_string", "1 0 1", "1 0 1 1 0 1"),
@@ -131,13 +139,24 @@ def test_samples_have_the_papers_lengths_and_their_outputs(name, n):
 
 def test_arithmetic_samples_against_an_independent_evaluator():
     rng = np.random.default_rng(0)
-    for n in [1, 2, 3, 4, 5, 9, 30, 60]:
-        for _ in range(30):
-            symbols, value = _expression(rng, n)
-            assert len(symbols) == n
-            assert _evaluate(symbols) == value
-            text = "".join(symbols).replace("--", "- -")
-            assert eval(text) % 5 == value  # Python reads the same expression
+    ops = {True: set(), False: set()}
+    for mult in (False, True):
+        for n in [1, 2, 3, 4, 5, 9, 30, 60]:
+            for _ in range(30):
+                symbols, value = _expression(rng, n, mult)
+                assert len(symbols) == n
+                assert _evaluate(symbols) == value
+                text = "".join(symbols).replace("--", "- -")
+                assert eval(text) % 5 == value  # Python reads the same expression
+                ops[mult] |= set(symbols) & {"+", "-", "*"}
+    assert ops == {False: {"+", "-"}, True: {"+", "-", "*"}}
+    assert _evaluate(list("2+3*4")) == 4 and _evaluate(list("-2*3")) == 4  # precedence: 14, -6
+    # the task draws * by default, as the public sweep (mult=True); mult=False never
+    star = chomsky_task("modular_arithmetic_brackets").input_symbols.index("*")
+    assert any(star in chomsky_task("modular_arithmetic_brackets").sample(rng, 20)[0] for _ in range(20))
+    assert not any(star in ModularArithmeticBrackets(mult=False).sample(rng, 20)[0] for _ in range(50))
+    with pytest.raises(ValueError, match="mult must be a bool, got 1"):
+        ModularArithmeticBrackets(mult=1)
     solve = chomsky_task("solve_equation")
     for n in [3, 6, 11, 40]:
         for _ in range(30):
