@@ -33,13 +33,13 @@ def position_table(
 ) -> dict[int, torch.Tensor]:
     """Input length -> accuracy ``[L]`` by output position, of ``module`` on ``count`` inputs."""
     module.eval()
-    aligned = transduction_task(task).aligned
+    spec = transduction_task(task)
     device = next(module.parameters()).device
     out = {}
     for n in lengths:
-        b = {k: v.to(device) for k, v in transduction_batch(task, n, count, seed).items()}
+        b = {k: v.to(device) for k, v in transduction_batch(spec, n, count, seed).items()}
         logits = next(iter(module.heads_out(b["input"], b["mask"], b["input_lengths"]).values()))
-        start = torch.zeros_like(b["input_lengths"]) if aligned else b["input_lengths"]
+        start = torch.zeros_like(b["input_lengths"]) if spec.aligned else b["input_lengths"]
         out[n], _ = output_position_accuracy(logits.argmax(-1), b["target"], start)
     return out
 
