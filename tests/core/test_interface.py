@@ -275,11 +275,9 @@ def test_cuda_matches_cpu(name, gen):
     cu = copy.deepcopy(layer).cuda()
     yc, sc = cu(x.cuda(), mask=mask.cuda())
     assert all(t.is_cuda for t in state_leaves(sc))
-    # the stack RNN's kernels: 3e-5 from the CPU path on an H100 for the superposition stack; on
-    # an H200 the other memories' failed at 1e-4 (1.1e-4 to 2.7e-4) while Triton 3.6 made their head
-    # product a TF32 dot (benchmarks/results/stack-rnn-h200.md), since an IEEE one: to be rerun
-    stack_kernels = ("superposition", "stratification", "queue", "tape")
-    atol = 1e-4 if name.startswith(stack_kernels) else 1e-5
+    # the stack RNN's kernels were 1.1e-4 to 2.7e-4 from the CPU path on an H200 while Triton 3.6
+    # made their head product a TF32 dot (benchmarks/results/stack-rnn-h200.md); an IEEE one since
+    atol = 1e-5
     torch.testing.assert_close(yc.cpu(), y, atol=atol, rtol=1e-4)
     assert_close_tree(state_map(lambda t: t.cpu(), sc), s, atol=atol, rtol=1e-4)
 
