@@ -44,6 +44,7 @@ def test_every_kernel_compiles_for_sm90(tmp_path):
         # rounded to 10 bits; Triton 3.6 made the stack kernels' head product one)
         assert re.fullmatch(r"none|((ieee|tf32x3)×\d+(, )?)+", products.strip()), (name, products)
         assert 0 < int(regs) <= 255, (name, regs)
-        # a few hundred bytes at most (the LSTM's four gate accumulators: 160); the FMA-lowered
-        # float32 dots this guards against spilled 3-14 KB per thread
-        assert int(spills) <= 512, (name, spills)
+        # under 1 KB (the LSTM's four gate accumulators: 160; the stack kernels' LSTM at 4 warps
+        # up to 632, and faster so on an H200 than at 8 warps with 48); the FMA-lowered float32
+        # dots this guards against spilled 3-14 KB per thread
+        assert int(spills) <= 1024, (name, spills)

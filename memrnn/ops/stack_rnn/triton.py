@@ -35,10 +35,26 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import final_by_length
-from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_WARPS, _act, _act_grad, _sig, _tanh, unit_blocks
+from memrnn.ops.triton_common import BLOCK_B, CODES, _act, _act_grad, _sig, _tanh, unit_blocks
 
 #: flattened stack cells per chunk of the stack phases
 BLOCK_F = 128
+
+
+def _stack_warps(lstm: bool, N: int, mem: int) -> int:
+    """Warps per program of the two stack kernels: 4 for an LSTM controller of at most 64 units
+    (but the tape with jumps), else 8.  On an H200 (Triton 3.6, batch 64, width 8, T 256,
+    forward+backward, best of 10; ``benchmarks/results/stack-rnn-h200.md``), 4 warps against 8
+    with the LSTM controller of 64 units at depth 32 / depth T: superposition 13.1 -> 10.7 / 21.8
+    -> 21.1 ms, stratification 12.9 -> 11.0 / 20.0 -> 18.2, queue 12.9 -> 10.7 / 20.2 -> 18.2,
+    DeQue 16.3 -> 13.6 / 49.0 -> 41.3, tape 15.5 -> 13.5 / 40.8 -> 40.2, but the tape with jumps
+    17.9 -> 16.6 / 58.3 -> 78.1; with 128 units, and with the Elman controller, within 5% either
+    way (the tape's Elman at depth T 10% slower); 16 warps no better than 8, 2 warps 1.5-7x
+    slower.  At 4 warps ptxas spills more (up to 560 bytes per thread, Triton 3.6, sm_90:
+    ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide."""
+    return 4 if lstm and N <= 64 and mem != MEMORY_CODES["tape_jump"] else 8
+
+
 #: the precision of the controller's products: plain IEEE float32 (FMA loops; the 16-wide blocks
 #: of ``_k_blocks`` keep them from spilling).  On an H100 at state 64, T 256, depth 32, it ran
 #: the LSTM-controlled forward+backward in 13.0 ms against 22.9 ms with the other kernels'
@@ -1063,7 +1079,7 @@ class StackRNNTriton(torch.autograd.Function):
                 pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
                 jp, x, T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                num_warps=DOT_WARPS,
+                num_warps=_stack_warps(lstm, N, mem),
             )  # fmt: skip
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
@@ -1104,7 +1120,7 @@ class StackRNNTriton(torch.autograd.Function):
                 ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                num_warps=DOT_WARPS,
+                num_warps=_stack_warps(lstm, N, mem),
             )  # fmt: skip
         dt = zs.dtype
         g_s0 = gs[0].clone()
