@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
     import wandb
 
     from memrnn.lit.cli import build_cli
-    from memrnn.lit.runs import latest_checkpoint
+    from memrnn.lit.runs import code_version, latest_checkpoint
 
     torch.set_num_threads(1)
     defaults = [ROOT / "configs" / "defaults.yaml"]
@@ -102,6 +103,8 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
                 "epochs": cli.trainer.current_epoch, "steps": cli.trainer.global_step,
                 "checkpoint": str(best), "seconds": time.perf_counter() - start, "overrides": extra,
                 "continued_from": None if cli.continue_from is None else str(cli.continue_from),
+                "code": code_version(),
+                "continued_code": None if cli.continued_record is None else cli.continued_record.get("code"),
             }  # fmt: skip
             (save / "result.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"[dusell] {model}_{task} seed {seed}: test/ce_gap {result['test_ce_gap']:.4f} "
@@ -140,8 +143,10 @@ def task_floor(task: str) -> float:
 def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> tuple[str, list[str]]:
     """The markdown table of ``test/ce_gap`` (median / max / min over seeds, and how many seeds)
     beside each task's length floor on the training lengths (:func:`task_floor`), and the cells
-    still missing."""
-    missing = []
+    still missing, and the commits the runs came from."""
+    from memrnn.lit.runs import code_label
+
+    missing, codes = [], Counter()
     head = "| task | length floor | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
     lines = [head, "|---" * (len(models) + 2) + "|"]
     for task in tasks:
@@ -151,7 +156,9 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
             for seed in seeds:
                 f = cell_dir(out, model, task, seed) / "result.json"
                 if f.exists():
-                    gaps.append(json.loads(f.read_text())["test_ce_gap"])
+                    result = json.loads(f.read_text())
+                    gaps.append(result["test_ce_gap"])
+                    codes[code_label(result.get("code"))] += 1
                 else:
                     missing.append(f"{model}_{task} seed {seed}")
             cells.append(
@@ -160,6 +167,11 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
                 else "—"
             )
         lines.append(f"| {TASKS.get(task, task)} | {task_floor(task):.3f} | " + " | ".join(cells) + " |")
+    if codes:
+        lines += [
+            "",
+            "Code: " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in sorted(codes.items())),
+        ]
     return "\n".join(lines), missing
 
 

@@ -41,6 +41,8 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     lstm = sorted([results["lstm", 0], results["lstm", 1]])
     assert row.split("|")[3].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
     assert row.split("|")[2].strip() == f"{math.log(20) / 61:.3f}"  # 20 odd lengths, mean 61 with END
+    code = json.loads((out / "lstm_marked_reversal" / "seed0" / "result.json").read_text())["code"]
+    assert code["commit"] is None or f"Code: {code['commit'][:7]}" in (tmp_path / "table.md").read_text()
 
     # a killed cell (no result, a stale FAILED) is run again from its latest checkpoint (here its
     # only epoch, so it is tested without training further); finished cells are left alone
@@ -63,6 +65,7 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     )
     after = json.loads((redo / "result.json").read_text())
     assert after["continued_from"] == str(run / "checkpoints" / "last.ckpt")
+    assert after["continued_code"] == after["code"] == code  # the checkpoint recorded its code
     assert after["steps"] == before["steps"] and list((redo / "memrnn").iterdir()) == [run]
     assert after["test_ce_gap"] == pytest.approx(before["test_ce_gap"], rel=1e-5)  # the same weights
 

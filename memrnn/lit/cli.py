@@ -235,6 +235,12 @@ class MemrnnCLI(LightningCLI):
         self.continue_refused: str | None = None
         super().__init__(*args, **kwargs)
 
+    @property
+    def continued_record(self) -> dict[str, Any] | None:
+        """What the checkpoint being continued recorded of its run (folder, logger, W&B id and
+        its ``code``: :func:`memrnn.lit.runs.run_record`), or None when no run is continued."""
+        return self._ckpt_run
+
     def add_arguments_to_parser(self, parser) -> None:
         # The sizes follow from the language; users never set them (they are derived values,
         # so they do not appear in --print_config).

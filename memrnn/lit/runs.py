@@ -15,18 +15,23 @@ logger (``train.py`` makes that unique per run).  In it:
 
 from __future__ import annotations
 
+import functools
 import json
+import subprocess
 import traceback
 import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import LearningRateMonitor as _LearningRateMonitor
 from lightning.pytorch.callbacks import ModelCheckpoint as _ModelCheckpoint
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+
+import memrnn
 
 #: the key under which checkpoints record their run
 RUN_KEY = "memrnn_run"
@@ -51,10 +56,51 @@ def latest_checkpoint(folder: str | Path) -> Path | None:
     return found[-1] if found else None
 
 
+@functools.cache
+def code_version() -> dict[str, Any]:
+    """The code a run ran: ``commit`` (the git HEAD of the checkout memrnn is imported from, None
+    when it is no git checkout, e.g. an installed wheel), ``dirty`` (tracked files changed since
+    that commit; None without git), and the ``memrnn`` and ``torch`` versions, as this process
+    first saw them (the code it imported).  A changed order of float operations moves a training
+    run's whole trajectory, so results of different commits differ: every result names its code."""
+    root = Path(memrnn.__file__).resolve().parent.parent
+    commit = dirty = None
+    try:
+        git = ["git", "-C", str(root)]
+        top = subprocess.run(
+            [*git, "rev-parse", "--show-toplevel"], capture_output=True, text=True, timeout=10
+        )
+        if top.returncode == 0 and Path(top.stdout.strip()).resolve() == root:
+            head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+            if head.returncode == 0:
+                commit = head.stdout.strip()
+                status = subprocess.run(
+                    [*git, "status", "--porcelain", "--untracked-files=no"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"commit": commit, "dirty": dirty, "memrnn": str(memrnn.__version__), "torch": str(torch.__version__)}
+
+
+def code_label(code: dict[str, Any] | None) -> str:
+    """A result's code (:func:`code_version`, as a result records it) as a table names it: the
+    commit's first 7 digits, ``+changes`` when the checkout had uncommitted changes, ``memrnn
+    <version> (no git)`` without a checkout, ``unrecorded`` for results older than the record."""
+    if not code:
+        return "unrecorded"
+    if not code.get("commit"):
+        return f"memrnn {code.get('memrnn')} (no git)"
+    return code["commit"][:7] + ("+changes" if code.get("dirty") else "")
+
+
 def run_record(trainer: L.Trainer) -> dict[str, Any]:
     """What a checkpoint records of its run: the folder, the logger's class and, for W&B, the
-    run id and project (rank 0)."""
-    record: dict[str, Any] = {"run_dir": str(run_dir(trainer))}
+    run id and project (rank 0), and the code it ran (:func:`code_version`, as ``code``)."""
+    record: dict[str, Any] = {"run_dir": str(run_dir(trainer)), "code": code_version()}
     if trainer.loggers:
         logger = trainer.loggers[0]
         record["logger"] = f"{type(logger).__module__}.{type(logger).__qualname__}"

@@ -12,13 +12,14 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
+from memrnn.lit.runs import code_label
 from memrnn.suite.runner import cell_status
 from memrnn.suite.spec import Suite
 
@@ -110,6 +111,13 @@ class Results:
                     f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']})" if v else "—"
                 )
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        commits = Counter(code_label(r.get("code")) for r in self.rows)
+        if commits:
+            lines += [
+                "",
+                "Code: "
+                + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in sorted(commits.items())),
+            ]
         if self.missing:
             lines += [
                 "",
@@ -152,11 +160,23 @@ class Results:
             "curves": folder / "curves.csv",
         }
         paths["table"].write_text(self.table())
-        cols = ["cell", "arch", "task", "lr", "seed", "score", "parameters", "steps", "epochs", "seconds"]
+        cols = [
+            "cell",
+            "arch",
+            "task",
+            "lr",
+            "seed",
+            "score",
+            "parameters",
+            "steps",
+            "epochs",
+            "seconds",
+            "commit",
+        ]
         with paths["results"].open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
-            w.writerows(self.rows)
+            w.writerows({**r, "commit": code_label(r.get("code"))} for r in self.rows)
         curves = self.curves()
         with paths["curves"].open("w", newline="") as fh:
             w = csv.DictWriter(

@@ -216,6 +216,31 @@ def test_committed_suites_resolve(name):
             assert math.isclose(cli.model.hparams.lr, cell.lr)
 
 
+def _git_head() -> str | None:
+    """This checkout's commit, or None when it is no git checkout."""
+    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def test_code_version_names_the_commit_or_says_there_is_none(monkeypatch):
+    from memrnn.lit import runs
+
+    code = runs.code_version.__wrapped__()
+    assert code["commit"] == _git_head() and code["torch"] == torch.__version__
+    assert isinstance(code["dirty"], bool) or code["commit"] is None
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(runs.subprocess, "run", no_git)
+    assert runs.code_version.__wrapped__() == {"commit": None, "dirty": None, "memrnn": code["memrnn"],
+                                               "torch": torch.__version__}  # fmt: skip
+    assert runs.code_label({"commit": "0123456789abcdef", "dirty": True}) == "0123456+changes"
+    assert runs.code_label({"commit": "0123456789abcdef", "dirty": False}) == "0123456"
+    assert runs.code_label({"commit": None, "memrnn": "0.1.0"}) == "memrnn 0.1.0 (no git)"
+    assert runs.code_label(None) == "unrecorded"
+
+
 # -- running: here, resumed, on SLURM, as a W&B sweep ---------------------------------------------
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory):
@@ -290,6 +315,15 @@ def test_collect_reports_the_missing_and_the_table(ran):
     paths = results.write(ran.folder / "results")
     assert {p.name for p in paths.values()} == {"table.md", "results.csv", "curves.csv", "curves.png"}
     assert len(paths["results"].read_text().strip().splitlines()) == 1 + 4
+    # every result names its code: the commit of this checkout (the cells import memrnn from it)
+    head = _git_head()
+    for row in results.rows:
+        assert row["code"]["commit"] == head and row["code"]["torch"] == torch.__version__
+    if head is not None:
+        assert f"Code: {head[:7]}" in table
+        assert all(
+            line.split(",")[-1].startswith(head[:7]) for line in paths["results"].read_text().splitlines()[1:]
+        )
     curves = paths["curves"].read_text().strip().splitlines()
     assert curves[0] == "arch,task,curve,length,median,min,max,runs" and len(curves) == 1 + 2 * 3
     assert paths["plot"].stat().st_size > 1000
@@ -546,6 +580,7 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     assert "killed   lstm/parity_check/seed0  (continues after epoch 1)" in capsys.readouterr().out
     again = run_cell(suite, cell, ["--trainer.max_epochs=3"])
     assert again["continued_from"] == str(last)
+    assert again["continued_code"] == again["code"] == first["code"]  # the checkpoint recorded its code
     assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
     assert list((folder / "memrnn").iterdir()) == [run]  # the same run
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.fit-1.yaml", "config.yaml"]
