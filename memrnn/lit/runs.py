@@ -83,7 +83,12 @@ def code_version() -> dict[str, Any]:
                 dirty = bool(status.stdout.strip()) if status.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"commit": commit, "dirty": dirty, "memrnn": str(memrnn.__version__), "torch": str(torch.__version__)}
+    return {
+        "commit": commit,
+        "dirty": dirty,
+        "memrnn": str(memrnn.__version__),
+        "torch": str(torch.__version__),
+    }
 
 
 def code_label(code: dict[str, Any] | None) -> str:

@@ -50,8 +50,10 @@ def _stack_warps(lstm: bool, N: int, mem: int) -> int:
     DeQue 16.3 -> 13.6 / 49.0 -> 41.3, tape 15.5 -> 13.5 / 40.8 -> 40.2, but the tape with jumps
     17.9 -> 16.6 / 58.3 -> 78.1; with 128 units, and with the Elman controller, within 5% either
     way (the tape's Elman at depth T 10% slower); 16 warps no better than 8, 2 warps 1.5-7x
-    slower.  At 4 warps ptxas spills more (up to 560 bytes per thread, Triton 3.6, sm_90:
-    ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide."""
+    slower.  At 4 warps ptxas spills more (sm_90: up to 560 bytes per thread under Triton 3.6,
+    688 under 3.9; ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide
+    there.  Timed on an H200 only: on sm_80 the same kernels spill up to 900 bytes per thread and
+    an A100 has not timed them."""
     return 4 if lstm and N <= 64 and mem != MEMORY_CODES["tape_jump"] else 8
 
 
