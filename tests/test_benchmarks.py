@@ -76,6 +76,35 @@ def test_stack_rnn_benchmark_prints_every_row(capsys):
     assert "| superposition | lstm | 40 | 40 |" in capsys.readouterr().out
 
 
+def test_stack_rnn_benchmark_sweeps_the_kernels_warps(capsys, monkeypatch):
+    """``--warps 4 8``: one table per warp count, each launch of the stack kernels with that many
+    warps (recorded here under Triton's interpreter, which runs them on CPU); the layer's own
+    choice comes back afterwards."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    from benchmarks import stack_rnn_speed
+    from memrnn.ops.stack_rnn import triton as kernels
+
+    seen, chosen, launch = [], kernels._stack_warps, kernels._stack_fwd.run
+
+    def record(*args, **kwargs):
+        seen.append(kwargs["num_warps"])
+        return launch(*args, **kwargs)
+
+    monkeypatch.setattr(kernels._stack_fwd, "run", record)
+    args = ["--lengths", "4", "--batch", "2", "--size", "4", "--width", "2", "--repeats", "1",
+            "--memories", "superposition", "--controllers", "lstm", "--impls", "triton"]  # fmt: skip
+    rows = stack_rnn_speed.main([*args, "--warps", "4", "8"])
+    assert len(rows) == 2 and sorted(set(seen)) == [4, 8] and seen[0] == 4 and seen[-1] == 8
+    out = capsys.readouterr().out
+    assert (
+        out.index("num_warps 4") < out.index("num_warps 8") and out.count("| superposition | lstm | 4 |") == 2
+    )
+    assert kernels._stack_warps is chosen
+    with pytest.raises(SystemExit):
+        stack_rnn_speed.main([*args, "--warps", "3"])
+
+
 def test_nondeterministic_scaling_prints_rows_and_exponents(capsys):
     """``benchmarks/nondeterministic_scaling.py`` at a tiny size: the unlimited stack up to
     ``--max-unlimited``, the limited one at every length, and a fitted exponent for each."""
