@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 
 import torch
@@ -63,20 +62,6 @@ def best_of_pair(base, fn, repeats: int, device: str = "cpu") -> tuple[float, fl
     return min(p[0] for p in pairs), min(p[1] for p in pairs)
 
 
-def _without_warps(argv: list[str]) -> list[str]:
-    """``argv`` without its ``--warps`` option and values."""
-    out, skipping = [], False
-    for a in argv:
-        if a == "--warps" or a.startswith("--warps="):
-            skipping = a == "--warps"
-            continue
-        if skipping and not a.startswith("--"):
-            continue
-        skipping = False
-        out.append(a)
-    return out
-
-
 def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lengths", type=int, nargs="+", default=[64, 256, 1024])
@@ -94,21 +79,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     help="warps per program of the CUDA kernels, one table each (default: the layer's "
                          "choice, memrnn.ops.stack_rnn.triton._stack_warps)")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.warps != [None]:
-        if any(w is None or w < 1 or w & (w - 1) for w in args.warps):
-            ap.error(f"--warps takes powers of 2, not {args.warps}")
-        from memrnn.ops.stack_rnn import triton as kernels  # Triton only when asked
+    if args.warps == [None]:
+        return _tables(args)
+    if any(w is None or w < 1 or w & (w - 1) for w in args.warps):
+        ap.error(f"--warps takes powers of 2, not {args.warps}")
+    from memrnn.ops.stack_rnn import triton as kernels  # Triton only when asked
 
-        chosen = kernels._stack_warps
-        rows = []
-        try:
-            for w in args.warps:
-                kernels._stack_warps = lambda *_, w=w: w
-                print(f"num_warps {w}")
-                rows += main([a for a in _without_warps(argv if argv is not None else sys.argv[1:])])
-        finally:
-            kernels._stack_warps = chosen
-        return rows
+    chosen, rows = kernels._stack_warps, []
+    try:
+        for w in args.warps:
+            kernels._stack_warps = lambda *_, w=w: w
+            print(f"num_warps {w}")
+            rows += _tables(args)
+    finally:
+        kernels._stack_warps = chosen
+    return rows
+
+
+def _tables(args: argparse.Namespace) -> list[dict]:
+    """Time and print every row that ``args`` asks for; the rows."""
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
