@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 import traceback
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +63,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
     import wandb
 
     from memrnn.lit.cli import build_cli
-    from memrnn.lit.runs import code_version, latest_checkpoint
+    from memrnn.lit.runs import code_fields, latest_checkpoint
 
     torch.set_num_threads(1)
     defaults = [ROOT / "configs" / "defaults.yaml"]
@@ -103,8 +102,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
                 "epochs": cli.trainer.current_epoch, "steps": cli.trainer.global_step,
                 "checkpoint": str(best), "seconds": time.perf_counter() - start, "overrides": extra,
                 "continued_from": None if cli.continue_from is None else str(cli.continue_from),
-                "code": code_version(),
-                "continued_code": None if cli.continued_record is None else cli.continued_record.get("code"),
+                **code_fields(cli.continued_record),
             }  # fmt: skip
             (save / "result.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"[dusell] {model}_{task} seed {seed}: test/ce_gap {result['test_ce_gap']:.4f} "
@@ -144,9 +142,9 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
     """The markdown table of ``test/ce_gap`` (median / max / min over seeds, and how many seeds)
     beside each task's length floor on the training lengths (:func:`task_floor`), and the cells
     still missing, and the commits the runs came from."""
-    from memrnn.lit.runs import code_label
+    from memrnn.lit.runs import code_line
 
-    missing, codes = [], Counter()
+    missing, codes = [], []
     head = "| task | length floor | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
     lines = [head, "|---" * (len(models) + 2) + "|"]
     for task in tasks:
@@ -158,7 +156,7 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
                 if f.exists():
                     result = json.loads(f.read_text())
                     gaps.append(result["test_ce_gap"])
-                    codes[code_label(result.get("code"))] += 1
+                    codes.append(result.get("code"))
                 else:
                     missing.append(f"{model}_{task} seed {seed}")
             cells.append(
@@ -168,10 +166,7 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
             )
         lines.append(f"| {TASKS.get(task, task)} | {task_floor(task):.3f} | " + " | ".join(cells) + " |")
     if codes:
-        lines += [
-            "",
-            "Code: " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in sorted(codes.items())),
-        ]
+        lines += ["", code_line(codes)]
     return "\n".join(lines), missing
 
 

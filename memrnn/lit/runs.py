@@ -20,6 +20,7 @@ import json
 import subprocess
 import traceback
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +101,24 @@ def code_label(code: dict[str, Any] | None) -> str:
     if not code.get("commit"):
         return f"memrnn {code.get('memrnn')} (no git)"
     return code["commit"][:7] + ("+changes" if code.get("dirty") else "")
+
+
+def code_fields(continued: dict[str, Any] | None) -> dict[str, Any]:
+    """A result's ``code`` (:func:`code_version`) and ``continued_code`` (the code recorded by the
+    checkpoint the run continued, given its run record ``continued``: ``MemrnnCLI.continued_record``;
+    None when it continued none or that checkpoint recorded none)."""
+    return {"code": code_version(), "continued_code": None if continued is None else continued.get("code")}
+
+
+def code_line(codes: list[dict[str, Any] | None]) -> str:
+    """``"Code: <label> (n runs), ..."`` over results' ``code`` records (:func:`code_label`), for
+    the end of a results table; ``""`` when there are none."""
+    counts = Counter(code_label(c) for c in codes)
+    return (
+        "Code: " + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in sorted(counts.items()))
+        if counts
+        else ""
+    )
 
 
 def run_record(trainer: L.Trainer) -> dict[str, Any]:

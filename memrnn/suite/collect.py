@@ -12,14 +12,14 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from matplotlib.figure import Figure
 
-from memrnn.lit.runs import code_label
+from memrnn.lit.runs import code_label, code_line
 from memrnn.suite.runner import cell_status
 from memrnn.suite.spec import Suite
 
@@ -111,13 +111,9 @@ class Results:
                     f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']})" if v else "—"
                 )
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
-        commits = Counter(code_label(r.get("code")) for r in self.rows)
-        if commits:
-            lines += [
-                "",
-                "Code: "
-                + ", ".join(f"{c} ({n} run{'s' if n > 1 else ''})" for c, n in sorted(commits.items())),
-            ]
+        code = code_line([r.get("code") for r in self.rows])
+        if code:
+            lines += ["", code]
         if self.missing:
             lines += [
                 "",

@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from memrnn.lit.cli import build_cli
-from memrnn.lit.runs import code_version, latest_checkpoint
+from memrnn.lit.runs import code_fields, latest_checkpoint
 from memrnn.suite.spec import Cell, Suite
 
 #: the ``train.py`` defaults read before every config when the suite names none
@@ -109,10 +109,11 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     last weights without checkpointing), and write ``result.json`` into the cell's folder:
     the cell's coordinates, ``metrics`` (every scalar the test logged), ``curves`` (the test's
     per-length curves), ``parameters`` (trainable), ``steps``, ``epochs``, ``best_score`` and
-    ``checkpoint``, ``seconds`` (of this attempt), ``continued_from``, ``code`` (the commit it ran:
-    :func:`memrnn.lit.runs.code_version`), ``continued_code`` (the code that saved the checkpoint
-    it continued, when recorded) and the ``args`` it ran with (``extra`` last).  Returns that dict; on an exception writes ``FAILED``, finishes the
-    W&B run with exit code 1 and raises.
+    ``checkpoint``, ``seconds`` (of this attempt), ``continued_from``, ``code`` and
+    ``continued_code`` (the code it ran and the code that saved the checkpoint it continued:
+    :func:`memrnn.lit.runs.code_fields`) and the ``args`` it ran with (``extra`` last).  Returns
+    that dict; on an exception writes ``FAILED``, finishes the W&B run with exit code 1 and
+    raises.
 
     With ``resume`` (the default) a cell that was killed or failed after its first checkpoint
     continues from its latest epoch (:func:`interrupted_checkpoint`; the same W&B run, folder and
@@ -179,8 +180,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             "checkpoint": str(best),
             "seconds": round(time.perf_counter() - start, 1),
             "continued_from": None if cli.continue_from is None else str(cli.continue_from),
-            "code": code_version(),
-            "continued_code": None if cli.continued_record is None else cli.continued_record.get("code"),
+            **code_fields(cli.continued_record),
             "args": args,
         }
         if trainer.is_global_zero:

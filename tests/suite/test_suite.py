@@ -239,6 +239,16 @@ def test_code_version_names_the_commit_or_says_there_is_none(monkeypatch):
     assert runs.code_label({"commit": "0123456789abcdef", "dirty": False}) == "0123456"
     assert runs.code_label({"commit": None, "memrnn": "0.1.0"}) == "memrnn 0.1.0 (no git)"
     assert runs.code_label(None) == "unrecorded"
+    a, b = {"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}
+    assert (
+        runs.code_line([a, b, a, None])
+        == "Code: aaaaaaa (2 runs), bbbbbbb+changes (1 run), unrecorded (1 run)"
+    )
+    assert runs.code_line([]) == ""
+    assert (
+        runs.code_fields({"code": b})["continued_code"] == b
+        and runs.code_fields(None)["continued_code"] is None
+    )
 
 
 # -- running: here, resumed, on SLURM, as a W&B sweep ---------------------------------------------
