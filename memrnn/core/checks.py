@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -219,3 +220,26 @@ def finite_float(name: str, value: Any, *, positive: bool = False, nonnegative: 
     if nonnegative and not v >= 0:
         raise ValueError(f"{name} must be >= 0, got {v}")
     return v
+
+
+def check_kwargs(what: str, cls: type, kwargs: dict[str, Any], *, given: tuple[str, ...] = ()) -> None:
+    """Raise ``ValueError`` naming ``what`` and each key of ``kwargs`` that ``cls(...)`` does not
+    take (or that the caller already passes: ``given``), with the keys it does take, instead of
+    the ``TypeError`` from deep inside the constructor."""
+    params = inspect.signature(cls.__init__).parameters
+    named = [
+        n
+        for n, p in params.items()
+        if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in given
+    ]
+    allowed = {*named, "device", "dtype"}
+    taken = [k for k in kwargs if k in given]
+    unknown = [k for k in kwargs if k not in allowed and k not in given]
+    if taken:
+        raise ValueError(
+            f"{what}: {', '.join(map(repr, taken))} is set by the layer itself; pass it to the layer"
+        )
+    if unknown:
+        raise ValueError(
+            f"{what} has no argument {', '.join(map(repr, unknown))}; it takes {', '.join(named) or 'none'}"
+        )

@@ -22,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import check_kwargs, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
@@ -167,6 +167,8 @@ class StackRNN(MemoryLayer):
                 f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)} or pass a Memory"
             )
         size = {} if width is None else {"width": width}
+        given = ("hidden_size", "depth", *size)
+        check_kwargs(f"memory_args of the {memory!r} memory", MEMORIES[memory], args, given=given)
         return MEMORIES[memory](hidden_size, depth=depth, **size, **args, **fk)
 
     def _build_controller(self, controller, args, fk) -> MemoryLayer:
@@ -183,6 +185,10 @@ class StackRNN(MemoryLayer):
             raise ValueError(
                 f"unknown controller {controller!r}; choose one of {', '.join(CONTROLLERS)} or pass a MemoryLayer"
             )
+        given = ("input_size", "hidden_size")
+        check_kwargs(
+            f"controller_args of the {controller!r} controller", CONTROLLERS[controller], args, given=given
+        )
         return CONTROLLERS[controller](n_in, self.hidden_size, **args, **fk)
 
     def extra_repr(self) -> str:

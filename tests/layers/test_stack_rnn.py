@@ -345,3 +345,24 @@ def test_bad_arguments_are_named():
         StackRNN(3, 4, depth=0)
     with pytest.raises(ValueError, match="unknown value activation 'relu'"):
         StackRNN(3, 4, memory_args={"push_activation": "relu"})
+    # a misspelt or misplaced key of memory_args / controller_args names itself and what is taken
+    with pytest.raises(
+        ValueError, match=r"'superposition' memory has no argument 'push_act'; it takes .*push_activation"
+    ):
+        StackRNN(3, 4, memory_args={"push_act": "tanh"})
+    with pytest.raises(ValueError, match=r"'stratification' memory: 'depth' is set by the layer itself"):
+        StackRNN(3, 4, "stratification", memory_args={"depth": 8})
+    with pytest.raises(
+        ValueError, match=r"'nondeterministic' memory has no argument 'stats'; it takes .*states, symbols"
+    ):
+        StackRNN(3, 4, "nondeterministic", width=None, memory_args={"stats": 3})
+    with pytest.raises(
+        ValueError, match=r"'lstm' controller has no argument 'forget'; it takes num_layers, .*forget_bias"
+    ):
+        StackRNN(3, 4, controller_args={"forget": 1.0})
+    with pytest.raises(ValueError, match=r"'elman' controller: 'hidden_size' is set by the layer itself"):
+        StackRNN(3, 4, controller="elman", controller_args={"hidden_size": 9})
+    assert (
+        StackRNN(3, 4, controller="elman", controller_args={"activation": "relu"}).controller.activation
+        == "relu"
+    )
