@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers import NNPDA, CounterLSTM, GRULayer, JordanRNN, ReLUCounter, SecondOrderRNN
 from memrnn.layers.elman import JordanState
 from memrnn.layers.gated import GRUState
@@ -14,6 +15,7 @@ from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
 from memrnn.ops import bptt
 from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.elman import elman_sequence
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
 
@@ -324,3 +326,37 @@ def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
     h0 = torch.randn(6, num_layers, 5, dtype=dtype, requires_grad=True)
     for mask in (None, _mask(6, 7)):
         _compare(fast, ref, x, GRUState(h0), mask, dtype)
+
+
+@pytest.mark.parametrize("leak", [1.0, 0.3])
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "identity", "relu", "saturated_linear"])
+def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(name, leak):
+    """The Elman CPU sequence against its reference loop (outputs and the gradients of the
+    projected inputs, the recurrent weights and h0, float64), and what it keeps for the backward:
+    ``hs`` alone where the activation's derivative is a function of its output (tanh and sigmoid
+    without a leak, identity), ``hs`` and the pre-activations otherwise."""
+    g = torch.Generator().manual_seed(3)
+    B, T, H = 3, 70, 4  # 70 steps: two blocks of the backward
+    pre = torch.randn(B, T, H, generator=g, dtype=torch.float64, requires_grad=True)
+    w = (0.6 * torch.randn(H, H, generator=g, dtype=torch.float64)).requires_grad_()
+    h0 = torch.randn(B, H, generator=g, dtype=torch.float64, requires_grad=True)
+    fn = ACTIVATIONS[name]
+    out = {}
+    for impl in ("cpu", "reference"):
+        saved = {}
+
+        def pack(t, saved=saved):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            hs = elman_sequence(pre, w, h0, name, fn, leak, impl=impl)
+        wts = torch.linspace(-1, 1, H, dtype=torch.float64)
+        out[impl] = (hs, torch.autograd.grad((hs * wts).sum(), [pre, w, h0]), sum(saved.values()))
+    torch.testing.assert_close(out["cpu"][0], out["reference"][0], atol=1e-12, rtol=0)
+    for a, b in zip(out["cpu"][1], out["reference"][1], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-12)  # identity: values up to ~1e4
+    seq = B * T * H * 8  # bytes of one [T, B, H] float64 buffer
+    from_output = name == "identity" or (leak == 1.0 and name in ("tanh", "sigmoid"))
+    kept = out["cpu"][2] - H * H * 8  # less the recurrent weights
+    assert kept == (seq + B * H * 8 if from_output else 2 * seq + B * H * 8), (kept, seq)

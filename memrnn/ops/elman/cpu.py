@@ -2,7 +2,9 @@
 (the fast path on CPU, and on GPUs where the Triton kernel does not apply).
 
 Forward: per step one ``addmm`` and one activation kernel, no autograd graph; the
-pre-activations ``z_t`` are kept for the backward.  Backward: per step one ``addmm`` and one or two
+pre-activations ``z_t`` are kept for the backward, except where the derivative is a function of
+the output, as autograd computes it (``tanh``: ``1 − h²``, ``sigmoid``: ``(1 − h) h``, without a
+leak; ``identity``: 1), which halves what a sequence keeps for the backward.  Backward: per step one ``addmm`` and one or two
 elementwise kernels, the activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps
 at once (autograd's own subgradient conventions, so the numbers equal the reference loop's);
 ``∂U`` is one matrix product.
@@ -18,13 +20,22 @@ from torch import Tensor
 from memrnn.ops.autograd import first_order
 from memrnn.ops.bptt import blocks, derivative
 
+#: activations whose derivative autograd takes from the output (``tanh_backward``,
+#: ``sigmoid_backward``) or that have none to take (``identity``): ``h -> σ'(z)`` with ``h = σ(z)``
+FROM_OUTPUT: dict[str, Callable[[Tensor], Tensor]] = {
+    "tanh": lambda h: 1 - h * h,
+    "sigmoid": lambda h: (1 - h) * h,
+    "identity": torch.ones_like,
+}
+
 
 class ElmanSequence(torch.autograd.Function):
-    """``pre [T, B, H]`` (time-major), ``weight_hh [H, H]``, ``h0 [B, H]``, the activation and the
-    leak ``α`` -> ``hs [T+1, B, H]`` (see :func:`memrnn.ops.elman.reference.elman_reference`)."""
+    """``pre [T, B, H]`` (time-major), ``weight_hh [H, H]``, ``h0 [B, H]``, the activation, the
+    leak ``α`` and the activation's name (``None``: unknown) -> ``hs [T+1, B, H]`` (see
+    :func:`memrnn.ops.elman.reference.elman_reference`)."""
 
     @staticmethod
-    def forward(ctx, pre, weight_hh, h0, activation, leak):  # type: ignore[override]
+    def forward(ctx, pre, weight_hh, h0, activation, leak, name=None):  # type: ignore[override]
         T, B, H = pre.shape
         ctx.set_materialize_grads(False)
         zs = pre.clone()
@@ -38,23 +49,30 @@ class ElmanSequence(torch.autograd.Function):
                 h_[s + 1].copy_(activation(z_[s]))
             else:
                 torch.add(h_[s] * (1 - leak), activation(z_[s]), alpha=leak, out=h_[s + 1])
-        ctx.activation, ctx.leak = activation, leak
-        ctx.save_for_backward(weight_hh, zs, hs)
+        from_output = FROM_OUTPUT.get(name) if leak == 1.0 or name == "identity" else None
+        ctx.activation, ctx.leak, ctx.from_output = activation, leak, from_output
+        kept = (weight_hh, hs) if from_output else (weight_hh, hs, zs)
+        ctx.save_for_backward(*kept)
         return hs
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs):  # type: ignore[override]
-        weight_hh, zs, hs = ctx.saved_tensors
-        T, B, H = zs.shape
+        weight_hh, hs, *zs = ctx.saved_tensors
+        T = hs.shape[0] - 1
+        B, H = hs.shape[1:]
         leak = ctx.leak
         if grad_hs is None:
-            return None, None, None, None, None
+            return None, None, None, None, None, None
         g_h = grad_hs[T].clone()
-        gz = torch.empty_like(zs)
+        gz = torch.empty(T, B, H, dtype=hs.dtype, device=hs.device)
         gz_ = gz.unbind(0)
         for lo, hi in blocks(T):
-            d_ = derivative(ctx.activation, zs[lo:hi]).mul_(leak).unbind(0)
+            if ctx.from_output:
+                d = ctx.from_output(hs[lo + 1 : hi + 1])
+            else:
+                d = derivative(ctx.activation, zs[0][lo:hi])
+            d_ = d.mul_(leak).unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 torch.mul(g_h, d_[s - lo], out=gz_[s])
                 if leak == 1.0:
@@ -62,13 +80,19 @@ class ElmanSequence(torch.autograd.Function):
                 else:
                     g_h = torch.addmm(grad_hs[s], gz_[s], weight_hh).add_(g_h, alpha=1 - leak)
         grad_w = gz.reshape(T * B, H).t() @ hs[:-1].reshape(T * B, H) if ctx.needs_input_grad[1] else None
-        return gz, grad_w, g_h, None, None
+        return gz, grad_w, g_h, None, None, None
 
 
 def elman_cpu(
-    pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: Callable[[Tensor], Tensor], leak: float = 1.0
+    pre: Tensor,
+    weight_hh: Tensor,
+    h0: Tensor,
+    activation: Callable[[Tensor], Tensor],
+    leak: float = 1.0,
+    name: str | None = None,
 ) -> Tensor:
-    """:class:`ElmanSequence` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``."""
-    return ElmanSequence.apply(pre.transpose(0, 1).contiguous(), weight_hh, h0, activation, leak).transpose(
-        0, 1
-    )
+    """:class:`ElmanSequence` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``.  ``name`` names
+    ``activation`` (``"tanh"``, …): where its derivative is a function of its output
+    (:data:`FROM_OUTPUT`), the backward reads it from ``hs`` and the pre-activations are not kept."""
+    pre_t = pre.transpose(0, 1).contiguous()
+    return ElmanSequence.apply(pre_t, weight_hh, h0, activation, leak, name).transpose(0, 1)
