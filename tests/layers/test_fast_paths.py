@@ -360,3 +360,16 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
     from_output = name == "identity" or (leak == 1.0 and name in ("tanh", "sigmoid"))
     kept = out["cpu"][2] - H * H * 8  # less the recurrent weights
     assert kept == (seq + B * H * 8 if from_output else 2 * seq + B * H * 8), (kept, seq)
+    if name == "identity":  # a frozen linear reservoir (no ∂U) keeps nothing but U
+        saved = {}
+
+        def pack(t):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            hs = elman_sequence(pre, w.detach(), h0, name, fn, leak, impl="cpu")
+        assert sum(saved.values()) == H * H * 8
+        (gp, gh) = torch.autograd.grad((hs * wts).sum(), [pre, h0])
+        torch.testing.assert_close(gp, out["reference"][1][0], atol=1e-11, rtol=1e-12)
+        torch.testing.assert_close(gh, out["reference"][1][2], atol=1e-11, rtol=1e-12)

@@ -51,25 +51,31 @@ class ElmanSequence(torch.autograd.Function):
                 torch.add(h_[s] * (1 - leak), activation(z_[s]), alpha=leak, out=h_[s + 1])
         from_output = FROM_OUTPUT.get(name) if leak == 1.0 or name == "identity" else None
         ctx.activation, ctx.leak, ctx.from_output = activation, leak, from_output
-        kept = (weight_hh, hs) if from_output else (weight_hh, hs, zs)
-        ctx.save_for_backward(*kept)
+        # hs: for ∂U and the derivatives read from the outputs (a frozen linear reservoir needs neither)
+        need_hs = ctx.needs_input_grad[1] or name != "identity"
+        kept = (hs,) if need_hs else ()
+        ctx.save_for_backward(weight_hh, *kept, *(() if from_output else (zs,)))
+        ctx.need_hs = need_hs
         return hs
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs):  # type: ignore[override]
-        weight_hh, hs, *zs = ctx.saved_tensors
-        T = hs.shape[0] - 1
-        B, H = hs.shape[1:]
+        weight_hh, *rest = ctx.saved_tensors
+        hs = rest.pop(0) if ctx.need_hs else None
+        zs = rest
         leak = ctx.leak
         if grad_hs is None:
             return None, None, None, None, None, None
+        T1, B, H = grad_hs.shape
+        T = T1 - 1
         g_h = grad_hs[T].clone()
-        gz = torch.empty(T, B, H, dtype=hs.dtype, device=hs.device)
+        gz = torch.empty_like(grad_hs[1:])
         gz_ = gz.unbind(0)
         for lo, hi in blocks(T):
             if ctx.from_output:
-                d = ctx.from_output(hs[lo + 1 : hi + 1])
+                out = grad_hs if hs is None else hs  # (identity's derivative reads only the shape)
+                d = ctx.from_output(out[lo + 1 : hi + 1])
             else:
                 d = derivative(ctx.activation, zs[0][lo:hi])
             d_ = d.mul_(leak).unbind(0)
