@@ -25,6 +25,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from memrnn.core.activations import identity
+
 
 def derivative(fn: Callable[[Tensor], Tensor], a: Tensor) -> Tensor:
     """Elementwise derivative ``fn'(a)`` for all entries at once (``fn`` elementwise), with the
@@ -33,6 +35,22 @@ def derivative(fn: Callable[[Tensor], Tensor], a: Tensor) -> Tensor:
         leaf = a.detach().requires_grad_()
         (d,) = torch.autograd.grad(fn(leaf), leaf, torch.ones_like(leaf))
     return d
+
+
+#: elementwise activations whose derivative is a function of their output ``y = fn(a)``, as
+#: autograd computes it (``tanh_backward``, ``sigmoid_backward``; the identity has none to take)
+_FROM_OUTPUT: dict[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]] = {
+    torch.tanh: lambda y: 1 - y * y,
+    torch.sigmoid: lambda y: (1 - y) * y,
+    identity: torch.ones_like,
+}
+
+
+def from_output(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor] | None:
+    """``y -> fn'(a)`` for ``y = fn(a)`` where that exists (tanh, sigmoid, identity), else
+    ``None``: the sequences that have it keep their outputs for the backward, not the
+    pre-activations as well."""
+    return _FROM_OUTPUT.get(fn)
 
 
 BLOCK = 64  # steps whose local derivatives the backward passes compute at once (cache-sized)

@@ -373,3 +373,28 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
         (gp, gh) = torch.autograd.grad((hs * wts).sum(), [pre, h0])
         torch.testing.assert_close(gp, out["reference"][1][0], atol=1e-11, rtol=1e-12)
         torch.testing.assert_close(gh, out["reference"][1][2], atol=1e-11, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("activation", "output_activation", "buffers"), [
+    ("tanh", "sigmoid", 2),  # hs and rs: both derivatives are read from them
+    ("tanh", "relu", 3),  # and relu's pre-activations h Eᵀ
+    ("relu", "softmax", 3),  # σ's pre-activations besides hs and rs
+    ("saturated_linear", "saturated_linear", 4),
+])  # fmt: skip
+def test_jordan_sequence_keeps_only_what_its_backward_reads(activation, output_activation, buffers):
+    """What JordanSequence keeps for the backward: ``hs [T, B, H]`` and ``rs [T+1, B, F]``, and the
+    pre-activations of σ and σ_o only where their derivatives are not functions of the outputs
+    (``bptt.from_output``: tanh, sigmoid, identity).  H = F here, so each buffer is T·B·H."""
+    T, B, H = 30, 4, 5
+    net = JordanRNN(3, H, H, activation=activation, output_activation=output_activation, dtype=torch.float64)
+    x = torch.randn(B, T, 3, dtype=torch.float64, requires_grad=True)
+    saved = {}
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        net(x)
+    sequences = [n for n in saved.values() if n >= T * B * H * 8]
+    assert len(sequences) == buffers, sorted(saved.values())

@@ -33,7 +33,7 @@ def elman_sequence(
     if impl == "reference":
         return elman_reference(pre, weight_hh, h0, fn, leak)
     if impl == "cpu":
-        return elman_cpu(pre, weight_hh, h0, fn, leak, activation)
+        return elman_cpu(pre, weight_hh, h0, fn, leak)
     from memrnn.ops.elman.triton import elman_triton
 
     return elman_triton(pre, weight_hh, h0, activation, leak)

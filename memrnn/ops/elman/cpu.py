@@ -17,25 +17,17 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from memrnn.core.activations import identity
 from memrnn.ops.autograd import first_order
-from memrnn.ops.bptt import blocks, derivative
-
-#: activations whose derivative autograd takes from the output (``tanh_backward``,
-#: ``sigmoid_backward``) or that have none to take (``identity``): ``h -> σ'(z)`` with ``h = σ(z)``
-FROM_OUTPUT: dict[str, Callable[[Tensor], Tensor]] = {
-    "tanh": lambda h: 1 - h * h,
-    "sigmoid": lambda h: (1 - h) * h,
-    "identity": torch.ones_like,
-}
+from memrnn.ops.bptt import blocks, derivative, from_output
 
 
 class ElmanSequence(torch.autograd.Function):
-    """``pre [T, B, H]`` (time-major), ``weight_hh [H, H]``, ``h0 [B, H]``, the activation, the
-    leak ``α`` and the activation's name (``None``: unknown) -> ``hs [T+1, B, H]`` (see
-    :func:`memrnn.ops.elman.reference.elman_reference`)."""
+    """``pre [T, B, H]`` (time-major), ``weight_hh [H, H]``, ``h0 [B, H]``, the activation and the
+    leak ``α`` -> ``hs [T+1, B, H]`` (see :func:`memrnn.ops.elman.reference.elman_reference`)."""
 
     @staticmethod
-    def forward(ctx, pre, weight_hh, h0, activation, leak, name=None):  # type: ignore[override]
+    def forward(ctx, pre, weight_hh, h0, activation, leak):  # type: ignore[override]
         T, B, H = pre.shape
         ctx.set_materialize_grads(False)
         zs = pre.clone()
@@ -49,12 +41,14 @@ class ElmanSequence(torch.autograd.Function):
                 h_[s + 1].copy_(activation(z_[s]))
             else:
                 torch.add(h_[s] * (1 - leak), activation(z_[s]), alpha=leak, out=h_[s + 1])
-        from_output = FROM_OUTPUT.get(name) if leak == 1.0 or name == "identity" else None
-        ctx.activation, ctx.leak, ctx.from_output = activation, leak, from_output
+        linear = activation is identity
+        # with a leak h_t is not σ(z_t): its derivative is read from the outputs only without one
+        derivative_of_output = from_output(activation) if leak == 1.0 or linear else None
+        ctx.activation, ctx.leak, ctx.from_output = activation, leak, derivative_of_output
         # hs: for ∂U and the derivatives read from the outputs (a frozen linear reservoir needs neither)
-        need_hs = ctx.needs_input_grad[1] or name != "identity"
+        need_hs = ctx.needs_input_grad[1] or not linear
         kept = (hs,) if need_hs else ()
-        ctx.save_for_backward(weight_hh, *kept, *(() if from_output else (zs,)))
+        ctx.save_for_backward(weight_hh, *kept, *(() if derivative_of_output else (zs,)))
         ctx.need_hs = need_hs
         return hs
 
@@ -66,7 +60,7 @@ class ElmanSequence(torch.autograd.Function):
         zs = rest
         leak = ctx.leak
         if grad_hs is None:
-            return None, None, None, None, None, None
+            return None, None, None, None, None
         T1, B, H = grad_hs.shape
         T = T1 - 1
         g_h = grad_hs[T].clone()
@@ -86,19 +80,12 @@ class ElmanSequence(torch.autograd.Function):
                 else:
                     g_h = torch.addmm(grad_hs[s], gz_[s], weight_hh).add_(g_h, alpha=1 - leak)
         grad_w = gz.reshape(T * B, H).t() @ hs[:-1].reshape(T * B, H) if ctx.needs_input_grad[1] else None
-        return gz, grad_w, g_h, None, None, None
+        return gz, grad_w, g_h, None, None
 
 
 def elman_cpu(
-    pre: Tensor,
-    weight_hh: Tensor,
-    h0: Tensor,
-    activation: Callable[[Tensor], Tensor],
-    leak: float = 1.0,
-    name: str | None = None,
+    pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: Callable[[Tensor], Tensor], leak: float = 1.0
 ) -> Tensor:
-    """:class:`ElmanSequence` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``.  ``name`` names
-    ``activation`` (``"tanh"``, …): where its derivative is a function of its output
-    (:data:`FROM_OUTPUT`), the backward reads it from ``hs`` and the pre-activations are not kept."""
+    """:class:`ElmanSequence` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``."""
     pre_t = pre.transpose(0, 1).contiguous()
-    return ElmanSequence.apply(pre_t, weight_hh, h0, activation, leak, name).transpose(0, 1)
+    return ElmanSequence.apply(pre_t, weight_hh, h0, activation, leak).transpose(0, 1)

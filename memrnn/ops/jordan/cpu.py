@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.bptt import OUT_FNS, blocks, derivative
+from memrnn.ops.bptt import OUT_FNS, blocks, derivative, from_output
 
 
 class JordanSequence(torch.autograd.Function):
@@ -52,24 +52,31 @@ class JordanSequence(torch.autograd.Function):
                 torch.mm(h_[s], e_t, out=o_[s])
                 r_[s + 1].copy_(output_activation(o_[s]))
         ctx.activation, ctx.output_activation, ctx.out_name = activation, output_activation, out_name
-        ctx.save_for_backward(weight_fb, weight_out, acts, hs, rs, outs)
+        # σ's and σ_o's derivatives from their outputs hs and rs where they are functions of them
+        # (bptt.from_output): then neither pre-activation buffer is kept
+        ctx.dh, ctx.do = from_output(activation), outs is not None and from_output(output_activation)
+        keep_acts = None if ctx.dh else acts
+        keep_outs = None if ctx.do else outs
+        ctx.save_for_backward(weight_fb, weight_out, keep_acts, hs, rs, keep_outs)
         return hs, rs
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs, grad_rs):  # type: ignore[override]
         weight_fb, weight_out, acts, hs, rs, outs = ctx.saved_tensors
-        T, B, H = acts.shape
+        T, B, H = hs.shape
         out_name = ctx.out_name
         g_r = rs.new_zeros(B, rs.shape[-1]) if grad_rs is None else grad_rs[T].clone()
-        ga = torch.empty_like(acts)
+        ga = torch.empty_like(hs)
         ga_ = ga.unbind(0)
         grad_fb = torch.zeros_like(weight_fb)
         grad_out = torch.zeros_like(weight_out)
         for lo, hi in blocks(T):
-            d_ = derivative(ctx.activation, acts[lo:hi]).unbind(0)
+            d_ = (ctx.dh(hs[lo:hi]) if ctx.dh else derivative(ctx.activation, acts[lo:hi])).unbind(0)
             do_ = None
-            if outs is not None:
+            if ctx.do:
+                do_ = ctx.do(rs[lo + 1 : hi + 1]).unbind(0)
+            elif outs is not None:
                 do_ = derivative(ctx.output_activation, outs[lo:hi]).unbind(0)
             go_block = rs.new_empty(hi - lo, B, rs.shape[-1])
             for s in range(hi - 1, lo - 1, -1):
