@@ -42,12 +42,13 @@ def derivative(fn: Callable[[Tensor], Tensor], a: Tensor) -> Tensor:
 _FROM_OUTPUT: dict[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]] = {
     torch.tanh: lambda y: 1 - y * y,
     torch.sigmoid: lambda y: (1 - y) * y,
+    torch.relu: lambda y: (y > 0).to(y.dtype),  # threshold_backward on the result
     identity: torch.ones_like,
 }
 
 
 def from_output(fn: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor] | None:
-    """``y -> fn'(a)`` for ``y = fn(a)`` where that exists (tanh, sigmoid, identity), else
+    """``y -> fn'(a)`` for ``y = fn(a)`` where that exists (tanh, sigmoid, relu, identity), else
     ``None``: the sequences that have it keep their outputs for the backward, not the
     pre-activations as well."""
     return _FROM_OUTPUT.get(fn)

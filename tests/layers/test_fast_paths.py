@@ -333,8 +333,8 @@ def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
 def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(name, leak):
     """The Elman CPU sequence against its reference loop (outputs and the gradients of the
     projected inputs, the recurrent weights and h0, float64), and what it keeps for the backward:
-    ``hs`` alone where the activation's derivative is a function of its output (tanh and sigmoid
-    without a leak, identity), ``hs`` and the pre-activations otherwise."""
+    ``hs`` alone where the activation's derivative is a function of its output (tanh, sigmoid and
+    relu without a leak, identity), ``hs`` and the pre-activations otherwise."""
     g = torch.Generator().manual_seed(3)
     B, T, H = 3, 70, 4  # 70 steps: two blocks of the backward
     pre = torch.randn(B, T, H, generator=g, dtype=torch.float64, requires_grad=True)
@@ -357,7 +357,7 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
     for a, b in zip(out["cpu"][1], out["reference"][1], strict=True):
         torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-12)  # identity: values up to ~1e4
     seq = B * T * H * 8  # bytes of one [T, B, H] float64 buffer
-    from_output = name == "identity" or (leak == 1.0 and name in ("tanh", "sigmoid"))
+    from_output = name == "identity" or (leak == 1.0 and name in ("tanh", "sigmoid", "relu"))
     kept = out["cpu"][2] - H * H * 8  # less the recurrent weights
     assert kept == (seq + B * H * 8 if from_output else 2 * seq + B * H * 8), (kept, seq)
     if name == "identity":  # a frozen linear reservoir (no ∂U) keeps nothing but U
@@ -377,14 +377,15 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
 
 @pytest.mark.parametrize(("activation", "output_activation", "buffers"), [
     ("tanh", "sigmoid", 2),  # hs and rs: both derivatives are read from them
-    ("tanh", "relu", 3),  # and relu's pre-activations h Eᵀ
-    ("relu", "softmax", 3),  # σ's pre-activations besides hs and rs
+    ("relu", "relu", 2),
+    ("tanh", "saturated_linear", 3),  # and σ_o's pre-activations h Eᵀ
+    ("heaviside", "softmax", 3),  # σ's pre-activations besides hs and rs
     ("saturated_linear", "saturated_linear", 4),
 ])  # fmt: skip
 def test_jordan_sequence_keeps_only_what_its_backward_reads(activation, output_activation, buffers):
     """What JordanSequence keeps for the backward: ``hs [T, B, H]`` and ``rs [T+1, B, F]``, and the
     pre-activations of σ and σ_o only where their derivatives are not functions of the outputs
-    (``bptt.from_output``: tanh, sigmoid, identity).  H = F here, so each buffer is T·B·H."""
+    (``bptt.from_output``: tanh, sigmoid, relu, identity).  H = F here, so each buffer is T·B·H."""
     T, B, H = 30, 4, 5
     net = JordanRNN(3, H, H, activation=activation, output_activation=output_activation, dtype=torch.float64)
     x = torch.randn(B, T, 3, dtype=torch.float64, requires_grad=True)
@@ -398,3 +399,25 @@ def test_jordan_sequence_keeps_only_what_its_backward_reads(activation, output_a
         net(x)
     sequences = [n for n in saved.values() if n >= T * B * H * 8]
     assert len(sequences) == buffers, sorted(saved.values())
+
+
+def test_counter_sequence_keeps_the_moves_not_the_pre_activations_where_it_can():
+    """With tanh, sigmoid or relu the ReLU counter's backward reads σ' from its states and relu'
+    from its moves (``bptt.from_output``), so it keeps the moves ``[T, B, 2k]`` instead of the
+    pre-activations ``[T, B, H + 2k]``: H units per step and row fewer than with heaviside."""
+    T, B, H, k = 30, 4, 5, 3
+    kept = {}
+    for activation in ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear"):
+        net = ReLUCounter(3, H, counters=k, activation=activation, dtype=torch.float64)
+        x = torch.randn(B, T, 3, dtype=torch.float64, requires_grad=True)
+        saved = {}
+
+        def pack(t, saved=saved):
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            net(x)
+        kept[activation] = sum(saved.values())
+    assert kept["tanh"] == kept["sigmoid"] == kept["relu"]
+    assert kept["heaviside"] == kept["saturated_linear"] == kept["tanh"] + T * B * H * 8, kept

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.bptt import OUT_FNS, blocks, derivative, input_grads, time_major
+from memrnn.ops.bptt import OUT_FNS, blocks, derivative, from_output, input_grads, time_major
 
 
 class CounterRNNSequence(torch.autograd.Function):
@@ -48,35 +48,41 @@ class CounterRNNSequence(torch.autograd.Function):
             torch.clamp_min(am_[s], 0, out=m_[s])  # relu (torch.relu has no out=)
             torch.add(re_[s], inc_[s], out=re_[s + 1])
             re_[s + 1].sub_(dec_[s])
-        ctx.hidden, ctx.activation = H, activation
-        ctx.save_for_backward(xt, w_in, w_rec, pres, rs)
+        ctx.hidden, ctx.activation, ctx.dh = H, activation, from_output(activation)
+        # where σ' is a function of σ's output (bptt.from_output) the backward reads it from rs and
+        # relu's from the moves, and the pre-activations are not kept
+        ctx.save_for_backward(xt, w_in, w_rec, rs, moves if ctx.dh else pres)
         return rs.transpose(0, 1), moves.transpose(0, 1)
 
     @staticmethod
     @first_order
     def backward(ctx, grad_rs, grad_moves):  # type: ignore[override]
-        xt, w_in, w_rec, pres, rs = ctx.saved_tensors
-        T, B, G = pres.shape
+        xt, w_in, w_rec, rs, pres_or_moves = ctx.saved_tensors
         H = ctx.hidden
-        N = rs.shape[-1]
-        k = N - H
-        spread = torch.cat([torch.arange(N), torch.arange(H, N)]).to(pres.device)
+        T1, B, N = rs.shape
+        T, k = T1 - 1, N - H
+        G = H + 2 * k
+        spread = torch.cat([torch.arange(N), torch.arange(H, N)]).to(rs.device)
         grs = None if grad_rs is None else grad_rs.transpose(0, 1).unbind(0)
         gms = None if grad_moves is None else grad_moves.transpose(0, 1)
         g_r = rs.new_zeros(B, N) if grs is None else grs[T].clone()
-        ga = torch.empty_like(pres)
+        ga = rs.new_empty(T, B, G)
         ga_ = ga.unbind(0)
         for lo, hi in blocks(T):
             # d: ∂(h, e_t through inc, e_t through dec)/∂a_t for steps lo..hi−1 at once;
             # extra: ∂L/∂moves · relu'.
-            pb = pres[lo:hi]
-            d = torch.empty_like(pb)
-            d[..., :H] = derivative(ctx.activation, pb[..., :H])
-            on = pb[..., H:] > 0
+            d = rs.new_empty(hi - lo, B, G)
+            if ctx.dh:
+                d[..., :H] = ctx.dh(rs[lo + 1 : hi + 1, :, :H])
+                on = pres_or_moves[lo:hi] > 0  # the moves: relu(a) > 0 exactly where a > 0
+            else:
+                pb = pres_or_moves[lo:hi]
+                d[..., :H] = derivative(ctx.activation, pb[..., :H])
+                on = pb[..., H:] > 0
             d[..., H : H + k] = on[..., :k]
             d[..., H + k :] = on[..., k:]
             d[..., H + k :].neg_()
-            extra = torch.zeros_like(pb)
+            extra = torch.zeros_like(d)
             if gms is not None:
                 extra[..., H:] = gms[lo:hi] * on
             d_, x_ = d.unbind(0), extra.unbind(0)
