@@ -36,3 +36,25 @@ def test_no_file_points_outside_the_repository():
     assert not hits, hits
     for cited in ("docs/references.md", "docs/design.md", "docs/ecosystem.md"):
         assert (root / cited).exists()
+
+
+def _table_rows(readme: str, header: str) -> set[str]:
+    """The first column of the Markdown table that starts with ``header``."""
+    start = readme.index(header)
+    table = readme[start : readme.index("\n\n", start)].splitlines()[2:]
+    return {line.split("|")[1].strip() for line in table}
+
+
+def test_benchmark_tables_name_every_layer_they_claim():
+    """The README's tables printed by the benchmarks cover what the commands print: the Speed
+    table every layer of ``python -m benchmarks`` (its ``DEFAULT_LAYERS``), the compile and export
+    table every registered layer (``python -m benchmarks.compile_check``).  A layer added to either
+    without rerunning the command (the stack RNNs were missing from both for days) fails here."""
+    from benchmarks.run import DEFAULT_LAYERS
+    from memrnn.core import list_layers
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    speed = _table_rows(readme, "| layer | S | batch | T | fwd tok/s |")
+    assert speed == set(DEFAULT_LAYERS), sorted(set(DEFAULT_LAYERS) ^ speed)
+    compiled = _table_rows(readme, "| layer | graphs | graph breaks | first break |")
+    assert compiled == set(list_layers()), sorted(set(list_layers()) ^ compiled)

@@ -3,8 +3,8 @@
 
 Forward: per step one ``addmm`` and one activation kernel, no autograd graph; the
 pre-activations ``z_t`` are kept for the backward, except where the derivative is a function of
-the output, as autograd computes it (``tanh``: ``1 − h²``, ``sigmoid``: ``(1 − h) h``, without a
-leak; ``identity``: 1), which halves what a sequence keeps for the backward.  Backward: per step one ``addmm`` and one or two
+the output, as autograd computes it (:func:`memrnn.ops.bptt.from_output`: ``tanh``, ``sigmoid``
+and ``relu`` without a leak, ``identity``), which halves what a sequence keeps for the backward.  Backward: per step one ``addmm`` and one or two
 elementwise kernels, the activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps
 at once (autograd's own subgradient conventions, so the numbers equal the reference loop's);
 ``∂U`` is one matrix product.
@@ -64,7 +64,7 @@ class ElmanSequence(torch.autograd.Function):
         T1, B, H = grad_hs.shape
         T = T1 - 1
         g_h = grad_hs[T].clone()
-        gz = torch.empty_like(grad_hs[1:])
+        gz = grad_hs.new_empty(T, B, H)  # time-major whatever grad_hs's strides
         gz_ = gz.unbind(0)
         for lo, hi in blocks(T):
             if ctx.from_output:
