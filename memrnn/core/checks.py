@@ -232,9 +232,8 @@ def check_kwargs(what: str, cls: type, kwargs: dict[str, Any], *, given: tuple[s
         for n, p in params.items()
         if n != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in given
     ]
-    allowed = {*named, "device", "dtype"}
     taken = [k for k in kwargs if k in given]
-    unknown = [k for k in kwargs if k not in allowed and k not in given]
+    unknown = [k for k in kwargs if k not in named and k not in given]
     if taken:
         raise ValueError(
             f"{what}: {', '.join(map(repr, taken))} is set by the layer itself; pass it to the layer"

@@ -167,7 +167,7 @@ class StackRNN(MemoryLayer):
                 f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)} or pass a Memory"
             )
         size = {} if width is None else {"width": width}
-        given = ("hidden_size", "depth", *size)
+        given = ("hidden_size", "depth", *size, *fk)
         check_kwargs(f"memory_args of the {memory!r} memory", MEMORIES[memory], args, given=given)
         return MEMORIES[memory](hidden_size, depth=depth, **size, **args, **fk)
 
@@ -185,7 +185,7 @@ class StackRNN(MemoryLayer):
             raise ValueError(
                 f"unknown controller {controller!r}; choose one of {', '.join(CONTROLLERS)} or pass a MemoryLayer"
             )
-        given = ("input_size", "hidden_size")
+        given = ("input_size", "hidden_size", *fk)
         check_kwargs(
             f"controller_args of the {controller!r} controller", CONTROLLERS[controller], args, given=given
         )

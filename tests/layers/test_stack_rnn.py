@@ -362,6 +362,10 @@ def test_bad_arguments_are_named():
         StackRNN(3, 4, controller_args={"forget": 1.0})
     with pytest.raises(ValueError, match=r"'elman' controller: 'hidden_size' is set by the layer itself"):
         StackRNN(3, 4, controller="elman", controller_args={"hidden_size": 9})
+    with pytest.raises(ValueError, match=r"'lstm' controller: 'dtype' is set by the layer itself"):
+        StackRNN(3, 4, controller_args={"dtype": torch.float64})
+    with pytest.raises(ValueError, match=r"'superposition' memory: 'device' is set by the layer itself"):
+        StackRNN(3, 4, memory_args={"device": "cpu"})
     assert (
         StackRNN(3, 4, controller="elman", controller_args={"activation": "relu"}).controller.activation
         == "relu"
