@@ -51,13 +51,13 @@ class CounterRNNSequence(torch.autograd.Function):
         ctx.hidden, ctx.activation, ctx.dh = H, activation, from_output(activation)
         # where σ' is a function of σ's output (bptt.from_output) the backward reads it from rs and
         # relu's from the moves, and the pre-activations are not kept
-        ctx.save_for_backward(xt, w_in, w_rec, rs, moves if ctx.dh else pres)
+        ctx.save_for_backward(xt, w_in, w_rec, rs, None if ctx.dh else pres, moves if ctx.dh else None)
         return rs.transpose(0, 1), moves.transpose(0, 1)
 
     @staticmethod
     @first_order
     def backward(ctx, grad_rs, grad_moves):  # type: ignore[override]
-        xt, w_in, w_rec, rs, pres_or_moves = ctx.saved_tensors
+        xt, w_in, w_rec, rs, pres, moves = ctx.saved_tensors
         H = ctx.hidden
         T1, B, N = rs.shape
         T, k = T1 - 1, N - H
@@ -74,9 +74,9 @@ class CounterRNNSequence(torch.autograd.Function):
             d = rs.new_empty(hi - lo, B, G)
             if ctx.dh:
                 d[..., :H] = ctx.dh(rs[lo + 1 : hi + 1, :, :H])
-                on = pres_or_moves[lo:hi] > 0  # the moves: relu(a) > 0 exactly where a > 0
+                on = moves[lo:hi] > 0  # relu(a) > 0 exactly where a > 0
             else:
-                pb = pres_or_moves[lo:hi]
+                pb = pres[lo:hi]
                 d[..., :H] = derivative(ctx.activation, pb[..., :H])
                 on = pb[..., H:] > 0
             d[..., H : H + k] = on[..., :k]

@@ -46,18 +46,14 @@ class ElmanSequence(torch.autograd.Function):
         derivative_of_output = from_output(activation) if leak == 1.0 or linear else None
         ctx.activation, ctx.leak, ctx.from_output = activation, leak, derivative_of_output
         # hs: for ∂U and the derivatives read from the outputs (a frozen linear reservoir needs neither)
-        need_hs = ctx.needs_input_grad[1] or not linear
-        kept = (hs,) if need_hs else ()
-        ctx.save_for_backward(weight_hh, *kept, *(() if derivative_of_output else (zs,)))
-        ctx.need_hs = need_hs
+        keep_hs = hs if ctx.needs_input_grad[1] or not linear else None
+        ctx.save_for_backward(weight_hh, keep_hs, None if derivative_of_output else zs)
         return hs
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs):  # type: ignore[override]
-        weight_hh, *rest = ctx.saved_tensors
-        hs = rest.pop(0) if ctx.need_hs else None
-        zs = rest
+        weight_hh, hs, zs = ctx.saved_tensors
         leak = ctx.leak
         if grad_hs is None:
             return None, None, None, None, None
@@ -67,11 +63,12 @@ class ElmanSequence(torch.autograd.Function):
         gz = grad_hs.new_empty(T, B, H)  # time-major whatever grad_hs's strides
         gz_ = gz.unbind(0)
         for lo, hi in blocks(T):
-            if ctx.from_output:
-                out = grad_hs if hs is None else hs  # (identity's derivative reads only the shape)
-                d = ctx.from_output(out[lo + 1 : hi + 1])
+            if hs is None:  # identity without ∂U
+                d = grad_hs.new_ones(hi - lo, B, H)
+            elif ctx.from_output:
+                d = ctx.from_output(hs[lo + 1 : hi + 1])
             else:
-                d = derivative(ctx.activation, zs[0][lo:hi])
+                d = derivative(ctx.activation, zs[lo:hi])
             d_ = d.mul_(leak).unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 torch.mul(g_h, d_[s - lo], out=gz_[s])
