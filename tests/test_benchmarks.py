@@ -76,6 +76,26 @@ def test_stack_rnn_benchmark_prints_every_row(capsys):
     assert "| superposition | lstm | 40 | 40 |" in capsys.readouterr().out
 
 
+def test_stack_rnn_breakdown_refuses_bad_rows_per_program_and_a_cpu_only_machine(capsys):
+    """``benchmarks/stack_rnn_breakdown.py`` (a GPU timing): ``--block-b`` must be a power of 2 of
+    at least 16 (``tl.dot``'s rows), named in the error; without CUDA it says it needs a GPU;
+    neither error patches the stack kernels' module."""
+    import torch
+
+    from benchmarks import stack_rnn_breakdown
+    from memrnn.ops.stack_rnn import triton as kernels
+
+    block = kernels.BLOCK_B
+    with pytest.raises(SystemExit):
+        stack_rnn_breakdown.main(["--block-b", "24"])
+    assert "not 24" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            stack_rnn_breakdown.main(["--block-b", "32"])
+        assert "needs a GPU" in capsys.readouterr().err
+    assert block == kernels.BLOCK_B
+
+
 def test_stack_rnn_benchmark_sweeps_the_kernels_warps(capsys, monkeypatch):
     """``--warps 4 8``: one table per warp count, each launch of the stack kernels with that many
     warps (recorded here under Triton's interpreter, which runs them on CPU); the layer's own
