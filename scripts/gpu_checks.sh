@@ -4,7 +4,7 @@
 # them): nothing is installed, memrnn runs from this checkout (PYTHONPATH), every result goes to
 # OUTDIR as a file named for what it holds.
 #
-#   bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [nondeterministic] [compile]   (default: all)
+#   bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [breakdown] [nondeterministic] [compile]   (default: all)
 #
 #   tests             the Triton kernels compiled on the GPU against the reference loops
 #                     (tests/ops/test_triton_kernels.py, tests/ops/test_nondeterministic_triton.py,
@@ -13,6 +13,9 @@
 #                     torch's own float32 error (benchmarks/kernel_precision.py): precision.md
 #   stack             the stack RNNs' two kernels against cuDNN's nn.LSTM (issue 23's cell: batch
 #                     64, controller 64, width 8; every memory, LSTM and Elman controllers): stack-rnn.md
+#   breakdown         where a stack RNN's step time goes: µs per step against the batch (16-256)
+#                     and the depth (2, 32), beside memrnn's Elman kernel and cuDNN, and with
+#                     32 rows per program or TF32 products (benchmarks/stack_rnn_breakdown.py): breakdown.md
 #   nondeterministic  DuSell & Chiang's RNS-RNN (and the vector RNS-RNN) on the Triton run against
 #                     the torch step, time and memory against T: nondeterministic.md
 #   compile           the kernels' registers and spills as this GPU's Triton compiles them: kernels.md
@@ -20,9 +23,9 @@
 # Each part takes a few minutes on an H100; PYTHON picks the interpreter (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:?usage: bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [nondeterministic] [compile]}
+OUT=${1:?usage: bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [breakdown] [nondeterministic] [compile]}
 shift
-PARTS=${*:-tests precision stack nondeterministic compile}
+PARTS=${*:-tests precision stack breakdown nondeterministic compile}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
@@ -64,6 +67,16 @@ for part in $PARTS; do
       "$PY" benchmarks/stack_rnn_speed.py --device cuda --lengths 256 64 1024 --repeats 10 \
         --memories superposition stratification queue tape tape_jump deque 2>&1 | tee "$OUT/stack-rnn.md" || status=1
       ;;
+    breakdown)
+      {
+        "$PY" benchmarks/stack_rnn_breakdown.py
+        # one variant per process: Triton compiles each on first use
+        for variant in "--block-b 32" "--precision tf32"; do
+          # shellcheck disable=SC2086
+          "$PY" benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines $variant
+        done
+      } 2>&1 | tee "$OUT/breakdown.md" || status=1
+      ;;
     nondeterministic)
       {
         "$PY" -m benchmarks.nondeterministic_scaling --device cuda --impls triton cpu --lengths 16 32 64 128 \
@@ -78,7 +91,7 @@ for part in $PARTS; do
       "$PY" -m benchmarks.kernel_compile --targets 90 --dtypes float32 float64 2>&1 | tee "$OUT/kernels.md" || status=1
       ;;
     *)
-      echo "gpu_checks: unknown part '$part' (tests, precision, stack, nondeterministic, compile)" >&2
+      echo "gpu_checks: unknown part '$part' (tests, precision, stack, breakdown, nondeterministic, compile)" >&2
       status=2
       ;;
   esac
