@@ -10,10 +10,13 @@ cuDNN's ``nn.LSTM``.
 
 Reading it: a row whose time does not move with the batch (1 to 16 programs of 16 rows) is
 latency-bound; depth 2 against depth 32 is the memory's per-cell work; the Elman kernel against
-the Elman-controlled stack is what the head and the memory phases add to a step.  ``--block-b``
-(rows per program), ``--precision`` (the controller's and head's products: ``ieee``, the
-default, or ``tf32``) and ``--warps`` change the stack kernels of this process only (one variant
-per invocation: Triton compiles each on first use), to see which resource a step is bound by."""
+the Elman-controlled stack is what the head and the memory phases add to a step.
+
+``--block-b`` (rows per program), ``--precision`` (the controller's and head's products:
+``ieee``, the default, ``tf32`` or ``tf32x3``), ``--k-block`` (columns of ``[h ; r]`` per
+product, 16 by default) and ``--warps`` change the stack kernels of this process only, to see
+which resource a step is bound by (one variant per invocation: Triton compiles each on first
+use)."""
 
 from __future__ import annotations
 
@@ -50,12 +53,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--memories", nargs="+", default=["superposition", "stratification"])
     ap.add_argument("--controllers", nargs="+", default=["elman", "lstm"])
     ap.add_argument("--block-b", type=int, default=None, help="rows per program (a power of 2, >= 16)")
-    ap.add_argument("--precision", choices=["ieee", "tf32"], default=None)
+    ap.add_argument("--precision", choices=["ieee", "tf32", "tf32x3"], default=None)
+    ap.add_argument(
+        "--k-block", type=int, default=None, help="columns of [h ; r] per product (16 by default)"
+    )
     ap.add_argument("--warps", type=int, default=None)
     ap.add_argument("--no-baselines", action="store_true", help="skip nn.LSTM and memrnn's Elman kernel")
     args = ap.parse_args(argv)
     if args.block_b is not None and (args.block_b < 16 or args.block_b & (args.block_b - 1)):
         ap.error(f"--block-b takes a power of 2 of at least 16 (tl.dot's rows), not {args.block_b}")
+    if args.k_block is not None and (args.k_block < 16 or args.k_block & (args.k_block - 1)):
+        ap.error(f"--k-block takes a power of 2 of at least 16 (tl.dot's depth), not {args.k_block}")
     if not torch.cuda.is_available():
         ap.error("this benchmark times CUDA kernels and needs a GPU")
     if args.block_b is not None:
@@ -64,7 +72,12 @@ def main(argv: list[str] | None = None) -> None:
         kernels.STACK_DOT_PRECISION = tl.constexpr(args.precision)
     if args.warps is not None:
         kernels._stack_warps = lambda *_: args.warps
-    variant = f"block_b {kernels.BLOCK_B}, {kernels.STACK_DOT_PRECISION.value} products, warps {args.warps or 'default'}"
+    if args.k_block is not None:
+        kernels._k_blocks = lambda K: (args.k_block, -(-K // args.k_block))
+    variant = (
+        f"block_b {kernels.BLOCK_B}, k_block {args.k_block or 'default'}, "
+        f"{kernels.STACK_DOT_PRECISION.value} products, warps {args.warps or 'default'}"
+    )
     T, S = args.length, 64
     print(
         f"torch {torch.__version__}, {torch.cuda.get_device_name()}, T {T}, input = controller = {S}; {variant}"
