@@ -13,8 +13,12 @@ strings (an inside pass per string) are paid once, not once per model; every mod
 checked to resolve to the same ``data`` section first.  A cell that finishes writes
 ``<out>/<model>_<task>/seed<S>/result.json``; running the command again skips those and re-runs
 the rest, so a crashed or killed cell (reported, with its log) is never dropped: it continues
-from its latest epoch's ``last.ckpt`` (the same W&B run; ``--fresh`` starts it again).  Runs log
-offline to W&B under the cell's folder.  ``--table-only`` prints the table of what is there.
+from its latest epoch's ``last.ckpt`` (the same W&B run; ``--fresh`` starts it again).  A cell
+stamps ``STARTED`` (host and process) as it begins, and a cell whose stamp names a live process
+of this machine is left to it (:func:`memrnn.suite.runner.live_owner`): two invocations on one
+``--out`` never train the same cell twice at once.  Each worker logs to
+``<out>/logs/<models>_<task>_seed<S>.log``.  Runs log offline to W&B under the cell's folder.
+``--table-only`` prints the table of what is there.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
 CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-8 minutes per epoch on one core of
@@ -64,6 +68,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
 
     from memrnn.lit.cli import build_cli
     from memrnn.lit.runs import code_fields, latest_checkpoint
+    from memrnn.suite.runner import live_owner, write_started
 
     torch.set_num_threads(1)
     defaults = [ROOT / "configs" / "defaults.yaml"]
@@ -72,8 +77,16 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
         save = cell_dir(out, model, task, seed)
         if (save / "result.json").exists():
             continue
+        owner = live_owner(save)
+        if owner is not None:  # another invocation of this script is training this very cell
+            print(
+                f"[dusell] {model}_{task} seed {seed}: running in process {owner}; not started again",
+                flush=True,
+            )
+            continue
         save.mkdir(parents=True, exist_ok=True)
         (save / "FAILED").unlink(missing_ok=True)
+        write_started(save, f"{model}_{task}/seed{seed}")
         try:
             start = time.perf_counter()
             last = None if fresh else latest_checkpoint(save)
@@ -204,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         while todo or running:
             while todo and len(running) < args.jobs:
                 task, seed = todo.pop(0)
-                log = args.out / "logs" / f"{task}_seed{seed}.log"
+                log = args.out / "logs" / f"{'-'.join(args.models)}_{task}_seed{seed}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 cmd = [sys.executable, __file__, "--worker", task, str(seed), "--models", *args.models,
                        "--out", str(args.out), *(["--fresh"] if args.fresh else []), "--", *extra]  # fmt: skip

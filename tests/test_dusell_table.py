@@ -33,8 +33,14 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
             assert (r["model"], r["task"], r["seed"], r["epochs"]) == (model, "marked_reversal", seed, 1)
             assert 0 < r["test_ce_gap"] < 5 and Path(r["checkpoint"]).exists()
             assert list(cell.glob("wandb/offline-run-*/run-*.wandb"))  # one W&B run per cell
+            assert json.loads((cell / "STARTED").read_text())["cell"] == f"{model}_marked_reversal/seed{seed}"
             results[model, seed] = r["test_ce_gap"]
     assert results["lstm", 0] != results["lstm", 1]  # the seeds differ
+    # one log per worker, named for its models, task and seed
+    assert {p.name for p in (out / "logs").iterdir()} == {
+        "lstm-superposition_marked_reversal_seed0.log",
+        "lstm-superposition_marked_reversal_seed1.log",
+    }
     row = next(
         line for line in (tmp_path / "table.md").read_text().splitlines() if line.startswith("| Marked")
     )
@@ -88,3 +94,32 @@ def test_bad_arguments_are_named(tmp_path, args, message):
         [sys.executable, str(SCRIPT), *args, "--out", str(tmp_path)], capture_output=True, text=True
     )
     assert done.returncode == 2 and message in done.stderr
+
+
+def test_a_cell_that_a_live_process_is_training_is_left_to_it(tmp_path):
+    """Two invocations on one ``--out``: a cell whose ``STARTED`` names a live process of this
+    machine is not trained again (no checkpoint, no result, the process named); once that
+    process has ended, the stamp no longer holds the cell."""
+    from memrnn.suite.runner import live_owner, started_stamp
+
+    out = tmp_path / "dusell"
+    cell = out / "lstm_marked_reversal" / "seed0"
+    cell.mkdir(parents=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (cell / "STARTED").write_text(
+            json.dumps(started_stamp("lstm_marked_reversal/seed0") | {"pid": other.pid})
+        )
+        assert live_owner(cell) == other.pid
+        cmd = [sys.executable, str(SCRIPT), "--worker", "marked_reversal", "0", "--models", "lstm",
+               "--out", str(out), "--", *TINY]  # fmt: skip
+        done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert (
+            f"lstm_marked_reversal seed 0: running in process {other.pid}; not started again" in done.stdout
+        )
+        assert sorted(p.name for p in cell.iterdir()) == ["STARTED"]
+    finally:
+        other.kill()
+        other.wait()
+    assert live_owner(cell) is None

@@ -56,14 +56,39 @@ def cell_status(suite: Suite, cell: Cell) -> str:
 def running_elsewhere(suite: Suite, cell: Cell) -> int | None:
     """The process id of a live process of this machine that is running ``cell`` (its
     ``STARTED`` names this host and that process, and there is no result), else None."""
-    folder = suite.cell_dir(cell)
     if cell_status(suite, cell) != "killed":
         return None
+    return live_owner(suite.cell_dir(cell))
+
+
+def started_stamp(name: str) -> dict[str, Any]:
+    """What a run writes to its folder's ``STARTED`` as it begins: ``name``, this host and
+    process, the time, and the SLURM and W&B ids it runs under (:func:`live_owner` reads it)."""
+    return {
+        "cell": name,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        **{k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
+                                      "WANDB_SWEEP_ID", "WANDB_RUN_ID") if k in os.environ},
+    }  # fmt: skip
+
+
+def write_started(folder: Path, name: str) -> None:
+    """Stamp ``folder/STARTED`` with :func:`started_stamp`."""
+    _write_json(folder / "STARTED", started_stamp(name))
+
+
+def live_owner(folder: Path) -> int | None:
+    """The process id that ``folder/STARTED`` names if it is a live process of this machine other
+    than this one, else None (no stamp, another host's, or a process that has ended)."""
     try:
         stamp = json.loads((folder / "STARTED").read_text())
     except (OSError, ValueError):
         return None
-    pid = stamp.get("pid") if isinstance(stamp, dict) else None
+    if not isinstance(stamp, dict):
+        return None
+    pid = stamp.get("pid")
     if stamp.get("host") != socket.gethostname() or not isinstance(pid, int) or pid == os.getpid():
         return None
     try:
@@ -128,16 +153,8 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     last = interrupted_checkpoint(suite, cell) if resume else None
     (folder / "FAILED").unlink(missing_ok=True)
     args = [*suite.cli_args(cell), *extra]
-    stamp = {
-        "cell": cell.name,
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        **{k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
-                                      "WANDB_SWEEP_ID", "WANDB_RUN_ID") if k in os.environ},
-    }  # fmt: skip
     if int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", "0")) == 0:
-        _write_json(folder / "STARTED", stamp)
+        write_started(folder, cell.name)
     os.environ.setdefault("WANDB_RUN_GROUP", f"{suite.name}:{cell.arch}/{cell.task}")
     os.environ.setdefault("WANDB_TAGS", ",".join([suite.name, cell.arch, cell.task]))
     defaults = [suite.defaults or PROJECT_DEFAULTS]
