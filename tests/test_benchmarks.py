@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -179,3 +181,33 @@ def test_kernel_precision_puts_each_kernel_beside_torchs_float32(capsys):
     for r in rows:
         assert 0 < r["torch cpu"] < 1e-5 and r["kernel"] < 5 * r["torch cpu"], r
     assert "| superposition_elman |" in out
+
+
+def test_gpu_checks_script_runs_each_part_it_is_given_and_names_an_unknown_one(tmp_path):
+    """``scripts/gpu_checks.sh`` (the GPU session's one command) with a stand-in interpreter that
+    says it has CUDA and records what it is asked to run: ``breakdown`` runs the breakdown script
+    and its four variants, one process each; an unknown part is named and the exit status is 2;
+    ``device.txt`` names the commit the caller gave."""
+    root = Path(__file__).resolve().parents[1]
+    calls = tmp_path / "calls.txt"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHON": str(fake), "MEMRNN_COMMIT": "abc1234"}
+    done = subprocess.run(
+        ["bash", str(root / "scripts" / "gpu_checks.sh"), str(out), "breakdown", "bogus"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "unknown part 'bogus'" in done.stderr
+    runs = [line for line in calls.read_text().splitlines() if "stack_rnn_breakdown.py" in line]
+    assert runs == [
+        "benchmarks/stack_rnn_breakdown.py",
+        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --block-b 32",
+        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --precision tf32",
+        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --controllers elman --k-block 64",
+        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --controllers elman --precision tf32x3",
+    ]
+    assert "commit: abc1234" in (out / "device.txt").read_text()
+    assert (out / "breakdown.md").exists()
