@@ -93,17 +93,18 @@ def build(name: str, size: int, device: str) -> nn.Module:
 
 
 class SavedBytes:
-    """Counts the bytes autograd saves for backward while active."""
+    """Counts the bytes autograd saves for backward while active: ``bytes`` in all, and
+    ``storages`` (each saved storage's bytes, by address; a storage saved twice counts once)."""
 
     def __init__(self) -> None:
         self.bytes = 0
-        self._seen: set[int] = set()
+        self.storages: dict[int, int] = {}
 
     def pack(self, t: Tensor) -> Tensor:
         key = t.untyped_storage().data_ptr()
-        if key not in self._seen:
-            self._seen.add(key)
-            self.bytes += t.untyped_storage().nbytes()
+        if key not in self.storages:
+            self.storages[key] = t.untyped_storage().nbytes()
+            self.bytes += self.storages[key]
         return t
 
     def __enter__(self) -> SavedBytes:

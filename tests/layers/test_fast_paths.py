@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from benchmarks.run import SavedBytes
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers import NNPDA, CounterLSTM, GRULayer, JordanRNN, ReLUCounter, SecondOrderRNN
 from memrnn.layers.elman import JordanState
@@ -343,16 +344,10 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
     fn = ACTIVATIONS[name]
     out = {}
     for impl in ("cpu", "reference"):
-        saved = {}
-
-        def pack(t, saved=saved):
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with SavedBytes() as saved:
             hs = elman_sequence(pre, w, h0, name, fn, leak, impl=impl)
         wts = torch.linspace(-1, 1, H, dtype=torch.float64)
-        out[impl] = (hs, torch.autograd.grad((hs * wts).sum(), [pre, w, h0]), sum(saved.values()))
+        out[impl] = (hs, torch.autograd.grad((hs * wts).sum(), [pre, w, h0]), saved.bytes)
     torch.testing.assert_close(out["cpu"][0], out["reference"][0], atol=1e-12, rtol=0)
     for a, b in zip(out["cpu"][1], out["reference"][1], strict=True):
         torch.testing.assert_close(a, b, atol=1e-11, rtol=1e-12)  # identity: values up to ~1e4
@@ -361,15 +356,9 @@ def test_elman_sequence_equals_reference_and_keeps_only_what_its_backward_reads(
     kept = out["cpu"][2] - H * H * 8  # less the recurrent weights
     assert kept == (seq + B * H * 8 if from_output else 2 * seq + B * H * 8), (kept, seq)
     if name == "identity":  # a frozen linear reservoir (no ∂U) keeps nothing but U
-        saved = {}
-
-        def pack(t):
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with SavedBytes() as saved:
             hs = elman_sequence(pre, w.detach(), h0, name, fn, leak, impl="cpu")
-        assert sum(saved.values()) == H * H * 8
+        assert saved.bytes == H * H * 8
         (gp, gh) = torch.autograd.grad((hs * wts).sum(), [pre, h0])
         torch.testing.assert_close(gp, out["reference"][1][0], atol=1e-11, rtol=1e-12)
         torch.testing.assert_close(gh, out["reference"][1][2], atol=1e-11, rtol=1e-12)
@@ -389,16 +378,10 @@ def test_jordan_sequence_keeps_only_what_its_backward_reads(activation, output_a
     T, B, H = 30, 4, 5
     net = JordanRNN(3, H, H, activation=activation, output_activation=output_activation, dtype=torch.float64)
     x = torch.randn(B, T, 3, dtype=torch.float64, requires_grad=True)
-    saved = {}
-
-    def pack(t):
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    with SavedBytes() as saved:
         net(x)
-    sequences = [n for n in saved.values() if n >= T * B * H * 8]
-    assert len(sequences) == buffers, sorted(saved.values())
+    sequences = [n for n in saved.storages.values() if n >= T * B * H * 8]
+    assert len(sequences) == buffers, sorted(saved.storages.values())
 
 
 def test_counter_sequence_keeps_the_moves_not_the_pre_activations_where_it_can():
@@ -410,14 +393,8 @@ def test_counter_sequence_keeps_the_moves_not_the_pre_activations_where_it_can()
     for activation in ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear"):
         net = ReLUCounter(3, H, counters=k, activation=activation, dtype=torch.float64)
         x = torch.randn(B, T, 3, dtype=torch.float64, requires_grad=True)
-        saved = {}
-
-        def pack(t, saved=saved):
-            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with SavedBytes() as saved:
             net(x)
-        kept[activation] = sum(saved.values())
+        kept[activation] = saved.bytes
     assert kept["tanh"] == kept["sigmoid"] == kept["relu"]
     assert kept["heaviside"] == kept["saturated_linear"] == kept["tanh"] + T * B * H * 8, kept
