@@ -4,8 +4,8 @@
 Forward: per step one ``addmm`` and one activation kernel, no autograd graph; the
 pre-activations ``z_t`` are kept for the backward, except where the derivative is a function of
 the output, as autograd computes it (:func:`memrnn.ops.bptt.from_output`: ``tanh``, ``sigmoid``
-and ``relu`` without a leak, ``identity``), which halves what a sequence keeps for the backward.  Backward: per step one ``addmm`` and one or two
-elementwise kernels, the activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps
+and ``relu`` without a leak, ``identity``), which halves what a sequence keeps for the backward.
+Backward: per step one ``addmm`` and one or two elementwise kernels, the activation derivatives computed for :data:`memrnn.ops.bptt.BLOCK` steps
 at once (autograd's own subgradient conventions, so the numbers equal the reference loop's);
 ``∂U`` is one matrix product.
 """

@@ -54,7 +54,8 @@ class JordanSequence(torch.autograd.Function):
         ctx.activation, ctx.output_activation, ctx.out_name = activation, output_activation, out_name
         # σ's and σ_o's derivatives from their outputs hs and rs where they are functions of them
         # (bptt.from_output): then neither pre-activation buffer is kept
-        ctx.dh, ctx.do = from_output(activation), outs is not None and from_output(output_activation)
+        ctx.dh = from_output(activation)
+        ctx.do = None if outs is None else from_output(output_activation)
         keep_acts = None if ctx.dh else acts
         keep_outs = None if ctx.do else outs
         ctx.save_for_backward(weight_fb, weight_out, keep_acts, hs, rs, keep_outs)
