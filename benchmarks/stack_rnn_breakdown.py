@@ -60,10 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--warps", type=int, default=None)
     ap.add_argument("--no-baselines", action="store_true", help="skip nn.LSTM and memrnn's Elman kernel")
     args = ap.parse_args(argv)
-    if args.block_b is not None and (args.block_b < 16 or args.block_b & (args.block_b - 1)):
-        ap.error(f"--block-b takes a power of 2 of at least 16 (tl.dot's rows), not {args.block_b}")
-    if args.k_block is not None and (args.k_block < 16 or args.k_block & (args.k_block - 1)):
-        ap.error(f"--k-block takes a power of 2 of at least 16 (tl.dot's depth), not {args.k_block}")
+    for flag, value, least, why in (("--block-b", args.block_b, 16, "tl.dot's rows"),
+                                    ("--k-block", args.k_block, 16, "tl.dot's depth"),
+                                    ("--warps", args.warps, 1, "warps per program")):  # fmt: skip
+        if value is not None and (value < least or value & (value - 1)):
+            ap.error(f"{flag} takes a power of 2 of at least {least} ({why}), not {value}")
     if not torch.cuda.is_available():
         ap.error("this benchmark times CUDA kernels and needs a GPU")
     if args.block_b is not None:

@@ -91,6 +91,9 @@ def test_stack_rnn_breakdown_refuses_bad_rows_per_program_and_a_cpu_only_machine
     with pytest.raises(SystemExit):
         stack_rnn_breakdown.main(["--block-b", "24"])
     assert "not 24" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        stack_rnn_breakdown.main(["--warps", "3"])
+    assert "--warps takes a power of 2 of at least 1 (warps per program), not 3" in capsys.readouterr().err
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit):
             stack_rnn_breakdown.main(["--block-b", "32"])
