@@ -14,7 +14,8 @@ the Elman-controlled stack is what the head and the memory phases add to a step.
 
 ``--block-b`` (rows per program), ``--precision`` (the controller's and head's products:
 ``ieee``, the default, ``tf32`` or ``tf32x3``), ``--k-block`` (columns of ``[h ; r]`` per
-product, 16 by default) and ``--warps`` change the stack kernels of this process only, to see
+product, 16 by default), ``--warps`` and ``--no-preload`` (the weight tiles loaded at every step,
+not once before the time loop) change the stack kernels of this process only, to see
 which resource a step is bound by (one variant per invocation: Triton compiles each on first
 use)."""
 
@@ -58,6 +59,11 @@ def main(argv: list[str] | None = None) -> None:
         "--k-block", type=int, default=None, help="columns of [h ; r] per product (16 by default)"
     )
     ap.add_argument("--warps", type=int, default=None)
+    ap.add_argument(
+        "--no-preload",
+        action="store_true",
+        help="load the weight tiles from global memory at every step, as before the kernels preloaded them",
+    )
     ap.add_argument("--no-baselines", action="store_true", help="skip nn.LSTM and memrnn's Elman kernel")
     args = ap.parse_args(argv)
     for flag, value, least, why in (("--block-b", args.block_b, 16, "tl.dot's rows"),
@@ -75,9 +81,12 @@ def main(argv: list[str] | None = None) -> None:
         kernels._stack_warps = lambda *_: args.warps
     if args.k_block is not None:
         kernels._k_blocks = lambda K: (args.k_block, -(-K // args.k_block))
+    if args.no_preload:
+        kernels.PRELOAD_BYTES = 0
     variant = (
         f"block_b {kernels.BLOCK_B}, k_block {args.k_block or 'default'}, "
-        f"{kernels.STACK_DOT_PRECISION.value} products, warps {args.warps or 'default'}"
+        f"{kernels.STACK_DOT_PRECISION.value} products, warps {args.warps or 'default'}, "
+        f"weights {'loaded every step' if args.no_preload else 'preloaded where they fit'}"
     )
     T, S = args.length, 64
     print(

@@ -761,7 +761,7 @@ def _stack_fwd(
     LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
     BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_F: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, PRELOAD: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``gates`` ``[T, B, G]`` (``G = 4N`` LSTM, ``N`` Elman; ``gates`` holds the LSTM's
     activated gates or the Elman pre-activation), ``wz [G, N+M]``, ``wh [KH, N]``, ``bh [KH]``,
@@ -772,7 +772,8 @@ def _stack_fwd(
     jump tape's jumps in cells mod ``D``, int32; unused otherwise), ``x [B, 2D]`` (float32 scratch
     of the DeQue); index 0 of ``zs``, ``cs`` and ``s`` holds the initial state.  ``MEM``: 0
     superposition, 1 tape, 2 stratification, 3 queue, 4 the jump tape, 5 the DeQue (``M`` is
-    the reading's width: ``2m`` for the DeQue)."""
+    the reading's width: ``2m`` for the DeQue).  ``PRELOAD``: the weight tiles are loaded once,
+    before the time loop (:func:`_preload`)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -780,6 +781,24 @@ def _stack_fwd(
     hcols = tl.arange(0, BLOCK_KH)
     NZ = N + M
     G = 4 * N if LSTM else N
+    NQ: tl.constexpr = 4 if LSTM else 1
+    # the weight tiles, once: W_z's by (jb, kb, gate), then W_head's by kb (see the loop below)
+    wzs = ()
+    whs = ()
+    if PRELOAD:
+        for jb in tl.static_range(NUM_N):
+            pj = jb * BLOCK_N + cols
+            for kb in tl.static_range(NUM_K):
+                pk = kb * BLOCK_K + kcols
+                pwm = (pk < NZ)[:, None] & (pj < N)[None, :]
+                for q in tl.static_range(NQ):
+                    pwt = wz_ptr + (q * N + pj[None, :]) * NZ + pk[:, None]
+                    wzs = wzs + (tl.load(pwt, mask=pwm, other=0.0).to(tl.float32),)  # noqa: RUF005
+        for kb in tl.static_range(NUM_N):
+            pk = kb * BLOCK_N + cols
+            pwm = (pk < N)[:, None] & (hcols < KH)[None, :]
+            pwt = tl.load(wh_ptr + hcols[None, :] * N + pk[:, None], mask=pwm, other=0.0).to(tl.float32)
+            whs = whs + (pwt,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
     for t in range(T):
         # 1. the controller
         z_prev = zs_ptr + t * B * NZ
@@ -801,25 +820,23 @@ def _stack_fwd(
                 ).to(tl.float32)
                 wm = kmask[:, None] & jmask[None, :]
                 wt = wz_ptr + j[None, :] * NZ + k[:, None]  # wt[k, j] = W_z[q·N + j, k]
-                a0 += tl.dot(
-                    z, tl.load(wt, mask=wm, other=0.0).to(tl.float32), input_precision=STACK_DOT_PRECISION
-                )
+                if PRELOAD:
+                    w0 = wzs[(jb * NUM_K + kb) * NQ]  # this block's first tile
+                else:
+                    w0 = tl.load(wt, mask=wm, other=0.0).to(tl.float32)
+                a0 += tl.dot(z, w0, input_precision=STACK_DOT_PRECISION)
                 if LSTM:
-                    a1 += tl.dot(
-                        z,
-                        tl.load(wt + N * NZ, mask=wm, other=0.0).to(tl.float32),
-                        input_precision=STACK_DOT_PRECISION,
-                    )
-                    a2 += tl.dot(
-                        z,
-                        tl.load(wt + 2 * N * NZ, mask=wm, other=0.0).to(tl.float32),
-                        input_precision=STACK_DOT_PRECISION,
-                    )
-                    a3 += tl.dot(
-                        z,
-                        tl.load(wt + 3 * N * NZ, mask=wm, other=0.0).to(tl.float32),
-                        input_precision=STACK_DOT_PRECISION,
-                    )
+                    if PRELOAD:
+                        w1 = wzs[(jb * NUM_K + kb) * NQ + 1]
+                        w2 = wzs[(jb * NUM_K + kb) * NQ + 2]
+                        w3 = wzs[(jb * NUM_K + kb) * NQ + 3]
+                    else:
+                        w1 = tl.load(wt + N * NZ, mask=wm, other=0.0).to(tl.float32)
+                        w2 = tl.load(wt + 2 * N * NZ, mask=wm, other=0.0).to(tl.float32)
+                        w3 = tl.load(wt + 3 * N * NZ, mask=wm, other=0.0).to(tl.float32)
+                    a1 += tl.dot(z, w1, input_precision=STACK_DOT_PRECISION)
+                    a2 += tl.dot(z, w2, input_precision=STACK_DOT_PRECISION)
+                    a3 += tl.dot(z, w3, input_precision=STACK_DOT_PRECISION)
             gb = gates_ptr + t * B * G + rows[:, None] * G + j[None, :]
             ty = gates_ptr.dtype.element_ty
             if LSTM:
@@ -856,9 +873,12 @@ def _stack_fwd(
                 mask=rmask[:, None] & kmask[None, :],
                 other=0.0,
             ).to(tl.float32)
-            wt = tl.load(  # wt[k, q] = W_head[q, k]
-                wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
-            ).to(tl.float32)
+            if PRELOAD:
+                wt = whs[kb]
+            else:
+                wt = tl.load(  # wt[k, q] = W_head[q, k]
+                    wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
+                ).to(tl.float32)
             # an explicit IEEE product: Triton 3.6 rewrote the sum of broadcast products that stood
             # here into a TF32 dot (inputs rounded to 10 significand bits: 2e-4 to 1e-3 of each
             # tensor's largest value on an H200, against 2e-7 for torch's float32;
@@ -927,7 +947,7 @@ def _stack_bwd(
     HAS_GZ: tl.constexpr, HAS_GC: tl.constexpr, HAS_GS: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
     BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_F: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, PRELOAD: tl.constexpr,
 ):  # fmt: skip
     """The gradients from outside: ``gzx [T+1, B, N+M]`` (of ``zs``), ``gcx [T+1, B, N]`` (of
     ``cs``), ``gsx [T+1, B, SW]`` (of ``s``), each used only when its ``HAS_*`` is set.  Out:
@@ -937,7 +957,8 @@ def _stack_bwd(
     the initial state's (``gs`` without the initial reading's share, which ``gz`` holds).  The
     stratification memories also take ``gp [T+D, B, M]`` (float32, the values' gradient, filled
     with the outside gradient of ``p`` by the caller) and scratch ``x [2, B, D]``; the DeQue
-    ``gp [2(T+D), B, M/2]`` and ``x [4, B, 2D]``."""
+    ``gp [2(T+D), B, M/2]`` and ``x [4, B, 2D]``.  ``PRELOAD``: the weight tiles are loaded once,
+    before the time loop."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -946,6 +967,24 @@ def _stack_bwd(
     hmask = hcols < KH
     NZ = N + M
     G = 4 * N if LSTM else N
+    NQ: tl.constexpr = 4 if LSTM else 1
+    # the weight tiles, once: W_head's by jb, then W_z's by (kb, jb, gate) (see the loop below)
+    whs = ()
+    wzs = ()
+    if PRELOAD:
+        for jb in tl.static_range(NUM_N):
+            pj = jb * BLOCK_N + cols
+            pwm = hmask[:, None] & (pj < N)[None, :]
+            pwt = tl.load(wh_ptr + hcols[:, None] * N + pj[None, :], mask=pwm, other=0.0).to(tl.float32)
+            whs = whs + (pwt,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
+        for kb in tl.static_range(NUM_K):
+            pk = kb * BLOCK_K + kcols
+            for jb in tl.static_range(NUM_N):
+                pj = jb * BLOCK_N + cols
+                pwm = (pj < N)[:, None] & (pk < NZ)[None, :]
+                for q in tl.static_range(NQ):
+                    pwb = wz_ptr + (q * N + pj[:, None]) * NZ + pk[None, :]
+                    wzs = wzs + (tl.load(pwb, mask=pwm, other=0.0).to(tl.float32),)  # noqa: RUF005
     for step in range(T):
         t = T - 1 - step
         cur, nxt = (t + 1) % 2, t % 2
@@ -981,11 +1020,14 @@ def _stack_bwd(
             j = jb * BLOCK_N + cols
             jmask = j < N
             m2 = rmask[:, None] & jmask[None, :]
-            w = tl.load(
-                wh_ptr + hcols[:, None] * N + j[None, :], mask=hmask[:, None] & jmask[None, :], other=0.0
-            )
+            if PRELOAD:
+                w = whs[jb]
+            else:
+                w = tl.load(
+                    wh_ptr + hcols[:, None] * N + j[None, :], mask=hmask[:, None] & jmask[None, :], other=0.0
+                ).to(tl.float32)
             gh = tl.load(gz_ptr + cur * B * NZ + rows[:, None] * NZ + j[None, :], mask=m2, other=0.0)
-            gh += tl.dot(ghd, w.to(tl.float32), input_precision=STACK_DOT_PRECISION)
+            gh += tl.dot(ghd, w, input_precision=STACK_DOT_PRECISION)
             gb = gates_ptr + t * B * G + rows[:, None] * G + j[None, :]
             ob = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
             ty = ga_ptr.dtype.element_ty
@@ -1013,28 +1055,53 @@ def _stack_bwd(
                 tl.store(ob, (gh * _act_grad(a, CODE)).to(ty), mask=m2)
         tl.debug_barrier()
         # C. ∂z_t = ∂L/∂[h_t ; r_t] from outside plus ga_{t+1} W_z
-        for kb in tl.static_range(NUM_K):
-            k = kb * BLOCK_K + kcols
-            kmask = k < NZ
-            m2 = rmask[:, None] & kmask[None, :]
-            if HAS_GZ:
-                acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0).to(
-                    tl.float32
-                )
-            else:
-                acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
+        if PRELOAD:  # each gate's gradient loaded once, its product with every block of W_z after
+            accs = ()
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                m2 = rmask[:, None] & (k < NZ)[None, :]
+                if HAS_GZ:
+                    acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
+                    acc = acc.to(tl.float32)
+                else:
+                    acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
+                accs = accs + (acc,)  # noqa: RUF005
             for jb in tl.static_range(NUM_N):
                 j = jb * BLOCK_N + cols
-                jmask = j < N
-                am = rmask[:, None] & jmask[None, :]
-                wm = jmask[:, None] & kmask[None, :]
                 ab = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
-                wb = wz_ptr + j[:, None] * NZ + k[None, :]  # W_z[q·N + j, k]
-                for q in tl.static_range(4 if LSTM else 1):
-                    ga = tl.load(ab + q * N, mask=am, other=0.0).to(tl.float32)
-                    w = tl.load(wb + q * N * NZ, mask=wm, other=0.0).to(tl.float32)
-                    acc += tl.dot(ga, w, input_precision=STACK_DOT_PRECISION)
-            tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], acc, mask=m2)
+                for q in tl.static_range(NQ):
+                    ga = tl.load(ab + q * N, mask=rmask[:, None] & (j < N)[None, :], other=0.0).to(tl.float32)
+                    summed = ()
+                    for kb in tl.static_range(NUM_K):
+                        w = wzs[(kb * NUM_N + jb) * NQ + q]
+                        summed = summed + (accs[kb] + tl.dot(ga, w, input_precision=STACK_DOT_PRECISION),)  # noqa: RUF005
+                    accs = summed
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                m2 = rmask[:, None] & (k < NZ)[None, :]
+                tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], accs[kb], mask=m2)
+        else:
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                kmask = k < NZ
+                m2 = rmask[:, None] & kmask[None, :]
+                if HAS_GZ:
+                    acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
+                    acc = acc.to(tl.float32)
+                else:
+                    acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
+                for jb in tl.static_range(NUM_N):
+                    j = jb * BLOCK_N + cols
+                    jmask = j < N
+                    am = rmask[:, None] & jmask[None, :]
+                    wm = jmask[:, None] & kmask[None, :]
+                    ab = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
+                    wb = wz_ptr + j[:, None] * NZ + k[None, :]  # W_z[q·N + j, k]
+                    for q in tl.static_range(NQ):
+                        ga = tl.load(ab + q * N, mask=am, other=0.0).to(tl.float32)
+                        w = tl.load(wb + q * N * NZ, mask=wm, other=0.0).to(tl.float32)
+                        acc += tl.dot(ga, w, input_precision=STACK_DOT_PRECISION)
+                tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
 
@@ -1081,7 +1148,7 @@ class StackRNNTriton(torch.autograd.Function):
                 pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
                 jp, x, T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                num_warps=_stack_warps(lstm, N, mem),
+                _preload(lstm, N, NZ, KH), num_warps=_stack_warps(lstm, N, mem),
             )  # fmt: skip
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
@@ -1122,7 +1189,7 @@ class StackRNNTriton(torch.autograd.Function):
                 ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                num_warps=_stack_warps(lstm, N, mem),
+                _preload(lstm, N, NZ, KH), num_warps=_stack_warps(lstm, N, mem),
             )  # fmt: skip
         dt = zs.dtype
         g_s0 = gs[0].clone()
@@ -1144,6 +1211,20 @@ class StackRNNTriton(torch.autograd.Function):
             g_b_head = ghd.float().sum((0, 1)).to(dt)
         g_c0 = gc[0].to(dt) if lstm else None
         return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None, None
+
+
+#: the most bytes of float32 weight tiles (W_z's and W_head's, padded to their blocks) that the
+#: stack kernels load once, before their time loop, rather than load from global memory and stage
+#: through shared memory again at every step
+PRELOAD_BYTES = 96 * 1024
+
+
+def _preload(lstm: bool, N: int, NZ: int, KH: int) -> bool:
+    """Whether the weight tiles fit :data:`PRELOAD_BYTES` (at 64 LSTM units and width 8: 86 KB)."""
+    block_n, num_n = unit_blocks(N)
+    block_k, num_k = _k_blocks(NZ)
+    tiles = (4 if lstm else 1) * block_n * num_n * block_k * num_k + block_n * num_n * _head_block(KH)
+    return 4 * tiles <= PRELOAD_BYTES
 
 
 def _head_block(KH: int) -> int:
