@@ -360,3 +360,65 @@ def test_stack_rnn_kernels_in_bfloat16_and_strict_mode(memory):
         y, _ = layer.to(torch.bfloat16)(x.to(torch.bfloat16))
     assert y.dtype == torch.bfloat16
     torch.testing.assert_close(y.float(), ref, atol=3e-2, rtol=3e-2)
+
+
+@needs_triton
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "deque"])
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_stack_rnn_kernels_with_and_without_preloaded_weights(memory, controller, monkeypatch):
+    """The weight tiles loaded once before the time loop (``PRELOAD``, what every layer small
+    enough gets) and at every step (what a larger one gets, and a GPU whose shared memory cannot
+    hold them) give the same outputs and gradients: the same products in the same order."""
+    from memrnn.layers import StackRNN
+    from memrnn.ops.stack_rnn import triton as kernels
+
+    torch.manual_seed(4)
+    layer = StackRNN(5, 7, memory, controller, width=3, depth=5).to(DEVICE)
+    x = torch.randn(18, 6, 5, device=DEVICE, requires_grad=True)
+    mask = (torch.arange(6)[None] < torch.randint(0, 7, (18,))[:, None]).to(DEVICE)
+    assert kernels._preload(
+        controller == "lstm", 7, 7 + 3, 7 + 3 + kernels.N_ACTIONS[kernels.MEMORY_CODES[memory]]
+    )
+    results = []
+    for limit in (kernels.PRELOAD_BYTES, 0):
+        monkeypatch.setattr(kernels, "PRELOAD_BYTES", limit)
+        with implementation("triton"):
+            y, s = layer(x, None, mask)
+        loss = (y * y.detach().cos()).sum() + sum(t.square().sum() for t in state_leaves(s))
+        results.append((y, *state_leaves(s), *torch.autograd.grad(loss, [x, *layer.parameters()])))
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def test_stack_rnn_preload_rule_and_its_fallback():
+    """The weights are preloaded while their padded float32 tiles fit ``PRELOAD_BYTES`` (64 LSTM
+    units and width 8: 86 KB; 128: not; Elman 128 units: 84 KB; 256: not), and a launch that the GPU refuses for its shared
+    memory (Triton's ``OutOfResources``) runs again without them."""
+    pytest.importorskip("triton")
+    from triton.runtime.errors import OutOfResources
+
+    from memrnn.ops.stack_rnn import triton as kernels
+
+    assert kernels._preload(True, 64, 72, 11) and kernels._preload(False, 128, 136, 11)
+    assert not kernels._preload(True, 128, 136, 11) and not kernels._preload(False, 256, 264, 11)
+
+    calls = []
+
+    class Kernel:  # stands for a JIT kernel: kernel[grid](*args, PRELOAD, num_warps=...)
+        def __init__(self, refuse: bool) -> None:
+            self.refuse = refuse
+
+        def __getitem__(self, grid):
+            def launch(*args, num_warps):
+                calls.append((grid, args, num_warps))
+                if args[-1] and self.refuse:
+                    raise OutOfResources(139264, 101376, "shared memory")
+
+            return launch
+
+    kernels._launch(Kernel(refuse=True), 3, ("a", 1), True, 4)
+    assert calls == [((3,), ("a", 1, True), 4), ((3,), ("a", 1, False), 4)]
+    calls.clear()
+    kernels._launch(Kernel(refuse=False), 2, ("b",), True, 8)
+    kernels._launch(Kernel(refuse=True), 2, ("c",), False, 8)
+    assert calls == [((2,), ("b", True), 8), ((2,), ("c", False), 8)]

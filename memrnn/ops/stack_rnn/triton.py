@@ -32,6 +32,7 @@ import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+from triton.runtime.errors import OutOfResources
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import final_by_length
@@ -42,19 +43,25 @@ BLOCK_F = 128
 
 
 def _stack_warps(lstm: bool, N: int, mem: int) -> int:
-    """Warps per program of the two stack kernels: 4 for an LSTM controller of at most 64 units
-    (but the tape with jumps), else 8.  On an H200 (Triton 3.6, batch 64, width 8, T 256,
-    forward+backward, best of 10; ``benchmarks/results/stack-rnn-h200.md``), 4 warps against 8
-    with the LSTM controller of 64 units at depth 32 / depth T: superposition 13.1 -> 10.7 / 21.8
-    -> 21.1 ms, stratification 12.9 -> 11.0 / 20.0 -> 18.2, queue 12.9 -> 10.7 / 20.2 -> 18.2,
-    DeQue 16.3 -> 13.6 / 49.0 -> 41.3, tape 15.5 -> 13.5 / 40.8 -> 40.2, but the tape with jumps
-    17.9 -> 16.6 / 58.3 -> 78.1; with 128 units, and with the Elman controller, within 5% either
-    way (the tape's Elman at depth T 10% slower); 16 warps no better than 8, 2 warps 1.5-7x
-    slower.  At 4 warps ptxas spills more (sm_90: up to 560 bytes per thread under Triton 3.6,
-    688 under 3.9; ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide
-    there.  Timed on an H200 only: on sm_80 the same kernels spill up to 900 bytes per thread and
-    an A100 has not timed them."""
-    return 4 if lstm and N <= 64 and mem != MEMORY_CODES["tape_jump"] else 8
+    """Warps per program of the two stack kernels: 4 for a controller of at most 64 units, but the
+    tape with jumps, and the Elman-controlled plain tape; else 8.
+
+    On an H200 (Triton 3.6, batch 64, width 8, T 256, forward+backward, best of 10;
+    ``benchmarks/results/stack-rnn-h200.md``), 4 warps against 8 with the LSTM controller of 64
+    units at depth 32 / depth T: superposition 13.1 -> 10.7 / 21.8 -> 21.1 ms, stratification
+    12.9 -> 11.0 / 20.0 -> 18.2, queue 12.9 -> 10.7 / 20.2 -> 18.2, DeQue 16.3 -> 13.6 / 49.0 ->
+    41.3, tape 15.5 -> 13.5 / 40.8 -> 40.2, but the tape with jumps 17.9 -> 16.6 / 58.3 -> 78.1;
+    with 128 units within 5% either way; 16 warps no better than 8, 2 warps 1.5-7x slower.  With
+    the Elman controller of 64 units, once the weights were preloaded (:data:`PRELOAD_BYTES`), on
+    an H100 at depth 32 (``benchmarks/results/stack-rnn-h100.md``): superposition 5.0 -> 4.5 ms,
+    stratification 5.0 -> 4.1, queue 5.0 -> 4.6, DeQue 8.3 -> 7.3, but tape 7.2 -> 7.3 and the
+    tape with jumps 9.4 -> 10.2.  At 4 warps ptxas spills more (sm_90: up to 560 bytes per thread
+    under Triton 3.6; ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide
+    there; on sm_80 the same kernels spill up to 900 bytes per thread and an A100 has not timed
+    them."""
+    if N > 64 or mem == MEMORY_CODES["tape_jump"] or (not lstm and mem == MEMORY_CODES["tape"]):
+        return 8
+    return 4
 
 
 #: the precision of the controller's products: plain IEEE float32 (FMA loops; the 16-wide blocks
@@ -1144,12 +1151,11 @@ class StackRNNTriton(torch.autograd.Function):
         x = torch.empty(B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
         ovf = pre.new_zeros(T, B)
         if T > 0 and B > 0:
-            _stack_fwd[(triton.cdiv(B, BLOCK_B),)](
+            _launch(_stack_fwd, triton.cdiv(B, BLOCK_B), (
                 pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
                 jp, x, T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                _preload(lstm, N, NZ, KH), num_warps=_stack_warps(lstm, N, mem),
-            )  # fmt: skip
+            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(ovf)
@@ -1183,14 +1189,13 @@ class StackRNNTriton(torch.autograd.Function):
         ga = torch.empty_like(gates)
         ghd = torch.empty_like(hd)
         if T > 0 and B > 0:
-            _stack_bwd[(triton.cdiv(B, BLOCK_B),)](
+            _launch(_stack_bwd, triton.cdiv(B, BLOCK_B), (
                 zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_s is None else g_s,
                 w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s,
                 ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-                _preload(lstm, N, NZ, KH), num_warps=_stack_warps(lstm, N, mem),
-            )  # fmt: skip
+            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
         dt = zs.dtype
         g_s0 = gs[0].clone()
         g_r0 = g_p0 = None
@@ -1225,6 +1230,20 @@ def _preload(lstm: bool, N: int, NZ: int, KH: int) -> bool:
     block_k, num_k = _k_blocks(NZ)
     tiles = (4 if lstm else 1) * block_n * num_n * block_k * num_k + block_n * num_n * _head_block(KH)
     return 4 * tiles <= PRELOAD_BYTES
+
+
+def _launch(kernel: triton.JITFunction, programs: int, args: tuple, preload: bool, warps: int) -> None:
+    """``kernel`` on ``programs`` programs with its arguments ``args`` and ``PRELOAD = preload``
+    last; a GPU whose shared memory cannot hold the preloaded weights beside the kernel's own
+    stagings (Triton's ``OutOfResources`` at launch, before anything runs: 88 KB at 64 LSTM units,
+    more than a T4's 64 KB) runs it without."""
+    if preload:
+        try:
+            kernel[(programs,)](*args, True, num_warps=warps)
+            return
+        except OutOfResources:
+            pass
+    kernel[(programs,)](*args, False, num_warps=warps)
 
 
 def _head_block(KH: int) -> int:
