@@ -48,9 +48,10 @@ def _committed_spills(version: str) -> dict[tuple[str, str, int], int]:
 
 def test_committed_table_is_read():
     """The regression bound above reads the committed table: the Triton 3.9 section's stack
-    kernels (the stratification stack's forward at 4 warps spilled 632 bytes per thread)."""
+    kernels (the stratification stack's forward at 4 warps spills 108 bytes per thread since the
+    weights are preloaded; 632 before)."""
     spills = _committed_spills("3.9.0")
-    assert spills["_stack_fwd", "stratification_lstm", 4] == 632
+    assert spills["_stack_fwd", "stratification_lstm", 4] == 108
     assert spills["_elman_fwd", "elman", 8] == 0
     assert len(spills) >= 40
     assert _committed_spills("0.0.0") == {}
