@@ -57,10 +57,10 @@ def _stack_warps(lstm: bool, N: int, mem: int) -> int:
     the Elman controller of 64 units, once the weights were preloaded (:data:`PRELOAD_BYTES`), on
     an H100 at depth 32 (``benchmarks/results/stack-rnn-h100.md``): superposition 5.0 -> 4.5 ms,
     stratification 5.0 -> 4.1, queue 5.0 -> 4.6, DeQue 8.3 -> 7.3, but tape 7.2 -> 7.3 and the
-    tape with jumps 9.4 -> 10.2.  At 4 warps ptxas spills more (sm_90: up to 560 bytes per thread
-    under Triton 3.6; ``python -m benchmarks.kernel_compile``), which the latency-bound steps hide
-    there; on sm_80 the same kernels spill up to 900 bytes per thread and an A100 has not timed
-    them."""
+    tape with jumps 9.4 -> 10.2.  At 4 warps ptxas spills more (with the weights preloaded, sm_90:
+    up to 372 bytes per thread under Triton 3.6, 448 under 3.9; sm_80: 564;
+    ``benchmarks/results/kernels-compiled.md``), which the latency-bound steps hide on those two
+    GPUs; an A100 has not timed them."""
     if N > 64 or mem == MEMORY_CODES["tape_jump"] or (not lstm and mem == MEMORY_CODES["tape"]):
         return 8
     return 4
