@@ -363,9 +363,12 @@ def test_stack_rnn_kernels_in_bfloat16_and_strict_mode(memory):
 
 
 @needs_triton
-@pytest.mark.parametrize("memory", ["superposition", "stratification", "deque"])
-@pytest.mark.parametrize("controller", ["lstm", "elman"])
-def test_stack_rnn_kernels_with_and_without_preloaded_weights(memory, controller, monkeypatch):
+@pytest.mark.parametrize(
+    ("memory", "controller", "hidden"),
+    [(m, c, 7) for m in ("superposition", "stratification", "deque") for c in ("lstm", "elman")]
+    + [("superposition", "elman", 70)],  # two blocks of units, both preloaded
+)
+def test_stack_rnn_kernels_with_and_without_preloaded_weights(memory, controller, hidden, monkeypatch):
     """The weight tiles loaded once before the time loop (``PRELOAD``, what every layer small
     enough gets) and at every step (what a larger one gets, and a GPU whose shared memory cannot
     hold them) give the same outputs and gradients: the same products in the same order."""
@@ -373,12 +376,11 @@ def test_stack_rnn_kernels_with_and_without_preloaded_weights(memory, controller
     from memrnn.ops.stack_rnn import triton as kernels
 
     torch.manual_seed(4)
-    layer = StackRNN(5, 7, memory, controller, width=3, depth=5).to(DEVICE)
+    layer = StackRNN(5, hidden, memory, controller, width=3, depth=5).to(DEVICE)
     x = torch.randn(18, 6, 5, device=DEVICE, requires_grad=True)
     mask = (torch.arange(6)[None] < torch.randint(0, 7, (18,))[:, None]).to(DEVICE)
-    assert kernels._preload(
-        controller == "lstm", 7, 7 + 3, 7 + 3 + kernels.N_ACTIONS[kernels.MEMORY_CODES[memory]]
-    )
+    heads = kernels.N_ACTIONS[kernels.MEMORY_CODES[memory]] + 3  # the actions, then the width's values
+    assert kernels._preload(controller == "lstm", hidden, hidden + 3, heads)
     results = []
     for limit in (kernels.PRELOAD_BYTES, 0):
         monkeypatch.setattr(kernels, "PRELOAD_BYTES", limit)
@@ -392,7 +394,7 @@ def test_stack_rnn_kernels_with_and_without_preloaded_weights(memory, controller
 
 def test_stack_rnn_preload_rule_and_its_fallback():
     """The weights are preloaded while their padded float32 tiles fit ``PRELOAD_BYTES`` (64 LSTM
-    units and width 8: 86 KB; 128: not; Elman 128 units: 84 KB; 256: not), and a launch that the GPU refuses for its shared
+    units and width 8: 84 KiB; 128: not; Elman 128 units: 88 KiB; 256: not), and a launch that the GPU refuses for its shared
     memory (Triton's ``OutOfResources``) runs again without them."""
     pytest.importorskip("triton")
     from triton.runtime.errors import OutOfResources

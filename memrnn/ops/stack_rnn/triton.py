@@ -1227,7 +1227,7 @@ PRELOAD_BYTES = 96 * 1024
 
 
 def _preload(lstm: bool, N: int, NZ: int, KH: int) -> bool:
-    """Whether the weight tiles fit :data:`PRELOAD_BYTES` (at 64 LSTM units and width 8: 86 KB)."""
+    """Whether the weight tiles fit :data:`PRELOAD_BYTES` (64 LSTM units at width 8: 84 KiB; 128 Elman units: 88 KiB)."""
     block_n, num_n = unit_blocks(N)
     block_k, num_k = _k_blocks(NZ)
     tiles = (4 if lstm else 1) * block_n * num_n * block_k * num_k + block_n * num_n * _head_block(KH)
@@ -1237,7 +1237,7 @@ def _preload(lstm: bool, N: int, NZ: int, KH: int) -> bool:
 def _launch(kernel: triton.JITFunction, programs: int, args: tuple, preload: bool, warps: int) -> None:
     """``kernel`` on ``programs`` programs with its arguments ``args`` and ``PRELOAD = preload``
     last; a GPU whose shared memory cannot hold the preloaded weights beside the kernel's own
-    stagings (Triton's ``OutOfResources`` at launch, before anything runs: 88 KB at 64 LSTM units,
+    stagings (Triton's ``OutOfResources`` at launch, before anything runs: 88 KiB in all at 64 LSTM units,
     more than a T4's 64 KB) runs it without."""
     if preload:
         try:
