@@ -15,8 +15,8 @@
 #                     64, controller 64, width 8; every memory, LSTM and Elman controllers): stack-rnn.md
 #   breakdown         where a stack RNN's step time goes: µs per step against the batch (16-256)
 #                     and the depth (2, 32), beside memrnn's Elman kernel and cuDNN, and with
-#                     32 rows per program, TF32 or tf32x3 products, or the Elman controller's
-#                     product in one 64-wide block (benchmarks/stack_rnn_breakdown.py): breakdown.md
+#                     the weights loaded at every step (the path before they were preloaded), 32
+#                     rows per program, or TF32 products (benchmarks/stack_rnn_breakdown.py): breakdown.md
 #   nondeterministic  DuSell & Chiang's RNS-RNN (and the vector RNS-RNN) on the Triton run against
 #                     the torch step, time and memory against T: nondeterministic.md
 #   compile           the kernels' registers and spills as this GPU's Triton compiles them: kernels.md
@@ -72,8 +72,7 @@ for part in $PARTS; do
       {
         "$PY" benchmarks/stack_rnn_breakdown.py
         # one variant per process: Triton compiles each on first use
-        for variant in "--block-b 32" "--precision tf32" "--controllers elman --k-block 64" \
-          "--controllers elman --precision tf32x3"; do
+        for variant in "--no-preload" "--block-b 32" "--precision tf32"; do
           # shellcheck disable=SC2086
           "$PY" benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines $variant
         done

@@ -189,7 +189,7 @@ def test_kernel_precision_puts_each_kernel_beside_torchs_float32(capsys):
 def test_gpu_checks_script_runs_each_part_it_is_given_and_names_an_unknown_one(tmp_path):
     """``scripts/gpu_checks.sh`` (the GPU session's one command) with a stand-in interpreter that
     says it has CUDA and records what it is asked to run: ``breakdown`` runs the breakdown script
-    and its four variants, one process each; an unknown part is named and the exit status is 2;
+    and its three variants, one process each; an unknown part is named and the exit status is 2;
     ``device.txt`` names the commit the caller gave."""
     root = Path(__file__).resolve().parents[1]
     calls = tmp_path / "calls.txt"
@@ -207,10 +207,9 @@ def test_gpu_checks_script_runs_each_part_it_is_given_and_names_an_unknown_one(t
     runs = [line for line in calls.read_text().splitlines() if "stack_rnn_breakdown.py" in line]
     assert runs == [
         "benchmarks/stack_rnn_breakdown.py",
+        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --no-preload",
         "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --block-b 32",
         "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --precision tf32",
-        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --controllers elman --k-block 64",
-        "benchmarks/stack_rnn_breakdown.py --batches 64 --memories superposition --no-baselines --controllers elman --precision tf32x3",
     ]
     assert "commit: abc1234" in (out / "device.txt").read_text()
     assert (out / "breakdown.md").exists()
