@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -37,6 +38,10 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from memrnn.languages import Language
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -134,21 +139,89 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
     return failed
 
 
-def task_floor(task: str) -> float:
-    """The task's length floor on its training lengths (:func:`memrnn.languages.length_floor`):
-    the ce_gap a model of the training distribution has there, because it must predict the
-    length that the lower bound ``log p(w | length)`` is given."""
+def task_language(task: str) -> tuple[Language, tuple[int, int]]:
+    """The task's language (``configs/dusell/lstm_<task>.yaml``'s) and its training window."""
     import importlib
 
     import yaml
 
     from memrnn.data.presets import get_preset
-    from memrnn.languages import length_floor
 
     spec = yaml.safe_load((CONFIGS / f"lstm_{task}.yaml").read_text())["data"]["init_args"]["language"]
     module, _, name = spec["class_path"].rpartition(".")
     language = getattr(importlib.import_module(module), name)(**(spec.get("init_args") or {}))
-    return length_floor(language, get_preset("dusell").windows(language)[0])
+    return language, get_preset("dusell").windows(language)[0]
+
+
+def task_floor(task: str) -> float:
+    """The task's length floor on its training lengths (:func:`memrnn.languages.length_floor`):
+    the ce_gap a model of the training distribution has there, because it must predict the
+    length that the lower bound ``log p(w | length)`` is given."""
+    from memrnn.languages import length_floor
+
+    return length_floor(*task_language(task))
+
+
+def length_curve(cell: Path) -> dict[int, tuple[float, float]]:
+    """``{length (END counted): (strings, ce_gap)}`` of a finished cell's test split, read from
+    the ``length_curves_test.csv`` its last test wrote (:class:`memrnn.lit.callbacks.reports.LengthCurves`);
+    empty if there is none."""
+    import csv
+
+    files = sorted(cell.glob("memrnn/*/length_curves_test.csv"), key=lambda f: f.stat().st_mtime)
+    if not files:
+        return {}
+    with files[-1].open() as f:
+        return {int(float(r["length"])): (float(r["count"]), float(r["ce_gap"])) for r in csv.DictReader(f)}
+
+
+def length_bins(lengths: list[int], trained: set[int], width: int = 10) -> list[tuple[str, list[int]]]:
+    """The test lengths grouped by ``width`` (41-50, 51-60, ... END counted), a group split where
+    it straddles the edge of the training lengths ``trained``, so that every group lies wholly
+    on the training lengths or wholly off them: ``[(label, lengths)]`` in order."""
+    groups: dict[tuple[int, bool], list[int]] = {}
+    for n in sorted(lengths):
+        groups.setdefault(((n - 1) // width, n in trained), []).append(n)
+    return [(f"{g[0]}-{g[-1]}" if len(g) > 1 else f"{g[0]}", g) for g in groups.values()]
+
+
+def binned(curve: dict[int, tuple[float, float]], group: list[int], log_k: float | None = None) -> float:
+    """The per-token gap over the strings of the lengths ``group`` (each length weighted by its
+    tokens, ``strings × length``, as the split's own gap weighs them); with ``log_k``, the length
+    floor on them instead: every string pays ``log K``."""
+    tokens = sum(curve[n][0] * n for n in group)
+    if log_k is not None:
+        return sum(curve[n][0] for n in group) * log_k / tokens
+    return sum(curve[n][0] * n * curve[n][1] for n in group) / tokens
+
+
+def by_length(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> str:
+    """Per task, the test gap by string length (END counted; median / max over the seeds whose
+    run wrote its per-length curve) beside the length floor on each group of training lengths,
+    ``log K / length``: where a cell sits on the floor and where, beyond the training lengths
+    (which have no floor), it rises."""
+    blocks = []
+    for task in tasks:
+        language, window = task_language(task)
+        possible = language.lengths_in(window)
+        trained, log_k = set(possible), math.log(len(possible))  # lengths count END, as the curves do
+        curves = {m: [c for s in seeds if (c := length_curve(cell_dir(out, m, task, s)))] for m in models}
+        lengths = sorted({n for cs in curves.values() for c in cs for n in c})
+        if not lengths:
+            continue
+        head = "| lengths | floor | " + " | ".join(MODELS.get(m, m) for m in models) + " |"
+        lines = [f"{TASKS.get(task, task)} (END counted; training lengths {min(trained)}-{max(trained)}, "
+                 f"K = {len(possible)}):", "", head, "|---" * (len(models) + 2) + "|"]  # fmt: skip
+        for label, group in length_bins(lengths, trained):
+            row = [label]
+            ref = next((c for cs in curves.values() for c in cs if all(n in c for n in group)), None)
+            row.append(f"{binned(ref, group, log_k):.3f}" if ref and group[0] in trained else "—")
+            for m in models:
+                gaps = [binned(c, group) for c in curves[m] if all(n in c for n in group)]
+                row.append(f"{statistics.median(gaps):.3f} / {max(gaps):.3f} ({len(gaps)})" if gaps else "—")
+            lines.append("| " + " | ".join(row) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> tuple[str, list[str]]:
@@ -197,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("runs/dusell"))
     p.add_argument("--table", type=Path, help="also write the table here")
     p.add_argument("--table-only", action="store_true")
+    p.add_argument("--by-length", action="store_true",
+                   help="also print each task's test gap by string length beside the length floor")  # fmt: skip
     p.add_argument("--fresh", action="store_true", help="start killed cells again instead of continuing them")
     p.add_argument("--worker", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -241,6 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         "median / max / min over seeds (seeds); length floor: the gap of a model of the training "
         "distribution on the training lengths (it must predict the length the bound is given)"
     )
+    if args.by_length:
+        table += "\n\ntest/ce_gap by string length (median / max over seeds (seeds)):\n\n"
+        table += by_length(args.out, args.models, args.tasks, args.seeds)
     print(f"\n{note}\n\n{table}")
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ def table(out: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProc
 
 def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_path):
     out = tmp_path / "dusell"
-    done = table(out, "--table", str(tmp_path / "table.md"))
+    done = table(out, "--table", str(tmp_path / "table.md"), "--by-length")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     results = {}
     for model in ("lstm", "superposition"):
@@ -47,6 +47,13 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     lstm = sorted([results["lstm", 0], results["lstm", 1]])
     assert row.split("|")[3].strip() == f"{sum(lstm) / 2:.3f} / {lstm[1]:.3f} / {lstm[0]:.3f} (2)"
     assert row.split("|")[2].strip() == f"{math.log(20) / 61:.3f}"  # 20 odd lengths, mean 61 with END
+    # --by-length: every seed's test curve, a row per group of lengths (floor on training lengths)
+    by_length = (tmp_path / "table.md").read_text().split("test/ce_gap by string length")[1]
+    groups = [
+        line.split("|") for line in by_length.splitlines() if line.startswith("| ") and "floor" not in line
+    ]
+    assert groups and all(g[3].strip().endswith("(2)") and g[4].strip().endswith("(2)") for g in groups)
+    assert groups[0][2].strip() != "—" and groups[-1][2].strip() == "—"  # 42-50 trained, 100 not
     code = json.loads((out / "lstm_marked_reversal" / "seed0" / "result.json").read_text())["code"]
     assert code["commit"] is None or f"Code: {code['commit'][:7]}" in (tmp_path / "table.md").read_text()
 
@@ -123,3 +130,46 @@ def test_a_cell_that_a_live_process_is_training_is_left_to_it(tmp_path):
         other.kill()
         other.wait()
     assert live_owner(cell) is None
+
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dusell_table", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_length_groups_split_at_the_edge_of_the_training_lengths_and_weigh_tokens():
+    """Hand-worked: lengths 48, 50, 52 (END counted) trained, 54 not; groups of 10 are 41-50 and
+    51-60, the second split at the edge; the gap of a group weighs each length by its tokens."""
+    dusell = _script()
+    groups = dusell.length_bins([54, 48, 52, 50], trained={48, 50, 52})
+    assert groups == [("48-50", [48, 50]), ("52", [52]), ("54", [54])]
+    curve = {48: (2.0, 0.1), 50: (1.0, 0.4), 52: (3.0, 0.2), 54: (1.0, 0.5)}
+    # (2·48·0.1 + 1·50·0.4) / (2·48 + 50) = 29.6 / 146
+    assert dusell.binned(curve, [48, 50]) == pytest.approx(29.6 / 146)
+    assert dusell.binned(curve, [54]) == pytest.approx(0.5)
+    # the floor: every string pays log K; 3 strings, 146 tokens
+    assert dusell.binned(curve, [48, 50], log_k=math.log(4)) == pytest.approx(3 * math.log(4) / 146)
+
+
+def test_by_length_reads_every_seeds_curve_and_puts_the_floor_on_training_lengths_only(tmp_path):
+    """Two seeds' ``length_curves_test.csv`` (as ``LengthCurves`` writes them) on marked reversal
+    (training lengths 42-80 END counted, even, K = 20): the table's median / max per group, the
+    floor ``log 20 / n`` on the training lengths and none beyond."""
+    dusell = _script()
+    gaps = {0: {50: 0.06, 90: 0.1}, 1: {50: 0.08, 90: 0.3}}
+    for seed, curve in gaps.items():
+        run = tmp_path / "rns_marked_reversal" / f"seed{seed}" / "memrnn" / "abc"
+        run.mkdir(parents=True)
+        rows = "".join(f"{n},4,1.0,{g},0.9\n" for n, g in curve.items())
+        (run / "length_curves_test.csv").write_text("length,count,ce,ce_gap,acc\n" + rows)
+    text = dusell.by_length(tmp_path, ["lstm", "rns"], ["marked_reversal"], [0, 1, 2])
+    assert "training lengths 42-80, K = 20" in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["50"].split("|")[2].strip() == f"{math.log(20) / 50:.3f}"
+    assert rows["50"].split("|")[3].strip() == "—"  # no LSTM curve
+    assert rows["50"].split("|")[4].strip() == "0.070 / 0.080 (2)"
+    assert rows["90"].split("|")[2].strip() == "—" and rows["90"].split("|")[4].strip() == "0.200 / 0.300 (2)"
