@@ -6,7 +6,8 @@
 // exponentials: lse_add) and formed term by term without materialising the broadcast; every array
 // is batch-last ([..., B], B padded to 16 lanes) so that each loop over the batch vectorises, the
 // exponentials and logarithms included (float: vexp/vlog below, Cephes' polynomials, within 2 ulp;
-// double: the C library's).
+// double: the C library's).  The selects in those loops vectorise on AVX2 only under -fno-trapping-math
+// (memrnn/ops/native.py's flags); without it GCC 12 leaves them scalar unless the CPU has AVX-512.
 //
 // The store.  A run of T steps from a window of depth D keeps every column once, in absolute
 // order, instead of a window copied at every step (O(D²) per step; the columns are written once):
