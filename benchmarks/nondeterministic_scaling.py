@@ -30,6 +30,7 @@ from benchmarks.run import fit_slope, memory
 from benchmarks.stack_rnn_speed import best_of
 from memrnn.layers import StackRNN
 from memrnn.ops.dispatch import implementation
+from memrnn.ops.native import cpu_description
 from memrnn.ops.nondeterministic import NondeterministicRun
 
 
@@ -76,7 +77,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.vector_size:
         kind, mem["vector_size"] = "vector_nondeterministic", args.vector_size
     print(
-        f"torch {torch.__version__}, {dev}, {torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
+        f"torch {torch.__version__}, {dev} ({cpu_description() if dev == 'cpu' else torch.cuda.get_device_name()}), "
+        f"{torch.get_num_threads()} threads, batch {B}, LSTM controller {H}, "
         f"{args.states} states x {args.symbols} symbols"
         + (f", vectors of {args.vector_size} units (vector RNS-RNN)" if args.vector_size else "")
     )

@@ -38,7 +38,6 @@ import argparse
 import csv
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -52,6 +51,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memrnn.core import create_layer, list_layers
+from memrnn.ops.native import cpu_description
 
 SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
 # One layer per family (variants that share a kernel, and the slow reference loops, only with
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         args.sizes, args.batches, args.lengths, args.no_scaling = [64], [64], [256], True
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    print(f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+    print(f"torch {torch.__version__}, {cpu_description()}, "
           f"{torch.get_num_threads()} threads, devices {devices}, {allocator()}")  # fmt: skip
     t_start = time.perf_counter()
     all_rows, all_scaling = [], []

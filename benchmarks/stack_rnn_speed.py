@@ -26,6 +26,7 @@ import torch
 
 from memrnn.layers import StackRNN
 from memrnn.ops.dispatch import choose, implementation
+from memrnn.ops.native import cpu_description
 from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, _TRITON_MEMORIES
 
 MEMORIES = ("superposition", "stratification", "queue", "tape")
@@ -102,7 +103,11 @@ def _tables(args: argparse.Namespace) -> list[dict]:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     B, S, dev = args.batch, args.size, args.device
-    where = torch.cuda.get_device_name() if dev == "cuda" else f"{torch.get_num_threads()} threads"
+    where = (
+        torch.cuda.get_device_name()
+        if dev == "cuda"
+        else f"{cpu_description()}, {torch.get_num_threads()} threads"
+    )
     print(
         f"torch {torch.__version__}, {dev} ({where}), batch {B}, input = controller = {S}, width {args.width}"
     )

@@ -37,7 +37,7 @@ _SOURCES = (
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
 )
 _LOCK = threading.Lock()
-__all__ = ["disabled", "load", "native_available"]
+__all__ = ["cpu_description", "disabled", "load", "native_available"]
 
 
 def disabled() -> bool:
@@ -55,6 +55,31 @@ def _flags() -> list[list[str]]:
     if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
         return [[*portable, "-march=native"], portable]
     return [portable]
+
+
+def _cpuinfo() -> tuple[str, str]:
+    """The first ``model name`` and ``flags`` lines' values of ``/proc/cpuinfo`` (empty where
+    there is none: not Linux)."""
+    name = flags = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not name:
+                name = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = value.strip()
+    return name, flags
+
+
+def cpu_description() -> str:
+    """The CPU the C++ loops are built for and its widest vector extension, for benchmark
+    headers: e.g. ``"AMD EPYC, AVX2"``.  Timings of the C++ loops depend on it (AVX-512 against
+    AVX2 alone changed which loops GCC vectorised before ``-fno-trapping-math``)."""
+    name, flags = _cpuinfo()
+    have = set(flags.split())
+    vector = next((v for f, v in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX"), ("asimd", "NEON"))
+                   if f in have), "no vector extension read")  # fmt: skip
+    return f"{name or platform.processor() or platform.machine()}, {vector}"
 
 
 def _cpu_tag() -> str:

@@ -174,6 +174,29 @@ def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
     assert native.native_available()
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("fpu sse2 avx avx2 fma avx512f avx512bw", "Xeon, AVX-512"), ("fpu sse2 avx avx2 fma", "Xeon, AVX2"),
+     ("fp asimd", "Xeon, NEON"), ("fpu sse2", "Xeon, no vector extension read")],
+)  # fmt: skip
+def test_the_cpu_description_names_the_widest_vector_extension(monkeypatch, flags, expected):
+    """What the benchmarks print beside CPU timings: the C++ loops' speed depends on it."""
+    monkeypatch.setattr(native, "_cpuinfo", lambda: ("Xeon", flags))
+    assert native.cpu_description() == expected
+    monkeypatch.undo()
+    name, _ = native._cpuinfo()
+    assert native.cpu_description().count(", ") >= 1 and (
+        not name or native.cpu_description().startswith(name)
+    )
+
+
+def test_the_build_flags_let_the_selects_vectorise():
+    """Every flag set tried keeps ``-fno-trapping-math``: without it GCC leaves the nondeterministic
+    stack's log-sum-exp loops scalar on CPUs without AVX-512 (2-4.5x slower,
+    ``benchmarks/results/nondeterministic-cpu-2core.md``)."""
+    assert native._flags() and all("-fno-trapping-math" in f and "-O3" in f for f in native._flags())
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize(("B", "depth", "Q", "S"), [(3, 1, 1, 1), (2, 2, 2, 3), (17, 5, 2, 3), (3, 4, 3, 2)])
 def test_nondeterministic_step_in_cpp_equals_torch(B, depth, Q, S, dtype, gen):
