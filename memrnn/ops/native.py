@@ -86,13 +86,7 @@ def _cpu_tag() -> str:
     """A short tag of this CPU's instruction sets: builds tuned for one CPU are cached under their
     own name, so a cache shared by different machines (a cluster's home directory) never loads a
     build that this CPU cannot run."""
-    flags = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                flags = line
-                break
-    text = f"{platform.machine()}|{platform.processor()}|{flags}"
+    text = f"{platform.machine()}|{platform.processor()}|{_cpuinfo()[1]}"
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
