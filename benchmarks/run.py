@@ -303,6 +303,8 @@ def plot_scaling(rows: list[dict], lengths, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+#: the setting the sweeps give their cell processes (``memrnn.suite.runner.HEAP_MALLOC_ENV``, not
+#: imported: it brings Lightning; a test holds the two equal)
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 

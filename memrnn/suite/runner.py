@@ -39,6 +39,26 @@ from memrnn.suite.spec import Cell, Suite
 #: the ``train.py`` defaults read before every config when the suite names none
 PROJECT_DEFAULTS = Path("configs") / "defaults.yaml"
 
+#: glibc's heap kept whole: no ``mmap`` for large blocks, no trimming.  By default glibc hands a
+#: freed block over 32 MB back to the kernel and faults it in again, page by page, on the next
+#: batch (``benchmarks/run.py``'s docstring); with this an RNS-RNN batch of DuSell & Chiang's
+#: lengths (forward, backward and Adam on one core) took 369 ms against 409 (README, "Sweeps").
+HEAP_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The environment of a cell process started on this machine: this one's, with ``threads``
+    intra-op threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) and, on Linux, glibc's heap kept
+    (:data:`HEAP_MALLOC_ENV`; a variable already set is left as it is, so exporting e.g.
+    ``MALLOC_MMAP_MAX_=65536`` gives glibc's default back)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1, got {threads}")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    if sys.platform == "linux":
+        for key, value in HEAP_MALLOC_ENV.items():
+            env.setdefault(key, value)
+    return env
+
 
 def cell_status(suite: Suite, cell: Cell) -> str:
     """``"done"``, ``"failed"``, ``"killed"`` (started, no result: killed or still running) or
@@ -298,7 +318,8 @@ def run_local(
     fresh: bool = False,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
-    a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads and its output
+    a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads (and glibc's heap
+    kept: :func:`worker_env`) and its output
     in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran, in the
     suite's order
     (``done`` or ``failed (exit N; log …)``); Ctrl-C or SIGTERM stops the running cells, which then count
@@ -309,7 +330,7 @@ def run_local(
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
     order = [c.name for c in todo]
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env = worker_env(threads)
     running: list[tuple[Cell, subprocess.Popen, Path, float]] = []
     report: dict[str, str] = {}
     log(f"[suite {suite.name}] {len(todo)} cell(s) to run, {jobs} at a time")

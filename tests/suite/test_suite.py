@@ -27,12 +27,13 @@ from memrnn.suite import (
     collect_wandb,
     run_cell,
     run_local,
+    runner,
     running_elsewhere,
     slurm_script,
     wandb_sweep,
 )
 from memrnn.suite.__main__ import main
-from memrnn.suite.runner import _parameters, fit_budget, interrupted_checkpoint
+from memrnn.suite.runner import HEAP_MALLOC_ENV, _parameters, fit_budget, interrupted_checkpoint, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -567,6 +568,47 @@ def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name
         saved = json.loads((tmp_path / "budget" / f"{arch}__{task}.json").read_text())
         assert 0.8 * suite.budget["parameters"] < saved["count"] <= suite.budget["parameters"], (arch, saved)
     assert sizes["lstm"] < sizes["rnn"]  # an LSTM unit costs about 4 Elman units
+
+
+def test_cell_processes_get_their_threads_and_glibcs_heap_kept(monkeypatch):
+    for key in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("MEMRNN_TEST_MARK", "kept")
+    env = worker_env(3)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "3"
+    assert env["MEMRNN_TEST_MARK"] == "kept"  # this process's environment, added to
+    if sys.platform == "linux":
+        assert {k: env[k] for k in HEAP_MALLOC_ENV} == {
+            "MALLOC_MMAP_MAX_": "0",
+            "MALLOC_TRIM_THRESHOLD_": str(2**36),
+        }
+    else:  # glibc's variables mean nothing elsewhere
+        assert not set(HEAP_MALLOC_ENV) & set(env)
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "65536")  # the user's own setting wins
+    assert worker_env(1)["MALLOC_MMAP_MAX_"] == "65536"
+    with pytest.raises(ValueError, match="threads must be >= 1, got 0"):
+        worker_env(0)
+
+
+def test_run_local_starts_each_cell_with_worker_env(tmp_path, monkeypatch):
+    """What :func:`run_local` hands each cell process (no cell is run: ``Popen`` records it)."""
+    started = []
+
+    class Exited:  # a cell process that failed at once
+        returncode = 1
+
+        def __init__(self, cmd, **kwargs):
+            started.append(kwargs["env"])
+
+        def poll(self):
+            return 1
+
+    monkeypatch.setattr(runner.subprocess, "Popen", Exited)
+    monkeypatch.setattr(runner, "worker_env", lambda threads: {"THREADS": str(threads)})
+    suite = Suite.load(write_suite(tmp_path))
+    report = run_local(suite, jobs=2, threads=2, cells=suite.cells()[:2], log=lambda line: None)
+    assert started == [{"THREADS": "2"}] * 2
+    assert all(status.startswith("failed (exit 1") for status in report.values()), report
 
 
 def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, capsys):
