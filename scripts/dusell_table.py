@@ -224,10 +224,44 @@ def by_length(out: Path, models: list[str], tasks: list[str], seeds: list[int]) 
     return "\n\n".join(blocks)
 
 
+def progress(save: Path) -> str:
+    """Where a cell without a result stands, for the list of missing cells: ``not started``, or
+    the epochs its latest checkpoint holds and the best validation loss so far, then whether a
+    live process of this machine is training it (``running in process N``), it failed
+    (``failed: see <save>/FAILED``) or it stopped (``stopped``: the command continues it)."""
+    import torch
+
+    from memrnn.lit.runs import latest_checkpoint
+    from memrnn.suite.runner import live_owner
+
+    last = latest_checkpoint(save) if save.is_dir() else None
+    if last is None and not (save / "STARTED").exists():
+        return "not started"
+    parts = []
+    if last is not None:
+        saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
+        parts.append(f"{int(saved['epoch']) + 1} epochs done")
+        scores = [
+            float(state["best_model_score"])
+            for name, state in saved.get("callbacks", {}).items()
+            if name.startswith("ModelCheckpoint") and state.get("best_model_score") is not None
+        ]
+        if scores:
+            parts.append(f"best val/loss {min(scores):.4f}")
+    owner = live_owner(save)
+    if owner is not None:
+        parts.append(f"running in process {owner}")
+    elif (save / "FAILED").exists():
+        parts.append(f"failed: see {save / 'FAILED'}")
+    else:
+        parts.append("stopped")
+    return ", ".join(parts)
+
+
 def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> tuple[str, list[str]]:
     """The markdown table of ``test/ce_gap`` (median / max / min over seeds, and how many seeds)
     beside each task's length floor on the training lengths (:func:`task_floor`), and the cells
-    still missing, and the commits the runs came from."""
+    still missing (each with its :func:`progress`), and the commits the runs came from."""
     from memrnn.lit.runs import code_line
 
     missing, codes = [], []
@@ -244,7 +278,9 @@ def collect(out: Path, models: list[str], tasks: list[str], seeds: list[int]) ->
                     gaps.append(result["test_ce_gap"])
                     codes.append(result.get("code"))
                 else:
-                    missing.append(f"{model}_{task} seed {seed}")
+                    missing.append(
+                        f"{model}_{task} seed {seed}: {progress(cell_dir(out, model, task, seed))}"
+                    )
             cells.append(
                 f"{statistics.median(gaps):.3f} / {max(gaps):.3f} / {min(gaps):.3f} ({len(gaps)})"
                 if gaps
@@ -326,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         args.table.parent.mkdir(parents=True, exist_ok=True)
         args.table.write_text(f"{note}\n\n{table}\n")
     if missing:
-        print(f"\nmissing ({len(missing)}): {', '.join(missing)}", file=sys.stderr)
+        print(f"\nmissing ({len(missing)}):\n  " + "\n  ".join(missing), file=sys.stderr)
     if failed:
         print(f"failed workers: {', '.join(failed)} (run the command again to retry)", file=sys.stderr)
     return 1 if failed or (missing and not args.table_only) else 0

@@ -89,7 +89,9 @@ def test_a_failing_cell_is_reported_and_the_command_fails(tmp_path):
            "--", *TINY, "--model.init_args.lr=-1"]  # fmt: skip
     done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
-    assert "dyck seed 0: FAILED" in done.stdout and "missing (1): lstm_dyck seed 0" in done.stderr
+    assert "dyck seed 0: FAILED" in done.stdout
+    failed = out / "lstm_dyck" / "seed0" / "FAILED"
+    assert f"missing (1):\n  lstm_dyck seed 0: failed: see {failed}" in done.stderr, done.stderr[-2000:]
     assert (out / "lstm_dyck" / "seed0" / "FAILED").read_text().strip()
 
 
@@ -173,3 +175,31 @@ def test_by_length_reads_every_seeds_curve_and_puts_the_floor_on_training_length
     assert rows["50"].split("|")[3].strip() == "—"  # no LSTM curve
     assert rows["50"].split("|")[4].strip() == "0.070 / 0.080 (2)"
     assert rows["90"].split("|")[2].strip() == "—" and rows["90"].split("|")[4].strip() == "0.200 / 0.300 (2)"
+
+
+def test_missing_cells_say_where_they_stand(tmp_path):
+    """``progress``: not started; a checkpoint's epochs and best validation loss, then running
+    (a live process of this machine in ``STARTED``), failed or stopped."""
+    import os
+
+    import torch
+
+    from memrnn.suite.runner import started_stamp
+
+    progress = _script().progress
+    cell = tmp_path / "rns_dyck" / "seed0"
+    assert progress(cell) == "not started"
+    cell.mkdir(parents=True)
+    (cell / "STARTED").write_text(json.dumps(started_stamp("rns_dyck/seed0") | {"pid": 2**22 + 1}))
+    assert progress(cell) == "stopped"  # started, no checkpoint yet, its process gone
+    ckpt = cell / "memrnn" / "abc" / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    monitor = "ModelCheckpoint{'monitor': 'val/loss', 'mode': 'min'}"
+    torch.save({"epoch": 6, "callbacks": {monitor: {"best_model_score": torch.tensor(0.52891)}}}, ckpt)
+    assert progress(cell) == "7 epochs done, best val/loss 0.5289, stopped"
+    (cell / "FAILED").write_text("Traceback ...")
+    assert progress(cell) == f"7 epochs done, best val/loss 0.5289, failed: see {cell / 'FAILED'}"
+    # a live process of this machine (this one's parent) names the cell: it is running
+    (cell / "STARTED").write_text(json.dumps(started_stamp("rns_dyck/seed0") | {"pid": os.getppid()}))
+    torch.save({"epoch": 0, "callbacks": {}}, ckpt)
+    assert progress(cell) == f"1 epochs done, running in process {os.getppid()}"
