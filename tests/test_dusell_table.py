@@ -195,11 +195,14 @@ def test_missing_cells_say_where_they_stand(tmp_path):
     ckpt = cell / "memrnn" / "abc" / "checkpoints" / "last.ckpt"
     ckpt.parent.mkdir(parents=True)
     monitor = "ModelCheckpoint{'monitor': 'val/loss', 'mode': 'min'}"
-    torch.save({"epoch": 6, "callbacks": {monitor: {"best_model_score": torch.tensor(0.52891)}}}, ckpt)
+    state = {"monitor": "val/loss", "best_model_score": torch.tensor(0.52891)}
+    torch.save({"epoch": 6, "callbacks": {monitor: state}}, ckpt)
     assert progress(cell) == "7 epochs done, best val/loss 0.5289, stopped"
     (cell / "FAILED").write_text("Traceback ...")
     assert progress(cell) == f"7 epochs done, best val/loss 0.5289, failed: see {cell / 'FAILED'}"
     # a live process of this machine (this one's parent) names the cell: it is running
     (cell / "STARTED").write_text(json.dumps(started_stamp("rns_dyck/seed0") | {"pid": os.getppid()}))
     torch.save({"epoch": 0, "callbacks": {}}, ckpt)
-    assert progress(cell) == f"1 epochs done, running in process {os.getppid()}"
+    assert progress(cell) == f"1 epoch done, running in process {os.getppid()}"
+    ckpt.write_bytes(b"cut off mid-write")  # a checkpoint torch cannot read: named, not a crash
+    assert progress(cell).startswith(f"checkpoint {ckpt} unreadable (")
