@@ -226,35 +226,17 @@ def by_length(out: Path, models: list[str], tasks: list[str], seeds: list[int]) 
 
 def progress(save: Path) -> str:
     """Where a cell without a result stands, for the list of missing cells: ``not started``, or
-    the epochs its latest checkpoint holds and the best score its checkpoint callback monitors
-    (the configs: ``val/loss``) so far, then whether a
+    how far its latest checkpoint got (:func:`memrnn.suite.runner.checkpoint_summary`: epochs
+    done, the best ``val/loss`` so far), then whether a
     live process of this machine is training it (``running in process N``), it failed
     (``failed: see <save>/FAILED``) or it stopped (``stopped``: the command continues it)."""
-    import torch
-
     from memrnn.lit.runs import latest_checkpoint
-    from memrnn.suite.runner import live_owner
+    from memrnn.suite.runner import checkpoint_summary, live_owner
 
     last = latest_checkpoint(save) if save.is_dir() else None
     if last is None and not (save / "STARTED").exists():
         return "not started"
-    parts = []
-    if last is not None:
-        try:
-            saved = torch.load(last, map_location="cpu", weights_only=True, mmap=True)
-        except Exception as err:  # e.g. a process killed while it wrote the file
-            saved = None
-            parts.append(f"checkpoint {last} unreadable ({type(err).__name__})")
-        if saved is not None:
-            done = int(saved["epoch"]) + 1
-            parts.append(f"{done} epoch{'' if done == 1 else 's'} done")
-            best = [
-                (state.get("monitor"), float(state["best_model_score"]))
-                for name, state in saved.get("callbacks", {}).items()
-                if name.startswith("ModelCheckpoint") and state.get("best_model_score") is not None
-            ]
-            if best:
-                parts.append(f"best {best[0][0]} {best[0][1]:.4f}")
+    parts = [] if last is None else [checkpoint_summary(last)]
     owner = live_owner(save)
     if owner is not None:
         parts.append(f"running in process {owner}")

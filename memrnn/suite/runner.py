@@ -144,9 +144,34 @@ def interrupted_checkpoint(suite: Suite, cell: Cell) -> Path | None:
     return latest_checkpoint(suite.cell_dir(cell))
 
 
+def _checkpoint(path: Path) -> dict[str, Any]:
+    """A Lightning checkpoint's contents, its tensors memory-mapped (its weights never read)."""
+    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+
+
 def checkpoint_epoch(path: Path) -> int:
     """The 0-based epoch a Lightning checkpoint was saved in (read without loading its weights)."""
-    return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["epoch"])
+    return int(_checkpoint(path)["epoch"])
+
+
+def checkpoint_summary(path: Path) -> str:
+    """How far the run behind a Lightning checkpoint got: ``"7 epochs done, best val/loss
+    0.5289"`` (the score its ``ModelCheckpoint`` monitors, when it has one), or ``"checkpoint
+    <path> unreadable (<error>)"`` for a file torch cannot read (e.g. one cut off mid-write)."""
+    try:
+        saved = _checkpoint(path)
+    except Exception as err:
+        return f"checkpoint {path} unreadable ({type(err).__name__})"
+    done = int(saved["epoch"]) + 1
+    parts = [f"{done} epoch{'' if done == 1 else 's'} done"]
+    best = [
+        (state.get("monitor"), float(state["best_model_score"]))
+        for name, state in saved.get("callbacks", {}).items()
+        if name.startswith("ModelCheckpoint") and state.get("best_model_score") is not None
+    ]
+    if best:
+        parts.append(f"best {best[0][0]} {best[0][1]:.4f}")
+    return ", ".join(parts)
 
 
 def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: bool = True) -> dict[str, Any]:
