@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-GROUPED = '''
+GROUPED = """
 import os
 
 import pytest
@@ -28,7 +28,7 @@ def test_grouped(i):
 @pytest.mark.parametrize("i", range(6))
 def test_free(i):
     pass
-'''
+"""
 
 
 def test_tests_of_one_xdist_group_run_in_one_worker(tmp_path: Path) -> None:
