@@ -19,7 +19,8 @@ stamps ``STARTED`` (host and process) as it begins, and a cell whose stamp names
 of this machine is left to it (:func:`memrnn.suite.runner.live_owner`): two invocations on one
 ``--out`` never train the same cell twice at once.  Each worker logs to
 ``<out>/logs/<models>_<task>_seed<S>.log``.  Runs log offline to W&B under the cell's folder.
-``--table-only`` prints the table of what is there.
+``--table-only`` prints the table of what is there; ``--by-length`` adds each task's test gap by
+string length, ``--by-epoch`` each cell's validation gap by epoch.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
 CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-8 minutes per epoch on one core of
@@ -224,6 +225,41 @@ def by_length(out: Path, models: list[str], tasks: list[str], seeds: list[int]) 
     return "\n\n".join(blocks)
 
 
+def merge_epochs(histories: list[list[dict]], metric: str = "val/ce_gap") -> dict[int, float]:
+    """``{epoch: metric}`` over a cell's W&B histories in the order they ran (a killed cell
+    continues in a new offline run of the same W&B run): a later run's value for an epoch
+    replaces an earlier one's (an epoch that ran again after a kill)."""
+    merged: dict[int, float] = {}
+    for history in histories:
+        for row in history:
+            if metric in row and "epoch" in row:
+                merged[int(row["epoch"])] = float(row[metric])
+    return dict(sorted(merged.items()))
+
+
+def epoch_curve(cell: Path, metric: str = "val/ce_gap") -> dict[int, float]:
+    """A cell's ``metric`` by epoch, read from every offline W&B run under ``<cell>/wandb``
+    (:func:`merge_epochs`; the runs' folders are named by their start time)."""
+    from memrnn.lit.wandb_files import read_offline_run
+
+    runs = sorted(cell.glob("wandb/offline-run-*/run-*.wandb"), key=lambda f: f.parent.name)
+    return merge_epochs([read_offline_run(f)["history"] for f in runs], metric)
+
+
+def by_epoch(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> str:
+    """One line per cell that has logged a validation epoch: its validation gap
+    (``val/ce_gap``) by epoch, from epoch 0, the way the README and the results file quote them."""
+    lines = []
+    for task in tasks:
+        for m in models:
+            for s in seeds:
+                curve = epoch_curve(cell_dir(out, m, task, s))
+                if curve:
+                    gaps = ", ".join(f"{curve[e]:.3f}" if e in curve else "?" for e in range(max(curve) + 1))
+                    lines.append(f"{TASKS[task]}, {MODELS[m]}, seed {s} (epochs 0-{max(curve)}): {gaps}")
+    return "\n".join(lines)
+
+
 def progress(save: Path) -> str:
     """Where a cell without a result stands, for the list of missing cells: ``not started``, or
     how far its latest checkpoint got (:func:`memrnn.suite.runner.checkpoint_summary`: epochs
@@ -297,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--table-only", action="store_true")
     p.add_argument("--by-length", action="store_true",
                    help="also print each task's test gap by string length beside the length floor")  # fmt: skip
+    p.add_argument("--by-epoch", action="store_true",
+                   help="also print each cell's validation gap by epoch (from its offline W&B runs)")  # fmt: skip
     p.add_argument("--fresh", action="store_true", help="start killed cells again instead of continuing them")
     p.add_argument("--worker", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -346,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.by_length:
         table += "\n\ntest/ce_gap by string length (median / max over seeds (seeds)):\n\n"
         table += by_length(args.out, args.models, args.tasks, args.seeds)
+    if args.by_epoch:
+        table += "\n\nval/ce_gap by epoch:\n\n" + by_epoch(args.out, args.models, args.tasks, args.seeds)
     print(f"\n{note}\n\n{table}")
     if args.table:
         args.table.parent.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ def table(out: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProc
 
 def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_path):
     out = tmp_path / "dusell"
-    done = table(out, "--table", str(tmp_path / "table.md"), "--by-length")
+    done = table(out, "--table", str(tmp_path / "table.md"), "--by-length", "--by-epoch")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     results = {}
     for model in ("lstm", "superposition"):
@@ -54,6 +54,19 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
     ]
     assert groups and all(g[3].strip().endswith("(2)") and g[4].strip().endswith("(2)") for g in groups)
     assert groups[0][2].strip() != "—" and groups[-1][2].strip() == "—"  # 42-50 trained, 100 not
+    # --by-epoch: each cell's one validation epoch, as its W&B run logged it
+    from memrnn.lit.wandb_files import read_offline_run
+
+    epochs = (tmp_path / "table.md").read_text().split("val/ce_gap by epoch:")[1].strip().splitlines()
+    assert len(epochs) == 4
+    for model, name in (("lstm", "LSTM"), ("superposition", "Superposition")):
+        for seed in (0, 1):
+            cell = out / f"{model}_marked_reversal" / f"seed{seed}"
+            (run_file,) = cell.glob("wandb/offline-run-*/run-*.wandb")
+            (gap,) = [
+                r["val/ce_gap"] for r in read_offline_run(run_file, wait=30)["history"] if "val/ce_gap" in r
+            ]
+            assert f"Marked reversal, {name}, seed {seed} (epochs 0-0): {gap:.3f}" in epochs
     code = json.loads((out / "lstm_marked_reversal" / "seed0" / "result.json").read_text())["code"]
     assert code["commit"] is None or f"Code: {code['commit'][:7]}" in (tmp_path / "table.md").read_text()
 
@@ -175,6 +188,21 @@ def test_by_length_reads_every_seeds_curve_and_puts_the_floor_on_training_length
     assert rows["50"].split("|")[3].strip() == "—"  # no LSTM curve
     assert rows["50"].split("|")[4].strip() == "0.070 / 0.080 (2)"
     assert rows["90"].split("|")[2].strip() == "—" and rows["90"].split("|")[4].strip() == "0.200 / 0.300 (2)"
+
+
+def test_epochs_of_a_continued_cell_merge_in_run_order():
+    """A killed cell continues in a new offline run: its epochs join the earlier run's, and an
+    epoch that ran again after the kill takes the later value."""
+    dusell = _script()
+    first = [
+        {"epoch": 0, "val/ce_gap": 0.5},
+        {"epoch": 0, "train/loss": 2.0},
+        {"epoch": 1, "val/ce_gap": 0.4},
+    ]
+    second = [{"epoch": 1, "val/ce_gap": 0.35}, {"epoch": 2, "val/ce_gap": 0.3}, {"test/ce_gap": 0.2}]
+    assert dusell.merge_epochs([first, second]) == {0: 0.5, 1: 0.35, 2: 0.3}
+    assert dusell.merge_epochs([first, second], "train/loss") == {0: 2.0}
+    assert dusell.merge_epochs([]) == {}
 
 
 def test_missing_cells_say_where_they_stand(tmp_path):
