@@ -45,7 +45,7 @@ from jsonargparse._common import debug_mode_active  # jsonargparse's own debug s
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from memrnn.lit.runs import RUN_KEY, SaveRunConfig, finish_wandb
+from memrnn.lit.runs import RUN_KEY, SaveRunConfig, code_version, finish_wandb
 
 #: model arguments that ``train.py`` links from the data module (never typed by users)
 LINKED = ("vocab_size", "num_symbols", "bracket_types")
@@ -459,6 +459,9 @@ def build_cli(
     """
     if continue_from is not None and run:
         raise ValueError("continue_from is for run=False; with a subcommand pass --ckpt_path")
+    # the code this process runs, read as it starts: the first checkpoint (which records it) can
+    # come hours later, when the checkout may have moved on to another commit
+    code_version()
     quiet_known_noise()
     given = sys.argv[1:] if args is None else list(args)
     try:

@@ -316,3 +316,20 @@ def test_last_checkpoint_is_the_latest_epoch_even_when_no_top_k_checkpoint_was_s
     epoch = torch.load(tmp_path / cls / "last.ckpt", weights_only=True)["epoch"]
     assert epoch == (1 if cls == "lightning" else 2)
     assert torch.load(default.last_model_path, weights_only=True)["epoch"] == 2
+
+
+def test_the_code_a_run_records_is_read_when_its_cli_is_built(tmp_path, monkeypatch):
+    """``code_version`` is cached at the CLI's start, not at the first checkpoint: a two-hour run
+    records the commit it imported even if the checkout moves on while it trains."""
+    from memrnn.lit import runs
+
+    runs.code_version.cache_clear()
+    try:
+        build_cli(["--config", DYCK, *TINY, "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"],
+                  run=False, default_config_files=[DEFAULTS])  # fmt: skip
+        assert runs.code_version.cache_info().currsize == 1
+        recorded = runs.code_version()
+        monkeypatch.setattr(runs.subprocess, "run", lambda *a, **k: pytest.fail("git read again"))
+        assert runs.code_fields(None)["code"] == recorded  # what a result and a checkpoint record
+    finally:
+        runs.code_version.cache_clear()
