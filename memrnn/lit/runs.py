@@ -10,7 +10,9 @@ logger (``train.py`` makes that unique per run).  In it:
 * ``checkpoints/``; every checkpoint also records the run (``checkpoint["memrnn_run"]``: folder,
   logger, W&B run id), so ``train.py … --ckpt_path`` continues the same run;
 * ``FAILED``: written when a run dies with an exception (its type, message and traceback); the
-  W&B run is finished with exit code 1, so the dashboard shows it as failed.
+  W&B run is finished with exit code 1, so the dashboard shows it as failed.  Training the run
+  again (``--ckpt_path`` of its checkpoint) renames it ``FAILED.earlier-<n>``: ``FAILED`` always
+  speaks of the latest try.
 """
 
 from __future__ import annotations
@@ -159,6 +161,12 @@ class SaveRunConfig(SaveConfigCallback):
         if trainer.is_global_zero:
             folder = run_dir(trainer)
             folder.mkdir(parents=True, exist_ok=True)
+            if getattr(stage, "value", stage) == "fit" and (folder / "FAILED").is_file():
+                # a killed run continued: its folder says so only if this try fails too
+                n = 1
+                while (folder / f"FAILED.earlier-{n}").exists():
+                    n += 1
+                (folder / "FAILED").rename(folder / f"FAILED.earlier-{n}")
             path = folder / self.config_filename
             if path.exists():  # a resume or a test of the same run: keep the first config
                 # without a subcommand (build_cli(run=False)) the stage is Lightning's TrainerFn

@@ -197,6 +197,27 @@ def test_a_failed_run_is_marked(tmp_path):
     assert run["exit_code"] == 1
 
 
+def test_continuing_a_failed_run_moves_its_failed_mark_aside(tmp_path):
+    """A killed run's folder holds FAILED; training it again (a continuation) renames that to
+    FAILED.earlier-1, so a run that then finishes is not marked failed, and the traceback stays."""
+    args = ["--config", DYCK, *TINY, "--trainer.max_epochs=1", "--trainer.logger=false",
+            "--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]  # fmt: skip
+    cli = build_cli(
+        [*args, f"--trainer.default_root_dir={tmp_path}"], run=False, default_config_files=[DEFAULTS]
+    )
+    folder = tmp_path
+    (folder / "FAILED").write_text("SIGTERMException: killed")
+    (folder / "FAILED.earlier-1").write_text("an older kill")
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    assert not (folder / "FAILED").exists()
+    assert (folder / "FAILED.earlier-2").read_text() == "SIGTERMException: killed"
+    assert (folder / "FAILED.earlier-1").read_text() == "an older kill"
+    cli.trainer.test(cli.model, datamodule=cli.datamodule)  # testing moves nothing
+    (folder / "FAILED").write_text("a failed fit")
+    cli.trainer.test(cli.model, datamodule=cli.datamodule)
+    assert (folder / "FAILED").read_text() == "a failed fit"
+
+
 # -- errors that end with the line that matters (in-process: no run starts) --------------------
 def cli_error(args, capsys):
     with pytest.raises(SystemExit) as e:
