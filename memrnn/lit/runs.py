@@ -64,8 +64,9 @@ def code_version() -> dict[str, Any]:
     """The code a run ran: ``commit`` (the git HEAD of the checkout memrnn is imported from, None
     when it is no git checkout, e.g. an installed wheel), ``dirty`` (tracked files changed since
     that commit; None without git), and the ``memrnn`` and ``torch`` versions, as this process
-    first saw them (:func:`memrnn.lit.cli.build_cli` reads them as it starts: the code it imported).  A changed order of float operations moves a training
-    run's whole trajectory, so results of different commits differ: every result names its code."""
+    first saw them (:func:`memrnn.lit.cli.build_cli` reads them as it starts: the code it
+    imported).  A changed order of float operations moves a training run's whole trajectory, so
+    results of different commits differ: every result names its code."""
     root = Path(memrnn.__file__).resolve().parent.parent
     commit = dirty = None
     try:
