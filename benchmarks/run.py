@@ -51,7 +51,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memrnn.core import create_layer, list_layers
-from memrnn.ops.native import cpu_description
+from memrnn.ops.native import HEAP_MALLOC_ENV, cpu_description
 
 SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
 # One layer per family (variants that share a kernel, and the slow reference loops, only with
@@ -303,27 +303,23 @@ def plot_scaling(rows: list[dict], lengths, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
-#: the setting the sweeps give their cell processes (``memrnn.suite.runner.HEAP_MALLOC_ENV``, not
-#: imported: it brings Lightning; a test holds the two equal)
-MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
-
-
 def _heap_malloc_set() -> bool:
-    return all(os.environ.get(k) == v for k, v in MALLOC_ENV.items())
+    return all(os.environ.get(k) == v for k, v in HEAP_MALLOC_ENV.items())
 
 
 def _reexec_with_heap_malloc() -> None:
-    """Run this same command again with :data:`MALLOC_ENV` (module docstring), once, on Linux."""
+    """Run this same command again with glibc's heap kept (:data:`memrnn.ops.native.HEAP_MALLOC_ENV`;
+    module docstring), once, on Linux."""
     if sys.platform != "linux" or _heap_malloc_set():
         return
     sys.stdout.flush()
-    os.execve(sys.executable, sys.orig_argv, {**os.environ, **MALLOC_ENV})
+    os.execve(sys.executable, sys.orig_argv, {**os.environ, **HEAP_MALLOC_ENV})
 
 
 def allocator() -> str:
     """How this process allocates, for the results header."""
     if _heap_malloc_set():
-        return "glibc heap without mmap (" + " ".join(f"{k}={v}" for k, v in MALLOC_ENV.items()) + ")"
+        return "glibc heap without mmap (" + " ".join(f"{k}={v}" for k, v in HEAP_MALLOC_ENV.items()) + ")"
     return "system malloc"
 
 

@@ -16,7 +16,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks import run
 from memrnn.ops.dispatch import triton_available
-from memrnn.suite.runner import HEAP_MALLOC_ENV
 
 
 def test_tiny_benchmark_writes_tables_csvs_and_plot(tmp_path, capsys):
@@ -44,17 +43,12 @@ def test_unknown_layer_is_named():
 
 
 def test_allocator_setting_is_reported(monkeypatch):
-    for k, v in run.MALLOC_ENV.items():
+    for k, v in run.HEAP_MALLOC_ENV.items():
         monkeypatch.setenv(k, v)
     assert run.allocator().startswith("glibc heap without mmap")
     run._reexec_with_heap_malloc()  # already set: returns instead of re-executing
     monkeypatch.delenv("MALLOC_MMAP_MAX_")
     assert run.allocator() == "system malloc"
-
-
-def test_the_benchmarks_heap_setting_is_the_sweeps():
-    """``benchmarks/run.py`` keeps its own copy (importing the runner would bring Lightning)."""
-    assert run.MALLOC_ENV == HEAP_MALLOC_ENV
 
 
 def test_train_loop_benchmark_prints_every_row(capsys):

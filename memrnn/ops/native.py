@@ -37,7 +37,15 @@ _SOURCES = (
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
 )
 _LOCK = threading.Lock()
-__all__ = ["cpu_description", "disabled", "load", "native_available"]
+__all__ = ["HEAP_MALLOC_ENV", "cpu_description", "disabled", "load", "native_available"]
+
+#: glibc's heap kept whole: no ``mmap`` for large blocks, no trimming.  By default glibc hands a
+#: freed block over 32 MB back to the kernel and faults it in again, page by page, on the next
+#: batch (``benchmarks/run.py``'s docstring); with this an RNS-RNN batch of DuSell & Chiang's
+#: lengths (forward, backward and Adam on one core) took 369 ms against 409 (README, "Suites").
+#: The benchmarks re-run themselves with it and the sweeps start their cell processes with it
+#: (:func:`memrnn.suite.runner.worker_env`).
+HEAP_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
 
 
 def disabled() -> bool:

@@ -34,22 +34,17 @@ import torch
 
 from memrnn.lit.cli import build_cli
 from memrnn.lit.runs import code_fields, latest_checkpoint
+from memrnn.ops.native import HEAP_MALLOC_ENV
 from memrnn.suite.spec import Cell, Suite
 
 #: the ``train.py`` defaults read before every config when the suite names none
 PROJECT_DEFAULTS = Path("configs") / "defaults.yaml"
 
-#: glibc's heap kept whole: no ``mmap`` for large blocks, no trimming.  By default glibc hands a
-#: freed block over 32 MB back to the kernel and faults it in again, page by page, on the next
-#: batch (``benchmarks/run.py``'s docstring); with this an RNS-RNN batch of DuSell & Chiang's
-#: lengths (forward, backward and Adam on one core) took 369 ms against 409 (README, "Suites").
-HEAP_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
-
 
 def worker_env(threads: int) -> dict[str, str]:
     """The environment of a cell process started on this machine: this one's, with ``threads``
     intra-op threads (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``) and, on Linux, glibc's heap kept
-    (:data:`HEAP_MALLOC_ENV`; a variable already set is left as it is, so exporting e.g.
+    (:data:`memrnn.ops.native.HEAP_MALLOC_ENV`; a variable already set is left as it is, so exporting e.g.
     ``MALLOC_MMAP_MAX_=65536`` gives glibc's default back)."""
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")

@@ -20,6 +20,7 @@ import yaml
 
 from memrnn.languages.chomsky import chomsky_task
 from memrnn.lit.cli import build_cli
+from memrnn.ops.native import HEAP_MALLOC_ENV
 from memrnn.suite import (
     Suite,
     cell_status,
@@ -33,7 +34,7 @@ from memrnn.suite import (
     wandb_sweep,
 )
 from memrnn.suite.__main__ import main
-from memrnn.suite.runner import HEAP_MALLOC_ENV, _parameters, fit_budget, interrupted_checkpoint, worker_env
+from memrnn.suite.runner import _parameters, fit_budget, interrupted_checkpoint, worker_env
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
