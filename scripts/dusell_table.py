@@ -263,8 +263,8 @@ def by_epoch(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -
 def progress(save: Path) -> str:
     """Where a cell without a result stands, for the list of missing cells: ``not started``, or
     how far its latest checkpoint got (:func:`memrnn.suite.runner.checkpoint_summary`: epochs
-    done, the best ``val/loss`` so far), then whether a
-    live process of this machine is training it (``running in process N``), it failed
+    done, the best score its checkpoint callback monitors), then whether a live process of this
+    machine is training it (``running in process N``), it failed
     (``failed: see <save>/FAILED``) or it stopped (``stopped``: the command continues it)."""
     from memrnn.lit.runs import latest_checkpoint
     from memrnn.suite.runner import checkpoint_summary, live_owner
