@@ -80,7 +80,9 @@ class RSMContext:
     num_nonterminals: int
 
     def stacks(self) -> list[tuple[int, ...]]:
-        return [tuple(s[: int(d)].tolist()) for s, d in zip(self.stack, self.depth, strict=True)]
+        """Each row's stack as a tuple of symbol ids, bottom first (one conversion of the whole
+        ``[N, D]`` tensor, not one per row)."""
+        return [tuple(s[:d]) for s, d in zip(self.stack.tolist(), self.depth.tolist(), strict=True)]
 
 
 @dataclass

@@ -27,13 +27,12 @@ def _pad_actions(actions: list[list[list[tuple[int, int]]]]) -> tuple[Tensor, Te
     B = len(actions)
     T1 = max((len(a) for a in actions), default=0)
     M = max((len(s) for a in actions for s in a), default=1)
-    pops = torch.zeros(B, T1, M, dtype=torch.long)
-    pushes = torch.zeros(B, T1, M, dtype=torch.long)
+    # nested lists padded with (0, 0), then one tensor (not one element assignment per action)
+    pad = [[[(0, 0)] * M] * T1 for _ in range(B)]
     for b, seq in enumerate(actions):
-        for t, acts in enumerate(seq):
-            for tau, (j, a) in enumerate(acts):
-                pops[b, t, tau], pushes[b, t, tau] = j, a
-    return pops, pushes
+        pad[b] = [list(acts) + [(0, 0)] * (M - len(acts)) for acts in seq] + pad[b][len(seq) :]
+    both = torch.tensor(pad, dtype=torch.long).reshape(B, T1, M, 2)
+    return both[..., 0].contiguous(), both[..., 1].contiguous()
 
 
 def lr_batch(automaton: LRAutomaton, words: Sequence[Sequence[str]]) -> dict[str, Tensor]:
@@ -47,22 +46,21 @@ def lr_batch(automaton: LRAutomaton, words: Sequence[Sequence[str]]) -> dict[str
     index = {s: i for i, s in enumerate(automaton.terminals)}
     B = len(words)
     T = max((len(w) for w in words), default=0)
-    ids = torch.zeros(B, T, dtype=torch.long)
-    outputs = torch.zeros(B, T + 1, dtype=torch.long)
-    shift = torch.zeros(B, T + 1, dtype=torch.long)
-    accepted = torch.zeros(B, dtype=torch.bool)
-    actions = []
-    for b, w in enumerate(words):
+    # rows as padded lists, each made a tensor once (not a tensor assignment per row)
+    ids, outputs, shift, accepted, actions = [], [], [], [], []
+    for w in words:
         trace = automaton.parse(w)
-        ids[b, : len(w)] = torch.tensor([index[s] for s in w], dtype=torch.long)
-        outputs[b, : len(w) + 1] = torch.as_tensor(trace.output)
-        shift[b, : len(w) + 1] = torch.as_tensor(trace.shift)
-        accepted[b] = trace.accepted
-        seq = []
-        for t in range(len(w) + 1):
-            n = int(trace.num_actions[t])
-            seq.append([(int(trace.pops[t, k]), int(trace.pushes[t, k]) + 1) for k in range(n)])
-        actions.append(seq)
+        pad = [0] * (T - len(w))
+        ids.append([index[s] for s in w] + pad)
+        outputs.append(trace.output.tolist() + pad)
+        shift.append(trace.shift.tolist() + pad)
+        accepted.append(bool(trace.accepted))
+        n, j, a = trace.num_actions.tolist(), trace.pops.tolist(), trace.pushes.tolist()
+        actions.append([[(j[t][k], a[t][k] + 1) for k in range(n[t])] for t in range(len(w) + 1)])
+    ids = torch.tensor(ids, dtype=torch.long).reshape(B, T)
+    outputs = torch.tensor(outputs, dtype=torch.long).reshape(B, T + 1)
+    shift = torch.tensor(shift, dtype=torch.long).reshape(B, T + 1)
+    accepted = torch.tensor(accepted, dtype=torch.bool)
     pops, pushes = _pad_actions(actions)
     if pops.shape[1] < T + 1:  # only when every word is empty and B == 0
         pops = torch.zeros(B, T + 1, 1, dtype=torch.long)

@@ -55,15 +55,16 @@ def check_against_parser(automaton, words):
     batch = lr_batch(automaton, words)
     res = rsm.run(batch["ids"], batch["lengths"], record=True)
     names = [*automaton.terminals, *automaton.nonterminals, END_MARK]
+    outputs, stacks, actions = res.outputs[..., 0].long().tolist(), res.stacks.tolist(), res.actions.tolist()
     for b, w in enumerate(words):
         trace = automaton.parse(w)
         T1 = len(w) + 1
-        assert res.outputs[b, :T1, 0].long().tolist() == trace.output.tolist(), w
-        assert int(res.outputs[b, len(w), 0]) == int(trace.accepted), w  # y_{T+1} = A(w)
+        assert outputs[b][:T1] == trace.output.tolist(), w
+        assert outputs[b][len(w)] == int(trace.accepted), w  # y_{T+1} = A(w)
         for t in range(T1):
-            stack = tuple(names[s] for s in res.stacks[b, t].tolist() if s >= 0)
+            stack = tuple(names[s] for s in stacks[b][t] if s >= 0)
             assert stack == trace.stacks[t][-1], (w, t, stack, trace.stacks[t][-1])
-        assert res.actions[b, :T1].tolist() == (trace.num_actions - 1).tolist(), w
+        assert actions[b][:T1] == (trace.num_actions - 1).tolist(), w
     assert res.inner_limit_hits == 0 and res.underflows == 0
 
 
