@@ -155,12 +155,11 @@ class Construction(nn.Module):
                 row.append(index[a])
             rows.append(row)
         longest = max((len(r) for r in rows), default=0)
-        out = torch.zeros(len(rows), longest, dtype=torch.long)
-        mask = torch.zeros(len(rows), longest, dtype=torch.bool)
-        for b, r in enumerate(rows):
-            out[b, : len(r)] = torch.tensor(r, dtype=torch.long)
-            mask[b, : len(r)] = True
-        return out, mask
+        # padded lists made tensors once (not an assignment per row: 10^5 words take a second)
+        out = torch.tensor([r + [0] * (longest - len(r)) for r in rows], dtype=torch.long)
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        mask = torch.arange(longest)[None, :] < lengths[:, None]
+        return out.reshape(len(rows), longest), mask
 
     def inputs(self, ids: Tensor) -> Tensor:
         """The layer's inputs ``[B, T, input_size]`` for ids ``[B, T]``; an id outside the
