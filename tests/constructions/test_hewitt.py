@@ -439,7 +439,7 @@ def _sampled_check(arch, encoding, k, m, dtype, tokens, length_factor, batch=Non
     hi = length_factor * lang.default_lengths("train")[1]
     # rows enough for ``tokens`` at the mean length 3·hi/4 (at least 2, so padding is exercised),
     # not a fixed 32: at k = 1024 one batch of 32 strings of up to 4,440 tokens is 10^5 tokens
-    batch = batch or max(2, min(32, -(-tokens // (3 * hi // 4))))
+    batch = batch or max(2, min(32 if k <= 1024 else 4, -(-tokens // (3 * hi // 4))))
     rng = np.random.default_rng(k * 31 + m)
     report = GenerationReport(spec.constants.epsilon)
     closing = BracketClosingAccuracy(k)
