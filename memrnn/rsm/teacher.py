@@ -28,9 +28,8 @@ def _pad_actions(actions: list[list[list[tuple[int, int]]]]) -> tuple[Tensor, Te
     T1 = max((len(a) for a in actions), default=0)
     M = max((len(s) for a in actions for s in a), default=1)
     # nested lists padded with (0, 0), then one tensor (not one element assignment per action)
-    pad = [[[(0, 0)] * M] * T1 for _ in range(B)]
-    for b, seq in enumerate(actions):
-        pad[b] = [list(acts) + [(0, 0)] * (M - len(acts)) for acts in seq] + pad[b][len(seq) :]
+    none = [(0, 0)] * M
+    pad = [[[*acts, *none[len(acts) :]] for acts in seq] + [none] * (T1 - len(seq)) for seq in actions]
     both = torch.tensor(pad, dtype=torch.long).reshape(B, T1, M, 2)
     return both[..., 0].contiguous(), both[..., 1].contiguous()
 
