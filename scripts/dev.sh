@@ -54,8 +54,9 @@ case "$cmd" in
     setup
     "$VENV/bin/ruff" check .
     "$VENV/bin/ruff" format --check .
-    # loadgroup: tests marked with one xdist_group (a shared folder built up in order) share a worker
-    exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" --dist loadgroup "$@"
+    # loadgroup: tests marked with one xdist_group (a shared folder built up in order) share a worker;
+    # --durations lists the slowest tests on every run, so that a test that grows is seen when it grows
+    exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" --dist loadgroup --durations=25 --durations-min=10 "$@"
     ;;
   slow)
     setup
