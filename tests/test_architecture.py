@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +51,15 @@ FLOORS = {
 }
 #: imports that may sit inside a function: optional dependencies, and imports whose cost only
 #: some runs should pay (wandb loads in about a second; pyplot picks a backend when imported)
-LAZY_OK = ("triton", "sklearn", "wandb", "matplotlib.pyplot", "torch.utils.cpp_extension")
+# ``memrnn.ops.stack_rnn.opaque`` loads ``torch._dynamo`` (``torch.compiler.disable``), 1.6 s
+LAZY_OK = (
+    "triton",
+    "sklearn",
+    "wandb",
+    "matplotlib.pyplot",
+    "torch.utils.cpp_extension",
+    "memrnn.ops.stack_rnn.opaque",
+)
 
 
 def _module_imports(path: Path) -> list[tuple[str, int, bool]]:
@@ -230,3 +240,12 @@ def test_the_moved_leaf_check_fires() -> None:
         "y = x.to(device, copy=True).requires_grad_()"
     )
     assert _moved_leaves(ast.parse(bad)) == [1, 2] and _moved_leaves(ast.parse(good)) == []
+
+
+def test_import_memrnn_leaves_torch_dynamo_unloaded() -> None:
+    """``import memrnn`` does not load ``torch._dynamo`` (1.6 s of 3.8 s here, when a module-level
+    ``@torch.compiler.disable`` did): users who put a layer in their own model pay for it only
+    when they compile, or run a stack RNN's hand-written loops."""
+    code = "import sys, memrnn, memrnn.layers, memrnn.languages; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr

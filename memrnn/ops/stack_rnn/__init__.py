@@ -6,7 +6,6 @@ memories' batched steps (:mod:`memrnn.ops.superposition`, :mod:`memrnn.ops.strat
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
@@ -69,16 +68,10 @@ def stack_rnn_sequence(
             x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller,
             activation=activation, memory=memory, value_activation=value_activation, lengths=lengths,
         )  # fmt: skip
+    from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
+
     spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native")
-    return _hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
-
-
-@torch.compiler.disable
-def _hand_written(*args: object) -> tuple[Tensor, ...]:
-    """:class:`StackRNNSequence` as one opaque call under ``torch.compile``: its loops write into
-    views of its own buffers, which Dynamo cannot trace (the stratification memories' failed with
-    "non-differentiable view input mutations"); compiled models run it eagerly."""
-    return StackRNNSequence.apply(*args)
+    return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
 
 
 __all__ = ["StackRNNSequence", "fused_kinds", "stack_rnn_sequence"]
