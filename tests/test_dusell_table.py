@@ -234,3 +234,36 @@ def test_missing_cells_say_where_they_stand(tmp_path):
     assert progress(cell) == f"1 epoch done, running in process {os.getppid()}"
     ckpt.write_bytes(b"cut off mid-write")  # a checkpoint torch cannot read: named, not a crash
     assert progress(cell).startswith(f"checkpoint {ckpt} unreadable (")
+
+
+def test_the_dusell_suite_runs_the_scripts_cells_one_config_per_model_and_task(tmp_path):
+    """``configs/suites/dusell.yaml`` (the table as a suite, for a cluster) starts each cell from
+    ``configs/dusell/<model>_<task>.yaml`` through ``{task}`` in its architectures' configs, and a
+    cell resolves to the script's config for the same model, task and seed, 20 epochs (the logger
+    aside: the suite names its runs)."""
+    from memrnn.lit.cli import build_cli
+    from memrnn.suite import Suite
+
+    dusell = _script()
+    suite = Suite.load(ROOT / "configs" / "suites" / "dusell.yaml", out=tmp_path / "suite")
+    assert set(suite.architectures) == {"lstm", "superposition", "stratification", "ns", "rns"}
+    assert list(suite.tasks) == list(dusell.TASKS) and suite.seeds == [0, 1, 2]
+    assert (suite.metric, suite.mode) == ("test/ce_gap", "min")
+    cells = suite.cells()
+    assert len(cells) == 5 * 5 * 3
+    for cell in cells:
+        args = suite.cli_args(cell)
+        assert args[:2] == ["--config", str(dusell.CONFIGS / f"{cell.arch}_{cell.task}.yaml")], cell.name
+    defaults = [ROOT / "configs" / "defaults.yaml"]
+    for arch, task, seed in (("lstm", "dyck", 1), ("ns", "hardest_cfl", 2)):
+        cell = suite.cell(arch=arch, task=task, seed=seed)
+        ours = build_cli(
+            [*suite.cli_args(cell), "--trainer.logger=false"], run=False, default_config_files=defaults
+        )
+        save = tmp_path / "script"
+        theirs = dusell.cli_args(
+            arch, task, seed, save, ["--trainer.max_epochs=20", "--trainer.logger=false"]
+        )
+        theirs = build_cli(theirs, run=False, default_config_files=defaults)
+        assert ours.config.as_dict() == theirs.config.as_dict(), cell.name
+        assert ours.trainer.max_epochs == 20 and ours.config.seed_everything == seed

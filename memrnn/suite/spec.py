@@ -21,6 +21,10 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
       model.init_args.lr: {loguniform: [1.0e-4, 1.0e-2]}
     slurm: {time: "04:00:00", cpus-per-task: 1}   # #SBATCH options of the array job
 
+An architecture's config path may contain ``{task}``: each task's cells then start from the
+config with the task's name in its place, and every one of them must exist
+(``configs/suites/dusell.yaml``: ``ns: ../dusell/ns_{task}.yaml``, one config per model and task).
+
 With a ``budget``, every cell's ``key`` (default ``model.init_args.layer.init_args.hidden_size``;
 an architecture may name its own as ``budget_key``, e.g. an nnPDA's ``num_states``) is set to the
 largest value (up to ``max``, default 4096) whose model has at most ``parameters`` trainable
@@ -133,13 +137,20 @@ def _distribution(spec: Any, where: str) -> tuple[str, Any]:
 
 @dataclass(frozen=True)
 class Architecture:
-    """A ``train.py`` config and the overrides this suite adds to it."""
+    """A ``train.py`` config and the overrides this suite adds to it.  A config path with
+    ``{task}`` in it is one config per task (``task_configs``; ``config`` is then the pattern)."""
 
     config: Path
     args: list[str] = field(default_factory=list)
     budget_key: str = BUDGET_KEY
     #: override key -> ``(distribution, arguments)``, drawn per cell beside the suite's
     sample: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: task -> its config, when ``config`` names ``{task}``
+    task_configs: dict[str, Path] = field(default_factory=dict)
+
+    def config_for(self, task: str) -> Path:
+        """The config a cell of ``task`` starts from."""
+        return self.task_configs.get(task, self.config)
 
 
 @dataclass
@@ -188,6 +199,9 @@ class Suite:
                 raise FileNotFoundError(f"{path}: {what} {p!r} does not exist (looked at {full})")
             return full
 
+        if not isinstance(raw["tasks"], dict) or not raw["tasks"]:
+            raise ValueError(f"{path}: 'tasks' must be a non-empty mapping name -> overrides")
+        tasks = {str(k): _overrides(v, f"{path}: task {k!r}") for k, v in raw["tasks"].items()}
         archs: dict[str, Architecture] = {}
         if not isinstance(raw["architectures"], dict) or not raw["architectures"]:
             raise ValueError(f"{path}: 'architectures' must be a non-empty mapping name -> config")
@@ -203,18 +217,25 @@ class Suite:
                     f"{path}: architecture {name!r} must be a config path or "
                     f"{{config:, args:, budget_key:, sample:}}, got {spec!r}"
                 )
+            config, per_task = str(spec["config"]), {}
+            if "{task}" in config:  # one config per task; the pattern stands for them
+                for t in tasks:
+                    per_task[t] = existing(
+                        config.replace("{task}", t), f"architecture {name!r}'s config for {t!r}"
+                    )
+                config_path = (here / config).resolve()
+            else:
+                config_path = existing(config, f"architecture {name!r}'s config")
             archs[str(name)] = Architecture(
-                existing(spec["config"], f"architecture {name!r}'s config"),
+                config_path,
                 _overrides(spec.get("args"), f"{path}: architecture {name!r}"),
                 str(spec.get("budget_key", BUDGET_KEY)),
                 {
                     str(k): _distribution(v, f"{path}: architecture {name!r}'s sample {k!r}")
                     for k, v in (spec.get("sample") or {}).items()
                 },
+                per_task,
             )
-        if not isinstance(raw["tasks"], dict) or not raw["tasks"]:
-            raise ValueError(f"{path}: 'tasks' must be a non-empty mapping name -> overrides")
-        tasks = {str(k): _overrides(v, f"{path}: task {k!r}") for k, v in raw["tasks"].items()}
         seeds = raw["seeds"]
         if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
             raise ValueError(f"{path}: 'seeds' must be a non-empty list of integers >= 0, got {seeds!r}")
@@ -326,7 +347,7 @@ class Suite:
         """The cell's ``train.py`` arguments after the subcommand (module docstring's order)."""
         arch = self.architectures[cell.arch]
         drawn = _overrides(self.sampled(cell), f"suite {self.name!r}: sample")
-        args = ["--config", str(arch.config), *self.args, *self.tasks[cell.task], *arch.args, *drawn,
+        args = ["--config", str(arch.config_for(cell.task)), *self.args, *self.tasks[cell.task], *arch.args, *drawn,
                 f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
         if cell.lr is not None:
             args.append(f"--{self.lr_key}={cell.lr!r}")

@@ -117,6 +117,10 @@ def test_cell_arguments_go_in_order_so_later_overrides_win(tmp_path):
             {"architectures": {"lstm": "nowhere.yaml"}},
             "architecture 'lstm''s config 'nowhere.yaml' does not exist",
         ),
+        (
+            {"architectures": {"lstm": str(CONFIGS / "chomsky" / "{task}.yaml")}},
+            "architecture 'lstm''s config for 'parity_check'",
+        ),
         ({"seeds": [0, 0]}, "a seed is listed twice"),
         ({"seeds": [-1]}, "'seeds' must be a non-empty list of integers >= 0"),
         ({"lrs": [0.1, -1]}, "'lrs' must be a list of positive numbers"),
