@@ -23,8 +23,9 @@ of this machine is left to it (:func:`memrnn.suite.runner.live_owner`): two invo
 string length, ``--by-epoch`` each cell's validation gap by epoch.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
-CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 4-8 minutes per epoch on one core of
-this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is about 20 core-hours.  ``vrns``, the
+CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 5-8 minutes per epoch on one core of
+this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is 25-40 core-hours per model; on a
+cluster, ``configs/suites/dusell.yaml`` runs the same cells as a SLURM job array.  ``vrns``, the
 vector RNS-RNN (DuSell & Chiang 2023), costs about 6 times the RNS-RNN's stack time.
 """
 
