@@ -347,8 +347,8 @@ class Suite:
         """The cell's ``train.py`` arguments after the subcommand (module docstring's order)."""
         arch = self.architectures[cell.arch]
         drawn = _overrides(self.sampled(cell), f"suite {self.name!r}: sample")
-        args = ["--config", str(arch.config_for(cell.task)), *self.args, *self.tasks[cell.task], *arch.args, *drawn,
-                f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
+        args = ["--config", str(arch.config_for(cell.task)), *self.args, *self.tasks[cell.task], *arch.args,
+                *drawn, f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
         if cell.lr is not None:
             args.append(f"--{self.lr_key}={cell.lr!r}")
         args += [
