@@ -20,7 +20,10 @@ of this machine is left to it (:func:`memrnn.suite.runner.live_owner`): two invo
 ``--out`` never train the same cell twice at once.  Each worker logs to
 ``<out>/logs/<models>_<task>_seed<S>.log``.  Runs log offline to W&B under the cell's folder.
 ``--table-only`` prints the table of what is there; ``--by-length`` adds each task's test gap by
-string length, ``--by-epoch`` each cell's validation gap by epoch.
+string length, ``--by-epoch`` each cell's validation gap by epoch.  A result also keeps its
+validation gap by epoch and the epoch of the checkpoint its test scored (:func:`epoch_record`),
+so a results folder without the runs' files (``benchmarks/results/dusell``) prints them too;
+``--record-epochs`` adds them to results written before they were kept.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
 CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 5-8 minutes per epoch on one core of
@@ -115,6 +118,8 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
             cli.trainer.fit(cli.model, datamodule=shared, ckpt_path=cli.continue_from)
             best = cli.trainer.checkpoint_callback.best_model_path
             (tested,) = cli.trainer.test(cli.model, datamodule=shared, ckpt_path=best or None)
+            if wandb.run is not None:  # flush the run's history before reading its epochs back
+                wandb.finish()
             result = {
                 "model": model, "task": task, "seed": seed,
                 "test_ce_gap": tested["test/ce_gap"],
@@ -123,6 +128,7 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
                 "checkpoint": str(best), "seconds": time.perf_counter() - start, "overrides": extra,
                 "continued_from": None if cli.continue_from is None else str(cli.continue_from),
                 **code_fields(cli.continued_record),
+                **epoch_record(save, best),
             }  # fmt: skip
             (save / "result.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"[dusell] {model}_{task} seed {seed}: test/ce_gap {result['test_ce_gap']:.4f} "
@@ -238,26 +244,82 @@ def merge_epochs(histories: list[list[dict]], metric: str = "val/ce_gap") -> dic
     return dict(sorted(merged.items()))
 
 
-def epoch_curve(cell: Path, metric: str = "val/ce_gap") -> dict[int, float]:
-    """A cell's ``metric`` by epoch, read from every offline W&B run under ``<cell>/wandb``
-    (:func:`merge_epochs`; the runs' folders are named by their start time)."""
+def epoch_curve(cell: Path, metric: str = "val/ce_gap", wait: float = 0.0) -> dict[int, float]:
+    """A cell's ``metric`` by epoch (Lightning's, from 0), read from every offline W&B run under
+    ``<cell>/wandb`` (:func:`merge_epochs`; the runs' folders are named by their start time).
+    ``wait``: seconds to wait for the newest run's exit record (a run finished just now)."""
     from memrnn.lit.wandb_files import read_offline_run
 
     runs = sorted(cell.glob("wandb/offline-run-*/run-*.wandb"), key=lambda f: f.parent.name)
-    return merge_epochs([read_offline_run(f)["history"] for f in runs], metric)
+    return merge_epochs(
+        [read_offline_run(f, wait=wait if f == runs[-1] else 0.0)["history"] for f in runs], metric
+    )
+
+
+def epoch_record(cell: Path, checkpoint: str | Path | None) -> dict:
+    """What a result keeps of its run so that its files need not be: ``val_ce_gap_by_epoch``
+    (the validation gap of epochs 1, 2, ..., ``None`` for one that logged none; from the cell's
+    W&B runs, :func:`epoch_curve`) and ``checkpoint_epoch``, the epoch, counting from 1, of the
+    checkpoint the test scored (Lightning's file names count from 0: ``epoch15-…`` is the 16th),
+    ``None`` when that checkpoint is gone."""
+    from memrnn.suite.runner import checkpoint_epoch
+
+    curve = epoch_curve(cell, wait=30.0) if list(cell.glob("wandb/offline-run-*/run-*.wandb")) else {}
+    gaps = [curve.get(e) for e in range(max(curve) + 1)] if curve else []
+    tested = Path(checkpoint) if checkpoint else None
+    epoch = checkpoint_epoch(tested) + 1 if tested is not None and tested.is_file() else None
+    return {"val_ce_gap_by_epoch": gaps, "checkpoint_epoch": epoch}
+
+
+def record_epochs(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> list[str]:
+    """Add :func:`epoch_record` to every finished cell's ``result.json`` that lacks it (results
+    written before it was recorded), from the cell's W&B runs and checkpoint; the cells updated."""
+    done = []
+    for task in tasks:
+        for m in models:
+            for s in seeds:
+                cell = cell_dir(out, m, task, s)
+                f = cell / "result.json"
+                if not f.exists():
+                    continue
+                result = json.loads(f.read_text())
+                if result.get("val_ce_gap_by_epoch") and result.get("checkpoint_epoch") is not None:
+                    continue
+                record = epoch_record(cell, result.get("checkpoint"))
+                if not record["val_ce_gap_by_epoch"] and result.get("val_ce_gap_by_epoch"):
+                    record["val_ce_gap_by_epoch"] = result["val_ce_gap_by_epoch"]
+                if record["checkpoint_epoch"] is None:
+                    record["checkpoint_epoch"] = result.get("checkpoint_epoch")
+                f.write_text(json.dumps(result | record, indent=1) + "\n")
+                done.append(f"{m}_{task} seed {s}")
+    return done
 
 
 def by_epoch(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -> str:
-    """One line per cell that has logged a validation epoch: its validation gap
-    (``val/ce_gap``) by epoch, from epoch 0, the way the README and the results file quote them."""
+    """One line per cell that has logged a validation epoch: its validation gap (``val/ce_gap``)
+    by epoch, counting from 1 as the README and the results file do, from its W&B runs, else
+    from its ``result.json`` (:func:`epoch_record`; the committed results keep no W&B files),
+    and the epoch of the checkpoint its test scored, where the result records it."""
     lines = []
     for task in tasks:
         for m in models:
             for s in seeds:
-                curve = epoch_curve(cell_dir(out, m, task, s))
-                if curve:
-                    gaps = ", ".join(f"{curve[e]:.3f}" if e in curve else "?" for e in range(max(curve) + 1))
-                    lines.append(f"{TASKS[task]}, {MODELS[m]}, seed {s} (epochs 0-{max(curve)}): {gaps}")
+                cell = cell_dir(out, m, task, s)
+                result = (
+                    json.loads((cell / "result.json").read_text()) if (cell / "result.json").exists() else {}
+                )
+                curve = epoch_curve(cell)
+                gaps = (
+                    [curve.get(e) for e in range(max(curve) + 1)]
+                    if curve
+                    else result.get("val_ce_gap_by_epoch", [])
+                )
+                if not gaps:
+                    continue
+                tested = result.get("checkpoint_epoch")
+                tested = "" if tested is None else f"; tested on epoch {tested}"
+                text = ", ".join("?" if g is None else f"{g:.3f}" for g in gaps)
+                lines.append(f"{TASKS[task]}, {MODELS[m]}, seed {s} (epochs 1-{len(gaps)}{tested}): {text}")
     return "\n".join(lines)
 
 
@@ -337,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--by-epoch", action="store_true",
                    help="also print each cell's validation gap by epoch (from its offline W&B runs)")  # fmt: skip
     p.add_argument("--fresh", action="store_true", help="start killed cells again instead of continuing them")
+    p.add_argument("--record-epochs", action="store_true",
+                   help="add each finished cell's validation gap by epoch and its tested checkpoint's epoch "
+                        "to its result.json where it lacks them (from its W&B runs and checkpoint)")  # fmt: skip
     p.add_argument("--worker", nargs=2, metavar=("TASK", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     for name, given, known in (("model", args.models, MODELS), ("task", args.tasks, TASKS)):
@@ -376,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"[dusell] {task} seed {seed}: {status}", flush=True)
                     if proc.returncode:
                         failed.append(f"{task} seed {seed}")
+    if args.record_epochs:
+        for cell in record_epochs(args.out, args.models, args.tasks, args.seeds):
+            print(f"[dusell] {cell}: validation epochs recorded in its result.json", flush=True)
     table, missing = collect(args.out, args.models, args.tasks, args.seeds)
     note = (
         "test/ce_gap (nats per token above the exact lower bound, DuSell & Chiang's metric): "

@@ -66,7 +66,30 @@ def test_every_cell_is_trained_tested_tabulated_and_only_missing_ones_rerun(tmp_
             (gap,) = [
                 r["val/ce_gap"] for r in read_offline_run(run_file, wait=30)["history"] if "val/ce_gap" in r
             ]
-            assert f"Marked reversal, {name}, seed {seed} (epochs 0-0): {gap:.3f}" in epochs
+            assert (
+                f"Marked reversal, {name}, seed {seed} (epochs 1-1; tested on epoch 1): {gap:.3f}" in epochs
+            )
+            # the result keeps the curve and the tested checkpoint's epoch (from 1), so a copy of
+            # result.json alone (as the committed results are) prints the same line
+            r = json.loads((cell / "result.json").read_text())
+            assert r["val_ce_gap_by_epoch"] == [pytest.approx(gap)] and r["checkpoint_epoch"] == 1
+            kept = tmp_path / "kept" / cell.relative_to(out)
+            kept.mkdir(parents=True)
+            (kept / "result.json").write_text(json.dumps(r))
+    dusell = _script()
+    copied = dusell.by_epoch(tmp_path / "kept", ["lstm", "superposition"], ["marked_reversal"], [0, 1])
+    assert copied.splitlines() == epochs
+    # --record-epochs adds both to a result written before they were kept, and leaves others be
+    older = out / "lstm_marked_reversal" / "seed1" / "result.json"
+    r = json.loads(older.read_text())
+    bare = {k: v for k, v in r.items() if k not in ("val_ce_gap_by_epoch", "checkpoint_epoch")}
+    older.write_text(json.dumps(bare))
+    other = out / "lstm_marked_reversal" / "seed0" / "result.json"
+    untouched = other.read_text()
+    assert dusell.record_epochs(out, ["lstm", "superposition"], ["marked_reversal"], [0, 1]) == [
+        "lstm_marked_reversal seed 1"
+    ]
+    assert json.loads(older.read_text()) == r and other.read_text() == untouched
     code = json.loads((out / "lstm_marked_reversal" / "seed0" / "result.json").read_text())["code"]
     assert code["commit"] is None or f"Code: {code['commit'][:7]}" in (tmp_path / "table.md").read_text()
 
