@@ -26,8 +26,9 @@ so a results folder without the runs' files (``benchmarks/results/dusell``) prin
 ``--record-epochs`` adds them to results written before they were kept.
 
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
-CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 5-8 minutes per epoch on one core of
-this project's 2-core VM, so 20 epochs × 5 tasks × 3 seeds is 25-40 core-hours per model; on a
+CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 3-8 minutes per epoch on one core of
+this project's 2-core VMs (which differ), so 20 epochs × 5 tasks × 3 seeds is 15-40 core-hours per
+model; on a
 cluster, ``configs/suites/dusell.yaml`` runs the same cells as a SLURM job array.  ``vrns``, the
 vector RNS-RNN (DuSell & Chiang 2023), costs about 6 times the RNS-RNN's stack time.
 """
