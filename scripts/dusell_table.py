@@ -28,9 +28,8 @@ so a results folder without the runs' files (``benchmarks/results/dusell``) prin
 The NS-RNN and RNS-RNN cells (``--models ns rns``) run their stack as one C++ run per batch on
 CPU (``benchmarks/results/nondeterministic-cpu-2core.md``): 3-8 minutes per epoch on one core of
 this project's 2-core VMs (which differ), so 20 epochs × 5 tasks × 3 seeds is 15-40 core-hours per
-model; on a
-cluster, ``configs/suites/dusell.yaml`` runs the same cells as a SLURM job array.  ``vrns``, the
-vector RNS-RNN (DuSell & Chiang 2023), costs about 6 times the RNS-RNN's stack time.
+model; on a cluster, ``configs/suites/dusell.yaml`` runs the same cells as a SLURM job array.
+``vrns``, the vector RNS-RNN (DuSell & Chiang 2023), costs about 6 times the RNS-RNN's stack time.
 """
 
 from __future__ import annotations
@@ -257,6 +256,12 @@ def epoch_curve(cell: Path, metric: str = "val/ce_gap", wait: float = 0.0) -> di
     )
 
 
+def by_epoch_list(curve: dict[int, float]) -> list[float | None]:
+    """:func:`epoch_curve`'s ``{epoch from 0: value}`` as a list from epoch 1 (``None`` for an
+    epoch that logged none), the form results keep and the tables print."""
+    return [curve.get(e) for e in range(max(curve) + 1)] if curve else []
+
+
 def epoch_record(cell: Path, checkpoint: str | Path | None) -> dict:
     """What a result keeps of its run so that its files need not be: ``val_ce_gap_by_epoch``
     (the validation gap of epochs 1, 2, ..., ``None`` for one that logged none; from the cell's
@@ -265,8 +270,7 @@ def epoch_record(cell: Path, checkpoint: str | Path | None) -> dict:
     ``None`` when that checkpoint is gone."""
     from memrnn.suite.runner import checkpoint_epoch
 
-    curve = epoch_curve(cell, wait=30.0) if list(cell.glob("wandb/offline-run-*/run-*.wandb")) else {}
-    gaps = [curve.get(e) for e in range(max(curve) + 1)] if curve else []
+    gaps = by_epoch_list(epoch_curve(cell, wait=30.0))
     tested = Path(checkpoint) if checkpoint else None
     epoch = checkpoint_epoch(tested) + 1 if tested is not None and tested.is_file() else None
     return {"val_ce_gap_by_epoch": gaps, "checkpoint_epoch": epoch}
@@ -309,12 +313,7 @@ def by_epoch(out: Path, models: list[str], tasks: list[str], seeds: list[int]) -
                 result = (
                     json.loads((cell / "result.json").read_text()) if (cell / "result.json").exists() else {}
                 )
-                curve = epoch_curve(cell)
-                gaps = (
-                    [curve.get(e) for e in range(max(curve) + 1)]
-                    if curve
-                    else result.get("val_ce_gap_by_epoch", [])
-                )
+                gaps = by_epoch_list(epoch_curve(cell)) or result.get("val_ce_gap_by_epoch", [])
                 if not gaps:
                     continue
                 tested = result.get("checkpoint_epoch")
@@ -398,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--by-length", action="store_true",
                    help="also print each task's test gap by string length beside the length floor")  # fmt: skip
     p.add_argument("--by-epoch", action="store_true",
-                   help="also print each cell's validation gap by epoch (from its offline W&B runs)")  # fmt: skip
+                   help="also print each cell's validation gap by epoch (from its offline W&B runs, else its result.json)")  # fmt: skip
     p.add_argument("--fresh", action="store_true", help="start killed cells again instead of continuing them")
     p.add_argument("--record-epochs", action="store_true",
                    help="add each finished cell's validation gap by epoch and its tested checkpoint's epoch "
