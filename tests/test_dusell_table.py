@@ -290,3 +290,33 @@ def test_the_dusell_suite_runs_the_scripts_cells_one_config_per_model_and_task(t
         theirs = build_cli(theirs, run=False, default_config_files=defaults)
         assert ours.config.as_dict() == theirs.config.as_dict(), cell.name
         assert ours.trainer.max_epochs == 20 and ours.config.seed_everything == seed
+
+
+def test_the_readmes_20_epoch_table_is_the_committed_results():
+    """Every cell of the README's 20-epoch DuSell table whose three seeds have committed result files
+    (``benchmarks/results/dusell/``) is what ``collect`` computes from them, floors included, so
+    the README cannot keep cells of an older run (the RNS-RNN column's runs were not kept)."""
+    dusell = _script()
+    models = ["lstm", "superposition", "stratification", "ns", "rns"]
+    readme = (ROOT / "README.md").read_text().splitlines()
+    head = "| task | length floor | " + " | ".join(dusell.MODELS[m] for m in models) + " |"
+    assert readme.count(head) == 1
+    start = readme.index(head) + 2
+    ours = {row.split("|")[1].strip(): row.split("|")[2:-1] for row in readme[start : start + 5]}
+    assert list(ours) == list(dusell.TASKS.values())
+    results = ROOT / "benchmarks" / "results" / "dusell"
+    checked = 0
+    for model in models:
+        tasks = [
+            t for t in dusell.TASKS if all((dusell.cell_dir(results, model, t, s) / "result.json").exists() for s in (0, 1, 2))
+        ]  # fmt: skip
+        if not tasks:
+            continue
+        table, missing = dusell.collect(results, [model], tasks, [0, 1, 2])
+        assert not missing
+        for line in table.splitlines()[2 : 2 + len(tasks)]:
+            task, floor, cell = (c.strip() for c in line.split("|")[1:4])
+            assert ours[task][0].strip() == floor, task
+            assert ours[task][1 + models.index(model)].strip() == cell, (model, task)
+            checked += 1
+    assert checked >= 20  # LSTM, superposition, stratification and NS-RNN: every task
