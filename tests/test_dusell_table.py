@@ -322,3 +322,20 @@ def test_the_readmes_20_epoch_table_is_the_committed_results():
             assert ours[task][1 + models.index(model)].strip() == cell, (model, task)
             checked += 1
     assert checked >= 25  # LSTM, superposition, stratification, NS-RNN: every task; RNS-RNN: every task
+
+
+def test_the_readmes_40_epoch_unmarked_reversal_numbers_are_the_committed_results():
+    """The README's sentence on the RNS-RNN's unmarked reversal continued to 40 epochs quotes each
+    seed's test gap and its best validation gap at 20 and 40 epochs; they are what the committed
+    ``benchmarks/results/dusell-e40/`` files hold."""
+    text = " ".join((ROOT / "README.md").read_text().split())
+    start = text.index("Trained 20 epochs more (seeds 0 and 1")
+    sentence = text[start : text.index("The miss is", start)]
+    for seed in (0, 1):
+        r = json.loads(
+            (ROOT / f"benchmarks/results/dusell-e40/rns_unmarked_reversal/seed{seed}/result.json").read_text()
+        )
+        assert r["epochs"] == 40 and len(r["val_ce_gap_by_epoch"]) == 40 and r["continued_from"]
+        gaps = r["val_ce_gap_by_epoch"]
+        assert f"{r['test_ce_gap']:.3f}" in sentence, seed
+        assert f"{min(gaps[:20]):.3f} → {min(gaps):.3f}" in sentence, seed
