@@ -382,8 +382,6 @@ class _Stratification(_Kernel):
     tail_ = _views(lambda k: k.s[:, 1:])
     win_ = functools.cached_property(lambda k: _windows(k.P, k.T, k.D))
     v_ = functools.cached_property(lambda k: k.P[: k.T].unbind(0)[::-1])
-    gwin_ = functools.cached_property(lambda k: _windows(k.gP, k.T, k.D))
-    gv_ = functools.cached_property(lambda k: k.gP[: k.T].unbind(0)[::-1])
 
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         push, pop = a
@@ -397,9 +395,13 @@ class _Stratification(_Kernel):
         return popped[-1]
 
     def start_backward(self) -> None:
+        # a fresh gradient buffer for every backward pass, and its views made from it here (a view
+        # cached across passes would accumulate a second backward into the first one's result)
         self.gP = torch.zeros_like(self.P)
         self.g = torch.zeros_like(self.s[0])
         self._block = None
+        self.gwin_ = _windows(self.gP, self.T, self.D)
+        self.gv_ = self.gP[: self.T].unbind(0)[::-1]
 
     def native_grads(self) -> list[Tensor]:
         return [self.gP, self.g]
@@ -503,10 +505,6 @@ class _Deque(_Kernel):
     top_ = functools.cached_property(lambda k: _slide(k.Pt, k.T, k.D))
     vb_ = functools.cached_property(lambda k: k.Pb[: k.T].unbind(0)[::-1])  # v_bot of step s at Pb[T−1−s]
     vt_ = functools.cached_property(lambda k: k.Pt[k.D :].unbind(0))  # v_top of step s at Pt[D+s]
-    gbot_ = functools.cached_property(lambda k: _windows(k.gPb, k.T, k.D))
-    gtop_ = functools.cached_property(lambda k: _slide(k.gPt, k.T, k.D))
-    gvb_ = functools.cached_property(lambda k: k.gPb[: k.T].unbind(0)[::-1])
-    gvt_ = functools.cached_property(lambda k: k.gPt[k.D :].unbind(0))
 
     def _pops(self, old: Tensor, u_top: Tensor, u_bot: Tensor) -> tuple[Tensor, ...]:
         """The two pops of ``old [2D, B]``: their pre-activations and results."""
@@ -540,8 +538,13 @@ class _Deque(_Kernel):
         return p2[D - 1] + p2[D]
 
     def start_backward(self) -> None:
+        # fresh gradient buffers for every backward pass, with their views (as the stratification
+        # kernel's: re-entrant)
         self.gPb, self.gPt = torch.zeros_like(self.Pb), torch.zeros_like(self.Pt)
         self.g = torch.zeros_like(self.s[0])
+        T, D = self.T, self.D
+        self.gbot_, self.gtop_ = _windows(self.gPb, T, D), _slide(self.gPt, T, D)
+        self.gvb_, self.gvt_ = self.gPb[:T].unbind(0)[::-1], self.gPt[D:].unbind(0)
 
     def native_grads(self) -> list[Tensor]:
         return [self.gPb, self.gPt, self.g]
