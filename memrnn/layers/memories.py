@@ -19,7 +19,8 @@ memory                  actions from ``h``                      structure
 ``NeuralDeque``         push and pop strengths σ and a tanh     Grefenstette et al. 2015, §3.3
                         value for each end (top, bottom)
 ``Tape``                softmax(stay, left, right), written     Delétang et al. 2023, Tape-RNN
-                        vector W h + b (``write_activation``)   without its jumps
+                        vector W h + b (``write_activation``),  without its jumps
+                        or an MLP of ``h`` (``write_mlp``)
 ``JumpTape``            the tape's actions and jumps left and   Delétang et al. 2023, Tape-RNN
                         right by each row's input length
 ``Nondeterministic``    log weights of every push, replace and  DuSell & Chiang 2020 (NS-RNN),
@@ -38,7 +39,9 @@ nothing.  The nondeterministic stack keeps a window of ``depth`` start times and
 
 from __future__ import annotations
 
+import itertools
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
 import torch
@@ -61,6 +64,23 @@ from memrnn.ops.tape import tape_jump_step, tape_step
 
 #: what a pushed or written vector may pass through
 VALUE_ACTIVATIONS = ("sigmoid", "tanh", "identity")
+
+
+def mlp_sizes(name: str, sizes: Sequence[int]) -> tuple[int, ...]:
+    """``sizes`` (an MLP's hidden layer sizes: a list or tuple of positive integers, possibly
+    empty) as a tuple, else a ``ValueError`` naming ``name`` and the bad value."""
+    if not isinstance(sizes, (list, tuple)):
+        raise ValueError(
+            f"{name} must be a list or tuple of hidden layer sizes (e.g. (64, 64)), got {sizes!r}"
+        )
+    for size in sizes:
+        try:
+            positive_int(name, size)
+        except ValueError:
+            raise ValueError(
+                f"{name}'s hidden layer sizes must be positive integers, got {size!r} in {sizes!r}"
+            ) from None
+    return tuple(int(size) for size in sizes)
 
 
 class SuperpositionState(NamedTuple):
@@ -107,6 +127,12 @@ class Memory(nn.Module, ABC):
     Subclasses set ``kind`` (the name the fused paths dispatch on), ``State`` and ``actions``
     (the names of the actions in the head's first outputs), and implement ``initial_state``,
     ``read`` and ``update``.
+
+    ``value_mlp`` (hidden layer sizes; empty by default): the pushed or written value comes from
+    an MLP of ``h`` (``value_mlp``, an ``nn.ModuleList`` of ``nn.Linear``, ReLU between layers
+    and none after the last; torch's default initialisation) instead of the head's last rows;
+    the head then gives the actions only.  Without it the parameters are the head's alone, as
+    before the option existed.
     """
 
     kind: ClassVar[str]
@@ -121,6 +147,7 @@ class Memory(nn.Module, ABC):
         depth: int,
         value_activation: str,
         *,
+        value_mlp: Sequence[int] = (),
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -129,11 +156,27 @@ class Memory(nn.Module, ABC):
         self.width = positive_int("width", width)
         self.depth = positive_int("depth", depth)
         self.value_activation = resolve_activation(value_activation, VALUE_ACTIVATIONS, "value activation")
-        self.head = nn.Linear(hidden_size, self._head_size(), device=device, dtype=dtype)
+        self.value_mlp_sizes = mlp_sizes("value_mlp", value_mlp)
+        k = len(self.actions)
+        fk = {"device": device, "dtype": dtype}
+        if not self.value_mlp_sizes:
+            self.head = nn.Linear(hidden_size, self._head_size(), **fk)
+            self.value_mlp: nn.ModuleList | None = None
+            return
+        self.head = nn.Linear(hidden_size, k, **fk)  # the actions; the value from the MLP
+        sizes = (hidden_size, *self.value_mlp_sizes, self._head_size() - k)
+        self.value_mlp = nn.ModuleList(nn.Linear(a, b, **fk) for a, b in itertools.pairwise(sizes))
 
     def _head_size(self) -> int:
-        """Outputs of the head: the actions, then the pushed or written vector."""
+        """Outputs of the head: the actions, then the pushed or written vector (which a value MLP
+        gives instead)."""
         return len(self.actions) + self.width
+
+    def reset_parameters(self) -> None:
+        """The head's and the value MLP's layers re-drawn (torch's ``nn.Linear`` initialisation)."""
+        self.head.reset_parameters()
+        for layer in self.value_mlp or ():
+            layer.reset_parameters()
 
     @property
     def reading_size(self) -> int:
@@ -147,7 +190,20 @@ class Memory(nn.Module, ABC):
         """``h [B, hidden_size]`` -> (actions ``[B, len(actions)]``, value ``[B, width]``)."""
         out = self.head(h)
         k = len(self.actions)
-        return self._action_fn(out[:, :k]), ACTIVATIONS[self.value_activation](out[:, k:])
+        if self.value_mlp is None:
+            actions, value = out[:, :k], out[:, k:]
+        else:
+            actions, value = out, h
+            for i, layer in enumerate(self.value_mlp):
+                value = layer(value if i == 0 else torch.relu(value))
+        return self._action_fn(actions), ACTIVATIONS[self.value_activation](value)
+
+    def value_layers(self) -> tuple[tuple[Tensor, Tensor], ...] | None:
+        """The value MLP's ``(weight, bias)`` pairs (:func:`memrnn.ops.stack_rnn.stack_rnn_sequence`'s
+        ``value_mlp``), or None without one."""
+        if self.value_mlp is None:
+            return None
+        return tuple((layer.weight, layer.bias) for layer in self.value_mlp)
 
     @staticmethod
     def _action_fn(a: Tensor) -> Tensor:
@@ -312,16 +368,43 @@ class Tape(Memory):
     """The tape of Delétang et al.'s (2023) Tape-RNN: ``depth`` circular cells of ``width``
     units; each step writes ``W_w h + b_w`` (``write_activation``) into the head's cell and moves by
     ``softmax(W_a h + b_a)`` over stay, left and right (:mod:`memrnn.ops.tape`).  Reads the head's
-    cell.  Circular: nothing is dropped (``overflow`` is 0)."""
+    cell.  Circular: nothing is dropped (``overflow`` is 0).
+
+    ``write_mlp``: the hidden layer sizes of an MLP through which the written vector is computed
+    from ``h`` (ReLU between layers, none after the last, then ``write_activation``), as the
+    authors' Tape-RNN writes (``mlp_layers_size=(64, 64)``: ``Linear(N, 64) → ReLU → Linear(64,
+    64) → ReLU → Linear(64, width)``; the actions keep their own linear head); ``()``, the
+    default, writes ``W_w h + b_w``.  The layers are ``value_mlp`` (:class:`Memory`)."""
 
     kind = "tape"
     State = TapeState
     actions = ("stay", "left", "right")
 
     def __init__(
-        self, hidden_size: int, width: int = 8, depth: int = 32, write_activation: str = "identity", **factory
+        self,
+        hidden_size: int,
+        width: int = 8,
+        depth: int = 32,
+        write_activation: str = "identity",
+        write_mlp: Sequence[int] = (),
+        **factory,
     ) -> None:
-        super().__init__(hidden_size, width, depth, write_activation, **factory)
+        super().__init__(
+            hidden_size,
+            width,
+            depth,
+            write_activation,
+            value_mlp=mlp_sizes("write_mlp", write_mlp),
+            **factory,
+        )
+
+    @property
+    def write_mlp(self) -> tuple[int, ...]:
+        """The write MLP's hidden layer sizes (``()``: one linear head)."""
+        return self.value_mlp_sizes
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, write_mlp={self.write_mlp}"
 
     def initial_state(self, batch_size: int, *, device, dtype) -> TapeState:
         return TapeState(torch.zeros(batch_size, self.depth, self.width, device=device, dtype=dtype))
@@ -343,7 +426,7 @@ class JumpTape(Tape):
     empty state, or −1 when it is None, and running a state with −1 raises until it is set:
     ``state = layer.initial_state(B)._replace(jump=input_lengths)``, or
     :class:`memrnn.lit.SequenceModule` with a data module whose batches carry ``input_lengths``
-    (``ChomskyDataModule``)."""
+    (``ChomskyDataModule``).  ``write_mlp`` as :class:`Tape`'s."""
 
     kind = "tape_jump"
     State = JumpTapeState
@@ -356,9 +439,10 @@ class JumpTape(Tape):
         depth: int = 32,
         write_activation: str = "identity",
         jump: int | None = None,
+        write_mlp: Sequence[int] = (),
         **factory,
     ) -> None:
-        super().__init__(hidden_size, width, depth, write_activation, **factory)
+        super().__init__(hidden_size, width, depth, write_activation, write_mlp, **factory)
         if jump is not None and (isinstance(jump, bool) or not isinstance(jump, int) or jump < 0):
             raise ValueError(f"jump must be a whole number of cells >= 0 or None, got {jump!r}")
         self.jump = jump
@@ -583,6 +667,11 @@ class VectorNondeterministicStack(NondeterministicStack):
 
     def _reading_units(self) -> tuple[int, str]:
         return self.states * self.symbols * self.vector_size, "states × symbols × vector_size"
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.bottom_kind == "learned":
+            nn.init.zeros_(self.bottom)
 
     def _head_size(self) -> int:
         return super()._head_size() + self.vector_size

@@ -104,7 +104,9 @@ class StackRNN(MemoryLayer):
             with ``False``, the loop over ``step``.  With ``False`` every op of that loop is
             torch's own, so second derivatives work.  Same numbers.
         memory_args, controller_args: extra arguments of the memory and controller built by name
-            (``push_activation``, ``forget_bias``, ``activation``, …).
+            (``push_activation``, ``write_mlp``, ``forget_bias``, ``activation``, …).  A tape's
+            ``write_mlp`` (Delétang et al.'s write MLP) runs on the fused CPU paths (Python and
+            C++); on CUDA, where the Triton kernels do not cover it, on the Python one.
 
     ``trace`` reports the memory's actions (``push``, ``pop``, … each ``[B, T]``; the
     nondeterministic stack's log transition weights ``[B, T, QS, …]``), the pushed or written
@@ -424,6 +426,7 @@ class StackRNN(MemoryLayer):
             value_activation=self.memory.value_activation,
             lengths=lengths,
             overflow=self.strict,
+            value_mlp=self.memory.value_layers(),
         )
         *memory, overflow = rest
         if self.strict:

@@ -6,10 +6,12 @@ memories' batched steps (:mod:`memrnn.ops.superposition`, :mod:`memrnn.ops.strat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
-from memrnn.ops.stack_rnn.cpu import StackRNNSequence
+from memrnn.ops.stack_rnn.cpu import _KERNELS, StackRNNSequence
 
 _CONTROLLERS = ("lstm", "elman")
 _MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
@@ -39,6 +41,7 @@ def stack_rnn_sequence(
     value_activation: str,
     lengths: Tensor | None = None,
     overflow: bool = False,
+    value_mlp: Sequence[tuple[Tensor, Tensor]] | None = None,
     impl: str | None = None,
 ) -> tuple[Tensor, ...]:
     """Run the controller and the memory over ``x [B, T, n]``.
@@ -46,11 +49,18 @@ def stack_rnn_sequence(
     Args:
         w_in: ``[G, n + m]`` the controller's input weights over ``[x_t ; r_{t−1}]``; ``b [G]``;
             ``w_rec [G, N]``.  LSTM gate blocks in the order o, i, f, g.
-        w_head, b_head: ``[K, N]``, ``[K]``: the memory's head (actions first, then the value).
+        w_head, b_head: ``[K, N]``, ``[K]``: the memory's head (actions first, then the value);
+            with ``value_mlp``, the ``k`` action rows only (``[k, N]``, ``[k]``).
         h0, c0: ``[B, N]`` (``c0`` None for an Elman controller); ``memory0``: the memory's
             state fields, batch first.
         lengths: ``[B]`` each row's length (right padding), None for all ``T``.
         overflow: compute what each step drops out of the window.
+        value_mlp: the value's MLP (the Tape-RNN's write head, Delétang et al. 2023), or None
+            (the value is the head's last rows): its linear layers ``((w_1, b_1), …, (w_L,
+            b_L))``, ``w_l [H_l, H_{l−1}]``, ``b_l [H_l]``, ``H_0 = N``, ``H_L`` the value's
+            units (``m``, the DeQue's ``2m``); the value is ``w_L relu(… relu(w_1 h + b_1) …) +
+            b_L``, then ``value_activation``.  The Triton kernels do not cover it: a call with a
+            value MLP runs the ``"cpu"`` path on CUDA and under (or with) ``impl="triton"``.
         impl: ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
             :mod:`memrnn.ops.stack_rnn.triton`), ``"cpu"`` (the hand-written BPTT of
             :mod:`memrnn.ops.stack_rnn.cpu`, any device) or ``"native"`` (the same with its time
@@ -60,7 +70,11 @@ def stack_rnn_sequence(
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
     """
-    impl = choose(x, impl, triton_ok=memory in _TRITON_MEMORIES, native_ok=memory in _NATIVE_MEMORIES)
+    mlp = _check_value_mlp(value_mlp, w_head, memory, memory0)
+    triton_ok = memory in _TRITON_MEMORIES and not mlp
+    impl = choose(x, impl, triton_ok=triton_ok, native_ok=memory in _NATIVE_MEMORIES)
+    if impl == "triton" and mlp:  # asked for by name: the kernels have no value MLP
+        impl = "cpu"
     if impl == "triton":
         from memrnn.ops.stack_rnn.triton import stack_rnn_triton
 
@@ -70,8 +84,46 @@ def stack_rnn_sequence(
         )  # fmt: skip
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 
-    spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native")
-    return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *memory0)
+    spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native", len(mlp))
+    flat = [t for layer in mlp for t in layer]
+    return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *flat, *memory0)
+
+
+def _check_value_mlp(
+    value_mlp: Sequence[tuple[Tensor, Tensor]] | None,
+    w_head: Tensor,
+    memory: str,
+    memory0: tuple[Tensor, ...],
+) -> tuple[tuple[Tensor, Tensor], ...]:
+    """``value_mlp`` as a tuple of ``(weight, bias)`` pairs (empty for None), its shapes checked
+    against the controller's ``N`` (``w_head [k, N]``), each other and the memory's value."""
+    if value_mlp is None:
+        return ()
+    layers = tuple(value_mlp)
+    if not layers or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in layers):
+        raise ValueError(f"value_mlp must be a non-empty sequence of (weight, bias) pairs, got {value_mlp!r}")
+    if memory not in _KERNELS:
+        raise ValueError(f"unknown memory {memory!r}; the fused paths cover {', '.join(_KERNELS)}")
+    kernel = _KERNELS[memory]
+    k, units = kernel.n_actions, kernel.reads * kernel.dims(memory0)[1]
+    if w_head.dim() != 2 or w_head.shape[0] != k:
+        raise ValueError(
+            f"with a value_mlp, w_head holds the {memory!r} memory's {k} action rows only; got "
+            f"w_head of shape {tuple(w_head.shape)}"
+        )
+    n_in = w_head.shape[1]
+    for i, (w, bias) in enumerate(layers):
+        if w.dim() != 2 or w.shape[1] != n_in or bias.shape != (w.shape[0],):
+            raise ValueError(
+                f"value_mlp layer {i}: expected a weight [H, {n_in}] and a bias [H], got "
+                f"{tuple(w.shape)} and {tuple(bias.shape)}"
+            )
+        n_in = w.shape[0]
+    if n_in != units:
+        raise ValueError(
+            f"value_mlp's last layer gives {n_in} units; the {memory!r} memory's value has {units}"
+        )
+    return tuple((w, bias) for w, bias in layers)
 
 
 __all__ = ["StackRNNSequence", "fused_kinds", "stack_rnn_sequence"]

@@ -7,10 +7,14 @@ Everything runs transposed, on ``[features, batch]`` columns (as :class:`memrnn.
   after step ``t`` (``t = 0``: the initial state), which is the recurrent input of step ``t+1``:
   one ``addmm`` of ``w_z = [w_rec  w_r]`` gives the step's gates;
 * ``heads [T, K, B]``: the memory's actions (softmax or sigmoid) and value after each step;
+* with a value MLP (the Tape-RNN's write head, Delétang et al. 2023), its hidden layers'
+  activations ``[T, H_l, B]``: the head then gives the actions only, and the value is
+  ``W_L relu(… relu(W_1 h + b_1) …) + b_L`` (and the value activation);
 * the memory's own buffers (a kernel class per memory below).
 
 The forward loop records no graph; the backward loop runs, per step, the memory's backward, the
-heads' (one ``addmm`` into ``∂h``), then the controller's (one ``mm``), with the local derivatives
+heads' (one ``addmm`` into ``∂h``; a value MLP's layers one ``mm`` each, their pre-activations'
+gradients kept for the weights'), then the controller's (one ``mm``), with the local derivatives
 that do not depend on the incoming gradient computed for :data:`memrnn.ops.bptt.BLOCK` steps at a
 time.  Each row's final state is gathered at its own length, and its gradient enters the backward
 loop at that step, so masks cost nothing.  Every subgradient (``clamp_min`` at 0, ``minimum`` at a
@@ -663,8 +667,9 @@ _KERNELS = {
 }
 
 
-def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow) -> None:
-    """The forward loop of :class:`StackRNNSequence` in Python (every device and dtype)."""
+def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp) -> None:
+    """The forward loop of :class:`StackRNNSequence` in Python (every device and dtype); ``mlp =
+    (weights, biases, hidden buffers [T, H_l, B])`` of the value MLP, each empty without one."""
     controller, activation, _, value_act, want_overflow = spec[:5]
     T, k = acts.shape[0], A.shape[1]
     lstm = controller == "lstm"
@@ -679,6 +684,11 @@ def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, 
         act = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu}[activation]
     vfn = {"sigmoid": Tensor.sigmoid_, "tanh": Tensor.tanh_, "identity": None}[value_act]
     afn = torch.softmax if mem.softmax else None
+    mlp_w, mlp_b, mlp_h = mlp
+    head_ = ha_ if mlp_w else hd_  # with a value MLP the head gives the actions only
+    # the value MLP's layers: (weight, bias column, per-step outputs), the last into the value rows
+    outs = [*(h.unbind(0) for h in mlp_h), hv_] if mlp_w else []
+    layers = [(w, bb[:, None], o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
     for s in range(T):
         a_[s].addmm_(w_z, zr_[s])
         if lstm:
@@ -690,7 +700,13 @@ def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, 
             torch.mul(o_[s], x_[s], out=h_[s + 1])
         else:
             h_[s + 1].copy_(act(a_[s]))
-        torch.addmm(b_head[:, None], w_head, h_[s + 1], out=hd_[s])
+        torch.addmm(b_head[:, None], w_head, h_[s + 1], out=head_[s])
+        inp = h_[s + 1]
+        for j, (w, bb, o) in enumerate(layers, 1):
+            torch.addmm(bb, w, inp, out=o[s])
+            if j < len(layers):
+                o[s].relu_()  # a hidden layer's activation, kept for the backward
+            inp = o[s]
         if afn is not None:
             torch.softmax(ha_[s], 0, out=A_[s])
         else:
@@ -708,16 +724,19 @@ class StackRNNSequence(torch.autograd.Function):
 
     ``x [B, T, n]``, ``w_in [G, n + m]`` (the controller's input weights over ``[x ; r]``),
     ``b [G]``, ``w_rec [G, N]``, ``w_head [K, N]``, ``b_head [K]`` (the layer's action order, then
-    the value), ``h0 [B, N]``, ``c0 [B, N]`` (None for Elman), ``lengths [B]`` (None: all ``T``),
-    ``spec = (controller, activation, memory, value_activation, want_overflow)``, then the
-    memory's initial state fields -> ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``,
-    ``c`` (None for Elman), the memory's final fields, ``overflow [B, T]`` (not differentiable;
-    zeros unless asked).
+    the value; the actions only, ``[k, N]`` and ``[k]``, with a value MLP), ``h0 [B, N]``, ``c0
+    [B, N]`` (None for Elman), ``lengths [B]`` (None: all ``T``), ``spec = (controller,
+    activation, memory, value_activation, want_overflow, native, L)``, then the value MLP's ``L``
+    layers as ``w_1, b_1, …, w_L, b_L`` (``w_l [H_l, H_{l−1}]``, ``H_0 = N``, ``H_L`` the value's
+    units; ReLU between layers; none when ``L = 0``), then the memory's initial state fields ->
+    ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``, ``c`` (None for Elman), the
+    memory's final fields, ``overflow [B, T]`` (not differentiable; zeros unless asked).
     """
 
     @staticmethod
-    def forward(ctx, x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *mem0):  # type: ignore[override]
-        controller, _, kind, _, want_overflow, native = spec
+    def forward(ctx, x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *rest):  # type: ignore[override]
+        controller, _, kind, _, want_overflow, native, n_mlp = spec
+        mlp_w, mlp_b, mem0 = list(rest[: 2 * n_mlp : 2]), list(rest[1 : 2 * n_mlp : 2]), rest[2 * n_mlp :]
         ctx.set_materialize_grads(False)
         B, T, nx = x.shape
         N = w_rec.shape[1]
@@ -735,7 +754,9 @@ class StackRNNSequence(torch.autograd.Function):
             acts = x.new_empty(T, w_in.shape[0], B)
         else:
             acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
-        heads = x.new_empty(T, w_head.shape[0], B)  # pre-activations; the value rows activated in place
+        K = k + mlp_w[-1].shape[0] if mlp_w else w_head.shape[0]  # the actions' and the value's rows
+        heads = x.new_empty(T, K, B)  # pre-activations; the value rows activated in place
+        mlp_h = [x.new_empty(T, w.shape[0], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
         A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
@@ -747,14 +768,16 @@ class StackRNNSequence(torch.autograd.Function):
         if native:
             _native_ops().stack_rnn_forward(
                 *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x, w_in[:, :nx].contiguous(), b, acts, z,
-                w_z, w_head, b_head, heads, A, cs, xs, overflow, *mem.native_buffers(),
+                w_z, w_head, b_head, heads, A, cs, xs, overflow, *mem.native_buffers(), mlp_w,
+                [bb.contiguous() for bb in mlp_b], mlp_h,
             )  # fmt: skip
         else:
-            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow)
+            mlp = (mlp_w, mlp_b, mlp_h)
+            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp)
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
-        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mem.buffers)
+        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers)
         ctx.mark_non_differentiable(overflow)
         finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
         finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
@@ -770,12 +793,14 @@ class StackRNNSequence(torch.autograd.Function):
     @staticmethod
     @first_order
     def backward(ctx, gy_h, gy_r, g_hT, g_cT, *rest):  # type: ignore[override]
-        x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = ctx.saved_tensors[:10]
-        controller, activation, _, value_act, _, native = ctx.spec
+        saved = ctx.saved_tensors
+        x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = saved[:10]
+        controller, activation, _, value_act, _, native, n_mlp = ctx.spec
+        mlp_w, mlp_h = list(saved[10 : 10 + n_mlp]), list(saved[10 + n_mlp : 9 + 2 * n_mlp])
         mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
         g_mem = rest[:-1]
         B, T, nx = x.shape
-        G, K, k = w_z.shape[0], w_head.shape[0], mem.n_actions
+        G, K, Ka, k = w_z.shape[0], heads.shape[1], w_head.shape[0], mem.n_actions  # Ka: the head's rows
         m = w_z.shape[1] - N  # the reading's units
         lstm = controller == "lstm"
         tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous().unbind(0)  # noqa: E731
@@ -788,10 +813,15 @@ class StackRNNSequence(torch.autograd.Function):
         ga = acts.new_empty(T, G, B)
         ghd = heads.new_empty(T, K, B)
         gA = A.new_empty(T, k, B)
+        # ∂L/∂ the value MLP's hidden pre-activations, every step's (fresh for each backward)
+        g_mlp = [x.new_empty(T, w.shape[0], B) for w in mlp_w[:-1]]
+        mlp_wt = [w.t() for w in mlp_w]
         if not native:  # the Python loop's per-step views
             ga_, ghd_, gA_, A_ = ga.unbind(0), ghd.unbind(0), gA.unbind(0), A.unbind(0)
             gha_, ghv_, hv_ = ghd[:, :k].unbind(0), ghd[:, k:].unbind(0), heads[:, k:].unbind(0)
             rows_ = list(zip(*(A[:, j].unbind(0) for j in range(k)), strict=True))
+            ghead_ = gha_ if mlp_w else ghd_  # the head's rows
+            g_mlp_ = [g.unbind(0) for g in g_mlp]
             if lstm:
                 gah_, gac_ = ga[:, :N].unbind(0), ga[:, N:].view(T, 3, N, B).unbind(0)
         w_z_t, w_head_t = w_z.t(), w_head.t()
@@ -819,7 +849,7 @@ class StackRNNSequence(torch.autograd.Function):
             grad_w_head_k, grad_b_head_k = _native_backward(
                 ctx.spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT, g_cT,
                 g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_in[:, :nx].contiguous(), grad_w_z, grad_w_x,
-                grad_x,
+                grad_x, mlp_w, mlp_h, g_mlp,
             )  # fmt: skip
         for lo, hi in [] if native else blocks(T):
             n = hi - lo
@@ -846,6 +876,7 @@ class StackRNNSequence(torch.autograd.Function):
             dval = _value_derivative(value_act, heads[lo:hi, k:])
             dval_ = None if dval is None else dval.unbind(0)
             dsig_ = None if mem.softmax else (A[lo:hi] - A[lo:hi] ** 2).unbind(0)
+            relu_ = [(h[lo:hi] > 0).to(h.dtype).unbind(0) for h in mlp_h]  # relu' (0 at 0, as autograd)
             for s in range(hi - 1, lo - 1, -1):
                 j = s - lo
                 if gyh is not None:
@@ -862,7 +893,12 @@ class StackRNNSequence(torch.autograd.Function):
                     torch.mul(gA_[s], dsig_[j], out=gha_[s])
                 if dval_ is not None:
                     ghv_[s].mul_(dval_[j])
-                g_h = torch.addmm(gzh, w_head_t, ghd_[s])
+                g_h = torch.addmm(gzh, w_head_t, ghead_[s])
+                if mlp_w:  # down the value MLP: ∂L/∂ each hidden pre-activation, then into ∂L/∂h
+                    gl = ghv_[s]
+                    for l in range(len(mlp_w) - 1, 0, -1):
+                        gl = torch.mm(mlp_wt[l], gl, out=g_mlp_[l - 1][s]).mul_(relu_[l - 1][j])
+                    g_h.addmm_(mlp_wt[0], gl)
                 if lstm:
                     g_c = torch.addcmul(g_c, g_h, dhdc_[j])
                     torch.mul(kh_[j], g_h, out=gah_[s])
@@ -878,8 +914,12 @@ class StackRNNSequence(torch.autograd.Function):
         if not native:
             zt = z[:T, : N + m]
             grad_w_z = torch.bmm(ga, zt.transpose(1, 2)).sum(0)
-            grad_w_head_k = torch.bmm(ghd, z[1:, :N].transpose(1, 2)).sum(0)
-            grad_b_head_k = ghd.sum((0, 2))
+            grad_w_head_k = torch.bmm(ghd[:, :Ka], z[1:, :N].transpose(1, 2)).sum(0)
+            grad_b_head_k = ghd[:, :Ka].sum((0, 2))
+        grad_mlp = []  # the value MLP's layers: ∂L/∂ each output [T, H_l, B] times its input
+        if mlp_w:
+            for g_out, inp in zip([*g_mlp, ghd[:, k:]], [z[1:, :N], *mlp_h], strict=True):
+                grad_mlp += [torch.bmm(g_out, inp.transpose(1, 2)).sum(0), g_out.sum((0, 2))]
         perm = ctx.perm
         grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(0, perm, grad_w_head_k)
         grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(0, perm, grad_b_head_k)
@@ -898,6 +938,7 @@ class StackRNNSequence(torch.autograd.Function):
             g_c.t() if lstm else None,
             None,
             None,
+            *grad_mlp,
             *g_mem0,
         )
 
@@ -929,12 +970,14 @@ def _native_ops():
 
 
 def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
-                     g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x):  # fmt: skip
+                     g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x,
+                     mlp_w, mlp_h, g_mlp):  # fmt: skip
     """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
     ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
     gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
     ``grad_b``, ``grad_w_z``, ``grad_w_x`` and writes ``grad_x [B, T, n]`` (each None when not
-    needed); returns the gradients of the head's weight and bias (the kernel's action order)."""
+    needed) and ``g_mlp`` (``∂L/∂`` the value MLP's hidden pre-activations, ``[T, H_l, B]``);
+    returns the gradients of the head's weight and bias (the kernel's action order)."""
     T, B = acts.shape[0], acts.shape[-1]
     N, K = w_head.shape[1], w_head.shape[0]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
@@ -946,6 +989,7 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
         *_native_codes(spec), mem.D, mem.m, mem.shift, acts, z, w_z, w_head, heads, A, cs, xs, P, S,
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
         g_c, mem.native_grads(), grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, P2,
+        mlp_w, mlp_h, g_mlp,
     )  # fmt: skip
     mem.after_native(T)
     return gw_head, gb_head

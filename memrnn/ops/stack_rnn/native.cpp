@@ -16,6 +16,12 @@
 // head (actions' pre-activations, then the activated value), A [T, k, B] the actions in the
 // kernel's order.
 //
+// The value's MLP (the Tape-RNN's write head, Deletang et al. 2023; `mlp_w`, `mlp_b`, empty
+// without one): the head `w_head` then holds the k action rows only, and the value rows of heads
+// are W_L relu(… relu(W_1 h + b_1) …) + b_L, the hidden layers' activations kept in `mlp_h`
+// ([T, H_l, B] each) and their pre-activations' gradients written into `mlp_g` by the backward
+// (the weights' gradients are products over all steps, made by the caller).
+//
 // Memories (the memory code):
 //   0 superposition (Joulin & Mikolov 2015): z's memory rows are cells 0..D-1 and a zero cell
 //     D ([D+1, m, B]); actions pop, no-op, push;
@@ -115,11 +121,12 @@ std::vector<int64_t> block_starts(int64_t T) {
 }
 
 struct Dims {
-  int64_t T, B, N, G, Z, mr, K, k, D, m;
+  int64_t T, B, N, G, Z, mr, K, Ka, k, D, m;  // K: heads' rows; Ka: w_head's (K, or k with an MLP)
 };
 
 Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
-             const at::Tensor& w_head, const at::Tensor& A, int64_t D, int64_t m) {
+             const at::Tensor& w_head, const at::Tensor& heads, const at::Tensor& A, int64_t D,
+             int64_t m) {
   Dims d{};
   d.T = acts.size(0);
   d.G = acts.size(1);
@@ -127,7 +134,8 @@ Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
   d.Z = z.size(1);
   d.N = w_head.size(1);
   d.mr = w_z.size(1) - d.N;
-  d.K = w_head.size(0);
+  d.K = heads.size(1);
+  d.Ka = w_head.size(0);
   d.k = A.size(1);
   d.D = D;
   d.m = m;
@@ -263,6 +271,93 @@ void activate_(const at::Tensor& t, T* p, int64_t n, int64_t act) {
   }
 }
 
+// The value MLP's tensors: L linear layers (weights [H_l, H_{l−1}] from H_0 = N to H_L = K − k,
+// biases [H_l] where given) and L − 1 buffers [T, H_l, B] for the hidden layers; without an MLP
+// (L = 0) the head holds every row of heads.
+void check_mlp(const Dims& d, const std::vector<at::Tensor>& w, const std::vector<at::Tensor>* b,
+               const std::vector<at::Tensor>& bufs, const char* bufs_name) {
+  const auto L = static_cast<int64_t>(w.size());
+  const int64_t want = L == 0 ? d.K : d.k;
+  TORCH_CHECK(d.Ka == want, "memrnn native stack RNN: w_head has ", d.Ka, " rows, expected ", want,
+              L == 0 ? " (the actions, then the value)" : " (the actions; the value MLP gives the value)");
+  TORCH_CHECK(static_cast<int64_t>(bufs.size()) == std::max<int64_t>(L - 1, 0),
+              "memrnn native stack RNN: ", bufs_name, " needs one buffer per hidden layer of the value MLP");
+  TORCH_CHECK(b == nullptr || static_cast<int64_t>(b->size()) == L,
+              "memrnn native stack RNN: the value MLP needs one bias per layer");
+  int64_t in = d.N;
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t out = l + 1 < L ? w[l].size(0) : d.K - d.k;
+    TORCH_CHECK(w[l].dim() == 2 && w[l].size(0) == out && w[l].size(1) == in,
+                "memrnn native stack RNN: the value MLP's layer ", l, " must have a [", out, ", ", in,
+                "] weight");
+    if (b != nullptr) {
+      TORCH_CHECK((*b)[l].numel() == out && (*b)[l].is_contiguous(),
+                  "memrnn native stack RNN: the value MLP's layer ", l, " must have a contiguous [", out,
+                  "] bias");
+    }
+    if (l + 1 < L) {
+      const at::Tensor& buf = bufs[l];
+      TORCH_CHECK(buf.dim() == 3 && buf.size(0) == d.T && buf.size(1) == out && buf.size(2) == d.B &&
+                      buf.is_contiguous(),
+                  "memrnn native stack RNN: ", bufs_name, "[", l, "] must be a contiguous [", d.T, ", ",
+                  out, ", ", d.B, "] buffer");
+    }
+    in = out;
+  }
+}
+
+// The value MLP at step s: from h [N, B] through relu(W_l · + b_l) (activations kept in hid[l][s])
+// into the value rows `out` [K − k, B] (pre-activation: the value activation follows).
+template <typename T>
+void mlp_forward(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& b,
+                 const std::vector<at::Tensor>& hid, int64_t s, const at::Tensor& h, const at::Tensor& out,
+                 int64_t B) {
+  const size_t L = w.size();
+  at::Tensor in = h;
+  for (size_t l = 0; l < L; ++l) {
+    const bool last = l + 1 == L;
+    at::Tensor o = last ? out : hid[l].select(0, s);
+    at::mm_out(o, w[l], in);
+    T* op = o.data_ptr<T>();
+    const T* bp = b[l].data_ptr<T>();
+    for (int64_t r = 0; r < o.size(0); ++r) {
+      const T br = bp[r];
+      T* orow = op + r * B;
+      if (last) {
+        MEMRNN_SIMD
+        for (int64_t j = 0; j < B; ++j) orow[j] += br;
+      } else {
+        MEMRNN_SIMD
+        for (int64_t j = 0; j < B; ++j) {
+          const T v = orow[j] + br;
+          orow[j] = v < T(0) ? T(0) : v;  // relu (NaN passes, as clamp_min)
+        }
+      }
+    }
+    in = o;
+  }
+}
+
+// Its backward at step s: from gv = ∂L/∂(the value's pre-activation) [K − k, B] down the hidden
+// layers (∂L/∂ each pre-activation into gbuf[l][s]; relu's subgradient 0 at 0, as autograd's),
+// then gh += W_1ᵀ · (the first layer's).  `w_t`: the weights transposed.
+template <typename T>
+void mlp_backward(const std::vector<at::Tensor>& w_t, const std::vector<at::Tensor>& hid,
+                  const std::vector<at::Tensor>& gbuf, int64_t s, const at::Tensor& gv, at::Tensor& gh) {
+  at::Tensor g = gv;
+  for (auto l = static_cast<int64_t>(w_t.size()) - 1; l >= 1; --l) {
+    at::Tensor gp = gbuf[l - 1].select(0, s);
+    at::mm_out(gp, w_t[l], g);
+    T* gpp = gp.data_ptr<T>();
+    const T* hp = hid[l - 1].select(0, s).data_ptr<T>();
+    const int64_t n = gp.numel();
+    MEMRNN_SIMD
+    for (int64_t j = 0; j < n; ++j) gpp[j] = hp[j] > T(0) ? gpp[j] : T(0);
+    g = gp;
+  }
+  gh.addmm_(w_t[0], g);
+}
+
 template <typename T>
 void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
                   bool want_overflow, bool threaded, const Dims& d, const at::Tensor& x,
@@ -271,8 +366,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& w_z, const at::Tensor& w_head, const at::Tensor& b_head,
                   const at::Tensor& heads, const at::Tensor& A, const at::Tensor& cs,
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
-                  const at::Tensor& S, const int64_t* jp, const at::Tensor& P2) {
-  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
+                  const at::Tensor& S, const int64_t* jp, const at::Tensor& P2,
+                  const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
+                  const std::vector<at::Tensor>& mlp_h) {
+  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   const at::Tensor bh = b_head.contiguous();
   const T* bhp = bh.data_ptr<T>();
@@ -342,9 +439,12 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       activate_(z.select(0, s + 1).narrow(0, 0, N), h, N * B, activation);
     }
     at::Tensor hd = heads.select(0, s);
-    at::mm_out(hd, w_head, z.select(0, s + 1).narrow(0, 0, N));
+    const at::Tensor h_s = z.select(0, s + 1).narrow(0, 0, N);
+    at::Tensor hd_head = hd.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
+    at::mm_out(hd_head, w_head, h_s);
+    if (!mlp_w.empty()) mlp_forward<T>(mlp_w, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B);
     T* hs = hp + s * K * B;
-    for (int64_t r = 0; r < K; ++r) {
+    for (int64_t r = 0; r < Ka; ++r) {
       const T br = bhp[r];
       T* hr = hs + r * B;
       MEMRNN_SIMD
@@ -502,7 +602,9 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const at::Tensor& b_head, const at::Tensor& heads, const at::Tensor& A,
                        const std::optional<at::Tensor>& cs, const std::optional<at::Tensor>& xs,
                        const at::Tensor& overflow, const std::optional<at::Tensor>& P,
-                       const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2) {
+                       const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2,
+                       const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
+                       const std::vector<at::Tensor>& mlp_h) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -518,13 +620,14 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
               "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
   TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kJumpTape || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
-  const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
+  check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                           P2.value_or(at::Tensor()));
+                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h);
   });
 }
 
@@ -584,8 +687,9 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    const at::Tensor& gb, const at::Tensor& gw_head, const at::Tensor& gb_head,
                    bool threaded, const at::Tensor& x, const at::Tensor& w_x,
                    const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx,
-                   const int64_t* jp, const at::Tensor& P2) {
-  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, k = d.k, D = d.D, m = d.m;
+                   const int64_t* jp, const at::Tensor& P2, const std::vector<at::Tensor>& mlp_w,
+                   const std::vector<at::Tensor>& mlp_h, const std::vector<at::Tensor>& mlp_g) {
+  const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
   const T* zp = z.data_ptr<T>();
@@ -605,6 +709,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   T* gcp = lstm ? g_c.data_ptr<T>() : nullptr;
   T* gzr = gzp + N * B;
   const at::Tensor w_z_t = w_z.t(), w_head_t = w_head.t();
+  std::vector<at::Tensor> mlp_wt;
+  for (const auto& w : mlp_w) mlp_wt.push_back(w.t());
   at::Tensor gz_ = gz;
   const at::Tensor gzh = gz.narrow(0, 0, N);
   at::Tensor gh = at::empty_like(gzh);
@@ -891,9 +997,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     }
     // -- the head, then the controller: g_h = ∂L/∂h_{s+1} = gzh + w_headᵀ ∂L/∂heads
     const at::Tensor ghd_s = ghd.select(0, s);
-    at::mm_out(gh, w_head_t, ghd_s);
+    const at::Tensor gha_s = ghd_s.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
+    at::mm_out(gh, w_head_t, gha_s);
+    if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh);
     const at::Tensor h_t = z.select(0, t).narrow(0, 0, N);
-    gw_head.addmm_(ghd_s, h_t.t());
+    gw_head.addmm_(gha_s, h_t.t());
     T* gas_ = gap + s * G * B;
     if (lstm) {
       const T* a = ap + s * G * B;
@@ -930,7 +1038,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       }
     }
     row_sums(gas_, B, gb, G, B);
-    row_sums(gh_s, B, gb_head, K, B);
+    row_sums(gh_s, B, gb_head, Ka, B);
     at::mm_out(gz_, w_z_t, ga.select(0, s));
     if (s == starts[block]) {
       pipe.run([&weights, lo = s, hi = starts[block + 1]] { weights(lo, hi); });
@@ -955,7 +1063,9 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const std::optional<at::Tensor>& gb, const at::Tensor& gw_head,
                         const at::Tensor& gb_head, const at::Tensor& x, const at::Tensor& w_x,
                         const at::Tensor& gw_z, const std::optional<at::Tensor>& gw_x,
-                        const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2) {
+                        const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2,
+                        const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_h,
+                        const std::vector<at::Tensor>& mlp_g) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -977,14 +1087,16 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
   TORCH_CHECK(gm.size() == (memory == kDeque ? 3u : 2u),
               "memrnn native stack RNN: ", memory == kDeque ? 3 : 2, " gradient buffers expected");
-  const Dims d = dims_of(acts, z, w_z, w_head, A, D, m);
+  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
+  check_mlp(d, mlp_w, nullptr, mlp_h, "mlp_h");
+  check_mlp(d, mlp_w, nullptr, mlp_g, "mlp_g");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
                             ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
                             w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                            opt(P2));
+                            opt(P2), mlp_w, mlp_h, mlp_g);
   });
 }
 
@@ -996,7 +1108,8 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "bool want_overflow, int D, int m, Tensor? jumps, Tensor x, Tensor w_x, Tensor b, Tensor(a!) acts, "
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
-      "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2) -> ()",
+      "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2, "
+      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
@@ -1005,6 +1118,7 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
       "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
-      "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2) -> ()",
+      "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2, Tensor[] mlp_w, Tensor[] mlp_h, "
+      "Tensor(m!)[] mlp_g) -> ()",
       &stack_rnn_backward);
 }
