@@ -17,7 +17,8 @@ GRU::
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -32,38 +33,45 @@ from memrnn.ops.gru.cpu import GRUSequence
 
 
 class LSTMState(NamedTuple):
-    """State of ``LSTMLayer``: ``h``, ``c`` each ``[B, num_layers, hidden_size]``.
+    """State of ``LSTMLayer``: ``h``, ``c`` each ``[B, num_layers * num_directions, hidden_size]``.
 
-    Batch first like every memrnn state; ``nn.LSTM`` keeps ``(h, c)`` as
-    ``[num_layers, B, hidden_size]``: :meth:`to_torch` and :meth:`from_torch` convert."""
+    Batch first like every memrnn state, so the layer dimension is the second: the last layer is
+    ``state.h[:, -1]`` (``state.h[-1]`` is the last batch row); a bidirectional layer's
+    ``state.h[:, 2 * l + d]`` is layer ``l``'s direction ``d`` (0 forward, 1 backward), ``nn.LSTM``'s
+    order, so its last layer is ``state.h[:, -2:]``.  ``nn.LSTM`` keeps ``(h_n, c_n)`` as
+    ``[num_layers * num_directions, B, hidden_size]``, the same tensors transposed: :meth:`to_torch`
+    and :meth:`from_torch` convert (``LSTMLayer.to_torch_state``/``from_torch_state`` also check
+    the shapes)."""
 
     h: Tensor
     c: Tensor
 
     def to_torch(self) -> tuple[Tensor, Tensor]:
-        """``nn.LSTM``'s ``(h, c)``, each ``[num_layers, B, hidden_size]`` (contiguous)."""
+        """``nn.LSTM``'s ``(h, c)``, each ``[num_layers * num_directions, B, hidden_size]`` (contiguous)."""
         return self.h.transpose(0, 1).contiguous(), self.c.transpose(0, 1).contiguous()
 
     @classmethod
     def from_torch(cls, hx: tuple[Tensor, Tensor]) -> LSTMState:
-        """From ``nn.LSTM``'s ``(h, c)``, each ``[num_layers, B, hidden_size]``."""
+        """From ``nn.LSTM``'s ``(h, c)``, each ``[num_layers * num_directions, B, hidden_size]``."""
         h, c = hx
         return cls(h.transpose(0, 1), c.transpose(0, 1))
 
 
 class GRUState(NamedTuple):
-    """State of ``GRULayer``: ``h [B, num_layers, hidden_size]`` (``nn.GRU``'s is
-    ``[num_layers, B, hidden_size]``: :meth:`to_torch` and :meth:`from_torch` convert)."""
+    """State of ``GRULayer``: ``h [B, num_layers * num_directions, hidden_size]``, batch first: the
+    last layer is ``state.h[:, -1]`` (bidirectional: ``state.h[:, -2:]``, ``nn.GRU``'s order, as
+    :class:`LSTMState`).  ``nn.GRU``'s is ``[num_layers * num_directions, B, hidden_size]``, the same
+    tensor transposed: :meth:`to_torch` and :meth:`from_torch` convert."""
 
     h: Tensor
 
     def to_torch(self) -> Tensor:
-        """``nn.GRU``'s ``h`` ``[num_layers, B, hidden_size]`` (contiguous)."""
+        """``nn.GRU``'s ``h`` ``[num_layers * num_directions, B, hidden_size]`` (contiguous)."""
         return self.h.transpose(0, 1).contiguous()
 
     @classmethod
     def from_torch(cls, h: Tensor) -> GRUState:
-        """From ``nn.GRU``'s ``h`` ``[num_layers, B, hidden_size]``."""
+        """From ``nn.GRU``'s ``h`` ``[num_layers * num_directions, B, hidden_size]``."""
         return cls(h.transpose(0, 1))
 
 
@@ -86,15 +94,166 @@ def lstm_pointwise(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor, tuple[Tens
     return o * torch.tanh(c), c, (i, f, g, o)
 
 
+# -- stacking and directions, shared with ElmanRNN -------------------------------------------------
+def check_dropout(dropout: Any, num_layers: int) -> float:
+    """``dropout`` between stacked layers as a float in ``[0, 1)``, else a ``ValueError`` naming it;
+    also one when it is > 0 with ``num_layers=1``, where it would act on nothing (``nn.LSTM`` warns
+    and ignores it there; memrnn refuses, so that a configured dropout always drops)."""
+    p = finite_float("dropout", dropout)
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {p}")
+    if p > 0 and num_layers == 1:
+        raise ValueError(
+            f"dropout={p} acts between stacked layers (on the outputs of every layer but the last, as in "
+            f"nn.LSTM), so it needs num_layers > 1, got num_layers=1 (nn.LSTM warns and ignores it); for "
+            f"dropout on this layer's outputs, apply it after the layer"
+        )
+    return p
+
+
+def check_flag(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a ``ValueError`` naming ``name`` and the value."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+def stepless_error(layer: MemoryLayer, what: str = "run step by step") -> ValueError:
+    """The error of a bidirectional layer asked for what needs ``step``."""
+    return ValueError(
+        f"{type(layer).__name__}(bidirectional=True) cannot {what}: its backward direction reads each "
+        f"sequence backwards from its last real token, so it needs the whole sequence at once. Call it "
+        f"on whole (right-padded) sequences, layer(x, mask=mask) or layer.outputs(x, mask=mask); "
+        f"generation, a StackRNN controller and anything else that steps needs bidirectional=False"
+    )
+
+
+def layer_dropout(y: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout between stacked layers, as ``nn.LSTM``/``nn.GRU``/``nn.RNN`` apply it, on a layer's
+    outputs ``y [B, T, F]``: in training mode each element is zeroed with probability ``p`` and the
+    others scaled by ``1/(1 − p)``; outside it, ``y`` unchanged.  The mask is drawn over the
+    time-major layout ``[T, B, F]`` in memory order, as torch's layers draw it: on CPU, from the
+    same seed, an unpadded batch gets ``nn.RNN``'s mask (padded batches: torch draws over the
+    packed sequence, memrnn over the whole padded tensor)."""
+    if not training or p == 0.0:
+        return y
+    return F.dropout(y.transpose(0, 1).contiguous(), p, True).transpose(0, 1)
+
+
+def reverse_padded(x: Tensor, lengths: Tensor | None) -> Tensor:
+    """``x [B, T, ...]`` with each row's first ``lengths[b]`` steps in reverse order and its padding
+    left in place (all ``T`` steps reversed when ``lengths`` is None): the input of a backward
+    direction, which starts at each row's own last real token as with ``pack_padded_sequence``.
+    Its own inverse."""
+    if lengths is None:
+        return x.flip(1)
+    t = torch.arange(x.shape[1], device=x.device)
+    n = lengths.to(t.dtype)[:, None]
+    idx = torch.where(t < n, n - 1 - t, t)  # [B, T]
+    return x.gather(1, idx.view(*idx.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+def stacked_sequence(
+    x: Tensor,
+    h0: Tensor,
+    lengths: Tensor | None,
+    run: Callable[[int, int, Tensor, Tensor], Tensor],
+    *,
+    num_layers: int,
+    num_directions: int,
+    dropout: float,
+    training: bool,
+) -> tuple[Tensor, Tensor]:
+    """A stack of one-field recurrences (Elman, GRU), layer by layer as ``nn.RNN`` runs them.
+
+    ``x [B, T, input]``, ``h0 [B, num_layers * num_directions, H]`` (``nn.RNN``'s order: layer,
+    then direction), ``lengths [B]`` or None; ``run(layer, direction, inputs [B, T, n], h0 [B, H])``
+    returns ``hs [B, T+1, H]`` (``h0`` first, every row run over all ``T`` steps).  The backward
+    direction reads :func:`reverse_padded` inputs; each layer's input is the previous layer's
+    directions concatenated, through :func:`layer_dropout`.  Returns ``(y [B, T, D·H], final [B,
+    L·D, H])``: ``y`` at real positions (past a row's length: anything; mask it) and each row's
+    state after its last real token (the backward direction's: after its first)."""
+    inp, finals = x, []
+    h0s = h0.unbind(1)
+    for layer in range(num_layers):
+        if layer:
+            inp = layer_dropout(inp, dropout, training)
+        outs = []
+        for direction in range(num_directions):
+            seq = inp if direction == 0 else reverse_padded(inp, lengths)
+            hs = run(layer, direction, seq, h0s[layer * num_directions + direction])
+            finals.append(final_by_length(hs, lengths))
+            outs.append(hs[:, 1:] if direction == 0 else reverse_padded(hs[:, 1:], lengths))
+        inp = outs[0] if num_directions == 1 else torch.cat(outs, -1)
+    return inp, torch.stack(finals, 1)
+
+
+Cell = Callable[[int, int, Tensor, tuple[Tensor, ...]], tuple[Tensor, tuple[Tensor, ...], dict[str, Tensor]]]
+
+
+def bidirectional_loop(
+    layer: MemoryLayer, x: Tensor, state: Any, mask: Tensor | None, cell: Cell, *, with_trace: bool
+) -> tuple[Tensor, Any, dict[str, Tensor]]:
+    """The reference loop of a bidirectional layer (``MemoryLayer._loop``'s contract): layer by
+    layer, each direction's step loop over time, the backward one over each row's real tokens
+    reversed (:func:`reverse_padded`), so that it starts at the row's own last real token;
+    masked steps freeze the state and give zero outputs.  ``cell(layer, direction, x_t [B, n],
+    leaves)`` is one step of one layer and direction on the state fields' slices ``[B, H]``; it
+    returns ``(h_t, new leaves, diagnostics)``.  Every state field is ``[B, num_layers · 2, H]``
+    in ``nn.LSTM``'s order; traced fields and diagnostics ``[B, T, num_layers · 2, H]`` hold,
+    for the backward direction, its state after reading ``x_t`` (from the row's end)."""
+    num_layers, dropout = layer.num_layers, layer.dropout  # type: ignore[attr-defined]
+    batch, steps = x.shape[:2]
+    lengths = None if mask is None else mask.sum(1)
+    masks = mask.unbind(1) if mask is not None else [None] * steps
+    finals: list[tuple[Tensor, ...]] = []
+    traced: list[dict[str, Tensor]] = []  # per (layer, direction): {name: [B, T, H]}
+    inp = x
+    for lay in range(num_layers):
+        if lay:
+            inp = layer_dropout(inp, dropout, layer.training)
+        outs = []
+        for direction in (0, 1):
+            k = lay * 2 + direction
+            leaves = tuple(t[:, k] for t in state)
+            seq = inp if direction == 0 else reverse_padded(inp, lengths)
+            ys, seen = [], []
+            for x_t, m_t in zip(seq.unbind(1), masks, strict=True):
+                y_t, new, diag = cell(lay, direction, x_t, leaves)
+                if m_t is not None:
+                    new = tuple(torch.where(m_t[:, None], n, o) for n, o in zip(new, leaves, strict=True))
+                    y_t = torch.where(m_t[:, None], y_t, torch.zeros_like(y_t))
+                    diag = {key: torch.where(m_t[:, None], v, torch.zeros_like(v)) for key, v in diag.items()}
+                leaves = new
+                ys.append(y_t)
+                if with_trace:
+                    seen.append(
+                        {**{f"state.{n}": v for n, v in zip(state._fields, new, strict=True)}, **diag}
+                    )
+            y = torch.stack(ys, 1) if ys else seq.new_zeros(batch, 0, layer.hidden_size)  # type: ignore[attr-defined]
+            outs.append(y if direction == 0 else reverse_padded(y, lengths))
+            finals.append(leaves)
+            if with_trace and seen:
+                per = {key: torch.stack([s[key] for s in seen], 1) for key in seen[0]}
+                traced.append(
+                    {key: v if direction == 0 else reverse_padded(v, lengths) for key, v in per.items()}
+                )
+        inp = torch.cat(outs, -1)
+    final = type(state)(*(torch.stack(leaves, 1) for leaves in zip(*finals, strict=True)))
+    extra = {key: torch.stack([t[key] for t in traced], 2) for key in traced[0]} if traced else {}
+    return inp, final, extra
+
+
 def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
     """Run a fused torch RNN, batch first, with right-padded ``mask``, in chunks of
     :data:`FUSED_CHUNK` steps.
 
     ``hx`` holds batch-first states ``[B, L, H]``; returns ``(y [B, T, H], final states)``,
     with zero outputs past each row's length and each row's state after its last real token
-    (rows of length 0 keep their initial state).
+    (rows of length 0 keep their initial state).  A bidirectional module runs in one call: its
+    backward direction needs the whole sequence.
     """
-    if x.shape[1] <= FUSED_CHUNK or x.device.type != "cpu":
+    if x.shape[1] <= FUSED_CHUNK or x.device.type != "cpu" or rnn.bidirectional:
         return _run_fused_chunk(rnn, x, hx, mask)
     ys = []
     masks = mask.split(FUSED_CHUNK, 1) if mask is not None else [None] * -(-x.shape[1] // FUSED_CHUNK)
@@ -107,8 +266,9 @@ def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor 
 def _run_fused_chunk(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
     """One call of the fused kernel (packed when ``mask`` has padding); as :func:`_run_fused`."""
     batch, steps = x.shape[:2]
+    out_size = rnn.hidden_size * (2 if rnn.bidirectional else 1)
     if steps == 0:
-        return x.new_zeros(batch, 0, rnn.hidden_size), hx
+        return x.new_zeros(batch, 0, out_size), hx
     h_tm = tuple(h.transpose(0, 1).contiguous() for h in hx)  # torch wants [L, B, H]
     arg = h_tm if len(h_tm) > 1 else h_tm[0]
     if mask is None:
@@ -118,7 +278,7 @@ def _run_fused_chunk(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: T
     lengths = mask.sum(1)
     rows = (lengths > 0).nonzero().squeeze(1)
     if rows.numel() == 0:
-        return x.new_zeros(batch, steps, rnn.hidden_size), hx
+        return x.new_zeros(batch, steps, out_size), hx
     sub = tuple(h.index_select(1, rows) for h in h_tm)
     packed = pack_padded_sequence(
         x.index_select(0, rows), lengths.index_select(0, rows).cpu(), batch_first=True, enforce_sorted=False
@@ -128,7 +288,7 @@ def _run_fused_chunk(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: T
     y_sub, _ = pad_packed_sequence(y_p, batch_first=True, total_length=steps)
     if rows.numel() == batch:
         return y_sub, tuple(h.transpose(0, 1) for h in out)
-    y = x.new_zeros(batch, steps, rnn.hidden_size).index_copy(0, rows, y_sub)
+    y = x.new_zeros(batch, steps, out_size).index_copy(0, rows, y_sub)
     final = tuple(h0.index_copy(1, rows, h).transpose(0, 1) for h0, h in zip(h_tm, out, strict=True))
     return y, final
 
@@ -146,6 +306,8 @@ class _FusedRecurrent(MemoryLayer):
         num_layers: int = 1,
         bias: bool = True,
         fused: bool = True,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -155,10 +317,21 @@ class _FusedRecurrent(MemoryLayer):
         positive_int("hidden_size", hidden_size)
         positive_int("num_layers", num_layers)
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.output_size = hidden_size
+        self.dropout = check_dropout(dropout, num_layers)
+        self.bidirectional = check_flag("bidirectional", bidirectional)
+        self.num_directions = 2 if self.bidirectional else 1
+        self.output_size = hidden_size * self.num_directions
         self.fused = bool(fused)
         self.rnn = self._torch_cls(
-            input_size, hidden_size, num_layers, bias=bias, batch_first=True, device=device, dtype=dtype
+            input_size,
+            hidden_size,
+            num_layers,
+            bias=bias,
+            batch_first=True,
+            dropout=self.dropout,
+            bidirectional=self.bidirectional,
+            device=device,
+            dtype=dtype,
         )
 
     def reset_parameters(self) -> None:
@@ -173,26 +346,115 @@ class _FusedRecurrent(MemoryLayer):
         autocast dtype); the final state is cast back to the layer's dtype."""
         return self.fused and x.is_cuda
 
-    def _weights(self, layer: int) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
-        r = self.rnn
+    def _weights(
+        self, layer: int, direction: int | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        """``(weight_ih, weight_hh, bias_ih, bias_hh)`` of ``layer``'s ``direction`` (0 forward, 1
+        backward: torch's ``_reverse`` parameters).  ``direction=None`` asks for the one direction
+        of a unidirectional layer's step; a bidirectional layer has none and raises."""
+        if direction is None:
+            if self.bidirectional:
+                raise stepless_error(self, "give one step's weights")
+            direction = 0
+        r, sfx = self.rnn, f"_l{layer}" + ("_reverse" if direction else "")
         if r.bias:
             return (
-                getattr(r, f"weight_ih_l{layer}"),
-                getattr(r, f"weight_hh_l{layer}"),
-                getattr(r, f"bias_ih_l{layer}"),
-                getattr(r, f"bias_hh_l{layer}"),
+                getattr(r, f"weight_ih{sfx}"),
+                getattr(r, f"weight_hh{sfx}"),
+                getattr(r, f"bias_ih{sfx}"),
+                getattr(r, f"bias_hh{sfx}"),
             )
-        return getattr(r, f"weight_ih_l{layer}"), getattr(r, f"weight_hh_l{layer}"), None, None
+        return getattr(r, f"weight_ih{sfx}"), getattr(r, f"weight_hh{sfx}"), None, None
 
     def _zeros(self, batch_size: int, device, dtype) -> Tensor:
         fk = self._default_factory(device, dtype)
-        return torch.zeros(batch_size, self.num_layers, self.hidden_size, **fk)
+        return torch.zeros(batch_size, self.num_layers * self.num_directions, self.hidden_size, **fk)
+
+    def _cell(
+        self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]
+    ) -> tuple[Tensor, tuple[Tensor, ...], dict[str, Tensor]]:
+        """One step of one layer and direction: ``x_t [B, n]``, the state fields' slices ``[B, H]``
+        -> ``(h_t, new slices, gates)``."""
+        raise NotImplementedError
+
+    def trace_step(self, x_t: Tensor, state):
+        """The gate-level reference step through every layer (dropout between layers in training
+        mode, a fresh mask per step), with each layer's gates ``[B, num_layers, hidden_size]``."""
+        if self.bidirectional:
+            raise stepless_error(self)
+        news, diags = [], []
+        inp = x_t
+        for layer, leaves in enumerate(zip(*(t.unbind(1) for t in state), strict=True)):
+            if layer and self.dropout and self.training:
+                inp = F.dropout(inp, self.dropout, True)
+            inp, new, diag = self._cell(layer, 0, inp, leaves)
+            news.append(new)
+            diags.append(diag)
+        new_state = type(state)(*(torch.stack(ts, 1) for ts in zip(*news, strict=True)))
+        return inp, new_state, {k: torch.stack([d[k] for d in diags], 1) for k in diags[0]}
+
+    def step(self, x_t: Tensor, state):
+        """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``.
+
+        In training mode with ``dropout``, each step draws its own mask between layers (same
+        distribution as the fused path's, other numbers).  A bidirectional layer raises: its
+        backward direction cannot run step by step."""
+        y, new, _ = self.trace_step(x_t, state)
+        return y, new
+
+    def _loop(self, x: Tensor, state, mask: Tensor | None, *, with_trace: bool, step=None):
+        """The reference loop: over ``step`` (``MemoryLayer``'s) when unidirectional, else
+        :func:`bidirectional_loop` over the layers' cells (``forward(fused=False)``, ``trace`` and
+        :func:`memrnn.reference_paths` run it)."""
+        if not self.bidirectional:
+            return super()._loop(x, state, mask, with_trace=with_trace, step=step)
+        return bidirectional_loop(self, x, state, mask, self._cell, with_trace=with_trace)
+
+    def to_torch_state(self, state) -> Any:
+        """``state`` in the wrapped ``nn.LSTM``'s layout ``(h_n, c_n)`` (``nn.GRU``: ``h_n``), each
+        ``[num_layers * num_directions, B, hidden_size]`` (contiguous), what ``self.rnn`` takes
+        and returns; a ``ValueError`` names a field of another shape."""
+        fields = tuple(state)
+        for name, t in zip(self.state_template().fields, fields, strict=True):
+            if not isinstance(t, Tensor) or t.dim() != 3 or tuple(t.shape[1:]) != self._per_row():
+                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"{type(self).__name__}.to_torch_state: field {name!r} has shape {got}, expected "
+                    f"[batch, {', '.join(map(str, self._per_row()))}] (memrnn's batch-first layout)"
+                )
+        out = tuple(t.transpose(0, 1).contiguous() for t in fields)
+        return out if len(out) > 1 else out[0]
+
+    def from_torch_state(self, hx: Any):
+        """The batch-first state of ``nn.LSTM``'s ``(h_n, c_n)`` (``nn.GRU``: ``h_n``), each
+        ``[num_layers * num_directions, B, hidden_size]``; a ``ValueError`` names another shape."""
+        fields = tuple(hx) if isinstance(hx, (tuple, list)) else (hx,)
+        names = self.state_template().fields
+        if len(fields) != len(names):
+            raise ValueError(
+                f"{type(self).__name__}.from_torch_state takes {len(names)} tensor(s) "
+                f"({', '.join(names)}), got {len(fields)}"
+            )
+        lead, hidden = self._per_row()
+        for name, t in zip(names, fields, strict=True):
+            if not isinstance(t, Tensor) or t.dim() != 3 or t.shape[0] != lead or t.shape[2] != hidden:
+                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise ValueError(
+                    f"{type(self).__name__}.from_torch_state: {name} has shape {got}, expected torch's "
+                    f"[num_layers * num_directions, batch, hidden_size] = [{lead}, batch, {hidden}]"
+                )
+        return self.state_template().cls(*(t.transpose(0, 1) for t in fields))
+
+    def _per_row(self) -> tuple[int, int]:
+        return self.num_layers * self.num_directions, self.hidden_size
 
     def forward(self, x: Tensor, state=None, mask: Tensor | None = None):
-        """``x [B, T, input_size]`` -> ``(h_t of the top layer [B, T, hidden_size], final state)``.
+        """``x [B, T, input_size]`` -> ``(outputs [B, T, output_size], final state)``: the top layer's
+        ``h_t`` (bidirectional: both directions' ``[forward; backward]``, ``nn.LSTM``'s order).
 
         With ``fused=True`` (default) this runs torch's fused kernel (packed when ``mask`` has
-        padding); with ``fused=False``, the gate-level reference loop over ``step``.
+        padding, so a backward direction starts at each row's own last real token); with
+        ``fused=False``, the gate-level reference loop.
         """
         if not self.fused:
             return super().forward(x, state, mask)
@@ -206,8 +468,9 @@ class _FusedRecurrent(MemoryLayer):
         row's real positions do not depend on the padded steps after them, so one unpacked call
         of the fused kernel over the whole batch gives them (zeroed past each row's end); only
         the final state, which this skips, needs the packed sequences.  Gradients are exact:
-        nothing reads the padded steps."""
-        if not self.fused:
+        nothing reads the padded steps.  A bidirectional layer's backward direction does read
+        them: it runs ``forward``."""
+        if not self.fused or self.bidirectional:
             return super().outputs(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         y, _ = _run_fused(self.rnn, x, tuple(state), None)
@@ -223,9 +486,25 @@ class LSTMLayer(_FusedRecurrent):
         fused: use the fused kernel in ``forward`` (the reference loop otherwise).
         forget_bias: added to the forget gate's initial bias (Jozefowicz et al. 2015 use 1.0);
             0 keeps torch's initialisation.
+        dropout: as ``nn.LSTM``'s: on the outputs of each layer but the last, in training mode
+            only (0 by default; > 0 needs ``num_layers > 1``).
+        bidirectional: as ``nn.LSTM``'s: a backward direction per layer, ``output_size = 2 *
+            hidden_size``; ``forward``/``outputs`` only (``step`` raises).
 
     ``trace`` reports ``i``, ``f``, ``o``, ``c_tilde``, ``c``, ``h``, each
-    ``[B, T, num_layers, hidden_size]``.
+    ``[B, T, num_layers * num_directions, hidden_size]``.
+
+    Coming from ``nn.LSTM``: always batch first, and ``y, state = layer(x)`` gives ``state`` as a
+    NamedTuple ``LSTMState(h, c)`` of tensors ``[B, num_layers * num_directions, hidden_size]``: the
+    batch leads, so the last layer is ``state.h[:, -1]`` (bidirectional: its two directions
+    ``state.h[:, -2:]``) and ``state.h[-1]`` is the last batch row.  ``nn.LSTM``'s ``(h_n, c_n)``
+    are the same tensors transposed: ``layer.to_torch_state(state)`` gives them (what ``layer.rnn``,
+    a plain ``nn.LSTM``, takes), ``layer.from_torch_state(...)`` converts back; a state in
+    torch's layout passed to the layer is refused with that hint.  ``dropout`` and
+    ``bidirectional`` are ``nn.LSTM``'s, except that dropout > 0 with one layer is an error
+    (torch warns).  A bidirectional layer cannot ``step`` (no generation, no StackRNN controller)
+    and is not in the registry's interface suite; ``tests/layers/test_torch_habits.py`` checks it
+    against ``nn.LSTM`` with ``pack_padded_sequence``.
     """
 
     _torch_cls = nn.LSTM
@@ -238,6 +517,8 @@ class LSTMLayer(_FusedRecurrent):
         bias: bool = True,
         fused: bool = True,
         forget_bias: float = 0.0,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -246,7 +527,17 @@ class LSTMLayer(_FusedRecurrent):
         if forget_bias and not bias:
             raise ValueError(f"forget_bias={forget_bias} needs bias=True")
         self.forget_bias = forget_bias
-        super().__init__(input_size, hidden_size, num_layers, bias, fused, device=device, dtype=dtype)
+        super().__init__(
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            fused,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
         self._add_forget_bias()
 
     def _add_forget_bias(self) -> None:
@@ -254,7 +545,8 @@ class LSTMLayer(_FusedRecurrent):
             h = self.hidden_size
             with torch.no_grad():
                 for layer in range(self.num_layers):
-                    getattr(self.rnn, f"bias_ih_l{layer}")[h : 2 * h] += self.forget_bias
+                    for direction in range(self.num_directions):
+                        self._weights(layer, direction)[2][h : 2 * h] += self.forget_bias
 
     def reset_parameters(self) -> None:
         """torch's own initialisation, plus ``forget_bias`` on the forget gate's bias."""
@@ -265,29 +557,14 @@ class LSTMLayer(_FusedRecurrent):
         return super().extra_repr() + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
-        """``h_0 = c_0 = 0``, each ``[B, num_layers, hidden_size]``."""
+        """``h_0 = c_0 = 0``, each ``[B, num_layers * num_directions, hidden_size]``."""
         return LSTMState(self._zeros(batch_size, device, dtype), self._zeros(batch_size, device, dtype))
 
-    def trace_step(self, x_t: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState, dict[str, Tensor]]:
-        hs, cs, diag = [], [], {k: [] for k in ("i", "f", "o", "c_tilde")}
-        inp = x_t
-        for layer, (h, c) in enumerate(zip(state.h.unbind(1), state.c.unbind(1), strict=True)):
-            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            h, c, (i, f, g, o) = lstm_pointwise(F.linear(inp, w_ih, b_ih) + F.linear(h, w_hh, b_hh), c)
-            hs.append(h)
-            cs.append(c)
-            for k, v in (("i", i), ("f", f), ("o", o), ("c_tilde", g)):
-                diag[k].append(v)
-            inp = h
-        new = LSTMState(torch.stack(hs, 1), torch.stack(cs, 1))
-        out = {k: torch.stack(v, 1) for k, v in diag.items()}
-        out.update(c=new.c, h=new.h)
-        return inp, new, out
-
-    def step(self, x_t: Tensor, state: LSTMState) -> tuple[Tensor, LSTMState]:
-        """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``."""
-        y, new, _ = self.trace_step(x_t, state)
-        return y, new
+    def _cell(self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]):
+        h, c = leaves
+        w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
+        h, c, (i, f, g, o) = lstm_pointwise(F.linear(x_t, w_ih, b_ih) + F.linear(h, w_hh, b_hh), c)
+        return h, (h, c), {"i": i, "f": f, "o": o, "c_tilde": g, "c": c, "h": h}
 
 
 @register_layer("gru", tiny={"input_size": 3, "hidden_size": 5})
@@ -302,8 +579,25 @@ class GRULayer(_FusedRecurrent):
             1.9–3.1x faster at hidden 16–64 and batch 1, 1.4–2.3x at batch 64, about equal at
             hidden 256 (``benchmarks/results/cpu-2core.md``).  Off by default so that results
             trained with torch's kernel reproduce bit for bit; CUDA always uses cuDNN.
+        dropout: as ``nn.GRU``'s: on the outputs of each layer but the last, in training mode
+            only (0 by default; > 0 needs ``num_layers > 1``).
+        bidirectional: as ``nn.GRU``'s: a backward direction per layer, ``output_size = 2 *
+            hidden_size``; ``forward``/``outputs`` only (``step`` raises).
 
-    ``trace`` reports ``r``, ``z``, ``n``, ``h``, each ``[B, T, num_layers, hidden_size]``.
+    ``trace`` reports ``r``, ``z``, ``n``, ``h``, each ``[B, T, num_layers * num_directions,
+    hidden_size]``.
+
+    Coming from ``nn.GRU``: always batch first, and ``y, state = layer(x)`` gives ``state`` as a
+    NamedTuple ``GRUState(h)`` of tensors ``[B, num_layers * num_directions, hidden_size]``: the
+    batch leads, so the last layer is ``state.h[:, -1]`` (bidirectional: its two directions
+    ``state.h[:, -2:]``) and ``state.h[-1]`` is the last batch row.  ``nn.GRU``'s ``h_n``
+    are the same tensors transposed: ``layer.to_torch_state(state)`` gives them (what ``layer.rnn``,
+    a plain ``nn.GRU``, takes), ``layer.from_torch_state(...)`` converts back; a state in
+    torch's layout passed to the layer is refused with that hint.  ``dropout`` and
+    ``bidirectional`` are ``nn.GRU``'s, except that dropout > 0 with one layer is an error
+    (torch warns).  A bidirectional layer cannot ``step`` (no generation, no StackRNN controller)
+    and is not in the registry's interface suite; ``tests/layers/test_torch_habits.py`` checks it
+    against ``nn.GRU`` with ``pack_padded_sequence``.
     """
 
     _torch_cls = nn.GRU
@@ -316,44 +610,42 @@ class GRULayer(_FusedRecurrent):
         bias: bool = True,
         fused: bool = True,
         bptt: bool = False,
+        dropout: float = 0.0,
+        bidirectional: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
         self.bptt = bool(bptt)
-        super().__init__(input_size, hidden_size, num_layers, bias, fused, device=device, dtype=dtype)
+        super().__init__(
+            input_size,
+            hidden_size,
+            num_layers,
+            bias,
+            fused,
+            dropout,
+            bidirectional,
+            device=device,
+            dtype=dtype,
+        )
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (", bptt=True" if self.bptt else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> GRUState:
-        """``h_0 = 0`` ``[B, num_layers, hidden_size]``."""
+        """``h_0 = 0`` ``[B, num_layers * num_directions, hidden_size]``."""
         return GRUState(self._zeros(batch_size, device, dtype))
 
-    def trace_step(self, x_t: Tensor, state: GRUState) -> tuple[Tensor, GRUState, dict[str, Tensor]]:
-        hs, diag = [], {k: [] for k in ("r", "z", "n")}
-        inp = x_t
-        for layer, h in enumerate(state.h.unbind(1)):
-            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
-            gi = F.linear(inp, w_ih, b_ih).chunk(3, dim=-1)
-            gh = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
-            r = torch.sigmoid(gi[0] + gh[0])
-            z = torch.sigmoid(gi[1] + gh[1])
-            n = torch.tanh(gi[2] + r * gh[2])
-            h = (1 - z) * n + z * h
-            hs.append(h)
-            for k, v in (("r", r), ("z", z), ("n", n)):
-                diag[k].append(v)
-            inp = h
-        new = GRUState(torch.stack(hs, 1))
-        out = {k: torch.stack(v, 1) for k, v in diag.items()}
-        out["h"] = new.h
-        return inp, new, out
-
-    def step(self, x_t: Tensor, state: GRUState) -> tuple[Tensor, GRUState]:
-        """Gate-level reference step: ``x_t [B, input_size]`` -> top ``h_t [B, hidden_size]``."""
-        y, new, _ = self.trace_step(x_t, state)
-        return y, new
+    def _cell(self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]):
+        (h,) = leaves
+        w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
+        gi = F.linear(x_t, w_ih, b_ih).chunk(3, dim=-1)
+        gh = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
+        r = torch.sigmoid(gi[0] + gh[0])
+        z = torch.sigmoid(gi[1] + gh[1])
+        n = torch.tanh(gi[2] + r * gh[2])
+        h = (1 - z) * n + z * h
+        return h, (h,), {"r": r, "z": z, "n": n, "h": h}
 
     def outputs(self, x: Tensor, state=None, mask: Tensor | None = None) -> Tensor:
         """As :meth:`LSTMLayer.outputs`; with ``bptt=True`` on CPU, ``forward``'s own path."""
@@ -362,26 +654,36 @@ class GRULayer(_FusedRecurrent):
         return super().outputs(x, state, mask)
 
     def forward(self, x: Tensor, state=None, mask: Tensor | None = None):
-        """``x [B, T, input_size]`` -> ``(h_t of the top layer [B, T, hidden_size], final state)``.
+        """``x [B, T, input_size]`` -> ``(outputs [B, T, output_size], final state)``, as
+        :meth:`LSTMLayer.forward`.
 
         ``fused=True``: torch's fused kernel, or with ``bptt=True`` on CPU
-        :class:`memrnn.ops.gru.cpu.GRUSequence` per layer on ``self.rnn``'s parameters;
-        ``fused=False``: the gate-level reference loop.  Same numbers, to rounding.
+        :class:`memrnn.ops.gru.cpu.GRUSequence` per layer and direction on ``self.rnn``'s
+        parameters (:func:`stacked_sequence`); ``fused=False``: the gate-level reference loop.
+        Same numbers, to rounding.
         """
         if not (self.fused and self.bptt) or x.device.type != "cpu":
             return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
-        lengths = None if mask is None else mask.sum(1)
-        inp, finals = x, []
-        for layer, h0 in enumerate(state.h.unbind(1)):
-            w_ih, w_hh, b_ih, b_hh = self._weights(layer)
+
+        def run(layer: int, direction: int, inp: Tensor, h0: Tensor) -> Tensor:
+            w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
             if b_ih is None or b_hh is None:
                 b_ih = b_hh = w_ih.new_zeros(w_ih.shape[0])
-            hs = GRUSequence.apply(inp, w_ih, b_ih, w_hh, b_hh, h0)
-            finals.append(final_by_length(hs, lengths))
-            inp = hs[:, 1:]
-        y, _ = masked_outputs(inp, mask)
-        return y, GRUState(torch.stack(finals, 1))
+            return GRUSequence.apply(inp, w_ih, b_ih, w_hh, b_hh, h0)
+
+        y, final = stacked_sequence(
+            x,
+            state.h,
+            None if mask is None else mask.sum(1),
+            run,
+            num_layers=self.num_layers,
+            num_directions=self.num_directions,
+            dropout=self.dropout,
+            training=self.training,
+        )
+        y, _ = masked_outputs(y, mask)
+        return y, GRUState(final)
 
 
 register_layer("lstm_reference", tiny={"input_size": 3, "hidden_size": 5, "fused": False}, cls=LSTMLayer)
