@@ -47,7 +47,9 @@ CELL_ACTIVATIONS = ("identity", "tanh")
 
 
 class ReLUCounterState(NamedTuple):
-    """State of ``ReLUCounter``: ``h [B, hidden]``, ``up`` (u⁺) and ``down`` (u⁻) ``[B, counters]``."""
+    """State of ``ReLUCounter``: ``h [B, hidden]``, ``up`` (u⁺) and ``down`` (u⁻) ``[B, counters]``,
+    batch first.  One layer, no layer dimension: Weiss et al.'s (2018) counter layer is one
+    controller with its counters, so it takes no ``num_layers``, ``dropout`` or ``bidirectional``."""
 
     h: Tensor
     up: Tensor
@@ -168,7 +170,8 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
 
 class CounterLSTMState(NamedTuple):
     """State of ``CounterLSTM``: controller ``h``, ``c`` ``[B, hidden]``; counter cells ``n`` and
-    their exposures ``e = o' g(n)`` ``[B, counters]``."""
+    their exposures ``e = o' g(n)`` ``[B, counters]``; batch first.  One layer, no layer dimension
+    (as :class:`ReLUCounterState`: no ``num_layers``, ``dropout`` or ``bidirectional``)."""
 
     h: Tensor
     c: Tensor

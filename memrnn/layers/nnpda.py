@@ -34,7 +34,10 @@ Action = Literal["identity", "sigmoid", "clamp"]
 
 class NNPDAState(NamedTuple):
     """State of ``NNPDA``: ``q`` ``Q [B, num_states]``, ``stack`` ``K_0..K_{D−1} [B, depth,
-    stack_symbols]`` (top first) and ``tail`` ``[B, stack_symbols]`` (every deeper cell)."""
+    stack_symbols]`` (top first) and ``tail`` ``[B, stack_symbols]`` (every deeper cell); batch
+    first, so ``stack[:, 0]`` is the top cell.  One layer, no layer dimension: the nnPDA is one
+    automaton with one stack (Stogin et al. 2020), so it takes no ``num_layers``, ``dropout`` or
+    ``bidirectional``."""
 
     q: Tensor
     stack: Tensor

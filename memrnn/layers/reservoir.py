@@ -184,7 +184,9 @@ def random_weights(
 
 # -- the layer --------------------------------------------------------------------------------
 class ReservoirState(NamedTuple):
-    """State of a :class:`Reservoir`: ``h [B, units]``."""
+    """State of a :class:`Reservoir`: ``h [B, units]``, batch first.  One layer, no layer dimension:
+    a reservoir is frozen (no dropout to train with) and one of Paaßen et al.'s (2021) kinds, so it
+    takes no ``num_layers``, ``dropout`` or ``bidirectional``."""
 
     h: Tensor
 

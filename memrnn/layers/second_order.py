@@ -73,7 +73,9 @@ class SensitivityMixin:
 
 
 class SecondOrderState(NamedTuple):
-    """State of ``SecondOrderRNN``: ``s [B, hidden_size]``."""
+    """State of ``SecondOrderRNN``: ``s [B, hidden_size]``, batch first.  One layer, no layer
+    dimension: the second-order RNN is one state machine (Giles et al. 1990; a DFA's encoding), so
+    it takes no ``num_layers``, ``dropout`` or ``bidirectional``."""
 
     s: Tensor
 
