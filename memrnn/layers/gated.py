@@ -468,8 +468,10 @@ class _FusedRecurrent(MemoryLayer):
         row's real positions do not depend on the padded steps after them, so one unpacked call
         of the fused kernel over the whole batch gives them (zeroed past each row's end); only
         the final state, which this skips, needs the packed sequences.  Gradients are exact:
-        nothing reads the padded steps.  A bidirectional layer's backward direction does read
-        them: it runs ``forward``."""
+        nothing reads the padded steps.  (In training mode with ``dropout``, torch draws the masks
+        over the padded batch here and over the packed one in ``forward``: other draws, the same
+        distribution.)  A bidirectional layer's backward direction does read the padded steps: it
+        runs ``forward``."""
         if not self.fused or self.bidirectional:
             return super().outputs(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
