@@ -34,14 +34,22 @@ from memrnn.layers.gated import LSTMLayer
 # -- layers ----------------------------------------------------------------------------------------
 def _target_rnn(module: nn.Module) -> tuple[str, nn.Module]:
     if isinstance(module, LSTMLayer):
-        if module.num_layers != 1:
-            raise ValueError(f"hewitt_init_ needs a one-layer LSTM, got num_layers={module.num_layers}")
+        if module.num_layers != 1 or module.bidirectional:
+            raise ValueError(
+                "hewitt_init_ needs a one-layer, unidirectional LSTM, got "
+                f"num_layers={module.num_layers}, bidirectional={module.bidirectional}"
+            )
         return "lstm", module.rnn
     if isinstance(module, nn.LSTM):
         if module.num_layers != 1 or module.bidirectional or module.proj_size:
             raise ValueError("hewitt_init_ needs a one-layer, unidirectional nn.LSTM without proj_size")
         return "lstm", module
     if isinstance(module, ElmanRNN):
+        if module.num_layers != 1 or module.bidirectional:
+            raise ValueError(
+                "hewitt_init_ needs a one-layer, unidirectional ElmanRNN, got "
+                f"num_layers={module.num_layers}, bidirectional={module.bidirectional}"
+            )
         if module.activation != "sigmoid":
             raise ValueError(
                 f"Hewitt's Simple RNN uses the sigmoid (Definition 2); this ElmanRNN has activation={module.activation!r}"

@@ -174,6 +174,15 @@ class StackRNN(MemoryLayer):
         return MEMORIES[memory](hidden_size, depth=depth, **size, **args, **fk)
 
     def _build_controller(self, controller, args, fk) -> MemoryLayer:
+        built = self._new_controller(controller, args, fk)
+        if getattr(built, "bidirectional", False):
+            raise ValueError(
+                "a stack RNN's controller reads the memory it writes step by step; a bidirectional "
+                "controller cannot (it reads the whole sequence first): use bidirectional=False"
+            )
+        return built
+
+    def _new_controller(self, controller, args, fk) -> MemoryLayer:
         n_in = self.input_size + self.width
         if isinstance(controller, MemoryLayer):
             if controller.input_size != n_in or controller.output_size != self.hidden_size:
@@ -260,9 +269,15 @@ class StackRNN(MemoryLayer):
     def _fusable(self) -> tuple[str, str] | None:
         """(controller kind, activation) when ``stack_rnn_sequence`` covers this pairing."""
         c = self.controller
-        if isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias:
+        if getattr(c, "num_layers", 1) != 1:  # a stacked controller runs its own steps
+            return None
+        if isinstance(c, LSTMLayer) and c.rnn.bias:
             kind = ("lstm", "")
-        elif isinstance(c, ElmanRNN) and c.bias is not None and c.activation in ("tanh", "sigmoid", "relu"):
+        elif (
+            isinstance(c, ElmanRNN)
+            and getattr(c, "bias", None) is not None
+            and c.activation in ("tanh", "sigmoid", "relu")
+        ):
             kind = ("elman", c.activation)
         else:
             return None

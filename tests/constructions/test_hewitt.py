@@ -31,6 +31,7 @@ from memrnn.constructions.hewitt_spec import (
 )
 from memrnn.languages import DyckKM
 from memrnn.languages.base import bracket_annotations
+from memrnn.layers import ElmanRNN, LSTMLayer
 from memrnn.lit import SequenceModule
 from memrnn.lit.metrics import BracketClosingAccuracy
 
@@ -538,3 +539,18 @@ def test_the_papers_simple_rnn_readout_fails_erratum_9():
         g.readout.weight[k : 2 * k] /= GAMMA
     report = exhaustive_generation_check(_step_fn(g), DyckKM(k, m), 6, g.layer.spec.constants.epsilon)
     assert not report.exact and report.min_allowed == pytest.approx(0.065, abs=0.005)
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        lambda: LSTMLayer(4, 8, bidirectional=True),
+        lambda: LSTMLayer(4, 8, num_layers=2),
+        lambda: ElmanRNN(4, 8, activation="sigmoid", bidirectional=True),
+        lambda: ElmanRNN(4, 8, activation="sigmoid", num_layers=2),
+    ],
+)
+def test_hewitt_init_refuses_stacked_and_bidirectional_layers(module):
+    """Only the first layer's forward weights would be set: refused, naming both arguments."""
+    with pytest.raises(ValueError, match=r"num_layers=.*bidirectional="):
+        hewitt_init_(module(), k=2, m=2)

@@ -12,7 +12,7 @@ import pickle
 import pytest
 import torch
 
-from memrnn.core import MemoryLayer, state_leaves, state_map
+from memrnn.core import MemoryLayer, reference_paths, state_leaves, state_map
 from memrnn.data import ChomskyDataModule
 from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
 from memrnn.lit import SequenceModule
@@ -21,6 +21,7 @@ from memrnn.ops.nondeterministic import nondeterministic_reference, vector_nonde
 from memrnn.ops.stratification import stratification_reference
 from memrnn.ops.superposition import superposition_reference
 from memrnn.ops.tape import tape_reference
+from tests.conftest import assert_close_tree
 
 MEMORIES = ["superposition", "stratification", "queue", "tape"]
 
@@ -370,3 +371,27 @@ def test_bad_arguments_are_named():
         StackRNN(3, 4, controller="elman", controller_args={"activation": "relu"}).controller.activation
         == "relu"
     )
+
+
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_a_bidirectional_controller_is_refused(controller):
+    """A controller reads the memory it writes step by step: a bidirectional one cannot."""
+    with pytest.raises(ValueError, match="bidirectional"):
+        StackRNN(3, 4, controller=controller, controller_args={"bidirectional": True})
+
+
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+def test_a_stacked_controller_runs_its_own_steps(controller):
+    """A two-layer controller is not the fused op's one-layer cell: the layer takes the loop over
+    ``step`` (once, a stacked Elman controller crashed looking for the one-layer ``bias``)."""
+    torch.manual_seed(0)
+    m = StackRNN(3, 4, controller=controller, controller_args={"num_layers": 2}, width=2, depth=5)
+    m = m.double()
+    x = torch.randn(2, 6, 3, dtype=torch.float64)
+    assert m._fusable() is None
+    y, s = m(x)
+    with reference_paths():
+        y_ref, s_ref = m(x)
+    torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
+    assert_close_tree(s, s_ref, atol=0)
+    assert y.shape == (2, 6, 4)
