@@ -139,11 +139,12 @@ class NondeterministicRun:
     (first order).  The final window equals :func:`nondeterministic_step`'s but below its
     diagonal (log 0 here; the torch step slides along whatever the starting window held there).
 
-    The steps' backward passes write into one gradient store: each step's node hands the next
-    (earlier) one a zero-size token, so autograd runs them strictly from the last step back.  The
-    nodes hold the run's arrays (:class:`_RunArrays`), never the run itself, which holds the
-    token: a run → token → node → run cycle would keep every run's store alive until Python's
-    cycle collector found it (gigabytes over an epoch).
+    The nodes of a backward pass write into one gradient store, a fresh one for every pass (a
+    second pass through the same graph, ``retain_graph=True``, gives the first one's gradients
+    exactly): each step's node hands the next (earlier) one a zero-size token, so autograd runs
+    them strictly from the last step back.  The nodes hold the run's arrays (:class:`_RunArrays`),
+    never the run itself, which holds the token: a run → token → node → run cycle would keep
+    every run's store alive until Python's cycle collector found it (gigabytes over an epoch).
     """
 
     def __init__(
@@ -224,16 +225,26 @@ class _RunArrays:
         self.lengths = lengths.to(device, torch.long).contiguous()
         self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
         self._grads: tuple[Tensor, Tensor] | None = None
-        self._last = -2
+        self._pass = -1
 
-    def grads(self, node: int) -> tuple[Tensor, Tensor]:
-        """The gradient store, zeroed when a new backward pass starts (``node``: the step whose
-        backward runs, ``steps`` for the final window, -1 for the start; each pass visits them
-        in decreasing order)."""
-        if self._grads is None or node >= self._last:
+    def grads(self) -> tuple[Tensor, Tensor]:
+        """The gradient store of the backward pass now running: zeros at its first node, the same
+        tensors at its later ones.  A pass is told apart by autograd's own id of it (the graph
+        task, as ``torch.utils.checkpoint`` tells its passes apart), not by where it starts: a
+        pass that stops early (``torch.autograd.grad`` for a later step's weights only) leaves
+        gradients in the store for the earlier steps, which the next pass must not read, even
+        when it starts below where that one stopped; and the nodes of one pass (two final
+        windows' included) share one store."""
+        current = torch._C._current_graph_task_id()
+        if self._grads is None or current != self._pass:
             self._grads = (torch.zeros_like(self.store), torch.zeros_like(self.alphas))
-        self._last = node
+            self._pass = current
         return self._grads
+
+    def release(self) -> None:
+        """Drop the gradient store (the start's node, the last of every pass that reaches it,
+        is done with it)."""
+        self._grads, self._pass = None, -1
 
 
 class _Start(torch.autograd.Function):
@@ -254,10 +265,11 @@ class _Start(torch.autograd.Function):
     def backward(ctx, _token):  # type: ignore[override]
         run = ctx.run
         gamma, *zeta = ctx.saved_tensors
-        gs, ga = run.grads(-1)
+        gs, ga = run.grads()
         g_gamma, g_alpha, g_zeta = run.ops.ns_run_window(
             gs, ga, run.geo, torch.zeros_like(run.lengths), run.batch, 0.0
-        )
+        )  # copies: the store can go
+        run.release()
         g_zeta = g_zeta.masked_fill(zeta[0] <= LOG_ZERO / 2, 0.0) if ctx.vector else None
         return None, g_gamma.masked_fill(gamma <= LOG_ZERO / 2, 0.0), g_alpha, g_zeta  # log 0 read as log 0
 
@@ -279,7 +291,7 @@ class _Step(torch.autograd.Function):
         run, s = ctx.run, ctx.s
         if not run.keep:
             raise RuntimeError("NondeterministicRun: made without gradients (torch.no_grad), cannot go back")
-        gs, ga = run.grads(s)
+        gs, ga = run.grads()
         if g_eta is not None:
             g_eta = g_eta.transpose(1, 2)  # [B, m, QS]
         if run.impl != "triton":  # the C++ run reads every gradient
@@ -310,7 +322,7 @@ class _Final(torch.autograd.Function):
     @first_order
     def backward(ctx, g_gamma, g_alpha, g_zeta):  # type: ignore[override]
         run = ctx.run
-        gs, ga = run.grads(run.steps)
+        gs, ga = run.grads()
         run.ops.ns_run_window_backward(
             gs, ga, run.geo, run.lengths, g_gamma.contiguous(), g_alpha.contiguous(), g_zeta.contiguous()
         )
