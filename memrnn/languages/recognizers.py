@@ -37,7 +37,17 @@ Binary numbers are written least significant bit first, any length >= 1 (zeros p
 Positive strings (the benchmark's length laws, section 4 and appendix of the paper):
 
 * regular languages: the length uniform over the lengths in the window that have a string, then the
-  string uniform among that length's strings (exact counts over the automaton, Python integers);
+  string drawn from the automaton made probabilistic with uniform probabilities over each state's
+  actions (its arcs, and accepting when the state is final), conditioned on that length: Butoi et
+  al.'s Algorithm 1 and the public code's sampler (``sampling="pdfa"``, the default).  A string's
+  probability given its length is then proportional to ``prod 1 / actions(q)`` over the states of
+  its run, so for ``parity``, ``even_pairs`` and ``dyck_2_3`` the strings of a length are *not*
+  equally likely (``parity`` favours the runs that stay in the even state, 2 actions against 3);
+  for the other four every string of a length has the same product.  ``sampling="uniform"``
+  draws the string uniformly among that length's strings instead (memrnn's law before it followed
+  the code).  Both are exact (Python integers over the automaton); the public code computes the
+  same law in float16 log weights, whose rounding moves each step's probability by up to about
+  0.002 at length 40 and 0.02 at length 500 (``parity``);
 * ``w``-based languages (reversals, copy, odds first, bucket sort): ``|w|`` uniform over what the
   window allows, symbols uniform;
 * ``majority``: length ``n`` uniform in ``[max(lo, 1), hi]``, the count of 1s uniform in
@@ -47,13 +57,33 @@ Positive strings (the benchmark's length laws, section 4 and appendix of the pap
   until a push is drawn after the ``p``-th;
 * arithmetic: the total length uniform, split among the operands by a Dirichlet draw (weights
   1, 1, 1 for addition; 1, 1, 2 for multiplication; 2, 1 for the square root), the numbers
-  uniform among those that fit.
+  uniform among those that fit (the public code bounds multiplication's ``y`` by the float
+  ``floor(max_z / x)``, which rounding can put above the exact bound memrnn uses: at most about
+  one draw in ``2**53``).
+
+``compute_sqrt``'s root (``sqrt``): the public code computes ``z`` as ``floor(sqrt(x))`` in
+floating point (``math.floor(math.sqrt(x))``), which for ``x`` beyond 2**52 or so is not the
+integer square root: ``x`` is rounded to 53 bits first, so ``z``'s low bits come out zero.  Its
+membership test, its positives and its next-symbol sets all use that ``z``, so its language is
+``x = floor(float sqrt(x))``; ``sqrt="public"`` (the default) is that language and
+``sqrt="exact"`` the mathematical one (``math.isqrt``).  They agree on every ``x`` below 2**52 and
+differ on about a third of the positives of lengths 0–500 (696, 729 and 742 of 2,000 exact
+positives fail the public test, three seeds).  The public convention cannot read an ``x`` of 1,025 bits or more (floats end there;
+the public code raises ``OverflowError``): a ``ValueError`` says so.
 
 Negatives (:func:`sample_negative`): with probability ``perturbation_probability`` (0.5) a positive
 string with ``Geometric(1/2)`` random edits (insert, replace or delete a symbol, each uniform
 among those that keep the length in the window), else a uniformly random string of uniform length;
-redrawn until it is not in the language.  :func:`sample_labelled` gives the benchmark's splits:
-each string positive or negative with probability 1/2 (:data:`FLARE_SPLITS`).
+redrawn (up to 100 times) until it is not in the language.  By default, as the public code by
+default, each redraw decides afresh between an edited positive and a random string and draws a new
+number of edits, so the rejection favours whichever kind is more often negative.  ``strict_edits``
+is the public code's ``--strict-num-edits-distribution``: the kind and the number of edits are
+drawn once per negative and only the strings are redrawn, so that the negatives keep exactly the
+share ``perturbation_probability`` of edited strings and the ``Geometric(1/2)`` law of edits.
+:func:`sample_labelled` gives the benchmark's splits: each string positive or negative with
+probability 1/2 (:data:`FLARE_SPLITS`), optionally none of them among ``excluded`` strings (the
+public code's held-out test set ``test-short-held-out``: 1,000 strings of lengths 0–40, none of
+them a training, short-validation or long-validation string, positives redrawn up to 100 times).
 
 Next-symbol sets (:meth:`RecognitionLanguage.next_symbols`, the targets of the paper's
 next-symbol-prediction loss): after each prefix of a string of the language, every symbol with
@@ -62,6 +92,12 @@ which the prefix can still be completed to a string of the language, and end-of-
 but for ``stack_manipulation``, whose sets depend on how its sampler made the string
 (``convention="public"``: ``POP`` offered on the empty initial stack, ``PUSH`` withheld after the
 string's last push).
+
+Symbol ids follow the order of ``alphabet``; the public code numbers each language's symbols by
+their sorted names (e.g. ``cycle_navigation``: ``0 1 2 3 4 < = >``).  The strings are the same;
+only which embedding row a symbol gets differs.  The released public code's
+``cycle_navigation_dfa`` calls a function it does not define (``NameError``); memrnn's automaton
+is the one its ``cycle_navigation()`` builds.
 """
 
 from __future__ import annotations
@@ -72,6 +108,7 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import ClassVar
 
 import numpy as np
@@ -81,16 +118,25 @@ from memrnn.languages.base import check_rng, check_window
 __all__ = [
     "FLARE_LANGUAGES",
     "FLARE_SPLITS",
+    "SAMPLINGS",
+    "SQRTS",
     "AutomatonRecognitionLanguage",
     "RecognitionLanguage",
     "flare_language",
     "random_edit",
     "sample_labelled",
     "sample_negative",
+    "sample_negative_with_edits",
+    "sample_positive",
     "uniform_int",
 ]
 
 Window = tuple[int, int]
+
+#: how the regular languages draw a string of a given length (:class:`AutomatonRecognitionLanguage`)
+SAMPLINGS = ("pdfa", "uniform")
+#: ``compute_sqrt``'s root: the public code's float ``floor(sqrt(x))`` or the exact ``isqrt``
+SQRTS = ("public", "exact")
 
 
 def uniform_int(rng: np.random.Generator, lo: int, hi: int) -> int:
@@ -205,20 +251,57 @@ class RecognitionLanguage(ABC):
 # -- regular languages: exact uniform sampling over a DFA -------------------------------------------
 class AutomatonRecognitionLanguage(RecognitionLanguage):
     """A regular language given by a (partial) DFA over ``alphabet``: ``delta[q][a]`` is the next
-    state or ``-1`` (the dead state), ``start`` and ``accept`` states.  Sampling counts the
-    accepted strings of every length from every state (exact Python integers), draws the length
-    uniformly among those with a string, then each symbol with probability
-    ``count(δ(q, a), r − 1) / count(q, r)``: a string uniform among the accepted strings of that
-    length."""
+    state or ``-1`` (the dead state), ``start`` and ``accept`` states.
+
+    Sampling (Butoi et al. 2025, Algorithm 1, and the public code's length-conditioned sampler)
+    draws the length uniformly among those with a string, then walks the automaton: from state
+    ``q`` with ``r`` symbols left, symbol ``a`` with probability ``W(δ(q, a), r − 1) / Σ_b
+    W(δ(q, b), r − 1)``, where ``W(q, r)`` sums the weights of the accepted runs of ``r`` symbols
+    from ``q``.  ``sampling="pdfa"`` (default): a run's weight is ``prod 1 / actions(q)`` over its
+    states, ``actions(q)`` being ``q``'s arcs plus one if ``q`` accepts (the automaton with uniform
+    probabilities over each state's actions, conditioned on the length, as the paper and the
+    public code); ``sampling="uniform"``: every run weighs 1, so the string is uniform among the
+    accepted strings of its length.  Weights are exact Python integers (``W`` scaled by
+    ``lcm(actions)^(r + 1)``)."""
 
     delta: list[list[int]]
     start: int
     accept: frozenset[int]
 
-    def __init__(self) -> None:
+    def __init__(self, sampling: str = "pdfa") -> None:
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLINGS))}, got {sampling!r}")
+        self.sampling = sampling
         self._counts: list[list[int]] = [[int(q in self.accept) for q in range(len(self.delta))]]
+        if sampling == "uniform":
+            self._scale = [1] * len(self.delta)
+        else:  # 1 / actions(q), times the common denominator
+            lcm = math.lcm(*(self.actions(q) for q in range(len(self.delta)) if self.actions(q)))
+            self._scale = [lcm // self.actions(q) if self.actions(q) else 0 for q in range(len(self.delta))]
+        self._weights: list[list[int]] = [[c * m for c, m in zip(self._counts[0], self._scale, strict=True)]]
         self._windows: dict[tuple[int, int], list[int]] = {}
         self._cum: dict[tuple[int, int], list[float]] = {}
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(sampling={self.sampling!r})"
+
+    def actions(self, q: int) -> int:
+        """The actions of state ``q`` in the public code's probabilistic automaton: its arcs, and
+        accepting if it is final (each has probability ``1 / actions(q)``)."""
+        return sum(r >= 0 for r in self.delta[q]) + (q in self.accept)
+
+    def weights(self, n: int) -> list[int]:
+        """``[W(q, n) for q]``: the (scaled) weight of the accepted runs of ``n`` symbols from each
+        state under ``sampling`` (:meth:`counts` for ``"uniform"``)."""
+        while len(self._weights) <= n:
+            prev = self._weights[-1]
+            self._weights.append(
+                [
+                    m * sum(prev[r] for r in row if r >= 0)
+                    for row, m in zip(self.delta, self._scale, strict=True)
+                ]
+            )
+        return self._weights[n]
 
     def _accepts(self, s: tuple[int, ...]) -> bool:
         q = self.start
@@ -270,7 +353,8 @@ class AutomatonRecognitionLanguage(RecognitionLanguage):
         """Cumulative probabilities of the next symbol from state ``q`` with ``r`` symbols left."""
         key = (r, q)
         if key not in self._cum:
-            total, below = self.counts(r)[q], self.counts(r - 1)
+            below = self.weights(r - 1)
+            total = sum(below[q2] for q2 in self.delta[q] if q2 >= 0)
             self._cum[key] = list(
                 itertools.accumulate(below[q2] / total if q2 >= 0 else 0.0 for q2 in self.delta[q])
             )
@@ -777,25 +861,57 @@ class BinaryMultiplication(_BinaryOperation):
 
 
 class ComputeSqrt(RecognitionLanguage):
-    """``x = z`` in little-endian binary with ``z = floor(sqrt(x))``."""
+    """``x = z`` in little-endian binary with ``z = floor(sqrt(x))``, the root as ``sqrt`` says
+    (module docstring): ``"public"`` (default) the public code's ``math.floor(math.sqrt(x))`` in
+    floating point, which Butoi et al.'s (2025) data were made with; ``"exact"`` ``math.isqrt``.
+    Membership, the sampled positives (``z`` the root of ``x``) and the next-symbol sets all use
+    that root.  An ``x`` within rounding of ``4**nz`` has a float root of ``nz + 1`` bits, which
+    the public code writes one symbol longer than the length it drew (or, at the window's top,
+    fails on); memrnn redraws such an ``x`` (at most about one draw in ``2**53``)."""
 
     name, level, alphabet = "compute_sqrt", "CS", ("0", "1", "=")
 
+    def __init__(self, sqrt: str = "public") -> None:
+        if sqrt not in SQRTS:
+            raise ValueError(f"sqrt must be one of {', '.join(map(repr, SQRTS))}, got {sqrt!r}")
+        self.sqrt = sqrt
+
+    def __repr__(self) -> str:
+        return f"ComputeSqrt(sqrt={self.sqrt!r})"
+
+    def root(self, x: int) -> int:
+        """``floor(sqrt(x))`` by :attr:`sqrt`'s convention: ``"exact"`` ``math.isqrt(x)``;
+        ``"public"`` ``math.floor(math.sqrt(x))`` (``x`` rounded to a float first), which cannot
+        take ``x >= 2**1024`` (``ValueError``)."""
+        if self.sqrt == "exact":
+            return math.isqrt(x)
+        try:
+            return math.floor(math.sqrt(x))
+        except OverflowError:
+            raise ValueError(
+                f"compute_sqrt with sqrt='public' (the public code's float sqrt) cannot take x of "
+                f"{x.bit_length()} bits (floats end at 2**1024; the public code raises OverflowError); "
+                f"use sqrt='exact' for such strings"
+            ) from None
+
     def _accepts(self, s: tuple[int, ...]) -> bool:
         parts = _parse_numbers(s, (2,))
-        return parts is not None and math.isqrt(_value(parts[0])) == _value(parts[1])
+        return parts is not None and self.root(_value(parts[0])) == _value(parts[1])
 
     def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
         x, _ = _parse_numbers(s, (2,))
-        return _operands_then_result([x], (2,), math.isqrt(_value(x)), len(s), self.eos)
+        return _operands_then_result([x], (2,), self.root(_value(x)), len(s), self.eos)
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 3:
             return None
         n = int(rng.integers(max(3, lo), hi + 1))
         nx, nz = (p + 1 for p in _split(rng, n - 3, (2.0, 1.0)))
-        x = uniform_int(rng, 0, min(2**nx - 1, 2 ** (2 * nz) - 1))
-        return (*_bits(x, nx), 2, *_bits(math.isqrt(x), nz))
+        while True:  # x < 4**nz: the exact root fits in nz bits; the float one almost always
+            x = uniform_int(rng, 0, min(2**nx - 1, 2 ** (2 * nz) - 1))
+            z = self.root(x)
+            if z < 2**nz:
+                return (*_bits(x, nx), 2, *_bits(z, nz))
 
 
 #: name -> class, in the paper's order (regular, then deterministic context-free, context-free,
@@ -825,20 +941,35 @@ FLARE_LANGUAGES: dict[str, type[RecognitionLanguage]] = {
 }
 
 #: the benchmark's splits: name -> (strings, length window); ``test`` is 10 strings per length of
-#: its window in number, drawn like the others (lengths by each language's law)
+#: its window in number, drawn like the others (lengths by each language's law); ``held_out`` is
+#: the public code's ``test-short-held-out``: none of its strings is a training or validation one
 FLARE_SPLITS: dict[str, tuple[int, Window]] = {
     "train": (10_000, (0, 40)),
     "val_short": (1_000, (0, 40)),
     "val_long": (1_000, (0, 80)),
     "test": (5_010, (0, 500)),
+    "held_out": (1_000, (0, 40)),
 }
 
 
-def flare_language(name: str) -> RecognitionLanguage:
-    """The language called ``name`` (a key of :data:`FLARE_LANGUAGES`)."""
+def flare_language(name: str, *, sqrt: str = "public", sampling: str = "pdfa") -> RecognitionLanguage:
+    """The language called ``name`` (a key of :data:`FLARE_LANGUAGES`), with the public code's
+    conventions by default: ``sqrt`` for ``compute_sqrt`` (:data:`SQRTS`, :class:`ComputeSqrt`)
+    and ``sampling`` for the regular languages (:data:`SAMPLINGS`,
+    :class:`AutomatonRecognitionLanguage`); each is checked, and ignored by the languages it does
+    not concern."""
     if name not in FLARE_LANGUAGES:
         raise ValueError(f"unknown recognizer language {name!r}; choose from {', '.join(FLARE_LANGUAGES)}")
-    return FLARE_LANGUAGES[name]()
+    if sqrt not in SQRTS:
+        raise ValueError(f"sqrt must be one of {', '.join(map(repr, SQRTS))}, got {sqrt!r}")
+    if sampling not in SAMPLINGS:
+        raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLINGS))}, got {sampling!r}")
+    cls = FLARE_LANGUAGES[name]
+    if cls is ComputeSqrt:
+        return ComputeSqrt(sqrt=sqrt)
+    if issubclass(cls, AutomatonRecognitionLanguage):
+        return cls(sampling=sampling)
+    return cls()
 
 
 def random_edit(s: list[int], window: Window, num_symbols: int, rng: np.random.Generator) -> None:
@@ -867,26 +998,93 @@ def sample_negative(
     window: Sequence[int],
     perturbation_probability: float = 0.5,
     tries: int = 100,
+    *,
+    strict_edits: bool = False,
+    excluded: AbstractSet[tuple[int, ...]] | None = None,
 ) -> tuple[int, ...]:
-    """A string *not* in ``language`` with its length in ``window`` (module docstring): a
-    perturbed positive (``Geometric(1/2)`` edits) with probability ``perturbation_probability``,
-    else uniform; redrawn up to ``tries`` times, then ``ValueError``."""
+    """A string *not* in ``language`` with its length in ``window`` (module docstring), redrawn up
+    to ``tries`` times, then ``ValueError``: :func:`sample_negative_with_edits` without the
+    number of edits."""
+    return sample_negative_with_edits(
+        language,
+        rng,
+        window,
+        perturbation_probability,
+        tries,
+        strict_edits=strict_edits,
+        excluded=excluded,
+    )[0]
+
+
+def sample_negative_with_edits(
+    language: RecognitionLanguage,
+    rng: np.random.Generator,
+    window: Sequence[int],
+    perturbation_probability: float = 0.5,
+    tries: int = 100,
+    *,
+    strict_edits: bool = False,
+    excluded: AbstractSet[tuple[int, ...]] | None = None,
+) -> tuple[tuple[int, ...], int | None]:
+    """A negative string and how it was made: the number of random edits of a positive, or None
+    for a uniform string (what the public code writes to ``num-edits.txt``).
+
+    Each draw is a perturbed positive (``Geometric(1/2)`` edits) with probability
+    ``perturbation_probability``, else a uniform string, redrawn up to ``tries`` times until it is
+    not in the language, then ``ValueError``.  ``strict_edits=False`` (the public code's default)
+    decides the kind and the number of edits afresh on every draw; ``strict_edits=True`` (its
+    ``--strict-num-edits-distribution``) decides them once and redraws only the string (the
+    positive that is edited, or the uniform string).  A draw among ``excluded`` is refused like a
+    positive (the public code's held-out set)."""
     rng = check_rng(rng)
     window = check_window(window)
     if not 0 <= perturbation_probability <= 1:
         raise ValueError(f"perturbation_probability must be in [0, 1], got {perturbation_probability}")
     v = language.num_symbols
+    if strict_edits:
+        perturb = rng.random() < perturbation_probability
+        edits = int(rng.geometric(0.5)) if perturb else 0
     for _ in range(tries):
-        if rng.random() < perturbation_probability:
+        if not strict_edits:
+            perturb = rng.random() < perturbation_probability
+        if perturb:
             s = list(language.sample(rng, window))
-            for _ in range(int(rng.geometric(0.5))):
+            if not strict_edits:
+                edits = int(rng.geometric(0.5))
+            for _ in range(edits):
                 random_edit(s, window, v, rng)
         else:
             n = int(rng.integers(window[0], window[1] + 1))
             s = [int(x) for x in rng.integers(0, v, size=n)]
-        if not language._accepts(tuple(s)):
-            return tuple(s)
-    raise ValueError(f"{language.name}: no negative string found in {tries} draws with lengths in {window}")
+        t = tuple(s)
+        if (excluded is None or t not in excluded) and not language._accepts(t):
+            return t, (edits if perturb else None)
+    kind = (f"{edits} edits of a positive" if perturb else "uniform strings") if strict_edits else "draws"
+    held = " outside the excluded strings" if excluded is not None else ""
+    raise ValueError(
+        f"{language.name}: no negative string{held} found in {tries} {kind} with lengths in {window}"
+    )
+
+
+def sample_positive(
+    language: RecognitionLanguage,
+    rng: np.random.Generator,
+    window: Sequence[int],
+    excluded: AbstractSet[tuple[int, ...]] | None = None,
+    tries: int = 100,
+) -> tuple[int, ...]:
+    """A positive string (:meth:`RecognitionLanguage.sample`); with ``excluded``, one outside it,
+    redrawn up to ``tries`` times and then ``ValueError`` (the public code's held-out set)."""
+    if excluded is None:
+        return language.sample(rng, window)
+    for _ in range(tries):
+        s = language.sample(rng, window)
+        if s not in excluded:
+            return s
+    raise ValueError(
+        f"{language.name}: no positive string outside the excluded strings found in {tries} draws with "
+        f"lengths in {tuple(window)} (the public code skips its held-out set for such a language)"
+    )
 
 
 def sample_labelled(
@@ -895,16 +1093,24 @@ def sample_labelled(
     n: int,
     window: Sequence[int],
     perturbation_probability: float = 0.5,
+    *,
+    strict_edits: bool = False,
+    excluded: AbstractSet[tuple[int, ...]] | None = None,
 ) -> list[tuple[tuple[int, ...], bool]]:
     """``n`` labelled strings with lengths in ``window``, each positive or negative with
-    probability 1/2 (the benchmark's splits)."""
+    probability 1/2 (the benchmark's splits); negatives by :func:`sample_negative`
+    (``strict_edits``); with ``excluded``, none of them among those strings (positives by
+    :func:`sample_positive`: the public code's held-out set)."""
     rng = check_rng(rng)
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
     out = []
     for _ in range(n):
         if rng.integers(2):
-            out.append((language.sample(rng, window), True))
+            out.append((sample_positive(language, rng, window, excluded), True))
         else:
-            out.append((sample_negative(language, rng, window, perturbation_probability), False))
+            s = sample_negative(
+                language, rng, window, perturbation_probability, strict_edits=strict_edits, excluded=excluded
+            )
+            out.append((s, False))
     return out

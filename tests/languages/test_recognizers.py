@@ -1,6 +1,8 @@
 """The recognizer benchmark's languages (Butoi et al. 2025): membership against independent
-oracles written from each definition over every short string, hand-worked examples, exact
-uniform sampling of the regular ones, samplers that cover the language, the negatives, errors."""
+oracles written from each definition over every short string, hand-worked examples, the regular
+ones' two sampling laws (the public code's automaton with uniform action probabilities, and
+uniform given the length), compute_sqrt's two roots, samplers that cover the language, the
+negatives (and the public code's strict edits), held-out draws, errors."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from memrnn.languages.recognizers import (
     random_edit,
     sample_labelled,
     sample_negative,
+    sample_negative_with_edits,
+    sample_positive,
     uniform_int,
 )
 
@@ -42,6 +46,11 @@ def _numbers(s, seps):
     if want or not all(out):
         return None
     return [_num(p) for p in out]
+
+
+def _public_root(x):
+    """The public code's ``compute_z`` of compute_sqrt, transcribed: the floor of the float root."""
+    return math.floor(math.sqrt(x))
 
 
 def _modular(s):
@@ -127,7 +136,8 @@ ORACLES = {
     ),
     "binary_addition": lambda s: (lambda v: v is not None and v[0] + v[1] == v[2])(_numbers(s, (2, 3))),
     "binary_multiplication": lambda s: (lambda v: v is not None and v[0] * v[1] == v[2])(_numbers(s, (2, 3))),
-    "compute_sqrt": lambda s: (lambda v: v is not None and math.isqrt(v[0]) == v[1])(_numbers(s, (2,))),
+    # the public code's test (its float root; the default convention, below)
+    "compute_sqrt": lambda s: (lambda v: v is not None and _public_root(v[0]) == v[1])(_numbers(s, (2,))),
     "bucket_sort": lambda s: s.count(5) == 1 and s[s.index(5) + 1 :] == tuple(sorted(s[: s.index(5)])),
 }
 
@@ -267,9 +277,14 @@ def test_samplers_cover_every_short_string_of_the_language(lang):
     assert seen == want, sorted(want - seen)[:5]
 
 
-@pytest.mark.parametrize("name", [n for n, c in FLARE_LANGUAGES.items() if c.level == "R"])
+REGULAR = [n for n, c in FLARE_LANGUAGES.items() if c.level == "R"]
+
+
+@pytest.mark.parametrize("name", REGULAR)
 def test_regular_languages_count_exactly_and_sample_uniformly_within_a_length(name):
-    lang = flare_language(name)
+    """``sampling="uniform"``: every string of a length equally likely (memrnn's law before the
+    public code's became the default)."""
+    lang = flare_language(name, sampling="uniform")
     assert isinstance(lang, AutomatonRecognitionLanguage)
     for n in range(MAX_LEN[lang.num_symbols] + 1):
         brute = sum(ORACLES[name](s) for s in itertools.product(range(lang.num_symbols), repeat=n))
@@ -285,6 +300,57 @@ def test_regular_languages_count_exactly_and_sample_uniformly_within_a_length(na
     assert len(draws) == lang.count(n)
     freq = np.array(list(draws.values())) / sum(draws.values())
     assert np.abs(freq * lang.count(n) - 1).max() < 0.35
+
+
+def _pdfa_law(lang, n):
+    """The public code's law of a regular language's strings of length ``n`` (Butoi et al. 2025,
+    Algorithm 1): the automaton with uniform probabilities over each state's actions, conditioned
+    on the length.  A state's actions are the symbols that keep the prefix completable and
+    accepting when it is final, i.e. its next-symbol set (EOS counted), so a string weighs
+    ``prod 1 / |next-symbol set|`` over its ``n + 1`` prefixes (the public automata have no dead
+    states, so every arc is such a symbol)."""
+    members = [s for s in itertools.product(range(lang.num_symbols), repeat=n) if ORACLES[lang.name](s)]
+    weights = {s: math.prod(1 / len(x) for x in lang.next_symbols(s)) for s in members}
+    total = sum(weights.values())
+    return {s: w / total for s, w in weights.items()}
+
+
+@pytest.mark.parametrize("name", REGULAR)
+def test_regular_languages_sample_the_public_codes_automaton_law(name):
+    """The default ``sampling="pdfa"``: within a length, each string as often as the public
+    code's sampler draws it (:func:`_pdfa_law`); for parity, even pairs and Dyck-(2, 3) that law is
+    not uniform, for the other four it is."""
+    lang = flare_language(name)
+    assert lang.sampling == "pdfa"
+    several = [k for k in range(MAX_LEN[lang.num_symbols] + 1) if lang.count(k) >= 2] or [4]
+    n = min(max(several), 7)
+    law = _pdfa_law(lang, n)
+    rng = np.random.default_rng(3)
+    draws = 300 * len(law)
+    freq = collections.Counter(lang.sample(rng, (n, n)) for _ in range(draws))
+    assert set(freq) == set(law)
+    assert 0.5 * sum(abs(freq[s] / draws - p) for s, p in law.items()) < 0.06  # total variation
+    far_from_uniform = 0.5 * sum(abs(p - 1 / len(law)) for p in law.values())  # 0.18-0.23 or 0
+    assert (far_from_uniform > 0.15) == (name in ("parity", "even_pairs", "dyck_2_3")), far_from_uniform
+    assert far_from_uniform > 0.15 or far_from_uniform < 1e-12
+
+
+def test_parity_draws_as_the_public_sampler_does():
+    """Parity's strings of length 4, by hand: the run's states (even: 2 actions, odd: 3, one of
+    them accepting) weigh 0001 (even throughout) 1/16 and 1000 1/54, ...; normalised 0.216, 0.144,
+    0.096, 0.064 for 0001, 0010 (and 0111, 1101), 0100 (and 1011, 1110), 1000.  The public code's
+    sampler (``finite_automaton_weight_pushing.py``, float32, run once on this automaton) drew
+    0.215, 0.146, 0.095, 0.064 of 60,000; uniform would be 0.125 each."""
+    want = {(0, 0, 0, 1): 0.216, (0, 0, 1, 0): 0.144, (0, 1, 1, 1): 0.144, (1, 1, 0, 1): 0.144,
+            (0, 1, 0, 0): 0.096, (1, 0, 1, 1): 0.096, (1, 1, 1, 0): 0.096, (1, 0, 0, 0): 0.064}  # fmt: skip
+    assert sum(want.values()) == pytest.approx(1)
+    lang, rng = flare_language("parity"), np.random.default_rng(4)
+    freq = collections.Counter(lang.sample(rng, (4, 4)) for _ in range(20_000))
+    for s, p in want.items():
+        assert freq[s] / 20_000 == pytest.approx(p, abs=0.01), s
+    uniform = flare_language("parity", sampling="uniform")
+    freq = collections.Counter(uniform.sample(rng, (4, 4)) for _ in range(20_000))
+    assert freq[(0, 0, 0, 1)] / 20_000 == pytest.approx(0.125, abs=0.01)
 
 
 def test_regular_languages_count_long_strings_exactly():
@@ -339,6 +405,94 @@ def test_random_edit_is_one_edit_inside_the_window():
     assert len(s) == 2 and s != [0, 1]
 
 
+def test_strict_edits_keep_the_share_and_the_law_of_edited_negatives():
+    """``strict_edits`` (the public code's ``--strict-num-edits-distribution``): the kind of a
+    negative (edited or uniform) and its number of edits are drawn once, so half the negatives are
+    edited positives and their edits follow Geometric(1/2) (mean 2).  Without it (the public
+    code's default) each redraw decides afresh: for even pairs, whose positives mostly stay
+    positive under an edit, the rejection leaves about a quarter edited, with more edits."""
+    lang, rng = flare_language("even_pairs"), np.random.default_rng(9)
+
+    def edited(strict):
+        made = [sample_negative_with_edits(lang, rng, (0, 40), strict_edits=strict) for _ in range(1500)]
+        assert not any(lang.accepts(s) for s, _ in made)
+        ks = [k for _, k in made if k is not None]
+        return len(ks) / len(made), np.mean(ks)
+
+    share, mean = edited(True)
+    assert 0.45 < share < 0.55 and 1.8 < mean < 2.2
+    share, mean = edited(False)
+    assert share < 0.32 and mean > 2.3
+    one, two = np.random.default_rng(1), np.random.default_rng(1)
+    made = sample_negative_with_edits(lang, one, (0, 40), strict_edits=True)
+    assert sample_negative(lang, two, (0, 40), strict_edits=True) == made[0]
+    with pytest.raises(ValueError, match=r"no negative string found in 5 (uniform strings|\d+ edits)"):
+        sample_negative(lang, rng, (0, 0), tries=5, strict_edits=True)  # only the empty string
+
+
+def test_held_out_draws_avoid_the_excluded_strings():
+    """``excluded`` (the public code's held-out set): neither positives nor negatives among those
+    strings; a language whose positives are all excluded raises, where the public code skips the
+    set (repeat 01 has 21 strings of lengths 0–40, all in any training set)."""
+    lang, rng = flare_language("parity"), np.random.default_rng(10)
+    excluded = {s for s, _ in sample_labelled(lang, rng, 3000, (0, 10))}
+    held = sample_labelled(lang, rng, 400, (0, 10), excluded=excluded)
+    assert not any(s in excluded for s, _ in held)
+    assert all(lang.accepts(s) == y for s, y in held) and 0.4 < np.mean([y for _, y in held]) < 0.6
+    repeat = flare_language("repeat_01")
+    every = {(0, 1) * k for k in range(21)}
+    with pytest.raises(
+        ValueError, match="no positive string outside the excluded strings found in 100 draws"
+    ):
+        sample_positive(repeat, rng, (0, 40), excluded=every)
+    assert sample_positive(repeat, rng, (0, 40), excluded=every - {(0, 1) * 3, (0, 1) * 7}) in {
+        (0, 1) * 3,
+        (0, 1) * 7,
+    }
+
+
+#: x = (2**27 + 1)**2 - 1: the integer root is 2**27, the float root 2**27 + 1 (x is exact in a
+#: double, its root 2**27 + 1 - 2**-28 rounds up)
+X_DIFFER = (2**27 + 1) ** 2 - 1
+
+
+def _sqrt_string(x, z):
+    bits = lambda v: [int(c) for c in reversed(bin(v)[2:])]  # noqa: E731
+    return (*bits(x), 2, *bits(z))
+
+
+def test_compute_sqrt_is_the_public_codes_float_root_by_default():
+    """``compute_sqrt`` by default is the public code's language, ``z = floor(sqrt(x))`` with a
+    float root; ``sqrt="exact"`` is ``math.isqrt``'s.  They differ where the float rounds: at
+    ``X_DIFFER``, and on about a third of the positives of lengths 0–500."""
+    assert math.isqrt(X_DIFFER) == 2**27 and _public_root(X_DIFFER) == 2**27 + 1
+    public, exact = flare_language("compute_sqrt"), flare_language("compute_sqrt", sqrt="exact")
+    assert (public.sqrt, exact.sqrt, repr(public)) == ("public", "exact", "ComputeSqrt(sqrt='public')")
+    by_float, by_isqrt = _sqrt_string(X_DIFFER, 2**27 + 1), _sqrt_string(X_DIFFER, 2**27)
+    assert public.accepts(by_float) and not public.accepts(by_isqrt)
+    assert exact.accepts(by_isqrt) and not exact.accepts(by_float)
+    # the next-symbol sets after '=' spell each convention's root
+    eq = by_float.index(2)
+    assert public.next_symbols(by_float)[eq + 1 : -1] == [{b} for b in by_float[eq + 1 :]]
+    assert exact.next_symbols(by_isqrt)[eq + 1 : -1] == [{b} for b in by_isqrt[eq + 1 :]]
+    assert (
+        public.root(2**60) == exact.root(2**60) == 2**30
+        and public.root(10**30 - 1) == 10**15 == exact.root(10**30 - 1) + 1
+    )
+    rng = np.random.default_rng(8)
+    drawn = [public.sample(rng, (0, 500)) for _ in range(200)]
+    assert all(ORACLES["compute_sqrt"](s) for s in drawn)  # the public code's membership test
+    exact_test = lambda s: (lambda v: v is not None and math.isqrt(v[0]) == v[1])(_numbers(s, (2,)))  # noqa: E731
+    drawn = [exact.sample(rng, (0, 500)) for _ in range(200)]
+    assert all(exact_test(s) for s in drawn)
+    assert 0.25 < np.mean([not ORACLES["compute_sqrt"](s) for s in drawn]) < 0.5
+    negatives = [sample_negative(public, rng, (0, 500)) for _ in range(50)]
+    assert not any(ORACLES["compute_sqrt"](s) for s in negatives)
+    with pytest.raises(ValueError, match="cannot take x of 1025 bits"):
+        public.accepts(_sqrt_string(2**1024, 2**512))
+    assert exact.accepts(_sqrt_string(2**1024, 2**512))
+
+
 def test_labelled_splits_are_half_positive_and_correctly_labelled():
     lang, rng = flare_language("majority"), np.random.default_rng(6)
     pairs = sample_labelled(lang, rng, 2000, (0, 40))
@@ -361,6 +515,10 @@ def test_uniform_int_handles_numbers_of_hundreds_of_bits():
 def test_bad_input_raises_naming_the_value():
     with pytest.raises(ValueError, match="unknown recognizer language 'dyck'"):
         flare_language("dyck")
+    with pytest.raises(ValueError, match="sqrt must be one of 'public', 'exact', got 'float'"):
+        flare_language("parity", sqrt="float")  # checked for every language
+    with pytest.raises(ValueError, match="sampling must be one of 'pdfa', 'uniform', got 'exact'"):
+        flare_language("compute_sqrt", sampling="exact")
     lang = flare_language("parity")
     with pytest.raises(ValueError, match="token 2 at position 1"):
         lang.accepts([0, 2])
