@@ -14,6 +14,20 @@ accuracy of the models selected on the short validation set ("inductive bias") a
 those selected on the long one ("expressivity"); ``validation`` picks which one a run validates
 (and selects its checkpoint) on.
 
+The defaults make the data as the public code's ``sample_dataset.py`` makes them (its strings are
+drawn from another generator, so equal in law, not string for string): ``compute_sqrt`` with its
+float root (``sqrt_convention="public"``), the regular languages' strings from the uniform-action
+automaton conditioned on the length (``regular_sampling="pdfa"``), negatives that decide edited or
+uniform on every redraw (``strict_edits=False``) and its sample-dependent next-symbol sets of
+``stack_manipulation`` (``next_symbols_convention="public"``); each other choice is an option
+(:mod:`memrnn.languages.recognizers` says what each changes).  ``test_set="held_out"`` tests on the
+public code's fifth set, ``test-short-held-out``: 1,000 strings of lengths 0–40 of which none is a
+training, short-validation or long-validation string (both validation sets are drawn for it,
+whichever a run validates on); the public code skips it for a language whose draws cannot avoid
+those strings in 100 tries, where memrnn raises at set-up (of the 18, only ``repeat_01``, whose 21
+strings of lengths 0–40 are all training strings).  As in the public code, no other set is kept
+apart from another: validation and test strings may also be training strings.
+
 The paper's auxiliary losses (``auxiliary``): ``"language_modelling"`` adds ``target`` (each
 positive string's next symbols ``w_1 … w_n EOS`` at positions ``0 … n``, nothing for negatives:
 :class:`memrnn.lit.SequenceModule`'s ``generator`` objective) and ``"next_symbols"`` adds
@@ -34,16 +48,28 @@ import torch
 from torch import Tensor
 
 from memrnn.core.checks import positive_int
-from memrnn.data.datamodule import IGNORE_INDEX, SPLITS, SplitDataModule, bos_inputs
+from memrnn.data.datamodule import IGNORE_INDEX, SplitDataModule, bos_inputs
 from memrnn.data.tasks import ListDataset
 from memrnn.languages.base import check_window
-from memrnn.languages.recognizers import FLARE_SPLITS, RecognitionLanguage, flare_language, sample_labelled
+from memrnn.languages.recognizers import (
+    FLARE_SPLITS,
+    SAMPLINGS,
+    SQRTS,
+    RecognitionLanguage,
+    flare_language,
+    sample_labelled,
+)
 
 __all__ = ["RecognizerDataModule", "collate_recognizer"]
 
 
 #: the auxiliary targets a recognizer data module can add (module docstring)
 AUXILIARY = ("language_modelling", "next_symbols")
+#: what the test stage evaluates: the benchmark's test set or the public code's held-out set
+TEST_SETS = ("test", "held_out")
+#: each set's random stream, ``[seed, *STREAMS[name]]`` (train, val-short and test as before the
+#: held-out set existed; the two validation sets are drawn independently, as the public code does)
+STREAMS = {"train": (0, 4), "val_short": (1, 4), "val_long": (1, 5), "test": (2, 4), "held_out": (3, 4)}
 
 
 def collate_recognizer(
@@ -94,8 +120,21 @@ class RecognizerDataModule(SplitDataModule):
         perturbation_probability: share of negatives made by editing a positive (0.5).
         auxiliary: the targets of the paper's auxiliary losses to add to each batch, any of
             ``"language_modelling"`` and ``"next_symbols"`` (module docstring).
-        next_symbols_convention: ``"language"`` (the language's next-symbol sets) or ``"public"``
-            (the public code's; they differ for ``stack_manipulation`` only).
+        next_symbols_convention: ``"public"`` (default: the public code's sets) or ``"language"``
+            (the language's own; they differ for ``stack_manipulation`` only).
+        sqrt_convention: ``compute_sqrt``'s root, ``"public"`` (default: the public code's
+            ``floor(sqrt(x))`` in floating point) or ``"exact"`` (``math.isqrt``); membership,
+            labels, positives, negatives and next-symbol sets all follow it.
+        regular_sampling: how the regular languages draw a string of a given length, ``"pdfa"``
+            (default: Butoi et al.'s uniform-action automaton conditioned on the length, as the
+            paper and the public code) or ``"uniform"`` (uniform among that length's strings).
+        strict_edits: the public code's ``--strict-num-edits-distribution`` (off by default, as
+            its data were made): each negative's kind (edited or uniform) and number of edits are
+            drawn once and only its string is redrawn until it is negative.
+        test_set: what the test stage evaluates: ``"test"`` (the benchmark's test set) or
+            ``"held_out"`` (the public code's ``test-short-held-out``, ``held_out_size`` strings of
+            the training window, none a training or validation string).
+        held_out_size: strings in the held-out set (1,000).
         batch_size, eval_batch_size, seed, num_workers: as every memrnn data module.
     """
 
@@ -111,16 +150,30 @@ class RecognizerDataModule(SplitDataModule):
         val_lengths: tuple[int, int] | None = None,
         perturbation_probability: float = 0.5,
         auxiliary: Sequence[str] = (),
-        next_symbols_convention: Literal["language", "public"] = "language",
+        next_symbols_convention: Literal["language", "public"] = "public",
+        sqrt_convention: Literal["public", "exact"] = "public",
+        regular_sampling: Literal["pdfa", "uniform"] = "pdfa",
+        strict_edits: bool = False,
+        test_set: Literal["test", "held_out"] = "test",
+        held_out_size: int = FLARE_SPLITS["held_out"][0],
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
-        self.language = flare_language(language)
+        if sqrt_convention not in SQRTS:
+            raise ValueError(
+                f"sqrt_convention must be one of {', '.join(map(repr, SQRTS))}, got {sqrt_convention!r}"
+            )
+        if regular_sampling not in SAMPLINGS:
+            raise ValueError(
+                f"regular_sampling must be one of {', '.join(map(repr, SAMPLINGS))}, got {regular_sampling!r}"
+            )
+        self.language = flare_language(language, sqrt=sqrt_convention, sampling=regular_sampling)
         train_size, val_size = positive_int("train_size", train_size), positive_int("val_size", val_size)
         test_per_length = positive_int("test_per_length", test_per_length)
+        held_out_size = positive_int("held_out_size", held_out_size)
         if validation not in ("short", "long"):
             raise ValueError(f"validation must be 'short' or 'long', got {validation!r}")
         if not 0 <= perturbation_probability <= 1:
@@ -132,20 +185,31 @@ class RecognizerDataModule(SplitDataModule):
             raise ValueError(
                 f"next_symbols_convention must be 'language' or 'public', got {next_symbols_convention!r}"
             )
+        if not isinstance(strict_edits, bool):
+            raise ValueError(f"strict_edits must be True or False, got {strict_edits!r}")
+        if test_set not in TEST_SETS:
+            raise ValueError(f"test_set must be one of {', '.join(map(repr, TEST_SETS))}, got {test_set!r}")
         self.auxiliary, self.convention = tuple(auxiliary), next_symbols_convention
-        self.windows = {
-            "train": check_window(train_lengths, "train_lengths"),
-            "test": check_window(test_lengths, "test_lengths"),
+        self.validation, self.test_set, self.strict_edits = validation, test_set, strict_edits
+        self.sqrt_convention, self.regular_sampling = sqrt_convention, regular_sampling
+        train, test = check_window(train_lengths, "train_lengths"), check_window(test_lengths, "test_lengths")
+        #: every set this module can draw: name -> (strings, window)
+        self.sets: dict[str, tuple[int, tuple[int, int]]] = {
+            "train": (train_size, train),
+            "val_short": (val_size, train),
+            "val_long": (val_size, FLARE_SPLITS["val_long"][1]),
+            "test": (test_per_length * (test[1] - test[0] + 1), test),
+            "held_out": (held_out_size, train),
         }
+        val = "val_" + validation
         if val_lengths is not None:
-            self.windows["val"] = check_window(val_lengths, "val_lengths")
-        elif validation == "short":
-            self.windows["val"] = self.windows["train"]
-        else:
-            self.windows["val"] = FLARE_SPLITS["val_long"][1]
-        lo, hi = self.windows["test"]
-        self.sizes = {"train": train_size, "val": val_size, "test": test_per_length * (hi - lo + 1)}
+            self.sets[val] = (val_size, check_window(val_lengths, "val_lengths"))
+        #: what the train/val/test stages serve
+        self.split_sets = {"train": "train", "val": val, "test": test_set}
+        self.windows = {split: self.sets[name][1] for split, name in self.split_sets.items()}
+        self.sizes = {split: self.sets[name][0] for split, name in self.split_sets.items()}
         self.perturbation_probability = perturbation_probability
+        self._drawn: dict[str, list[tuple[tuple[int, ...], bool]]] = {}
         self.save_hyperparameters()
 
     @property
@@ -163,11 +227,39 @@ class RecognizerDataModule(SplitDataModule):
         """No next-token predictions to score."""
         return None
 
+    def draw(self, name: str) -> list[tuple[tuple[int, ...], bool]]:
+        """The labelled strings of set ``name`` (a key of :attr:`sets`: ``train``, ``val_short``,
+        ``val_long``, ``test``, ``held_out``), each from its own stream ``[seed, *STREAMS[name]]``
+        and drawn once.  ``held_out`` draws the training and both validation sets first and keeps
+        every one of their strings out of it (the public code's ``test-short-held-out``)."""
+        if name not in self.sets:
+            raise ValueError(f"no set {name!r}; the sets are {', '.join(self.sets)}")
+        if name not in self._drawn:
+            excluded = None
+            if name == "held_out":
+                excluded = {s for other in ("train", "val_short", "val_long") for s, _ in self.draw(other)}
+            size, window = self.sets[name]
+            rng = np.random.default_rng([self.seed, *STREAMS[name]])
+            self._drawn[name] = sample_labelled(
+                self.language,
+                rng,
+                size,
+                window,
+                self.perturbation_probability,
+                strict_edits=self.strict_edits,
+                excluded=excluded,
+            )
+        return self._drawn[name]
+
+    def setup(self, stage: str | None = None) -> None:
+        """Build the stage's splits; with ``test_set="held_out"`` the held-out set is drawn first,
+        whatever the stage, so that a language without one fails before training, not after."""
+        if self.test_set == "held_out":
+            self.draw("held_out")
+        super().setup(stage)
+
     def build_split(self, split: str) -> ListDataset:
-        rng = np.random.default_rng([self.seed, SPLITS.index(split), 4])
-        pairs = sample_labelled(
-            self.language, rng, self.sizes[split], self.windows[split], self.perturbation_probability
-        )
+        pairs = self.draw(self.split_sets[split])
         return ListDataset([{"body": list(s), "label": bool(y)} for s, y in pairs])
 
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:

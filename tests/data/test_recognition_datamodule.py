@@ -1,5 +1,6 @@
 """The recognizer benchmark's data module: the protocol's split sizes and windows, labels that
-agree with membership, batches read at each string's own end, errors, and train.py end to end."""
+agree with membership, batches read at each string's own end, the public code's held-out set and
+its data conventions as arguments, errors, and train.py end to end."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from memrnn.data import RecognizerDataModule
-from memrnn.languages.recognizers import flare_language
+from memrnn.data.recognition import STREAMS
+from memrnn.languages.recognizers import flare_language, sample_labelled
 from memrnn.lit.wandb_files import read_offline_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +58,8 @@ def test_batches_put_bos_first_and_count_it_in_the_lengths():
 
 def test_auxiliary_targets_are_the_positive_strings_next_symbols_and_their_sets():
     """``auxiliary``: each positive string's next symbols then ``EOS`` as ``target`` and its
-    next-symbol sets as ``next_set`` (masked to its positions); negatives get neither."""
+    next-symbol sets as ``next_set`` (masked to its positions); negatives get neither.  The sets
+    are the public code's by default, the language's own with ``next_symbols_convention``."""
     from memrnn.data.datamodule import IGNORE_INDEX
 
     dm = RecognizerDataModule("stack_manipulation", train_size=64, val_size=8, test_per_length=1,
@@ -72,19 +76,20 @@ def test_auxiliary_targets_are_the_positive_strings_next_symbols_and_their_sets(
             assert batch["target"][i, : n + 1].tolist() == [*it["body"], eos]
             assert (batch["target"][i, n + 1 :] == IGNORE_INDEX).all()
             sets = [set(torch.nonzero(row).flatten().tolist()) for row in batch["next_set"][i, : n + 1]]
-            assert sets == [set(x) for x in lang.next_symbols(it["body"])]
+            assert sets == [set(x) for x in lang.next_symbols(it["body"], "public")]  # the default
             assert batch["next_set_mask"][i].tolist() == [t <= n for t in range(batch["mask"].shape[1])]
         else:
             assert (batch["target"][i] == IGNORE_INDEX).all() and not batch["next_set_mask"][i].any()
     assert 0 < sum(it["label"] for it in items) < len(items)
-    public = RecognizerDataModule(
-        "stack_manipulation", auxiliary=["next_symbols"], next_symbols_convention="public"
+    own = RecognizerDataModule(
+        "stack_manipulation", auxiliary=["next_symbols"], next_symbols_convention="language"
     )
-    positive = next(it for it in items if it["label"])
-    got = public.collate_fn()([positive])["next_set"][0, : len(positive["body"]) + 1]
-    assert [set(torch.nonzero(r).flatten().tolist()) for r in got] == [
-        set(x) for x in lang.next_symbols(positive["body"], "public")
+    got = [own.collate_fn()([it])["next_set"][0, : len(it["body"]) + 1] for it in items if it["label"]]
+    want = [lang.next_symbols(it["body"]) for it in items if it["label"]]
+    assert [[set(torch.nonzero(r).flatten().tolist()) for r in g] for g in got] == [
+        [set(x) for x in w] for w in want
     ]
+    assert want != [lang.next_symbols(it["body"], "public") for it in items if it["label"]]
 
 
 def test_bad_arguments_are_named():
@@ -104,6 +109,67 @@ def test_bad_arguments_are_named():
         ValueError, match="next_symbols_convention must be 'language' or 'public', got 'paper'"
     ):
         RecognizerDataModule("parity", next_symbols_convention="paper")
+    with pytest.raises(ValueError, match="sqrt_convention must be one of 'public', 'exact', got 'isqrt'"):
+        RecognizerDataModule("compute_sqrt", sqrt_convention="isqrt")
+    with pytest.raises(ValueError, match="regular_sampling must be one of 'pdfa', 'uniform', got 'exact'"):
+        RecognizerDataModule("parity", regular_sampling="exact")
+    with pytest.raises(ValueError, match="strict_edits must be True or False, got 'yes'"):
+        RecognizerDataModule("parity", strict_edits="yes")
+    with pytest.raises(ValueError, match="test_set must be one of 'test', 'held_out', got 'heldout'"):
+        RecognizerDataModule("parity", test_set="heldout")
+    with pytest.raises(ValueError, match="held_out_size must be a positive integer"):
+        RecognizerDataModule("parity", held_out_size=0)
+    with pytest.raises(ValueError, match="no set 'validation'; the sets are train, val_short"):
+        RecognizerDataModule("parity").draw("validation")
+
+
+def test_the_held_out_set_avoids_training_and_both_validation_sets():
+    """``test_set="held_out"``: the test stage serves the public code's ``test-short-held-out``,
+    strings of the training window none of which is a training, short-validation or
+    long-validation string (both drawn, though the run validates on one); train, validation and
+    test sets are drawn as without it.  Where no held-out string can be drawn the module fails at
+    set-up, before training (the public code skips the set)."""
+    kw = dict(train_size=600, val_size=200, test_per_length=1, test_lengths=(0, 30), held_out_size=300)
+    dm = RecognizerDataModule("marked_copy", test_set="held_out", **kw)
+    dm.setup("test")
+    held = [tuple(it["body"]) for it in dm.datasets["test"].items]
+    assert len(held) == 300 and dm.windows["test"] == (0, 40) and dm.sizes["test"] == 300
+    lang = flare_language("marked_copy")
+    assert all(lang.accepts(it["body"]) == it["label"] for it in dm.datasets["test"].items)
+    assert (
+        all(len(s) <= 40 for s in held)
+        and 0.4 < np.mean([it["label"] for it in dm.datasets["test"].items]) < 0.6
+    )
+    for other in ("train", "val_short", "val_long"):
+        drawn = {s for s, _ in dm.draw(other)}
+        assert drawn and not drawn & set(held), other
+    plain = RecognizerDataModule("marked_copy", **kw)
+    plain.setup()
+    assert [it["body"] for it in plain.datasets["train"].items] == [list(s) for s, _ in dm.draw("train")]
+    assert [it["body"] for it in plain.datasets["val"].items] == [list(s) for s, _ in dm.draw("val_short")]
+    assert len(plain.datasets["test"]) == 31 and plain.windows["test"] == (0, 30)
+    # without the exclusion the same stream repeats training strings: marked copy has few short ones
+    twin = sample_labelled(lang, np.random.default_rng([0, *STREAMS["held_out"]]), 300, (0, 40))
+    assert {s for s, _ in twin} & {s for s, _ in dm.draw("train")}
+    repeat = RecognizerDataModule("repeat_01", test_set="held_out", **kw)
+    with pytest.raises(ValueError, match="repeat_01: no positive string outside the excluded strings"):
+        repeat.setup("fit")
+
+
+def test_the_data_conventions_reach_the_language_and_the_sampler():
+    """``sqrt_convention`` and ``regular_sampling`` build the language; ``strict_edits`` reaches
+    the negatives (each set is ``sample_labelled`` on its own stream with it)."""
+    assert RecognizerDataModule("compute_sqrt").language.sqrt == "public"
+    assert RecognizerDataModule("compute_sqrt", sqrt_convention="exact").language.sqrt == "exact"
+    assert RecognizerDataModule("dyck_2_3").language.sampling == "pdfa"
+    assert RecognizerDataModule("dyck_2_3", regular_sampling="uniform").language.sampling == "uniform"
+    for strict in (False, True):
+        dm = RecognizerDataModule("even_pairs", train_size=200, strict_edits=strict)
+        want = sample_labelled(
+            dm.language, np.random.default_rng([0, *STREAMS["train"]]), 200, (0, 40), strict_edits=strict
+        )
+        assert dm.draw("train") == want
+    assert RecognizerDataModule("even_pairs", train_size=200).draw("train") != dm.draw("train")
 
 
 def _train(tmp_path, config, *overrides):
