@@ -5,12 +5,35 @@ spends most of its time, in Python, dispatching them one at a time; its C++ loop
 calls from C++, fuses the elementwise parts into plain loops, and gives the large products that do
 not lie on the recurrence (the input projection, the weight gradients) to a second thread when
 torch has one.  The sources live beside their mechanism (``memrnn/ops/stack_rnn/native.cpp``) and
-are compiled by :func:`torch.utils.cpp_extension.load` the first time a process needs them (about
-15 s; cached under torch's extension directory, ``TORCH_EXTENSIONS_DIR``, and rebuilt when a
-source changes).  They use only ATen and ``TORCH_LIBRARY`` (no pybind11), so the build needs a
-C++ compiler and ninja, nothing else.  On x86-64 Linux the build is tuned for the CPU it runs on
-and cached under a name made from the CPU's instruction sets, so machines of different kinds can
-share one cache.
+are compiled by :func:`torch.utils.cpp_extension.load` the first time a process needs them.  They
+use only ATen and ``TORCH_LIBRARY`` (no pybind11), so the build needs a C++ compiler and ninja,
+nothing else.
+
+One build per environment.  The build goes to a folder of its own under torch's extension
+directory (``TORCH_EXTENSIONS_DIR``, else torch's default, ``~/.cache/torch_extensions``), named
+by everything that changes the binary (:func:`build_name`): the sources' digest, the compiler
+and its flags, torch's version, install folder and C++ ABI (``_GLIBCXX_USE_CXX11_ABI``), the
+Python version, and, for the build tuned with ``-march=native`` (x86-64 Linux, 3-7% faster here),
+the CPU's instruction sets (so a cache shared by machines of different kinds, a cluster's home
+directory, never loads a build this CPU cannot run).  Two virtual environments, two torch
+versions or two checkouts of the sources on one machine therefore each keep their own build
+instead of rebuilding it on every switch (keyed by the CPU alone, they did: 10 rebuilds of 45-190
+s in 70 minutes, each silent).  A build announces itself on stderr before it starts ("building
+memrnn's C++ loops, once per environment, ~1 min", with the folder) and says how long it took;
+loading a build made earlier prints nothing.  ``python -c "import memrnn.ops.native as n;
+n.load()"`` builds (or finds) it now, e.g. before starting many runs that would otherwise wait
+for the first one's build.
+
+Why on first use, not at install time: memrnn is installed with ``pip install -e .[dev]``
+(``scripts/dev.sh``) or ``pip install``, and neither is a good place for this build.  pip builds
+in an isolated environment with a torch of its own choosing (not the user's CUDA or CPU build: a
+binary for another torch, which fails to load or, worse, loads), an installed binary goes stale
+the day the user upgrades torch, ``-march=native`` at install time bakes in the CPU of the
+machine that installed (a container image, a login node), an editable install would share one
+binary among every environment that uses the checkout (the thrashing above), and a failed build
+would fail the install, whereas the C++ loops are optional.  Built on first use and keyed as
+above, the build always matches the torch and CPU that load it, costs once per environment, and
+is never required.
 
 Where the build cannot run (no compiler, no ninja) memrnn warns once and every mechanism keeps
 its Python loop (the same arithmetic, slower).  ``MEMRNN_NATIVE=0`` turns the C++ loops off;
@@ -22,10 +45,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import json
 import os
 import platform
+import re
 import sys
+import sysconfig
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -37,7 +64,16 @@ _SOURCES = (
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
 )
 _LOCK = threading.Lock()
-__all__ = ["HEAP_MALLOC_ENV", "cpu_description", "disabled", "load", "native_available"]
+__all__ = [
+    "HEAP_MALLOC_ENV",
+    "build_ingredients",
+    "build_name",
+    "cpu_description",
+    "disabled",
+    "extensions_root",
+    "load",
+    "native_available",
+]
 
 #: glibc's heap kept whole: no ``mmap`` for large blocks, no trimming.  By default glibc hands a
 #: freed block over 32 MB back to the kernel and faults it in again, page by page, on the next
@@ -98,24 +134,91 @@ def _cpu_tag() -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
 
+def _python_tag() -> str:
+    """This interpreter as its build depends on it, e.g. ``"cpython311"`` (``abiflags`` added:
+    a free-threaded ``"cpython313t"`` is another ABI)."""
+    major, minor = sys.version_info[:2]
+    return f"{sys.implementation.name}{major}{minor}{getattr(sys, 'abiflags', '')}"
+
+
+def _sources_digest() -> str:
+    """sha1 of the C++ sources' contents (their names included)."""
+    h = hashlib.sha1()
+    for path in _SOURCES:
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def build_ingredients(flags: list[str]) -> dict[str, str]:
+    """Everything that changes the binary of a build with compiler flags ``flags``, by name: the
+    sources' digest, the compiler (``CXX``, as torch's build reads it) and the flags, torch's
+    version (and commit), install folder (its headers and libraries; two virtual environments
+    with one torch version are two folders) and C++ ABI, the Python version and its headers'
+    folder, and the CPU's tag where the flags tune for it (``-march=native``)."""
+    return {
+        "sources": _sources_digest(),
+        "compiler": os.environ.get("CXX", "c++"),
+        "flags": " ".join(flags),
+        "torch": f"{torch.__version__} {getattr(torch.version, 'git_version', '')}",
+        "torch_folder": str(Path(torch.__file__).resolve().parent),
+        "cxx11_abi": str(int(bool(torch._C._GLIBCXX_USE_CXX11_ABI))),
+        "python": _python_tag(),
+        "python_include": sysconfig.get_paths().get("include", ""),
+        "cpu": _cpu_tag() if "-march=native" in flags else "portable",
+    }
+
+
+def build_name(flags: list[str]) -> str:
+    """The extension's name for a build with ``flags``, also its folder's: readable parts (Python,
+    torch) and a digest of all of :func:`build_ingredients`, e.g.
+    ``memrnn_native_cpython311_torch2_13_0_cpu_3f9c1e0a2b7d``."""
+    parts = build_ingredients(flags)
+    digest = hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
+    version = re.sub(r"\W", "_", torch.__version__)
+    return f"memrnn_native_{parts['python']}_torch{version}_{digest}"
+
+
+def extensions_root() -> Path:
+    """Where the builds go: ``TORCH_EXTENSIONS_DIR``, else torch's default root."""
+    import torch.utils.cpp_extension as cpp_extension
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    return Path(root) if root else Path(cpp_extension.get_default_build_root())
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 @functools.cache
 def _build() -> object | None:
     import torch.utils.cpp_extension as cpp_extension  # 0.15 s of imports (setuptools): only to build
 
     errors = []
+    announced = False
     for flags in _flags():
-        name = f"memrnn_native_{_cpu_tag()}" if "-march=native" in flags else "memrnn_native"
+        name = build_name(flags)
+        folder = extensions_root() / name
+        start = time.monotonic()
+        builds = not (folder / f"{name}{cpp_extension.LIB_EXT}").is_file()
+        if builds and not announced:  # a library from an earlier build is loaded without a word
+            _say(f"building memrnn's C++ loops, once per environment, ~1 min (in {folder})")
+            announced = True
         try:
+            folder.mkdir(parents=True, exist_ok=True)
             cpp_extension.load(
                 name=name,
                 sources=[str(p) for p in _SOURCES],
                 extra_cflags=flags,
+                build_directory=str(folder),
                 is_python_module=False,
                 verbose=os.environ.get("MEMRNN_NATIVE_VERBOSE", "") not in ("", "0"),
             )
         except Exception as e:  # any build failure: no compiler, no ninja, an unknown flag
             errors.append(f"{type(e).__name__}: {str(e).strip()[-600:]}")
             continue
+        if builds:
+            _say(f"built memrnn's C++ loops in {time.monotonic() - start:.0f} s ({folder})")
         return torch.ops.memrnn_native
     warnings.warn(
         f"memrnn: could not build its C++ loops ({errors[-1]}); the stack RNNs run their Python "

@@ -1,0 +1,118 @@
+"""Where memrnn's C++ loops are built and what a build says (``memrnn.ops.native``): one folder per
+everything that changes the binary, so that two environments on one machine never rebuild each
+other's build, and one announcement on stderr when, and only when, a build runs.  No test here
+compiles anything (``cpp_extension.load`` is replaced), so they run without a compiler too."""
+
+from __future__ import annotations
+
+import shutil
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils import cpp_extension
+
+from memrnn.ops import native
+
+TUNED = ["-O3", "-fopenmp-simd", "-fno-trapping-math", "-march=native"]
+PORTABLE = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
+
+
+def test_the_build_name_changes_with_each_ingredient(monkeypatch, tmp_path):
+    """Each of the sources, the compiler, its flags, torch's version, commit, folder and C++ ABI,
+    the Python version and headers, and (for the tuned build) the CPU gives another name; the
+    name is otherwise stable, and the sources count by content, not by where they lie."""
+    base = native.build_name(TUNED)
+    assert base == native.build_name(TUNED) and base.startswith("memrnn_native_")
+    assert base.isidentifier()  # it is also the extension's module name
+    names = {"base": base, "portable flags": native.build_name(PORTABLE)}
+
+    def name_with(what, patch):
+        with monkeypatch.context() as m:
+            patch(m)
+            names[what] = native.build_name(TUNED)
+
+    name_with("torch version", lambda m: m.setattr(torch, "__version__", "9.9.9+cpu"))
+    name_with("torch commit", lambda m: m.setattr(torch.version, "git_version", "0" * 40))
+    name_with(
+        "C++ ABI",
+        lambda m: m.setattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", not torch._C._GLIBCXX_USE_CXX11_ABI),
+    )
+    name_with(
+        "torch folder", lambda m: m.setattr(torch, "__file__", str(tmp_path / "venv2/torch/__init__.py"))
+    )
+    name_with("python", lambda m: m.setattr(native, "_python_tag", lambda: "cpython399"))
+    name_with(
+        "python headers",
+        lambda m: m.setattr(sysconfig, "get_paths", lambda: {"include": str(tmp_path / "include")}),
+    )
+    name_with("compiler", lambda m: m.setenv("CXX", "clang++"))
+    name_with("cpu", lambda m: m.setattr(native, "_cpuinfo", lambda: ("Other", "fpu sse2")))
+    with monkeypatch.context() as m:  # the portable build runs on any CPU: not keyed by this one's
+        m.setattr(native, "_cpuinfo", lambda: ("Other", "fpu sse2"))
+        assert native.build_name(PORTABLE) == names["portable flags"]
+    copies = []
+    for i, src in enumerate(native._SOURCES):
+        (tmp_path / str(i)).mkdir()
+        copies.append(shutil.copy(src, tmp_path / str(i) / src.name))
+    monkeypatch.setattr(native, "_SOURCES", tuple(Path(c) for c in copies))
+    assert native.build_name(TUNED) == base  # the same contents elsewhere: the same build
+    with open(copies[0], "a") as fh:
+        fh.write("\n// an edit\n")
+    names["sources"] = native.build_name(TUNED)
+    assert len(set(names.values())) == len(names), names
+
+
+@pytest.fixture
+def fake_builds(monkeypatch, tmp_path):
+    """``cpp_extension.load`` replaced by one that records each call and writes the library file a
+    real build leaves; the extension directory is a fresh folder; ``native``'s cache is cleared
+    before and after (the real build is found again afterwards)."""
+    calls: list[dict] = []
+    fail: set[str] = set()
+
+    def load(name, sources, extra_cflags, build_directory, **kwargs):
+        calls.append({"name": name, "flags": extra_cflags, "folder": build_directory})
+        if any(f in fail for f in extra_cflags):
+            raise RuntimeError(f"c++: error: unrecognized command-line option {extra_cflags[-1]!r}")
+        (tmp_path / "ext" / name / f"{name}{cpp_extension.LIB_EXT}").write_bytes(b"")
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setattr(cpp_extension, "load", load)
+    monkeypatch.delenv("MEMRNN_NATIVE", raising=False)
+    native._build.cache_clear()
+    yield calls, fail
+    native._build.cache_clear()
+
+
+def test_a_build_is_announced_once_and_only_when_it_runs(fake_builds, tmp_path, capsys, monkeypatch):
+    calls, _ = fake_builds
+    assert native.load() is not None
+    err = capsys.readouterr().err
+    (flags,) = native._flags()[:1]
+    folder = tmp_path / "ext" / native.build_name(flags)
+    assert calls == [{"name": folder.name, "flags": flags, "folder": str(folder)}]
+    assert err.count("building memrnn's C++ loops, once per environment, ~1 min") == 1
+    assert f"(in {folder})" in err and "built memrnn's C++ loops in " in err and f"s ({folder})" in err
+    native.load()  # the same process: nothing built, nothing said
+    assert len(calls) == 1 and capsys.readouterr().err == ""
+    native._build.cache_clear()  # a new process of the same environment: loads the earlier build quietly
+    native.load()
+    assert len(calls) == 2 and calls[1]["folder"] == str(folder) and capsys.readouterr().err == ""
+    # another torch: a build of its own, in a folder of its own, announced
+    monkeypatch.setattr(torch, "__version__", "9.9.9+cpu")
+    native._build.cache_clear()
+    native.load()
+    assert calls[-1]["folder"] != str(folder)
+    assert capsys.readouterr().err.count("building memrnn's C++ loops") == 1
+
+
+def test_a_failed_tuned_build_falls_back_with_one_announcement(fake_builds, capsys, monkeypatch):
+    calls, fail = fake_builds
+    monkeypatch.setattr(native, "_flags", lambda: [TUNED, PORTABLE])  # as on x86-64 Linux
+    fail.add("-march=native")
+    assert native.load() is not None
+    err = capsys.readouterr().err
+    assert [c["flags"] for c in calls] == [TUNED, PORTABLE]  # the tuned build failed, the portable one ran
+    assert err.count("building memrnn's C++ loops") == 1 and f"({calls[1]['folder']})" in err
