@@ -9,12 +9,15 @@
 
 SUITE is a suite file (``configs/suites/*.yaml``).  ``run``, ``slurm`` and ``sweep`` take
 ``--arch/--task/--seed/--lr`` to select cells (``run`` and ``slurm``) and pass anything after
-``--`` to ``train.py`` for every cell (``-- --trainer.accelerator=gpu``).
+``--`` to ``train.py`` for every cell (``-- --trainer.accelerator=gpu``).  A cell run so records
+those arguments; ``list`` and ``collect`` mark a done cell that ran with other arguments than the
+suite gives it (``collect --exclude-overrides`` leaves it out of the table).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import subprocess
 import sys
@@ -29,6 +32,7 @@ from memrnn.suite.runner import (
     cell_status,
     checkpoint_epoch,
     interrupted_checkpoint,
+    off_suite,
     run_cell,
     run_local,
     running_elsewhere,
@@ -52,6 +56,15 @@ def _select(suite: Suite, args: argparse.Namespace) -> list[Cell]:
             raise SystemExit(f"error: suite {suite.name!r} has no {key} {bad}; it has {list(known)}")
         cells = [c for c in cells if getattr(c, key) in wanted]
     return cells
+
+
+def cell_off_suite(suite: Suite, cell: Cell) -> list[str]:
+    """:func:`off_suite` of a done cell's ``result.json`` (empty for an unreadable one)."""
+    try:
+        result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return off_suite(suite, cell, result)
 
 
 def _filters(p: argparse.ArgumentParser) -> None:
@@ -105,6 +118,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="read a W&B sweep's runs instead")
     q.add_argument("--to", type=Path, help="where to write them (default: <out>/results)")
     q.add_argument("--partial", action="store_true", help="exit 0 even if some cells are not done")
+    q.add_argument("--exclude-overrides", action="store_true",
+                   help="leave out (as not done) the cells that ran with other arguments than the suite "
+                   "gives them, e.g. `-- --trainer.max_steps=100`; by default they are marked")  # fmt: skip
     return p
 
 
@@ -129,6 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 status, note = "running", f"  (process {pid})"
             elif (last := interrupted_checkpoint(suite, cell)) is not None:
                 note = f"  (continues after epoch {checkpoint_epoch(last) + 1})"
+            elif status == "done" and (differs := cell_off_suite(suite, cell)):
+                status, note = "done*", f"  (ran with {'; '.join(differs)})"
             print(f"{cell.index:>5}  {status:<8} {cell.name}{note}")
             if args.commands:
                 print("       train.py fit " + shlex.join(suite.cli_args(cell) + extra))
@@ -149,8 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {e.args[0]}", file=sys.stderr)
             return 2
         if cell_status(suite, cell) == "done" and not args.force:
+            differs = cell_off_suite(suite, cell)
+            ran = f", ran with {'; '.join(differs)}" if differs else ""
             print(
-                f"[suite {suite.name}] {cell.name} is done ({suite.cell_dir(cell) / 'result.json'}); --force runs it again"
+                f"[suite {suite.name}] {cell.name} is done ({suite.cell_dir(cell) / 'result.json'}{ran}); --force runs it again"
             )
             return 0
         forced = cell_status(suite, cell) == "done"
@@ -217,7 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     # collect
-    results = collect_wandb(suite, args.wandb) if args.wandb else collect(suite)
+    if args.wandb:
+        results = collect_wandb(suite, args.wandb)
+    else:
+        results = collect(suite, exclude_overrides=args.exclude_overrides)
     paths = results.write(args.to or suite.out / "results")
     print(results.table())
     print(f"written: {', '.join(str(p) for p in paths.values())}")

@@ -5,6 +5,12 @@
 agents ran on machines without a shared disk).  Both give a :class:`Results`: one row per
 finished run, and the cells that are not done with their status, so a crashed or killed run
 is reported, never dropped.
+
+A cell that ran with other arguments than the suite gives it (overrides after ``--`` such as
+``--trainer.max_steps=100``, or a suite file changed since: :func:`memrnn.suite.runner.off_suite`)
+is done, but not the suite's run: its row is marked (``*`` after the run count in the table, the
+arguments in a note under it and in ``results.csv``), or, with ``exclude_overrides``, left out
+and listed with the cells not done.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from memrnn.lit.runs import code_label, code_line
-from memrnn.suite.runner import cell_status
+from memrnn.suite.runner import cell_status, off_suite
 from memrnn.suite.spec import Suite
 
 #: the per-length curve tabulated when the suite's metric does not name one
@@ -45,7 +51,8 @@ def curve_of(metric: str, available: list[str]) -> str | None:
 @dataclass
 class Results:
     """``rows``: one dict per finished run (the cell's coordinates, ``score``, ``parameters``,
-    ``steps``, ``seconds``, ``curves``); ``missing``: ``{cell name: status}`` of the others."""
+    ``steps``, ``seconds``, ``curves``, and ``off_suite``: how it ran otherwise than the suite
+    says, empty for the suite's runs); ``missing``: ``{cell name: status}`` of the others."""
 
     suite: Suite
     rows: list[dict[str, Any]]
@@ -74,6 +81,7 @@ class Results:
                 "median": statistics.median(scores),
                 "best": pick(scores),
                 "n": len(scores),
+                "off_suite": sum(bool(r.get("off_suite")) for r in rows),
                 "best_lr": best_lr,
                 "parameters": rows[0].get("parameters"),
             }
@@ -81,7 +89,9 @@ class Results:
 
     def table(self) -> str:
         """A markdown table, tasks by architectures: ``mean / median / best (n)`` of the suite's
-        metric over seeds and learning rates, with the parameter counts under the header."""
+        metric over seeds and learning rates, with the parameter counts under the header;
+        ``(n, k*)`` where k of the n runs ran with other arguments than the suite's (named in a
+        note under the table)."""
         s = self.suite
         best = "max" if s.mode == "max" else "min"
         summ = self.summary()
@@ -107,10 +117,26 @@ class Results:
             cells = []
             for a in archs:
                 v = summ.get((a, task))
+                marked = f", {v['off_suite']}*" if v and v["off_suite"] else ""
                 cells.append(
-                    f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']})" if v else "—"
+                    f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']}{marked})"
+                    if v
+                    else "—"
                 )
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
+        by_difference: dict[str, list[str]] = defaultdict(list)
+        for r in self.rows:
+            if r.get("off_suite"):
+                by_difference["; ".join(r["off_suite"])].append(r["cell"])
+        if by_difference:
+            n = sum(len(v) for v in by_difference.values())
+            lines += [
+                "",
+                f"*: {n} run{'s' if n > 1 else ''} ran with other arguments than the suite gives "
+                f"{'them' if n > 1 else 'it'} (`python -m memrnn.suite cell SUITE --cell NAME --force` "
+                "runs one as the suite says):",
+                *(f"- `{d}`: {', '.join(cells)}" for d, cells in by_difference.items()),
+            ]
         code = code_line([r.get("code") for r in self.rows])
         if code:
             lines += ["", code]
@@ -167,12 +193,16 @@ class Results:
             "steps",
             "epochs",
             "seconds",
+            "off_suite",
             "commit",
         ]
         with paths["results"].open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
-            w.writerows({**r, "commit": code_label(r.get("code"))} for r in self.rows)
+            w.writerows(
+                {**r, "commit": code_label(r.get("code")), "off_suite": "; ".join(r.get("off_suite") or [])}
+                for r in self.rows
+            )
         curves = self.curves()
         with paths["curves"].open("w", newline="") as fh:
             w = csv.DictWriter(
@@ -210,9 +240,11 @@ class Results:
         return fig
 
 
-def collect(suite: Suite) -> Results:
+def collect(suite: Suite, *, exclude_overrides: bool = False) -> Results:
     """The finished cells' ``result.json`` under the suite's ``out``; every other cell in
-    ``missing`` with its status (``failed``, ``killed``, ``pending``)."""
+    ``missing`` with its status (``failed``, ``killed``, ``pending``).  A finished cell that ran
+    otherwise than the suite says (:func:`memrnn.suite.runner.off_suite`) is a marked row, or,
+    with ``exclude_overrides``, in ``missing`` as ``"other arguments: …"``."""
     rows, missing = [], {}
     for cell in suite.cells():
         status = cell_status(suite, cell)
@@ -220,7 +252,11 @@ def collect(suite: Suite) -> Results:
             missing[cell.name] = status
             continue
         result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
-        rows.append({**result, **cell.params, "cell": cell.name})
+        differs = off_suite(suite, cell, result)
+        if differs and exclude_overrides:
+            missing[cell.name] = "other arguments: " + "; ".join(differs)
+            continue
+        rows.append({**result, **cell.params, "cell": cell.name, "off_suite": differs})
     return Results(suite, rows, missing)
 
 

@@ -4,7 +4,9 @@ that are not done, N at a time on this machine (:func:`run_local`).
 A cell's folder (``Suite.cell_dir``) says where it stands:
 
 * ``STARTED``: the cell began (host, process, time, SLURM and W&B ids, as JSON);
-* ``result.json``: it finished (:func:`run_cell` says what is in it); the cell is *done*;
+* ``result.json``: it finished (:func:`run_cell` says what is in it); the cell is *done*, with
+  the arguments it ran with beyond the suite's (``overrides``: e.g. ``--trainer.max_steps=100``
+  after ``--``), which :func:`off_suite` and the collector report;
 * ``FAILED``: it raised (the traceback); the W&B run is marked failed (exit code 1).
 
 A cell with ``STARTED`` and neither of the others was killed (or is still running).  Every
@@ -169,6 +171,71 @@ def checkpoint_summary(path: Path) -> str:
     return ", ".join(parts)
 
 
+#: arguments that say where a run writes, not what it computes: left out when a cell's arguments are compared
+RUN_FOLDER_ARGS = ("--trainer.logger.init_args.save_dir=", "--trainer.logger.init_args.name=")
+
+
+def _comparable(args: Sequence[str], suite: Suite) -> list[str]:
+    """``args`` without :data:`RUN_FOLDER_ARGS`, each ``--config`` path relative to the suite
+    file's folder: what a cell computes, comparable across run folders and checkouts."""
+    out: list[str] = []
+    after_config = False
+    for a in args:
+        if after_config:
+            a = os.path.relpath(a, suite.path.parent)
+        elif a.startswith(RUN_FOLDER_ARGS):
+            continue
+        after_config = a == "--config"
+        out.append(a)
+    return out
+
+
+def suite_args(suite: Suite, cell: Cell) -> list[str]:
+    """The arguments the suite gives ``cell`` (:meth:`Suite.cli_args`), comparable across run
+    folders and checkouts (``--config`` relative to the suite file, no run folder)."""
+    return _comparable(suite.cli_args(cell), suite)
+
+
+def _key(arg: str) -> str:
+    return arg.partition("=")[0]
+
+
+def off_suite(suite: Suite, cell: Cell, result: dict[str, Any]) -> list[str]:
+    """How the run behind ``result`` (the cell's ``result.json``) differs from what the suite
+    gives ``cell`` now, one entry per argument (empty: it ran as the suite says): first its
+    ``overrides`` (given beyond the suite's, as ``-- --trainer.max_steps=100`` does), then what
+    changed in the suite file since it ran: ``"--trainer.max_steps=100 (the suite now:
+    --trainer.max_steps=2000)"``, ``"without --k=v"`` (the suite now adds one), or a parameter
+    budget.  Results written before ``overrides`` was recorded are read from their ``args``."""
+    expected = suite_args(suite, cell)
+    if "overrides" in result and "suite_args" in result:
+        overrides, ran = list(result["overrides"]), list(result["suite_args"])
+    else:  # an older result: its args are the suite's, the budget's size, then the overrides
+        ran = _comparable(result.get("args") or [], suite)
+        budget = result.get("budget") or {}
+        sized = f"--{suite.architectures[cell.arch].budget_key}={budget.get('value')}"
+        if budget and sized in ran[len(expected) :]:
+            ran.remove(sized)
+        if ran[: len(expected)] == expected:
+            ran, overrides = expected, ran[len(expected) :]
+        else:
+            overrides = []
+    out = list(overrides)
+    if ran != expected:
+        gone = [a for a in ran if a not in expected]
+        new = [a for a in expected if a not in ran]
+        for a in gone:
+            now = [b for b in new if _key(b) == _key(a)]
+            out.append(f"{a} (the suite now: {', '.join(now)})" if now else a)
+        out += [f"without {b}" for b in new if not any(_key(a) == _key(b) for a in gone)]
+        if not gone and not new:
+            out.append("the suite's arguments in another order")
+    ran_budget = {k: v for k, v in (result.get("budget") or {}).items() if k != "value"} or None
+    if ran_budget != suite.budget:
+        out.append(f"budget {ran_budget} (the suite now: {suite.budget})")
+    return out
+
+
 def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: bool = True) -> dict[str, Any]:
     """Train ``cell`` (``trainer.fit``), test the checkpoint with the best monitored value (the
     last weights without checkpointing), and write ``result.json`` into the cell's folder:
@@ -176,7 +243,9 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     per-length curves), ``parameters`` (trainable), ``steps``, ``epochs``, ``best_score`` and
     ``checkpoint``, ``seconds`` (of this attempt), ``continued_from``, ``code`` and
     ``continued_code`` (the code it ran and the code that saved the checkpoint it continued:
-    :func:`memrnn.lit.runs.code_fields`) and the ``args`` it ran with (``extra`` last).  Returns
+    :func:`memrnn.lit.runs.code_fields`), the ``args`` it ran with (``extra`` last), the
+    ``suite_args`` (:func:`suite_args`) and the ``overrides`` beyond them (``extra``:
+    :func:`off_suite` and the collector mark a cell run with any).  Returns
     that dict; on an exception writes ``FAILED``, finishes the W&B run with exit code 1 and
     raises.
 
@@ -239,6 +308,8 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             "continued_from": None if cli.continue_from is None else str(cli.continue_from),
             **code_fields(cli.continued_record),
             "args": args,
+            "suite_args": suite_args(suite, cell),
+            "overrides": list(extra),
         }
         if trainer.is_global_zero:
             if result["score"] is None:

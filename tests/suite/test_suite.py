@@ -4,6 +4,7 @@ expansion, and the collector's table, curves and plot."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -34,7 +35,14 @@ from memrnn.suite import (
     wandb_sweep,
 )
 from memrnn.suite.__main__ import main
-from memrnn.suite.runner import _parameters, fit_budget, interrupted_checkpoint, worker_env
+from memrnn.suite.runner import (
+    _parameters,
+    fit_budget,
+    interrupted_checkpoint,
+    off_suite,
+    suite_args,
+    worker_env,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ROOT / "configs"
@@ -493,6 +501,77 @@ def test_wandb_sweep_is_valid_and_its_agent_command_runs_a_cell(ran, tmp_path):
     assert cell_status(suite, cell) == "done"
     again = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert again.returncode == 0 and "is done" in again.stdout  # an agent re-running a done cell skips it
+
+
+def test_off_suite_names_overrides_and_what_the_suite_file_changed_since(tmp_path):
+    """What a cell ran with beyond the suite's arguments (its recorded ``overrides``), and what the
+    suite file changed since it ran; nothing for a cell run as the suite says, wherever the runs'
+    folder is; results written before ``overrides`` was recorded are read from their ``args``."""
+    suite = Suite.load(write_suite(tmp_path))
+    cell = suite.cell("lstm/parity_check/seed0")
+
+    def result(extra=(), of=suite):
+        return {"args": [*of.cli_args(cell), *extra], "suite_args": suite_args(of, cell), "overrides": list(extra),
+                "budget": None}  # fmt: skip
+
+    assert off_suite(suite, cell, result()) == []
+    assert off_suite(Suite.load(suite.path, out=tmp_path / "elsewhere"), cell, result()) == []
+    shortened = result(["--trainer.max_steps=1", "--trainer.accelerator=cpu"])
+    assert off_suite(suite, cell, shortened) == ["--trainer.max_steps=1", "--trainer.accelerator=cpu"]
+    older = {k: v for k, v in shortened.items() if k not in ("suite_args", "overrides")}
+    assert off_suite(suite, cell, older) == ["--trainer.max_steps=1", "--trainer.accelerator=cpu"]
+    assert off_suite(suite, cell, {"args": suite.cli_args(cell), "budget": None}) == []
+    # the suite file edited after the cell ran: longer runs, one more override, a budget
+    edited = dict(TINY, **{"trainer.max_steps": 3, "trainer.gradient_clip_val": 1.0})
+    v2 = Suite.load(write_suite(tmp_path, args=edited))
+    assert off_suite(v2, cell, result()) == [
+        "--trainer.max_steps=2 (the suite now: --trainer.max_steps=3)",
+        "without --trainer.gradient_clip_val=1.0",
+    ]
+    assert off_suite(v2, cell, result(of=v2)) == []
+    v3 = Suite.load(write_suite(tmp_path, budget={"parameters": 500}))
+    assert off_suite(v3, cell, result(of=v3)) == [
+        "budget None (the suite now: {'max': 4096, 'parameters': 500})"
+    ]
+
+
+def test_collect_marks_a_cell_run_with_overrides(tmp_path, monkeypatch, capsys):
+    """A cell run shortened (``-- --trainer.max_steps=1``) records its overrides and is done, but
+    the table marks it and names them; ``--exclude-overrides`` leaves it out, as not done."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    suite = Suite.load(write_suite(tmp_path, tasks={"parity_check": {"data.init_args.task": "parity_check"}}))
+    plain, short = suite.cells()
+    assert run_cell(suite, plain)["overrides"] == []
+    result = run_cell(suite, short, ["--trainer.max_steps=1"])
+    assert result["steps"] == 1 and result["overrides"] == ["--trainer.max_steps=1"]
+    saved = json.loads((suite.cell_dir(short) / "result.json").read_text())
+    assert saved["overrides"] == ["--trainer.max_steps=1"] and saved["suite_args"] == suite_args(suite, short)
+    assert cell_status(suite, short) == "done"  # done, not the suite's run
+
+    results = collect(suite)
+    assert [r["off_suite"] for r in results.rows] == [[], ["--trainer.max_steps=1"]]
+    table = results.table()
+    assert "| parity_check | " in table and " (2, 1*) |" in table, table
+    assert "*: 1 run ran with other arguments than the suite gives it" in table
+    assert "- `--trainer.max_steps=1`: lstm/parity_check/seed1" in table
+    with results.write(tmp_path / "results")["results"].open() as fh:
+        assert [r["off_suite"] for r in csv.DictReader(fh)] == ["", "--trainer.max_steps=1"]
+
+    strict = collect(suite, exclude_overrides=True)
+    assert [r["cell"] for r in strict.rows] == [plain.name]
+    assert strict.missing == {short.name: "other arguments: --trainer.max_steps=1"}
+    assert " (1) |" in strict.table() and "other arguments than the suite gives" not in strict.table()
+    out = tmp_path / "collected"
+    assert main(["collect", str(suite.path), "--to", str(out)]) == 0
+    assert main(["collect", str(suite.path), "--to", str(out), "--exclude-overrides"]) == 1
+    capsys.readouterr()
+    main(["list", str(suite.path)])
+    listed = capsys.readouterr().out
+    assert f"done     {plain.name}\n" in listed
+    assert f"done*    {short.name}  (ran with --trainer.max_steps=1)" in listed
+    assert main(["cell", str(suite.path), "--cell", short.name]) == 0  # done: not run again without --force
+    said = capsys.readouterr().out
+    assert "is done" in said and "ran with --trainer.max_steps=1); --force runs it again" in said
 
 
 def test_collect_wandb_reads_a_sweeps_runs(tmp_path):
