@@ -151,3 +151,60 @@ def test_bos_inputs_is_the_shared_input_layout():
     inp, mask, lengths = bos_inputs([[0, 1], []], bos_id=5)
     assert inp.tolist() == [[5, 0, 1], [5, 0, 0]] and lengths.tolist() == [3, 1]
     assert mask.tolist() == [[True, True, True], [True, False, False]]
+
+
+class SlowDyck(DyckKM):
+    """Dyck-(2,3) whose exact scores take ``seconds`` per string on a fake clock (``clock[0]``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(2, 3)
+        self.seconds, self.clock = seconds, [0.0]
+
+    def reference_log_probs_many(self, strings, lengths=None, length_sampling="natural"):
+        self.clock[0] += self.seconds * len(strings)
+        return super().reference_log_probs_many(strings, lengths, length_sampling)
+
+
+def scored(monkeypatch, seconds, **kw):
+    """A data module of :class:`SlowDyck` whose progress lines are collected (and its clock)."""
+    from memrnn.data import datamodule
+
+    lines: list[str] = []
+    lang = SlowDyck(seconds)
+    monkeypatch.setattr(datamodule, "rank_zero_info", lines.append)
+    monkeypatch.setattr(datamodule, "_clock", lambda: lang.clock[0])
+    return make_dm(language=lang, **kw), lines
+
+
+def test_slow_exact_scores_say_how_far_they_got(monkeypatch):
+    """A split whose exact scores take long (a PCFG's inside pass: DuSell & Chiang's hardest-CFL
+    test split took 94 s) reports its progress every few seconds and when done, on Lightning's
+    rank-zero log; the scores are those of one call over all strings."""
+    import re
+
+    dm, lines = scored(monkeypatch, 0.1, test_size=300)
+    test = dm.build_split("test")  # 300 strings: 30 fake seconds
+    what = "[data] test split of DyckKM(k=2, m=3, truncation='hewitt'): exact log-probabilities of "
+    assert len(lines) >= 5 and all(line.startswith(what) for line in lines), lines
+    steps = [re.fullmatch(r"(\d+)/300 strings, (\d+) s", line.removeprefix(what)) for line in lines[:-1]]
+    assert all(steps), lines
+    done, seconds = ([int(m.group(k)) for m in steps] for k in (1, 2))
+    assert done == sorted(done) and done[0] > 0 and done[-1] < 300
+    assert all(b - a >= 5 for a, b in zip([0, *seconds], seconds, strict=False))  # every 5 fake seconds
+    assert lines[-1] == what + "300 strings, done in 30 s"
+    expected = DyckKM(2, 3).reference_log_probs_many(test.strings, test.lengths, "natural")
+    for got, want in zip(test.ref_logprobs, expected, strict=True):
+        np.testing.assert_array_equal(got, want)
+    # the training split's scores, computed on demand, report the same way
+    lines.clear()
+    train = dm.build_split("train")
+    assert not lines
+    assert len(train.ref_logprobs) == 60
+    assert lines[-1] == what.replace("test", "train") + "60 strings, done in 6 s"
+
+
+def test_quick_set_up_says_nothing(monkeypatch):
+    dm, lines = scored(monkeypatch, 0.001, test_size=300)  # 0.3 fake seconds
+    dm.setup("fit")
+    dm.setup("test")
+    assert len(dm.datasets["test"].ref_logprobs) == 300 and lines == []
