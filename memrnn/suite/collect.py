@@ -21,12 +21,12 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from matplotlib.figure import Figure
-
-from memrnn.lit.runs import code_label, code_line
 from memrnn.suite.runner import cell_status, off_suite
+
+if TYPE_CHECKING:  # matplotlib and memrnn.lit (Lightning) are imported when a table is made
+    from matplotlib.figure import Figure
 from memrnn.suite.spec import Suite
 
 #: the per-length curve tabulated when the suite's metric does not name one
@@ -137,6 +137,8 @@ class Results:
                 "runs one as the suite says):",
                 *(f"- `{d}`: {', '.join(cells)}" for d, cells in by_difference.items()),
             ]
+        from memrnn.lit.runs import code_line
+
         code = code_line([r.get("code") for r in self.rows])
         if code:
             lines += ["", code]
@@ -181,6 +183,8 @@ class Results:
             "results": folder / "results.csv",
             "curves": folder / "curves.csv",
         }
+        from memrnn.lit.runs import code_label
+
         paths["table"].write_text(self.table())
         cols = [
             "cell",
@@ -218,6 +222,8 @@ class Results:
     def plot(self, curves: list[dict[str, Any]] | None = None) -> Figure:
         """One panel per task: the median curve of each architecture against the length, with
         its min–max band over runs (a matplotlib ``Figure``)."""
+        from matplotlib.figure import Figure
+
         curves = self.curves() if curves is None else curves
         tasks = [t for t in self.suite.tasks if any(c["task"] == t for c in curves)]
         fig = Figure(figsize=(4.2 * max(len(tasks), 1), 3.2))

@@ -18,6 +18,8 @@ other has finished or is running (a ``STARTED`` of this host whose process is al
 
 from __future__ import annotations
 
+# Lightning (memrnn.lit) is imported where a cell is run, not here: `python -m memrnn.suite --help`,
+# `list` and argument errors need none of it (4.7 s of imports before)
 import json
 import os
 import signal
@@ -34,8 +36,6 @@ from typing import Any
 
 import torch
 
-from memrnn.lit.cli import build_cli
-from memrnn.lit.runs import code_fields, latest_checkpoint
 from memrnn.ops.native import HEAP_MALLOC_ENV
 from memrnn.suite.spec import Cell, Suite
 
@@ -138,6 +138,8 @@ def interrupted_checkpoint(suite: Suite, cell: Cell) -> Path | None:
     the cell is done, never started, or stopped before its first checkpoint)."""
     if cell_status(suite, cell) not in ("killed", "failed"):
         return None
+    from memrnn.lit.runs import latest_checkpoint
+
     return latest_checkpoint(suite.cell_dir(cell))
 
 
@@ -257,6 +259,9 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     Runs in this process (one cell, one W&B run); DDP ranks each call it, rank 0 writes."""
     import wandb
 
+    from memrnn.lit.cli import build_cli
+    from memrnn.lit.runs import code_fields
+
     folder = suite.cell_dir(cell)
     folder.mkdir(parents=True, exist_ok=True)
     last = interrupted_checkpoint(suite, cell) if resume else None
@@ -329,6 +334,8 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
 
 
 def _parameters(args: Sequence[str], defaults: Sequence[Path]) -> int:
+    from memrnn.lit.cli import build_cli
+
     cli = build_cli([*args, "--trainer.logger=false"], run=False, default_config_files=defaults)
     return sum(p.numel() for p in cli.model.parameters() if p.requires_grad)
 

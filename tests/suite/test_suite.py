@@ -210,6 +210,26 @@ def test_unknown_cells_are_named(tmp_path):
     assert main(["cell", str(suite.path), "--cell", "lstm/nope/seed0"]) == 2
 
 
+def test_help_and_argument_errors_import_no_lightning():
+    """``python -m memrnn.suite --help`` (and a command line it refuses) imports neither Lightning
+    nor matplotlib: they were most of the 4.7 s a ``--help`` took, and only running or collecting
+    cells needs them."""
+    code = (
+        "import sys\n"
+        "from memrnn.suite.__main__ import main\n"
+        "for argv in (['--help'], ['run', '--help'], ['run'], ['nonsense']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('lightning', 'matplotlib', 'memrnn.lit', 'wandb') if m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "usage: python -m memrnn.suite" in out.stdout and "invalid choice: 'nonsense'" in out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
 @pytest.mark.parametrize("name", sorted(p.name for p in (CONFIGS / "suites").glob("*.yaml")))
 def test_committed_suites_resolve(name):
     """Every architecture and every task of each committed suite builds (model, data, trainer)."""
