@@ -2,6 +2,7 @@
 
     python -m benchmarks.kernel_compile                        # sm_90 (H100/H200) and sm_80 (A100)
     python -m benchmarks.kernel_compile --targets 90 --dtypes float32 bfloat16
+    python -m benchmarks.kernel_compile --targets 90 --quick   # each kernel and memory once
 
 Triton's interpreter (``TRITON_INTERPRET=1``, the default test run) checks what the kernels
 compute, not that they compile: a kernel can pass under the interpreter and still fail in
@@ -11,7 +12,10 @@ that has kernels forward and backward on CPU tensors with the kernels forced
 and compiles each distinct launch for the chosen GPU targets through Triton's compiler down to a
 cubin (``ptxas`` ships with Triton).  It prints one row per kernel and target: registers per
 thread, spill stores and stack frame per thread (the log of Triton's own ``ptxas -v`` run), shared
-memory and compile time.  No GPU is needed; ``tests/ops/test_kernels_compile.py`` runs it for sm_90.
+memory and compile time.  No GPU is needed; ``tests/ops/test_kernels_compile.py`` runs it for sm_90:
+``--quick`` in the default test run (:data:`QUICK_LAYERS`: a third of the launches, each kernel
+and each of the stack kernels' memories compiled once), every launch with ``bash scripts/dev.sh
+slow``.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +108,55 @@ LAYERS: dict[str, dict[str, Any]] = {
         "memory_args": {"states": 2, "symbols": 3, "vector_size": 5},
     },
 }
+#: ``--quick``: the layers whose launches reach every kernel and every code path that a
+#: constexpr selects, once: each kernel of the plain recurrences; the stack kernels once per
+#: memory (each memory is its own constexpr branch), with the Elman controller where the memory has
+#: one (it compiles in about half the LSTM's time) and the LSTM controller once (the queue has only
+#: it); the nondeterministic stack's kernels plain and vector.  Of each of their kernels, only the
+#: first launch is compiled (the others differ by an argument the JIT specialises to 1).  This
+#: catches a kernel that no longer compiles, in any memory, in half the time: 38 of the 64 sm_90
+#: float32 launches, 32 of their 69 s of compiling in ``benchmarks/results/kernels-compiled.md``.
+QUICK_LAYERS = (
+    "elman",
+    "jordan",
+    "relu_counter",
+    "counter_lstm",
+    "second_order",
+    "nnpda",
+    "superposition_elman",
+    "stratification_elman",
+    "queue_lstm",
+    "tape_elman",
+    "tape_jump_elman",
+    "deque_elman",
+    "nondeterministic_lstm",
+    "vector_nondeterministic_lstm",
+)
+
+
+#: the stack RNNs' memories in :data:`LAYERS` (a layer per memory and controller)
+STACK_FAMILIES = ("superposition", "stratification", "queue", "tape", "deque")
+
+
+def _family(layer: str) -> str:
+    """A layer's name without its controller: ``deque_elman`` -> ``deque``."""
+    return layer.removesuffix("_lstm").removesuffix("_elman") if layer.startswith(STACK_FAMILIES) else layer
+
+
+def check_quick_layers() -> None:
+    """:data:`QUICK_LAYERS` has a layer of every family of :data:`LAYERS` (a memory added there
+    must be added here), both controllers of the stack kernels, and nothing else."""
+    unknown = [name for name in QUICK_LAYERS if name not in LAYERS]
+    missing = sorted({_family(n) for n in LAYERS} - {_family(n) for n in QUICK_LAYERS})
+    stack = [n for n in QUICK_LAYERS if n.startswith(STACK_FAMILIES)]
+    controllers = {n.rsplit("_", 1)[1] for n in stack}
+    if unknown or missing or controllers != {"lstm", "elman"}:
+        raise ValueError(
+            f"QUICK_LAYERS must name layers of LAYERS ({unknown} are not), cover each family "
+            f"(missing: {missing}) and both stack controllers (has {sorted(controllers)})"
+        )
+
+
 try:  # the JIT's own typing of a launch's arguments (Triton >= 3.3): ints equal to 1 become
     # constants, pointers and ints divisible by 16 get ``tt.divisibility = 16``.  Compiling without
     # these attributes compiles other code than a real launch does: Triton 3.6 compiled the
@@ -122,9 +176,16 @@ TORCH_TO_TRITON = {
 OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
-def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) -> list[dict[str, Any]]:
-    """Run each layer of :data:`LAYERS` forward and backward with the kernels forced and record
-    every launch (kernel, signature, constexprs, options) instead of running it."""
+def record_launches(
+    dtypes: list[torch.dtype],
+    batch: int = 64,
+    steps: int = 4,
+    layers: Sequence[str] | None = None,
+    first_only: bool = False,
+) -> list[dict[str, Any]]:
+    """Run each layer of ``layers`` (default :data:`LAYERS`) forward and backward with the
+    kernels forced and record every launch (kernel, signature, constexprs, options) instead of
+    running it; with ``first_only``, only the first launch of each kernel by each layer."""
     launches: dict[tuple, dict[str, Any]] = {}
     original = JITFunction.run
     current = {"layer": ""}  # the layer being run: the first to launch a kernel names its row
@@ -157,6 +218,8 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
                 raise TypeError(f"{self.__name__}: cannot type argument {p.name}={v!r}")
         key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())),
                tuple(sorted(attrs)))  # fmt: skip
+        if first_only:
+            key = (self.__name__, current["layer"])
         launches.setdefault(key, {"fn": self, "name": self.__name__, "signature": signature,
                                   "constexprs": constexprs, "attrs": attrs, "options": options,
                                   "layer": current["layer"]})  # fmt: skip
@@ -164,7 +227,8 @@ def record_launches(dtypes: list[torch.dtype], batch: int = 64, steps: int = 4) 
     JITFunction.run = record  # type: ignore[method-assign]
     os.environ["TRITON_INTERPRET"] = "1"  # lets the dispatch send CPU tensors to the kernels
     try:
-        for name, kwargs in LAYERS.items():
+        for name in LAYERS if layers is None else layers:
+            kwargs = LAYERS[name]
             current["layer"] = name
             for dtype in dtypes:
                 if dtype == torch.float64 and name not in FLOAT64_LAYERS:
@@ -284,12 +348,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument(
         "--dtypes", nargs="+", default=["float32"], choices=["float32", "bfloat16", "float16", "float64"]
     )
+    ap.add_argument("--quick", action="store_true",
+                    help="each kernel and each stack memory once (QUICK_LAYERS), not every launch")  # fmt: skip
     args = ap.parse_args(argv)
     dtypes = [getattr(torch, d) for d in args.dtypes]
-    launches = record_launches(dtypes)
+    if args.quick:
+        check_quick_layers()
+    layers = QUICK_LAYERS if args.quick else tuple(LAYERS)
+    launches = record_launches(dtypes, layers=layers, first_only=args.quick)
     rows = compile_all(launches, args.targets)
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
-          f"from {', '.join(LAYERS)} (state 64, batch 64); compiled without a GPU; resources of "
+          f"{'(--quick: the first of each kernel by each layer) ' if args.quick else ''}"
+          f"from {', '.join(layers)} (state 64, batch 64); compiled without a GPU; resources of "
           f"{sum(r['ptxas'] == 'triton' for r in rows)} of {len(rows)} from Triton's own ptxas -v log")  # fmt: skip
     head = ["kernel", "first launched by", "target", "storage", "warps", "registers/thread", "spill stores (bytes/thread)",
             "stack frame (bytes/thread)", "shared bytes", "compile s", "products"]  # fmt: skip

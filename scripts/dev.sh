@@ -3,7 +3,11 @@
 #   bash scripts/dev.sh train [ARGS]   set up, then train the default config (ARGS go to train.py)
 #   bash scripts/dev.sh test  [ARGS]   set up, then lint and run the fast tests (ARGS go to pytest),
 #                                      in MEMRNN_TEST_WORKERS processes (pytest-xdist; default 2, 0: one)
-#   bash scripts/dev.sh slow  [ARGS]   set up, then run only the slow reproductions
+#   bash scripts/dev.sh slow  [ARGS]   set up, then run only the slow tests: the reproductions and the
+#                                      sweep that compiles every Triton kernel launch for sm_90 and
+#                                      holds its spills to the committed table (the default run
+#                                      compiles each kernel once: tests/ops/test_kernels_compile.py);
+#                                      that sweep alone: `bash scripts/dev.sh slow tests/ops/test_kernels_compile.py`
 #   bash scripts/dev.sh setup          only set up
 # Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
 # to keep whatever torch the venv has, e.g. your CUDA build) and, on Linux x86-64, Triton

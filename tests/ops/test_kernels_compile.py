@@ -1,6 +1,12 @@
 """Every Triton kernel compiles for a real GPU (sm_90: H100/H200), ahead of time on this CPU
 machine: the interpreter tests check what the kernels compute, this checks that Triton's compiler
-takes them down to a cubin (``benchmarks/kernel_compile.py``; ``ptxas`` ships with Triton)."""
+takes them down to a cubin (``benchmarks/kernel_compile.py``; ``ptxas`` ships with Triton).
+
+The default run compiles each kernel and each of the stack kernels' memories once
+(``--quick``: a kernel that no longer compiles is caught, in half the time); the sweep of every
+launch, which also holds each launch's spills to the committed table, is marked ``slow``
+(``bash scripts/dev.sh slow``; 12.5 of the 70 minutes of a default run on a loaded 2-core
+machine before)."""
 
 from __future__ import annotations
 
@@ -57,13 +63,15 @@ def test_committed_table_is_read():
     assert _committed_spills("0.0.0") == {}
 
 
-@pytest.mark.skipif(not triton_available(), reason="needs Triton (pip install triton)")
-def test_every_kernel_compiles_for_sm90(tmp_path):
+def _compile_and_check(tmp_path, *options: str) -> list[tuple[str, str, int, int, int, str]]:
+    """Run ``benchmarks.kernel_compile --targets 90 *options`` with a fresh Triton cache and check
+    every row it prints: each kernel memrnn has, float32 products at float32's accuracy, registers
+    within the GPU's, spills under 1 KB and near the committed table's for the same launch."""
     assert len(KERNELS) >= 12, KERNELS  # the scan above found the kernel modules
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
     out = subprocess.run(
-        [sys.executable, "-m", "benchmarks.kernel_compile", "--targets", "90"],
+        [sys.executable, "-m", "benchmarks.kernel_compile", "--targets", "90", *options],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -93,3 +101,28 @@ def test_every_kernel_compiles_for_sm90(tmp_path):
         if (name, by, warps) in committed:
             bound = committed[name, by, warps] * 5 // 4 + 64
             assert int(spills) <= bound, (name, by, warps, spills, "committed", bound)
+    return rows
+
+
+@pytest.mark.skipif(not triton_available(), reason="needs Triton (pip install triton)")
+def test_each_kernel_and_memory_compiles_for_sm90(tmp_path):
+    """``--quick``: every kernel, every memory of the stack kernels and both of their controllers,
+    the nondeterministic stack plain and vector, each compiled once."""
+    rows = _compile_and_check(tmp_path, "--quick")
+    layers = {by for _, by, *_ in rows}
+    for memory in ("superposition", "stratification", "queue", "tape", "tape_jump", "deque"):
+        assert {f"{memory}_lstm", f"{memory}_elman"} & layers, (memory, layers)
+    stack = [
+        by for by in layers if by.startswith(("superposition", "stratification", "queue", "tape", "deque"))
+    ]
+    assert {by.rsplit("_", 1)[1] for by in stack} == {"lstm", "elman"}
+    assert {"nondeterministic_lstm", "vector_nondeterministic_lstm"} <= layers
+    assert len(rows) <= 40  # of the whole sweep's 64
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not triton_available(), reason="needs Triton (pip install triton)")
+def test_every_kernel_compiles_for_sm90(tmp_path):
+    """Every launch the layers make (``bash scripts/dev.sh slow``)."""
+    rows = _compile_and_check(tmp_path)
+    assert len(rows) >= 60
