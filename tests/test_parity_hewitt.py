@@ -1,0 +1,196 @@
+"""Parity with Hewitt et al.'s (2020) public code, ``john-hewitt/dyckkm-learning``
+(docs/parity.md, Hewitt et al. rows): each test holds one row's memrnn default, building the model
+and data from ``configs/hewitt`` (and ``configs/dyck``) through the real CLI (no training)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from lightning.pytorch.callbacks import EarlyStopping
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+from memrnn.languages import DyckKM
+from memrnn.layers import LSTMLayer
+from memrnn.lit.cli import build_cli
+from memrnn.lit.metrics import BracketClosingAccuracy
+from memrnn.suite import Suite
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULTS = ROOT / "configs" / "defaults.yaml"
+KM = [(k, m) for m in (3, 5) for k in (2, 8, 32, 128)]
+
+
+def authors_lr(k: int, tokens: int) -> float:
+    """scripts/make_emnlp2020_experiments.py's learning rate."""
+    return 0.001 if tokens >= 10_000_000 or (tokens >= 1_000_000 and k == 128) else 0.01
+
+
+@pytest.fixture(scope="module")
+def build(tmp_path_factory):
+    """``build(config, *overrides)`` through the CLI, once per module."""
+    root, cache = tmp_path_factory.mktemp("parity_hewitt"), {}
+
+    def _build(config: str, *args: str):
+        key = (config, args)
+        if key not in cache:
+            cache[key] = build_cli(
+                ["--config", str(ROOT / "configs" / config), "--trainer.logger=false",
+                 f"--trainer.default_root_dir={root}", *args],
+                run=False,
+                default_config_files=[DEFAULTS],
+            )  # fmt: skip
+        return cache[key]
+
+    return _build
+
+
+@pytest.mark.parametrize(("k", "m"), KM)
+def test_model_sizes_are_the_scripts(build, k, m):
+    """``hidden_dim = round(m*(3*log2 k)) - m``, ``embedding_dim = 2k + 10``, one ``nn.LSTM``
+    layer (``PytorchRecurrentModel``), a linear readout (``TraditionalLanguageModel``)."""
+    cli = build(f"hewitt/lstm_k{k}_m{m}.yaml")
+    module, lang = cli.model, cli.datamodule.language
+    assert (lang.k, lang.m) == (k, m)
+    assert isinstance(module.layer, LSTMLayer) and module.layer.rnn.num_layers == 1
+    assert module.layer.hidden_size == round(m * 3 * math.log2(k)) - m == 3 * m * math.ceil(math.log2(k)) - m
+    assert module.hparams.embedding_dim == 2 * k + 10 and module.hparams.embedding == "learned"
+    assert isinstance(module.readout, torch.nn.Linear)
+
+
+def test_vocabulary_and_readout(build):
+    """Inputs: the brackets and a start symbol; outputs: memrnn's 2k + 1 classes (the brackets and
+    END), theirs 2k + 2 (their softmax also has START, never a target).  The readout is
+    initialised as torch's ``nn.Linear`` (|W| <= 1/sqrt(h)), theirs ``U(-sqrt(h), sqrt(h))`` with a
+    zero bias (docs/parity.md, initialisation)."""
+    module = build("hewitt/lstm_k8_m3.yaml").model
+    assert module.vocab_size == 2 * 8 + 2 and module.num_symbols == 2 * 8 + 1
+    bound = 1 / math.sqrt(module.layer.hidden_size)
+    assert module.readout.weight.abs().max() <= bound + 1e-6
+
+
+@pytest.mark.parametrize(("k", "m"), KM)
+def test_training_is_the_authors_regimen(build, k, m):
+    """``training_regimen.train``: Adam, ``ReduceLROnPlateau(factor=0.5, patience=0)`` on the dev
+    loss, stop after 3 epochs without an improvement of 1e-4, at most 100 epochs, batch 10, no
+    gradient clipping; the learning rate of the configs' 2e6 tokens."""
+    cli = build(f"hewitt/lstm_k{k}_m{m}.yaml")
+    module = cli.model
+    assert module.optimizer_class is torch.optim.Adam and module.hparams.lr == authors_lr(k, 2_000_000)
+    sched = module.lr_scheduler(torch.optim.Adam([torch.zeros(1, requires_grad=True)], lr=1.0))
+    assert isinstance(sched, ReduceLROnPlateau) and (sched.factor, sched.patience) == (0.5, 0)
+    (stop,) = [c for c in cli.trainer.callbacks if isinstance(c, EarlyStopping)]
+    assert (stop.monitor, stop.patience, abs(stop.min_delta)) == ("val/ce", 3, 1e-4)
+    assert cli.trainer.max_epochs == 100 and cli.trainer.gradient_clip_val is None
+    assert cli.datamodule.batch_size == 10 and module.loss_reduction == "token"
+
+
+def test_the_figure_suite_uses_the_authors_learning_rate_in_every_cell(build):
+    """Every (k, m, tokens) cell of ``hewitt_fig3.yaml`` trains at ``authors_lr(k, tokens)``."""
+    suite = Suite.load(ROOT / "configs" / "suites" / "hewitt_fig3.yaml")
+    assert suite.seeds == [0, 1, 2] and suite.metric == "test/closing_error"
+    seen = set()
+    for cell in suite.cells():
+        if cell.seed:
+            continue
+        args = suite.cli_args(cell)
+        tokens = int(next(a for a in args if a.startswith("--data.init_args.train_tokens=")).split("=")[1])
+        given = [float(a.split("=")[1]) for a in args if a.startswith("--model.init_args.lr=")]
+        k, m = (int(x[1:]) for x in cell.arch.split("_"))
+        lr = given[-1] if given else build(f"hewitt/lstm_k{k}_m{m}.yaml").model.hparams.lr
+        assert lr == authors_lr(k, tokens), cell.name
+        seen.add(tokens)
+    assert seen == {2_000, 20_000, 200_000, 2_000_000, 20_000_000}
+
+
+@pytest.mark.parametrize("m", (3, 5))
+def test_data_sizes_and_windows_are_table_2(build, m):
+    """Tokens (END counted, START not): 2e6 train, 20k dev, 300k test; lengths 1..8m(m-2)+60 for
+    train and dev, (that, twice that] for test; END re-drawn until ``min_length`` symbols
+    (``DyckPDFA.sample``), longer strings rejected whole (``write_dataset``)."""
+    dm = build(f"hewitt/lstm_k2_m{m}.yaml").datamodule
+    top = 8 * m * (m - 2) + 60
+    assert dm.tokens == {"train": 2_000_000, "val": 20_000, "test": 300_000}
+    assert dm.windows == {"train": (1, top), "val": (1, top), "test": (top + 1, 2 * top)}
+    assert dm.length_sampling == "natural" and dm.language.truncation == "hewitt"
+
+
+def test_a_split_counted_in_tokens_stops_once_it_has_them(build):
+    """``while total_tokens_written < sample_count``: whole strings until the count is reached."""
+    dm = build("hewitt/lstm_k2_m3.yaml", "--data.init_args.train_tokens=300").datamodule
+    strings = dm.build_split("train").strings
+    total = sum(len(w) for w in strings)
+    assert total >= 300 and total - len(strings[-1]) < 300
+
+
+def test_the_generating_distribution_is_h1_with_their_truncation():
+    """``DyckPDFA.get_token_distribution_for_state``: empty stack: each open 1/(2k), END 1/2;
+    0 < depth < m: each open 1/(2k), close-top 1/2; depth m: close-top 1.  With the window's
+    minimum not reached, END is re-drawn: each open 1/k on the empty stack."""
+    lang = DyckKM(k=2, m=3)
+    end = lang.end_id
+    p = np.exp(lang.next_log_probs([]))
+    assert p[:2] == pytest.approx([0.25, 0.25]) and p[end] == pytest.approx(0.5)
+    p = np.exp(lang.next_log_probs([0, 1]))
+    assert p[:2] == pytest.approx([0.25, 0.25]) and p[2 + 1] == pytest.approx(0.5)
+    p = np.exp(lang.next_log_probs([0, 1, 0]))
+    assert p[2 + 0] == pytest.approx(1.0)
+    assert DyckKM(k=2, m=3).truncation == "hewitt"
+    rng = np.random.default_rng(0)
+    for _ in range(50):  # test strings: END only after 85 brackets, at most 168 tokens
+        w = lang.sample(rng, (85, 168))
+        assert len(w) - 1 >= 85 and len(w) <= 168
+
+
+def test_the_closing_metric_reads_observed_closes_weighting_distances_equally():
+    """H.4 as memrnn has it: at each observed close bracket, ``p(correct)/Σ p(close) > 0.8``, a rate
+    per distance, the mean over distances.  (Their reporter.py scores every position with a
+    non-empty stack, whatever comes next: docs/parity.md, a library change.)"""
+    k = 2
+    metric = BracketClosingAccuracy(k)
+    # "(0 (1 )1 )0 END" with BOS: the targets; distances 1 at ")1", 3 at ")0"
+    target = torch.tensor([[0, 1, 3, 2, 4]])
+    distance = torch.tensor([[0, 0, 1, 3, 0]])
+    depth = torch.tensor([[0, 1, 2, 1, 0]])
+    logits = torch.zeros(1, 5, 2 * k + 1)
+    logits[0, 1, 3] = 5.0  # predicting "(1" with "(0" on top: the close mass favours ")1", wrongly
+    logits[0, 2, 3] = 5.0  # the right close ")1"
+    logits[0, 3, 2] = 5.0  # the right close ")0"
+    metric.update(logits, target, distance, depth, torch.zeros_like(depth, dtype=torch.bool))
+    assert metric.compute()["closing"] == 1.0  # position 1 is not an observed close: not scored
+    # "(0 (1 )1 (1 )1 )0 END": two closes at distance 1, both confident; one at distance 5, not
+    target = torch.tensor([[0, 1, 3, 1, 3, 2, 4]])
+    distance = torch.tensor([[0, 0, 1, 0, 1, 5, 0]])
+    depth = torch.tensor([[0, 1, 2, 1, 2, 1, 0]])
+    logits = torch.zeros(1, 7, 2 * k + 1)
+    logits[0, 2, 3] = logits[0, 4, 3] = 5.0
+    metric = BracketClosingAccuracy(k)
+    metric.update(logits, target, distance, depth, torch.zeros_like(depth, dtype=torch.bool))
+    assert metric.compute()["closing"] == pytest.approx(0.5)  # (1 + 0) / 2 distances, not 2 / 3 closes
+    assert metric.threshold == 0.8 and metric.side_threshold == 0.2
+
+
+def test_the_suite_draws_each_seeds_data_from_the_seed():
+    """Their data come from fixed seeds (1, 1000, 2000), one data set for the 3 model seeds; a
+    memrnn suite cell passes its seed to the data too (docs/parity.md: a suite option to fix it)."""
+    suite = Suite.load(ROOT / "configs" / "suites" / "hewitt_fig3.yaml")
+    cell = next(c for c in suite.cells() if c.seed == 2)
+    assert "--data.init_args.seed=2" in suite.cli_args(cell)
+
+
+@pytest.mark.parametrize("arch", ("lstm", "gru", "elman"))
+def test_the_dyck_demo_configs_draw_hewitts_data(build, arch):
+    """``configs/dyck`` is memrnn's few-minute demo (16 units, strings not tokens), not the
+    learning study; its data are H.1's with Table 2's windows and the authors' truncation."""
+    cli = build(f"dyck/{arch}_k2_m3.yaml")
+    dm = cli.datamodule
+    assert isinstance(dm.language, DyckKM) and (dm.language.k, dm.language.m) == (2, 3)
+    assert (
+        dm.language.truncation == "hewitt"
+        and dm.windows["train"] == (1, 84)
+        and dm.windows["test"] == (85, 168)
+    )
+    assert cli.model.hparams.embedding_dim == 2 * 2 + 10
