@@ -5,11 +5,15 @@ data-module argument the user left at ``None``; explicit arguments win.
 
 | preset  | source | train | val | test | lengths (symbols) | length sampling |
 | ------- | ------ | ----- | --- | ---- | ----------------- | --------------- |
-| hewitt  | Hewitt et al. 2020 Table 2 | language default (Table 2) | | | 0–8m(m−2)+59 / up to 2× | natural (authors' truncation) |
+| hewitt  | Hewitt et al. 2020 Table 2 | 2,000 | 500 | 500 | 1–8m(m−2)+59 / 8m(m−2)+60–2·(8m(m−2)+60)−1 | natural (authors' truncation) |
 | suzgun  | Suzgun et al. 2019 | 5,000 | 500 | 1,000 | 2–50 / 52–100 | natural |
 | rsm     | Paaßen et al. 2021 section 4 | 100 | 100 | 100 | 1–50 / 50–100 | natural |
 | dusell  | DuSell & Chiang | 10,000 | 1,000 | 100 per length | 40–80 / 40–100 | uniform |
 | weiss   | Weiss et al. 2018 | 2,000 | 500 | 1,000 | n ≤ 100 (a^n b^n), ≤ 50 (a^n b^n c^n) / near misses n ≤ 200, 150 | uniform |
+
+Hewitt et al. count their data in tokens (2e3 … 2e7 train, 20k dev, 300k test, ``END``
+counted): ``configs/hewitt`` sets ``train_tokens``/``val_tokens``/``test_tokens``, which override
+the string counts here.  Where each preset stands against the authors' code: ``docs/parity.md``.
 """
 
 from __future__ import annotations
