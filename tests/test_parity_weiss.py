@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from lightning.pytorch.callbacks import EarlyStopping
 
 from memrnn.data.presets import get_preset
@@ -50,6 +51,8 @@ def test_ten_unit_one_layer_acceptors_with_one_label_per_string(build, name):
     kind = LSTMLayer if name.startswith("lstm") else GRULayer
     assert type(module.layer) is kind and module.layer.hidden_size == 10 and module.layer.rnn.num_layers == 1
     assert module.objectives == {"acceptor_end": 1.0} and list(module.heads) == ["acceptor"]
+    # the optimizer row: the paper's "SGD" has no learning rate; memrnn's is Adam at 0.005
+    assert module.optimizer_class is torch.optim.Adam and module.hparams.lr == 0.005
 
 
 @pytest.mark.parametrize("name", CONFIGS)
