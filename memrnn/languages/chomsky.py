@@ -31,6 +31,11 @@ task                       level        input -> output
 ``compute_sqrt``           cs           big-endian ``a`` -> ``⌊√a⌋`` big-endian
 ``bucket_sort``            cs           string over 5 symbols -> sorted
 =========================  ===========  ======================================================
+
+The names are those of the public code's registry (``experiments/constants.py``,
+``TASK_BUILDERS``) but one: its ``missing_duplicate_string`` is ``missing_duplicate`` here.
+:func:`chomsky_task` (and :class:`memrnn.data.ChomskyDataModule`) take every name of that
+registry, the alias included (:data:`TASK_ALIASES`).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from memrnn.languages.base import check_rng
 
 __all__ = [
     "CHOMSKY_TASKS",
+    "TASK_ALIASES",
     "BinaryAddition",
     "BinaryMultiplication",
     "BucketSort",
@@ -63,6 +69,7 @@ __all__ = [
     "SolveEquation",
     "StackManipulation",
     "TransductionTask",
+    "canonical_task_name",
     "chomsky_task",
 ]
 
@@ -626,8 +633,24 @@ CHOMSKY_TASKS: dict[str, type[TransductionTask]] = {
 }
 
 
+#: the public code's registry names (``experiments/constants.py``, ``TASK_BUILDERS``) that differ
+#: from memrnn's: alias -> name in :data:`CHOMSKY_TASKS`
+TASK_ALIASES: dict[str, str] = {"missing_duplicate_string": "missing_duplicate"}
+
+
+def canonical_task_name(name: str) -> str:
+    """``name`` with the public code's aliases (:data:`TASK_ALIASES`) resolved; any other name as
+    given."""
+    return TASK_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
 def chomsky_task(name: str) -> TransductionTask:
-    """The task called ``name`` (a ``ValueError`` listing the names otherwise)."""
-    if name not in CHOMSKY_TASKS:
-        raise ValueError(f"unknown Chomsky-hierarchy task {name!r}; the tasks are {list(CHOMSKY_TASKS)}")
-    return CHOMSKY_TASKS[name]()
+    """The task called ``name``, a name of :data:`CHOMSKY_TASKS` or of the public code's registry
+    (:data:`TASK_ALIASES`); a ``ValueError`` listing the names otherwise."""
+    canonical = canonical_task_name(name)
+    if canonical not in CHOMSKY_TASKS:
+        raise ValueError(
+            f"unknown Chomsky-hierarchy task {name!r}; the tasks are {list(CHOMSKY_TASKS)} "
+            f"(aliases: {TASK_ALIASES})"
+        )
+    return CHOMSKY_TASKS[canonical]()

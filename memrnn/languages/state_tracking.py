@@ -28,7 +28,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from memrnn.languages.chomsky import CHOMSKY_TASKS, TransductionTask
+from memrnn.languages.chomsky import CHOMSKY_TASKS, TASK_ALIASES, TransductionTask, canonical_task_name
 
 __all__ = ["STATE_TRACKING_TASKS", "WordProblem", "compose", "permutation_parity", "transduction_task"]
 
@@ -105,13 +105,15 @@ STATE_TRACKING_TASKS = {
 
 
 def transduction_task(name: str) -> TransductionTask:
-    """Delétang et al.'s task or the word problem called ``name`` (a ``ValueError`` listing the
+    """Delétang et al.'s task (by memrnn's name or their public code's registry name, e.g.
+    ``missing_duplicate_string``) or the word problem called ``name`` (a ``ValueError`` listing the
     names otherwise)."""
-    if name in CHOMSKY_TASKS:
-        return CHOMSKY_TASKS[name]()
-    if name in STATE_TRACKING_TASKS:
+    canonical = canonical_task_name(name)
+    if isinstance(canonical, str) and canonical in CHOMSKY_TASKS:
+        return CHOMSKY_TASKS[canonical]()
+    if isinstance(name, str) and name in STATE_TRACKING_TASKS:
         return STATE_TRACKING_TASKS[name]()
     raise ValueError(
-        f"unknown transduction task {name!r}; Delétang et al.'s are {list(CHOMSKY_TASKS)}, "
-        f"the word problems {list(STATE_TRACKING_TASKS)}"
+        f"unknown transduction task {name!r}; Delétang et al.'s are {list(CHOMSKY_TASKS)} "
+        f"(aliases: {TASK_ALIASES}), the word problems {list(STATE_TRACKING_TASKS)}"
     )

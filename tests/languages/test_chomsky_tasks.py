@@ -13,11 +13,14 @@ import pytest
 
 from memrnn.languages.chomsky import (
     CHOMSKY_TASKS,
+    TASK_ALIASES,
+    MissingDuplicate,
     ModularArithmeticBrackets,
     _evaluate,
     _expression,
     chomsky_task,
 )
+from memrnn.languages.state_tracking import transduction_task
 
 
 def ids(task, text: str) -> list[int]:
@@ -76,6 +79,21 @@ def test_the_registry_is_the_papers_fifteen_tasks_by_level():
     assert levels == ["regular"] * 4 + ["dcf"] * 4 + ["cs"] * 7
     with pytest.raises(ValueError, match="unknown Chomsky-hierarchy task 'parity'; the tasks are"):
         chomsky_task("parity")
+
+
+def test_the_public_codes_registry_names_are_aliases():
+    """``missing_duplicate_string`` (the public code's ``TASK_BUILDERS`` name) builds memrnn's
+    ``missing_duplicate``, through both lookups; an unknown name lists the aliases."""
+    assert TASK_ALIASES == {"missing_duplicate_string": "missing_duplicate"}
+    for lookup in (chomsky_task, transduction_task):
+        assert type(lookup("missing_duplicate_string")) is MissingDuplicate
+        assert type(lookup("missing_duplicate")) is MissingDuplicate
+    with pytest.raises(
+        ValueError, match=r"unknown transduction task 'missing_dup'.*missing_duplicate_string"
+    ):
+        transduction_task("missing_dup")
+    with pytest.raises(ValueError, match=r"unknown Chomsky-hierarchy task 'missing'.*aliases"):
+        chomsky_task("missing")
 
 
 @pytest.mark.parametrize("n", range(1, 9))
