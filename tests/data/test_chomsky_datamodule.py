@@ -1,5 +1,7 @@
 """The Chomsky-hierarchy data module: sequences are the task's input then blanks, targets only on
-the scored output positions, lazily drawn and deterministic; a CPU run of train.py on one task."""
+the scored output positions, the loss target on every output position, training batches of one
+length (or one length per sequence), lazily drawn and deterministic; a CPU run of train.py on one
+task."""
 
 from __future__ import annotations
 
@@ -9,8 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from memrnn.data import ChomskyDataModule
+from memrnn.data.chomsky import transduction_batch
 from memrnn.data.datamodule import IGNORE_INDEX
 from memrnn.languages.chomsky import chomsky_task
 
@@ -19,7 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_batches_hold_the_input_then_blanks_and_the_scored_outputs():
     dm = ChomskyDataModule("stack_manipulation", train_size=64, val_size=8, test_per_length=3,
-                           train_lengths=(1, 6), test_lengths=(7, 9), batch_size=16)  # fmt: skip
+                           train_lengths=(1, 6), test_lengths=(7, 9), batch_size=16,
+                           batch_lengths="per_sequence")  # fmt: skip
     dm.setup("fit")
     task = chomsky_task("stack_manipulation")
     assert dm.vocab_size == 6 and dm.num_symbols == 3 and dm.bracket_types is None
@@ -36,21 +41,106 @@ def test_batches_hold_the_input_then_blanks_and_the_scored_outputs():
         assert tgt[:n] == [IGNORE_INDEX] * n
         assert tgt[n:] == [t if s else IGNORE_INDEX for t, s in zip(y, scored, strict=True)]
         assert (batch["target"][b, n + L :] == IGNORE_INDEX).all()
+        # the loss target: every output position, the zeros after the termination token included
+        assert batch["loss_target"][b, : n + L].tolist() == [IGNORE_INDEX] * n + y
+        assert (batch["loss_target"][b, n + L :] == IGNORE_INDEX).all()
     assert batch["ref_logprob"].abs().sum() == 0
     dm.setup("test")
     test = dm.datasets["test"]
     assert len(test) == 9 and [test[i]["input_length"] for i in range(9)] == [7, 7, 7, 8, 8, 8, 9, 9, 9]
     # deterministic: a fresh module draws the same sequences
-    again = ChomskyDataModule("stack_manipulation", train_size=64, train_lengths=(1, 6), test_lengths=(7, 9))
+    again = ChomskyDataModule("stack_manipulation", train_size=64, train_lengths=(1, 6), test_lengths=(7, 9),
+                              batch_lengths="per_sequence")  # fmt: skip
     again.setup("fit")
     assert all(
         (dm.datasets["train"][i]["input"] == again.datasets["train"][i]["input"]).all() for i in range(64)
     )
 
 
+def test_scored_loss_positions_give_no_loss_target():
+    """``loss_positions="scored"``: no ``loss_target`` (the generator trains on ``target``); the
+    targets themselves are the same as with ``"outputs"``."""
+    outputs = transduction_batch("binary_addition", 9, 16, seed=3)
+    scored = transduction_batch("binary_addition", 9, 16, seed=3, loss_positions="scored")
+    assert "loss_target" not in scored
+    assert torch.equal(outputs["target"], scored["target"]) and torch.equal(outputs["input"], scored["input"])
+    unscored = (outputs["target"] == IGNORE_INDEX) & (outputs["loss_target"] != IGNORE_INDEX)
+    assert unscored.any()  # the zeros after the termination token: in the loss, not in the accuracy
+    assert (outputs["loss_target"][unscored] == 0).all()
+
+
+def test_training_batches_have_one_length_each_and_are_fresh_every_epoch():
+    """``batch_lengths="per_batch"`` (the public code's trainer): every row of a training batch has
+    the batch's input length, the lengths spread over the window, the epoch's last batch holds
+    the rest of ``train_size``, a new module draws the same batches, and the next epoch new ones."""
+    kw = dict(train_size=100, val_size=4, test_per_length=1, train_lengths=(1, 12), test_lengths=(13, 13),
+              batch_size=8)  # fmt: skip
+    dm = ChomskyDataModule("binary_addition", **kw)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert len(loader) == 13
+    first = list(loader)
+    assert [len(b["input_lengths"]) for b in first] == [8] * 12 + [4]
+    lengths = [int(b["input_lengths"][0]) for b in first]
+    assert all((b["input_lengths"] == n).all() for b, n in zip(first, lengths, strict=True))
+    assert all((b["lengths"] == n + n + 1).all() for b, n in zip(first, lengths, strict=True))  # n + L
+    assert len(set(lengths)) > 4 and min(lengths) >= 1 and max(lengths) <= 12
+    again = ChomskyDataModule("binary_addition", **kw)
+    again.setup("fit")
+    assert all(
+        torch.equal(a["input"], b["input"]) for a, b in zip(first, again.train_dataloader(), strict=True)
+    )
+    loader.sampler.set_epoch(1)  # Lightning calls it every epoch
+    second = list(loader)
+    assert not any(torch.equal(a["input"], b["input"]) for a, b in zip(first, second, strict=True))
+    # per sequence (memrnn's earlier batches): the rows of one batch have their own lengths
+    mixed = ChomskyDataModule("binary_addition", **kw, batch_lengths="per_sequence")
+    mixed.setup("fit")
+    assert len(set(next(iter(mixed.train_dataloader()))["input_lengths"].tolist())) > 1
+
+
+def test_one_length_per_batch_under_lightnings_ddp_sampler():
+    """Lightning's DDP sampler replacement (``DistributedSamplerWrapper`` around the loader's
+    sampler, the loader rebuilt by ``_update_dataloader``): the two ranks share out the epoch's
+    batches, each batch still of one length, and ``set_epoch`` reaches the batch sampler."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    dm = ChomskyDataModule("reverse_string", train_size=64, val_size=4, test_per_length=1,
+                           train_lengths=(1, 20), test_lengths=(21, 21), batch_size=8)  # fmt: skip
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    whole = [b["input"] for b in loader]
+    seen = []
+    for rank in (0, 1):
+        wrapped = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        ranked = _update_dataloader(loader, wrapped)
+        ranked.sampler.set_epoch(0)
+        batches = list(ranked)
+        assert len(batches) == 4
+        for b in batches:
+            assert len(set(b["input_lengths"].tolist())) == 1 and len(b["input_lengths"]) == 8
+        seen += [b["input"] for b in batches]
+    assert sorted(map(str, seen)) == sorted(map(str, whole))  # each batch on one rank, none lost
+    wrapped.set_epoch(3)
+    assert loader.sampler.epoch == 3
+
+
+def test_the_public_codes_task_name_is_accepted():
+    """``missing_duplicate_string`` is the public code's registry name for ``missing_duplicate``."""
+    dm = ChomskyDataModule("missing_duplicate_string", train_size=8, test_lengths=(42, 42), test_per_length=1)
+    assert dm.task.name == "missing_duplicate"
+
+
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="unknown transduction task 'reverse'"):
         ChomskyDataModule("reverse")
+    with pytest.raises(ValueError, match="loss_positions must be one of 'outputs', 'scored', got 'all'"):
+        ChomskyDataModule(loss_positions="all")
+    with pytest.raises(
+        ValueError, match="batch_lengths must be one of 'per_batch', 'per_sequence', got 'batch'"
+    ):
+        ChomskyDataModule(batch_lengths="batch")
     with pytest.raises(ValueError, match="train_size must be a positive int, got 0"):
         ChomskyDataModule(train_size=0)
     with pytest.raises(ValueError, match="train lengths must start at 1 or more"):
