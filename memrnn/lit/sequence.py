@@ -31,6 +31,8 @@ from memrnn.lit.metrics import (
 #: ``Callable[[Optimizer], scheduler]``: in YAML a ``class_path`` of ``torch.optim.lr_scheduler``
 LRSchedulerCallable = Callable[[Optimizer], LRScheduler | ReduceLROnPlateau]
 OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
+#: ``readout_activation``: applied to the layer's outputs before every head
+READOUT_ACTIVATIONS = {"identity": lambda h: h, "relu": F.relu}
 #: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
 NEEDS = {
     "generator": ("target",),
@@ -58,6 +60,19 @@ def _check_objectives(objectives: Mapping[str, float] | None) -> dict[str, float
     return objectives
 
 
+def _check_layer_factory(layer: Any) -> None:
+    """A clear error for a ``layer`` that is not a callable of the input size: a module instance
+    (``nn.LSTM(…)``, a built ``LSTMLayer``) is callable, but calling it with an int crashes deep
+    in torch."""
+    if isinstance(layer, nn.Module) or not callable(layer):
+        what = f"an {type(layer).__name__} instance" if isinstance(layer, nn.Module) else repr(layer)
+        raise ValueError(
+            f"layer must be a callable of the input size returning a memrnn MemoryLayer, e.g. "
+            f"functools.partial(memrnn.layers.LSTMLayer, hidden_size=64) (in YAML a class_path with "
+            f"init_args that omit input_size); got {what}"
+        )
+
+
 def _embedding_width(embedding: str, embedding_dim: int | None, vocab_size: int) -> int:
     """The layer's input size: ``vocab_size`` for one-hot tokens, else ``embedding_dim`` (16)."""
     if embedding not in ("learned", "one_hot"):
@@ -79,10 +94,12 @@ class SequenceModule(L.LightningModule):
     cross-entropy; Hewitt et al. 2020 Definitions 2–3), ``next_set`` logits ``[B, T, num_symbols]``
     (binary cross-entropy against the allowed-next multi-hot set), ``acceptor`` logit
     ``[B, T]`` (binary cross-entropy against the per-prefix label, or at each string's own end).
+    Every head reads ``readout_activation(h)``.
 
     Args:
         layer: a callable of the embedding size returning a ``MemoryLayer`` (YAML:
-            ``class_path`` with ``init_args`` that omit ``input_size``).
+            ``class_path`` with ``init_args`` that omit ``input_size``; in Python e.g.
+            ``functools.partial(LSTMLayer, hidden_size=64)``, not a built module).
         vocab_size, num_symbols: linked from the data module.
         embedding_dim: size of the learned token embedding (default 16).
         embedding: ``"learned"`` (default) or ``"one_hot"``: the layer reads one-hot token
@@ -114,6 +131,14 @@ class SequenceModule(L.LightningModule):
             ``val/loss_total``; default: ``val/loss`` is the total.  The recognizer benchmark
             selects on the recognition loss alone (``acceptor_end``).  With several objectives
             each one's is logged as ``val/loss_<name>``.
+        readout_activation: applied to the layer's outputs ``h [B, T, H]`` before every head:
+            ``"identity"`` (default: the heads read ``h``) or ``"relu"`` (``Linear(relu(h))``,
+            the readout of Delétang et al.'s 2023 public code, ``models/rnn.py``).
+
+    The generator's loss reads the batch's ``loss_target`` when it has one (a
+    :class:`memrnn.data.ChomskyDataModule` with ``loss_positions="outputs"``: every output
+    position, the terminator's padding included), else ``target``; its metrics and per-length
+    curves always score ``target``.
 
     Validation/test log, per objective: ``ce``, ``ce_exact``, ``ce_gap``, ``acc``, ``ppl``
     (+ ``closing``, ``closing_error`` and the side constraints for bracket languages);
@@ -138,9 +163,17 @@ class SequenceModule(L.LightningModule):
         embedding: Literal["learned", "one_hot"] = "learned",
         loss_reduction: Literal["token", "string"] = "token",
         select_on: str | None = None,
+        readout_activation: Literal["identity", "relu"] = "identity",
     ) -> None:
         super().__init__()
         objectives = _check_objectives(objectives)
+        _check_layer_factory(layer)
+        if readout_activation not in READOUT_ACTIVATIONS:
+            raise ValueError(
+                f"readout_activation must be one of {', '.join(map(repr, READOUT_ACTIVATIONS))}, "
+                f"got {readout_activation!r}"
+            )
+        self.readout_activation = readout_activation
         if loss_reduction not in ("token", "string"):
             raise ValueError(f"loss_reduction must be 'token' or 'string', got {loss_reduction!r}")
         if select_on is not None and select_on not in objectives:
@@ -169,7 +202,10 @@ class SequenceModule(L.LightningModule):
             self.embedding = nn.Embedding(vocab_size, embedding_dim)
         self.layer = layer(embedding_dim)
         if not isinstance(self.layer, MemoryLayer):
-            raise ValueError(f"layer must build a memrnn MemoryLayer, got {type(self.layer).__name__}")
+            raise ValueError(
+                f"layer must build a memrnn MemoryLayer, got {type(self.layer).__name__} "
+                "(memrnn.layers has LSTMLayer, GRULayer, ElmanRNN, … for torch's recurrent modules)"
+            )
         self.vocab_size, self.num_symbols = vocab_size, num_symbols
         self.heads = self._make_heads(self.layer.output_size)
         for split in ("val", "test"):
@@ -180,7 +216,8 @@ class SequenceModule(L.LightningModule):
 
     def _make_heads(self, hidden: int) -> nn.ModuleDict:
         """One linear head per output the objectives read: ``generator`` and ``next_set``
-        ``hidden -> num_symbols``, ``acceptor`` ``hidden -> 1``."""
+        ``hidden -> num_symbols``, ``acceptor`` ``hidden -> 1`` (each reads
+        ``readout_activation(h)``)."""
         heads = nn.ModuleDict()
         for name in ("generator", "next_set"):
             if name in self.objectives:
@@ -256,7 +293,7 @@ class SequenceModule(L.LightningModule):
 
     @property
     def readout(self) -> nn.Linear:
-        """The generator head."""
+        """The generator head (it reads ``readout_activation(h)``, not ``h``)."""
         return self.heads["generator"]
 
     # -- forward and losses ---------------------------------------------------------------------
@@ -266,6 +303,15 @@ class SequenceModule(L.LightningModule):
         """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``.  ``input_lengths [B]`` (a
         transduction's input, before the blanks) go into a layer state that has a ``jump`` field
         (Delétang et al.'s Tape-RNN, :class:`memrnn.layers.memories.JumpTape`)."""
+        if not isinstance(input_ids, Tensor):
+            raise ValueError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise ValueError(
+                f"input_ids must hold integer token ids (torch.long), got dtype {input_ids.dtype}; "
+                "convert with input_ids.long() if they are whole numbers"
+            )
+        if input_ids.dtype not in (torch.long, torch.int32):  # torch's embedding takes no int8/16, uint8
+            input_ids = input_ids.long()
         if input_ids.device.type == "cpu" or not self.training:
             # a host sync on accelerators: training batches from memrnn's data modules are valid
             # by construction, so the check runs there only outside training steps
@@ -286,8 +332,9 @@ class SequenceModule(L.LightningModule):
         self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
     ) -> dict[str, Tensor]:
         """Every head's logits: ``generator``/``next_set`` ``[B, T, num_symbols]``,
-        ``acceptor`` ``[B, T]``; ``input_lengths`` as :meth:`encode`."""
-        hidden = self.encode(input_ids, mask, input_lengths)
+        ``acceptor`` ``[B, T]``, each read from ``readout_activation(h)``; ``input_lengths`` as
+        :meth:`encode`."""
+        hidden = READOUT_ACTIVATIONS[self.readout_activation](self.encode(input_ids, mask, input_lengths))
         out = {name: head(hidden) for name, head in self.heads.items()}
         if "acceptor" in out:
             out["acceptor"] = out["acceptor"][..., 0]
@@ -322,7 +369,8 @@ class SequenceModule(L.LightningModule):
         return verdicts
 
     def losses(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """Each objective's mean loss on ``batch``."""
+        """Each objective's mean loss on ``batch`` (the generator's over ``loss_target`` when the
+        batch has it, else over ``target``)."""
         mask = batch["mask"]
         losses = {}
         for name in self.objectives:
@@ -333,7 +381,8 @@ class SequenceModule(L.LightningModule):
                     + (" (set next_sets: true on the data module)" if name == "next_set" else "")
                 )
             if name == "generator":
-                target = batch["target"]
+                # the loss positions (a transduction's every output position), else the scored ones
+                target = batch.get("loss_target", batch["target"])
                 per = F.cross_entropy(
                     out["generator"].transpose(1, 2), target, ignore_index=IGNORE_INDEX, reduction="none"
                 )

@@ -196,3 +196,79 @@ def test_string_reduction_averages_each_strings_positions_then_the_strings():
         ValueError, match=r"select_on='generator' is not one of the objectives \(acceptor_end\)"
     ):
         model_for(dm, {"acceptor_end": 1.0}, select_on="generator")
+
+
+def test_readout_activation_is_applied_before_every_head():
+    """``readout_activation="relu"``: every head reads ``relu(h)`` (Delétang et al.'s readout
+    ``Linear(relu(h))``); ``"identity"`` (the default) reads ``h``; other names are refused."""
+    dm = AcceptorDataModule(
+        AnBn(), train_size=8, val_size=0, test_size=0, train_lengths=(3, 11), batch_size=8
+    )
+    batch = next(iter(dm.train_dataloader()))
+    objectives = {"generator": 1.0, "acceptor_prefix": 1.0}
+    relu, plain = (model_for(dm, objectives, readout_activation=a) for a in ("relu", "identity"))
+    assert (
+        plain.readout_activation == "identity" and model_for(dm, objectives).readout_activation == "identity"
+    )
+    h = relu.encode(batch["input"], batch["mask"])
+    assert (h < 0).any()  # an LSTM's outputs: the ReLU changes them
+    got = relu.heads_out(batch["input"], batch["mask"])
+    torch.testing.assert_close(got["generator"], relu.heads["generator"](torch.relu(h)))
+    torch.testing.assert_close(got["acceptor"], relu.heads["acceptor"](torch.relu(h))[..., 0])
+    torch.testing.assert_close(
+        plain.heads_out(batch["input"], batch["mask"])["generator"], plain.heads["generator"](h)
+    )
+    with pytest.raises(ValueError, match="readout_activation must be one of 'identity', 'relu', got 'tanh'"):
+        model_for(dm, objectives, readout_activation="tanh")
+
+
+def test_the_generator_loss_reads_loss_target_when_the_batch_has_one():
+    """A Chomsky batch's ``loss_target`` (every output position) is what the generator's loss
+    averages; its metrics score ``target``; without ``loss_target`` the loss is over ``target``."""
+    from memrnn.data import ChomskyDataModule
+    from memrnn.data.chomsky import transduction_batch
+    from memrnn.data.datamodule import IGNORE_INDEX
+
+    dm = ChomskyDataModule("stack_manipulation", train_size=8, test_lengths=(42, 42), test_per_length=1)
+    model = model_for(dm, {"generator": 1.0})
+    batch = transduction_batch("stack_manipulation", 7, 16, seed=1)
+    out = model.heads_out(batch["input"], batch["mask"])
+    nll = torch.nn.functional.cross_entropy(out["generator"].transpose(1, 2), batch["loss_target"],
+                                            ignore_index=IGNORE_INDEX, reduction="none")  # fmt: skip
+    every_output = batch["loss_target"] != IGNORE_INDEX
+    assert every_output.sum() > (batch["target"] != IGNORE_INDEX).sum()  # more positions than scored
+    torch.testing.assert_close(model.losses(batch, out)["generator"], nll[every_output].mean())
+    scored = transduction_batch("stack_manipulation", 7, 16, seed=1, loss_positions="scored")
+    nll = torch.nn.functional.cross_entropy(out["generator"].transpose(1, 2), scored["target"],
+                                            ignore_index=IGNORE_INDEX, reduction="none")  # fmt: skip
+    torch.testing.assert_close(
+        model.losses(scored, out)["generator"], nll[scored["target"] != IGNORE_INDEX].mean()
+    )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool])
+def test_token_ids_that_are_not_integers_are_named(dtype):
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=0, test_size=0, train_lengths=(1, 11))
+    model = model_for(dm, {"generator": 1.0})
+    ids = torch.tensor([[0, 1, 2]]).to(dtype)
+    with pytest.raises(
+        ValueError, match=rf"input_ids must hold integer token ids \(torch.long\), got dtype {dtype}"
+    ):
+        model(ids)
+    small = torch.tensor([[0, 1, 2]], dtype=torch.uint8)  # integers of another width: read as long
+    torch.testing.assert_close(model(small), model(small.long()))
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [torch.nn.LSTM(16, 8, batch_first=True), LSTMLayer(16, 8), 8],
+    ids=["nn.LSTM", "LSTMLayer instance", "int"],
+)
+def test_a_layer_that_is_not_a_callable_of_the_input_size_is_named(layer):
+    """A built module (``nn.LSTM(…)``, even a memrnn layer) or a non-callable as ``layer``: a
+    clear error saying what ``layer`` must be, not torch's "'int' object has no attribute 'dim'"."""
+    with pytest.raises(ValueError, match=r"layer must be a callable of the input size returning a memrnn "
+                                         r"MemoryLayer, e\.g\. functools\.partial\(memrnn\.layers\.LSTMLayer"):  # fmt: skip
+        SequenceModule(layer, vocab_size=4, num_symbols=3)
+    with pytest.raises(ValueError, match=r"layer must build a memrnn MemoryLayer, got LSTM"):
+        SequenceModule(functools.partial(torch.nn.LSTM, hidden_size=8), vocab_size=4, num_symbols=3)
