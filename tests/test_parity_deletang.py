@@ -53,8 +53,10 @@ def test_the_readout_is_linear_of_relu_h(name):
     model, _ = built(name)
     assert model.readout_activation == "relu" and model.embedding.weight.shape == (3, 3)  # one-hot
     ids = torch.tensor([[0, 1, 1, 0, 2, 2]])
-    h = model.encode(ids)  # (a ReLU core's h >= 0 already: relu(h) == h there)
-    torch.testing.assert_close(model(ids), model.heads["generator"](torch.relu(h)))
+    lengths = torch.tensor([4])  # the input's length (the Tape-RNN jumps by it)
+    h = model.encode(ids, input_lengths=lengths)  # (a ReLU core's h >= 0 already: relu(h) == h there)
+    out = model.heads_out(ids, input_lengths=lengths)["generator"]
+    torch.testing.assert_close(out, model.heads["generator"](torch.relu(h)))
 
 
 def test_the_lstm_is_haikus():

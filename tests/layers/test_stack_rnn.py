@@ -102,7 +102,8 @@ def test_sequence_module_gives_the_jump_tape_each_rows_input_length():
     """With ChomskyDataModule's batches the Tape-RNN jumps by each sequence's own input length
     (``input_lengths``), not by the padded or the whole sequence's length."""
     dm = ChomskyDataModule("duplicate_string", train_size=8, val_size=4, test_per_length=1,
-                           train_lengths=(2, 6), test_lengths=(41, 42), batch_size=8)  # fmt: skip
+                           train_lengths=(2, 6), test_lengths=(41, 42), batch_size=8,
+                           batch_lengths="per_sequence")  # fmt: skip
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert len(set(batch["input_lengths"].tolist())) > 1

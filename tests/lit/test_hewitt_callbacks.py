@@ -12,7 +12,7 @@ from memrnn.layers import LSTMLayer
 from memrnn.lit import HewittComparison, HewittInit, SequenceModule
 
 
-def run(tmp_path, language, hidden, callbacks, fit=False):
+def run(tmp_path, language, hidden, callbacks, fit=False, **model_args):
     dm = FormalLanguageDataModule(
         language,
         train_size=40,
@@ -30,6 +30,7 @@ def run(tmp_path, language, hidden, callbacks, fit=False):
         embedding_dim=2 * language.bracket_types + 10,
         lr=0.0,
         bracket_types=language.bracket_types,
+        **model_args,
     )
     t = L.Trainer(
         default_root_dir=tmp_path,
@@ -77,3 +78,6 @@ def test_clear_errors(tmp_path):
         run(tmp_path, DyckN(2), 6, [HewittComparison(num_strings=4, lengths=(3, 11))])
     with pytest.raises(ValueError, match="needs 10 hidden units in a lstm; the module has 4"):
         run(tmp_path, DyckKM(3, 2), 4, [HewittInit()], fit=True)
+    # its readout weights are for the layer's outputs, not for Delétang et al.'s relu of them
+    with pytest.raises(ValueError, match="readout_activation='relu'"):
+        run(tmp_path, DyckKM(3, 2), 10, [HewittInit()], fit=True, readout_activation="relu")

@@ -168,6 +168,11 @@ class HewittInit(L.Callback):
         m = self.m if self.m is not None else getattr(language, "m", None)
         if k is None or m is None:
             raise ValueError("HewittInit needs k and m, or a Dyck-(k,m) data module")
+        if getattr(pl_module, "readout_activation", "identity") != "identity":
+            raise ValueError(
+                "HewittInit sets the readout for the layer's outputs themselves; this model's heads read "
+                f"readout_activation={pl_module.readout_activation!r} of them (use 'identity')"
+            )
         head = pl_module.heads["generator"] if "generator" in pl_module.heads else None  # noqa: SIM401 (ModuleDict)
         self.spec = hewitt_init_(
             pl_module.layer,
