@@ -16,7 +16,8 @@
 * **States** are checked like inputs: the type (the layer's state ``NamedTuple``; a plain tuple
   or list of the fields in order is accepted and converted), the batch size, every field's
   shape, dtype and device, each against ``initial_state``; the message names the field and
-  the expected layout.
+  the expected layout.  A bare tensor given as the state that looks like a mask (bool, or
+  ``[B, T]`` like the inputs) is named as one: ``forward(x, state=None, mask=None)``.
 """
 
 from __future__ import annotations
@@ -66,18 +67,41 @@ def check_state(
     *,
     device: torch.device,
     dtype: torch.dtype,
+    steps: int | None = None,
 ) -> Any:
     """Return ``state`` as the layer's state type after checking it against ``template``;
     raise ``ValueError`` naming the first mismatch and the expected layout.
 
     ``dtype`` is the dtype the layer computes in (every floating field must have it);
-    ``device`` the inputs' device.
+    ``device`` the inputs' device; ``steps`` the inputs' ``T`` (``forward``; ``None`` for
+    ``step``): a bare tensor given as the state that is bool, or ``[B, T]``, is taken for the
+    mask it looks like, and the message says to pass it as ``mask=``.
     """
     expected = template.layout(batch)
     where = f"{layer_name} expects a state {expected} (batch first; a plain tuple in this order works too)"
     if isinstance(state, Tensor):
+        got = f"a bare tensor of shape {_shape(state)} ({state.dtype})"
+        masklike = state.dtype == torch.bool or (
+            steps is not None
+            and tuple(state.shape) == (batch, steps)
+            and (batch, steps) != (batch, *template.shapes[0])
+        )
+        if masklike:
+            call = (
+                f"pass it as mask=... ({layer_name}.forward(x, state=None, mask=None))"
+                if steps is not None
+                else f"step(x_t, state) takes no mask: run {layer_name}.forward(x, mask=mask) over the sequence"
+            )
+            layout = "[B, T]" if steps is not None else "[B]"
+            raise ValueError(
+                f"{layer_name}'s second argument is the state; got {got}, which looks like a mask {layout}: {call}"
+            )
+        if len(template.fields) == 1:
+            raise ValueError(f"{where}; got {got}: wrap it as ({template.fields[0]},)")
         raise ValueError(
-            f"{where}; got a bare tensor of shape {_shape(state)}: wrap it as ({template.fields[0]},)"
+            f"{where}; got {got}: the state has {len(template.fields)} fields "
+            f"({', '.join(template.fields)}), pass them all as {template.cls.__name__}"
+            f"({', '.join(template.fields)}) or a tuple in this order"
         )
     if not isinstance(state, (tuple, list)):
         raise ValueError(f"{where}; got {type(state).__name__}")

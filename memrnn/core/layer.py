@@ -127,7 +127,13 @@ class MemoryLayer(nn.Module, ABC, Generic[S]):
         if state is None:
             return self.initial_state(batch_size, device=x.device, dtype=dtype)
         return check_state(
-            type(self).__name__, self.state_template(), state, batch_size, device=x.device, dtype=dtype
+            type(self).__name__,
+            self.state_template(),
+            state,
+            batch_size,
+            device=x.device,
+            dtype=dtype,
+            steps=x.shape[1] if x.dim() == 3 else None,
         )
 
     def check_inputs(self, x: Tensor, state: S | None, mask: Tensor | None) -> tuple[S, Tensor | None]:

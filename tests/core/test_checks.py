@@ -63,6 +63,35 @@ def test_state_fields_of_the_wrong_size_dtype_or_batch_are_refused(name, gen):
 
 
 @pytest.mark.parametrize("name", LAYERS)
+def test_a_mask_given_as_the_state_is_named_as_a_mask(name, gen):
+    """``layer(x, mask)`` took the mask for the state and advised wrapping it as ``(h,)``."""
+    layer = make(name)
+    x = inputs(layer, gen, name, steps=7)  # no tiny state is [B, 7]
+    mask = torch.ones(3, 7, dtype=torch.bool)
+    said = r"second argument is the state; got a bare tensor of shape \[3, 7\] \(torch.bool\), which looks like a mask"
+    with pytest.raises(
+        ValueError, match=said + r" \[B, T\]: pass it as mask=\.\.\. \(\w+\.forward\(x, state=None"
+    ):
+        layer(x, mask)
+    with pytest.raises(ValueError, match=r"looks like a mask \[B, T\]: pass it as mask="):
+        layer(x, mask.float())  # a float mask of the inputs' [B, T]
+    with pytest.raises(ValueError, match=r"looks like a mask \[B\]: step\(x_t, state\) takes no mask"):
+        layer.step(x[:, 0], mask[:, 0])
+
+
+def test_a_bare_tensor_for_a_state_of_several_fields_asks_for_all_of_them():
+    x = torch.randn(2, 4, 3)
+    with pytest.raises(
+        ValueError, match=r"the state has 2 fields \(h, c\), pass them all as LSTMState\(h, c\)"
+    ):
+        LSTMLayer(3, 5)(x, torch.zeros(2, 1, 5))
+    with pytest.raises(
+        ValueError, match=r"got a bare tensor of shape \[2, 5\] \(torch.float32\): wrap it as \(h,\)"
+    ):
+        ElmanRNN(3, 5)(x, torch.zeros(2, 5))
+
+
+@pytest.mark.parametrize("name", LAYERS)
 def test_a_plain_tuple_in_the_documented_order_is_accepted(name, gen):
     layer = make(name)
     x = inputs(layer, gen, name)
