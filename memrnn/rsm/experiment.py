@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import check_kwargs, nonnegative_int, positive_int
 from memrnn.data.presets import get_preset
 from memrnn.data.tasks import CopyTask, ListDataset, RepeatCopyTask
 from memrnn.languages import AnBn, DyckN, JsonLite, Language, Latch, Palindrome
@@ -39,7 +39,10 @@ from memrnn.rsm.teacher import lr_batch, transduction_batch
 LANGUAGE_TASKS = ("dyck1", "dyck2", "dyck3", "anbn", "palindrome", "json")
 NTM_TASKS = ("latch", "copy", "repeat_copy")
 TASKS = NTM_TASKS + LANGUAGE_TASKS
+SPLITS = ("train", "val", "test")
 ReservoirName = Literal["rand", "crj", "ldn"]
+RESERVOIRS = ("rand", "crj", "ldn")
+CLASSIFIERS = ("default", "svm", "ridge", "logistic")
 #: the paper's protocol (section 4), kept once in :data:`memrnn.data.presets.PRESETS` (``"rsm"``):
 #: sizes 100/100/100, words of 1–50 symbols for training and 50–100 for testing (the preset's
 #: windows count ``END``; these count symbols)
@@ -53,6 +56,12 @@ def check_task(task: str) -> str:
     if task not in TASKS:
         raise ValueError(f"unknown Paaßen et al. 2021 task {task!r}; choose one of {', '.join(TASKS)}")
     return task
+
+
+def check_split(split: str) -> str:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose {', '.join(SPLITS)}")
+    return split
 
 
 def is_copy(task: str) -> bool:
@@ -125,8 +134,8 @@ def task_items(
     (:func:`near_misses`), the rest words.  Paaßen et al. 2021 samples words only (0.0); then an RSM
     whose ``c_out`` just fires on the end step scores zero error while accepting every
     non-word, which the near misses expose."""
-    if split not in ("train", "val", "test"):
-        raise ValueError(f"unknown split {split!r}; choose train, val or test")
+    check_split(split)
+    nonnegative_int("size", size)
     if not 0.0 <= negative_fraction <= 1.0:
         raise ValueError(f"negative_fraction must be in [0, 1], got {negative_fraction}")
     if negative_fraction and task not in LANGUAGE_TASKS:
@@ -161,7 +170,10 @@ def task_batch(task: str, items: list[Any]) -> dict[str, Any]:
 
 def task_data(task: str, split: str, size: int, seed: int, negative_fraction: float = 0.0) -> dict[str, Any]:
     """``task_batch`` of ``size`` fresh items (seeded by ``(seed, split)``)."""
-    rng = np.random.default_rng([seed, ("train", "val", "test").index(split), 2002])
+    check_task(task)
+    positive_int("size", size)
+    nonnegative_int("seed", seed)
+    rng = np.random.default_rng([seed, SPLITS.index(check_split(split)), 2002])
     return task_batch(task, task_items(task, split, size, rng, negative_fraction))
 
 
@@ -205,8 +217,15 @@ def make_reservoir(
     ========  ==========================================================================
     """
     shape = task_shape(task)
-    n = input_size or shape["num_inputs"] + shape["num_nonterminals"]
-    units = units or default_units(task)
+    if kind not in RESERVOIRS:
+        raise ValueError(f"unknown reservoir kind {kind!r}; choose {', '.join(RESERVOIRS)}")
+    n = (
+        shape["num_inputs"] + shape["num_nonterminals"]
+        if input_size is None
+        else positive_int("input_size", input_size)
+    )
+    units = default_units(task) if units is None else positive_int("units", units)
+    check_kwargs("make_reservoir", Reservoir, overrides, given=("input_size", "units", "kind", "dtype"))
     args: dict[str, Any] = {
         "rand": {"spectral_radius": 0.9, "input_scaling": 1.0, "seed": seed},
         "crj": {"cycle_weight": 0.5, "jump_weight": 0.5, "jump_length": 2, "input_weight": 1.0},
@@ -235,8 +254,12 @@ def make_machine(
     regression there too).  ``"svm"``: Paaßen et al.'s (2021) RBF-SVMs (scikit-learn) for every classifier;
     ``"ridge"``/``"logistic"``: that classifier everywhere (``c_out`` of the copy tasks stays
     a ridge regression).  ``c_shift`` is fitted like the others (its training targets are all 1).
+    ``units``: reservoir neurons, a positive int (``None``: :func:`default_units`).
     """
     shape = task_shape(task)
+    if classifier not in CLASSIFIERS:
+        raise ValueError(f"unknown classifier {classifier!r}; choose {', '.join(CLASSIFIERS)}")
+    nonnegative_int("seed", seed)
     res = make_reservoir(task, kind, units=units, seed=seed, dtype=dtype, **reservoir_args)
 
     def clf(which: int) -> Any:
@@ -331,6 +354,7 @@ class RSMDataModule(L.LightningDataModule):
             task_items(task, "train", 0, np.random.default_rng(0), negative_fraction)  # validates
         for name, v in (("train_size", train_size), ("val_size", val_size), ("test_size", test_size)):
             positive_int(name, v)
+        nonnegative_int("seed", seed)
         self.task, self.seed, self.negative_fraction = task, seed, negative_fraction
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.save_hyperparameters()
@@ -349,7 +373,7 @@ class RSMDataModule(L.LightningDataModule):
         return None
 
     def _loader(self, split: str) -> DataLoader:
-        rng = np.random.default_rng([self.seed, ("train", "val", "test").index(split), 2002])
+        rng = np.random.default_rng([self.seed, SPLITS.index(split), 2002])
         items = task_items(self.task, split, self.sizes[split], rng, self.negative_fraction)
         return DataLoader(
             ListDataset([items]), batch_size=None, collate_fn=lambda it: task_batch(self.task, it)

@@ -7,7 +7,14 @@ import torch
 
 from memrnn.lit.wandb_files import read_offline_run
 from memrnn.rsm import RSMDataModule, RSMModule
-from memrnn.rsm.experiment import predictions_error, task_data, task_items
+from memrnn.rsm.experiment import (
+    make_esn,
+    make_machine,
+    make_reservoir,
+    predictions_error,
+    task_data,
+    task_items,
+)
 from tests.test_configs import ROOT, run_train
 
 
@@ -74,6 +81,39 @@ def test_clear_errors(tmp_path):
         trainer(tmp_path).fit(RSMModule("dyck2", units=16), RSMDataModule("anbn", train_size=5))
     with pytest.raises(RuntimeError, match="val before any training batch"):
         trainer(tmp_path).validate(RSMModule("dyck1", units=16), RSMDataModule("dyck1", val_size=2))
+
+
+def test_make_machine_refuses_zero_units_and_unknown_names_instead_of_defaults():
+    """``units=0`` used to give 256 units (``units or default``); a zero input size the task's own."""
+    with pytest.raises(ValueError, match="units must be a positive integer, got 0"):
+        make_machine("dyck2", "crj", units=0)
+    with pytest.raises(ValueError, match="units must be a positive integer, got 0"):
+        make_esn("dyck2", "crj", units=0)
+    with pytest.raises(ValueError, match="input_size must be a positive integer, got 0"):
+        make_reservoir("dyck2", "crj", input_size=0)
+    with pytest.raises(ValueError, match=r"unknown reservoir kind 'esn'; choose rand, crj, ldn"):
+        make_machine("dyck2", "esn")
+    with pytest.raises(ValueError, match=r"unknown classifier 'svn'; choose default, svm, ridge, logistic"):
+        make_machine("dyck2", "crj", units=8, classifier="svn")
+    with pytest.raises(ValueError, match=r"make_reservoir has no argument 'thetaa'; it takes .*theta"):
+        make_machine("dyck2", "ldn", units=8, thetaa=3.0)
+    with pytest.raises(ValueError, match=r"seed must be a non-negative integer, got 1\.5"):
+        make_machine("dyck2", "rand", units=8, seed=1.5)
+    assert make_machine("dyck2", "crj").reservoir.units == 256  # None is the default
+    assert make_machine("dyck2", "crj", units=8).reservoir.units == 8
+
+
+def test_task_data_names_a_bad_split_size_or_seed():
+    with pytest.raises(ValueError, match=r"unknown split 'trian'; choose train, val, test"):
+        task_data("dyck2", "trian", 5, seed=0)
+    with pytest.raises(ValueError, match="size must be a positive integer, got 0"):
+        task_data("dyck2", "train", 0, seed=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        task_data("dyck2", "train", 5, seed=-1)
+    with pytest.raises(ValueError, match="'dyck9'"):
+        task_data("dyck9", "train", 5, seed=0)
+    with pytest.raises(ValueError, match="seed must be a non-negative integer, got -1"):
+        RSMDataModule("dyck2", seed=-1)
 
 
 def test_train_py_fits_an_rsm_config_and_logs_the_error(tmp_path):
