@@ -387,7 +387,8 @@ BASE_KEY = "base"
 def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
     """The configs ``path`` is built from, outermost base first: ``[(path, its keys without
     base), …]``.  A config names its base with a top-level ``base: <path relative to it>``;
-    a missing base or a cycle is a ``ValueError`` naming the files."""
+    a missing base, a cycle or a file that is not valid YAML is a ``ValueError`` naming the
+    files (and the line and column of a YAML error)."""
     chain: list[tuple[Path, dict[str, Any]]] = []
     seen: list[Path] = []
     current: Path | None = Path(path)
@@ -395,11 +396,11 @@ def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
         current = current.resolve()
         if current in seen:
             raise ValueError(f"config bases form a cycle: {' -> '.join(str(p) for p in [*seen, current])}")
+        named = f" (the base named by {seen[-1]})" if seen else ""
         if not current.is_file():
-            named = f" (the base named by {seen[-1]})" if seen else ""
             raise ValueError(f"config {current}{named}: no such file")
         seen.append(current)
-        keys = yaml.safe_load(current.read_text()) or {}
+        keys = _read_yaml(current, named) or {}
         if not isinstance(keys, dict):
             raise ValueError(f"config {current} holds {type(keys).__name__}, not a mapping of keys")
         base = keys.pop(BASE_KEY, None)
@@ -408,6 +409,34 @@ def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
             raise ValueError(f"config {current}: base must be a path, got {base!r}")
         current = current.parent / base if base else None
     return chain[::-1]
+
+
+def _read_yaml(path: Path, named: str = "") -> Any:
+    """The YAML of ``path``, or a one-line ``ValueError`` naming the file, the line and column
+    and what is wrong (PyYAML's own message names ``"<unicode string>"`` over a dozen lines)."""
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ValueError(f"config {path}{named} is not valid YAML: {_yaml_problem(e)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"config {path}{named} cannot be read: {e}") from None
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """``line 4, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow
+    sequence that starts at line 3, column 14)``: PyYAML's marks, 1-based."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    mark, context_mark = e.problem_mark or e.context_mark, e.context_mark
+    text = e.problem or e.context or type(e).__name__
+    if mark is not None:
+        text = f"line {mark.line + 1}, column {mark.column + 1}: {text}"
+    if e.problem and e.context:
+        text += f" ({e.context}"
+        if context_mark is not None and context_mark is not mark:
+            text += f" that starts at line {context_mark.line + 1}, column {context_mark.column + 1}"
+        text += ")"
+    return text
 
 
 def expand_config_bases(args: Sequence[str]) -> list[str]:
