@@ -15,10 +15,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from memrnn.core.checks import nonnegative_int, positive_int
 from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.data.datamodule import SPLITS, LanguageDataModule, SplitDataModule, bos_inputs, resolve_splits
 from memrnn.data.presets import get_preset
-from memrnn.languages.base import Language, Lengths, LengthSampling
+from memrnn.languages.base import Language, Lengths, LengthSampling, check_window
 
 
 class ListDataset(Dataset):
@@ -94,7 +95,8 @@ class AcceptorDataModule(LanguageDataModule):
             language, preset, sizes, train_lengths, test_lengths, length_sampling
         )
         self.language, self.negative_fraction = language, negative_fraction
-        self.test_set = test_set or (p.extra.get("test_set", "sampled") if p else "sampled")
+        default_test_set = p.extra.get("test_set", "sampled") if p else "sampled"
+        self.test_set = default_test_set if test_set is None else test_set
         if self.test_set not in ("sampled", "near_miss"):
             raise ValueError(f"test_set must be 'sampled' or 'near_miss', got {self.test_set!r}")
         if self.test_set == "near_miss" and not hasattr(language, "near_miss_test_set"):
@@ -138,10 +140,10 @@ class CopyTask:
     RepeatCopy (``repeats``): after the input, ``r`` copies, each announced by an EOS step."""
 
     def __init__(self, bits: int = 8, max_length: int = 20, min_length: int = 1) -> None:
-        if bits < 1 or not 1 <= min_length <= max_length:
-            raise ValueError(
-                f"need bits >= 1 and 1 <= min_length <= max_length, got {bits}, {min_length}, {max_length}"
-            )
+        for name, v in (("bits", bits), ("max_length", max_length), ("min_length", min_length)):
+            positive_int(name, v)
+        if not min_length <= max_length:
+            raise ValueError(f"min_length must be <= max_length, got {min_length} > {max_length}")
         self.bits, self.min_length, self.max_length = bits, min_length, max_length
 
     @property
@@ -180,9 +182,11 @@ class RepeatCopyTask(CopyTask):
         self, bits: int = 8, max_length: int = 10, max_repeats: int = 10, test_max_repeats: int = 20
     ) -> None:
         super().__init__(bits, max_length)
-        if not 1 <= max_repeats <= test_max_repeats:
+        positive_int("max_repeats", max_repeats)
+        positive_int("test_max_repeats", test_max_repeats)
+        if not max_repeats <= test_max_repeats:
             raise ValueError(
-                f"need 1 <= max_repeats <= test_max_repeats, got {max_repeats}, {test_max_repeats}"
+                f"max_repeats must be <= test_max_repeats, got {max_repeats} > {test_max_repeats}"
             )
         self.max_repeats, self.test_max_repeats = max_repeats, test_max_repeats
 
@@ -198,6 +202,11 @@ class ReversalTask:
     output phase only."""
 
     def __init__(self, language: Language, direction: Literal["reverse", "copy"] = "reverse") -> None:
+        if not isinstance(language, Language):
+            raise ValueError(
+                f"ReversalTask reads the strings of a Language (e.g. ReversalTask(MarkedReversal())), "
+                f"got {type(language).__name__} {language!r}"
+            )
         if direction not in ("reverse", "copy"):
             raise ValueError(f"direction must be 'reverse' or 'copy', got {direction!r}")
         self.language, self.direction = language, direction
@@ -233,13 +242,36 @@ def collate_transduction(items: Sequence[dict[str, np.ndarray]]) -> dict[str, Te
     return out
 
 
+#: the transduction tasks :class:`TransductionDataModule` builds by name, with Paaßen et al.'s
+#: (2021) sizes (the class defaults)
+TRANSDUCTION_TASKS: dict[str, type[CopyTask]] = {"copy": CopyTask, "repeat_copy": RepeatCopyTask}
+
+
+def transduction_task(task: Any) -> Any:
+    """``task`` itself (a :class:`CopyTask`, :class:`RepeatCopyTask`, :class:`ReversalTask` or any
+    object with ``sample(rng, split)``), or the task named ``"copy"`` / ``"repeat_copy"``; any
+    other value is a ``ValueError`` naming it and what is accepted."""
+    accepted = (
+        f"give a task object (CopyTask(), RepeatCopyTask(), ReversalTask(language), or one with "
+        f"sample(rng, split)) or a name: {', '.join(map(repr, TRANSDUCTION_TASKS))}"
+    )
+    if isinstance(task, str):
+        if task not in TRANSDUCTION_TASKS:
+            raise ValueError(f"unknown transduction task {task!r}; {accepted}")
+        return TRANSDUCTION_TASKS[task]()
+    if not callable(getattr(task, "sample", None)):
+        raise ValueError(f"task must be a transduction task, got {type(task).__name__} {task!r}; {accepted}")
+    return task
+
+
 class TransductionDataModule(SplitDataModule):
     """Train/val/test sequences of a transduction task (:class:`CopyTask`,
-    :class:`RepeatCopyTask`, :class:`ReversalTask`); Paaßen et al.'s (2021) protocol is 100 + 100."""
+    :class:`RepeatCopyTask`, :class:`ReversalTask`, or ``"copy"`` / ``"repeat_copy"`` by name:
+    :func:`transduction_task`); Paaßen et al.'s (2021) protocol is 100 + 100."""
 
     def __init__(
         self,
-        task: CopyTask | ReversalTask,
+        task: CopyTask | ReversalTask | Literal["copy", "repeat_copy"],
         train_size: int = 100,
         val_size: int = 100,
         test_size: int = 100,
@@ -251,12 +283,17 @@ class TransductionDataModule(SplitDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
-        self.task = task
+        self.task = transduction_task(task)
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
-        lang = getattr(task, "language", None)
+        for split, n in self.sizes.items():
+            nonnegative_int(f"{split}_size", n)
+        lang = getattr(self.task, "language", None)
+        given = {"train": train_lengths, "test": test_lengths}
         self.windows = {
-            "train": tuple(train_lengths or (lang.default_lengths("train") if lang else (0, 0))),
-            "test": tuple(test_lengths or (lang.default_lengths("test") if lang else (0, 0))),
+            split: check_window(window, f"{split}_lengths")
+            if window is not None
+            else (lang.default_lengths(split) if lang else (0, 0))
+            for split, window in given.items()
         }
         self.windows["val"] = self.windows["train"]
         self.save_hyperparameters()

@@ -121,3 +121,36 @@ def test_reversal_task():
         body = batch["input"][b, :n]
         assert torch.equal(batch["target"][b, n + 1 : 2 * n + 1], body.flip(0))
         assert (batch["target"][b, : n + 1] == -100).all()
+
+
+def test_transduction_task_is_checked_at_construction_and_named():
+    """``TransductionDataModule(task="nonexistent")`` was accepted and failed at set-up with
+    "'str' object has no attribute 'sample'"."""
+    with pytest.raises(ValueError, match=r"unknown transduction task 'nonexistent'; .*'copy', 'repeat_copy'"):
+        TransductionDataModule(task="nonexistent")
+    with pytest.raises(ValueError, match=r"task must be a transduction task, got int 3; give a task object"):
+        TransductionDataModule(task=3)
+    with pytest.raises(ValueError, match=r"ReversalTask reads the strings of a Language .*got str 'marked'"):
+        ReversalTask("marked")
+    # Paaßen et al.'s tasks by name, with their sizes (the class defaults)
+    dm = TransductionDataModule("repeat_copy", train_size=2, val_size=1, test_size=1, batch_size=2)
+    assert (
+        isinstance(dm.task, RepeatCopyTask) and dm.task.max_repeats == 10 and dm.hparams.task == "repeat_copy"
+    )
+    assert next(iter(dm.train_dataloader()))["target"].shape[-1] == 8
+    assert type(TransductionDataModule("copy").task) is CopyTask
+
+
+def test_transduction_sizes_and_windows_are_checked():
+    with pytest.raises(ValueError, match="train_size must be a non-negative integer, got -1"):
+        TransductionDataModule("copy", train_size=-1)
+    with pytest.raises(ValueError, match=r"train_lengths must satisfy 0 <= min <= max, got \(5, 2\)"):
+        TransductionDataModule(ReversalTask(MarkedReversal()), train_lengths=(5, 2))
+    with pytest.raises(ValueError, match=r"bits must be a positive integer, got 2\.5"):
+        CopyTask(bits=2.5)
+    with pytest.raises(ValueError, match="max_repeats must be a positive integer, got 0"):
+        RepeatCopyTask(max_repeats=0)
+    # an explicit empty test_set is refused, not replaced by the default
+    with pytest.raises(ValueError, match="test_set must be 'sampled' or 'near_miss', got ''"):
+        AcceptorDataModule(AnBn(), test_set="")
+    assert AcceptorDataModule(AnBn()).hparams.test_set is None  # the default stays None in hparams
