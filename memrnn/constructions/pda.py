@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -27,6 +27,41 @@ from memrnn.languages.base import Language
 from memrnn.layers.nnpda import NNPDA
 from memrnn.ops.stack import action_codes, h_sigmoid, ideal_stack_op, stack_overflow, stack_reading
 from memrnn.ops.tensor import third_order
+
+#: the languages whose ``pda()`` gives their deterministic PDA (``AnBn``: two blocks only)
+_WITH_PDA = "DyckN, DuSellDyck, DyckKM, AnBn, MarkedReversal, Palindrome, JsonLite"
+
+
+def check_dpda(pda: Any, what: str = "encode_pda") -> DPDA:
+    """``pda`` if it is a :class:`~memrnn.languages.DPDA`, else a ``ValueError`` that says so and,
+    for a language, how to get its PDA (``DyckN(2).pda()``)."""
+    if isinstance(pda, DPDA):
+        return pda
+    if callable(getattr(pda, "pda", None)):
+        hint = (
+            f"; a language gives its PDA by .pda(): {what}({pda!r}.pda()) reads its symbols, END "
+            f"included (add vocabulary=[*language.symbols, 'BOS'], ignore=['BOS'] for memrnn's data)"
+        )
+    elif isinstance(pda, Language):
+        hint = f"; {type(pda).__name__} has no pda() (these languages do: {_WITH_PDA})"
+    else:
+        hint = f" (languages with one give it by .pda(): {_WITH_PDA})"
+    raise ValueError(
+        f"{what} takes a deterministic PDA (memrnn.languages.DPDA), got {type(pda).__name__} {pda!r}{hint}"
+    )
+
+
+def _check_nnpda(layer: Any, what: str) -> NNPDA:
+    """``layer`` if it is an :class:`~memrnn.layers.NNPDA`, or the layer of a construction that
+    holds one (what :func:`encode_pda` returns); else a ``ValueError`` naming it."""
+    inner = getattr(layer, "layer", None) if isinstance(layer, Construction) else layer
+    if isinstance(inner, NNPDA):
+        return inner
+    raise ValueError(
+        f"{what} reads an nnPDA (memrnn.layers.NNPDA, or the Construction encode_pda returns), "
+        f"got {type(layer).__name__}"
+        + (f" holding a {type(inner).__name__}" if isinstance(layer, Construction) else "")
+    )
 
 
 def encode_pda(
@@ -56,7 +91,10 @@ def encode_pda(
         ignore: vocabulary symbols outside ``pda.alphabet`` that leave state and stack
             unchanged (``BOS``).
         action: the layer's ``action`` (``identity`` is Definition 3.6).
+
+    A language is not a PDA: ``encode_pda(DyckN(2).pda())`` encodes Dyck-2's.
     """
+    pda = check_dpda(pda)
     vocab = check_vocabulary(pda.alphabet, vocabulary, ignore)
     t = pda.tensors()
     n, m2, L = len(pda.states), len(pda.stack_alphabet), len(pda.stack_alphabet) + 1
@@ -135,14 +173,28 @@ def ideal_step(
     return z[:, :n], ideal_stack_op(stack, p_push, p_pop, z[:, n + 2 :]), p_push, p_pop, overflow
 
 
-def ideal_pda_run(layer: NNPDA, ids: Tensor, mask: Tensor | None = None, keep: bool = True) -> IdealRun:
+def ideal_pda_run(
+    layer: NNPDA | Construction, ids: Tensor, mask: Tensor | None = None, keep: bool = True
+) -> IdealRun:
     """Definition B.9 with the layer's weights, exactly (:func:`ideal_step` at every step).
 
     Args:
-        layer: an nnPDA with ideal (0/1) weights, e.g. from :func:`encode_pda`.
+        layer: an nnPDA with ideal (0/1) weights, e.g. from :func:`encode_pda` (the
+            construction itself or its ``layer``).
         ids: input ids ``[B, T]``; mask: ``[B, T]`` right padding (padded steps freeze).
         keep: store every step (else only the last, in ``q[:, -1]``, ``stack[:, -1]``).
     """
+    layer = _check_nnpda(layer, "ideal_pda_run")
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point() or ids.dtype == torch.bool:
+        got = f"{ids.dtype} {tuple(ids.shape)}" if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(
+            f"ideal_pda_run: ids must be an integer tensor [batch, time] (Construction.ids), got {got}"
+        )
+    if mask is not None and (not isinstance(mask, Tensor) or tuple(mask.shape) != tuple(ids.shape)):
+        got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(
+            f"ideal_pda_run: mask must be a tensor [batch, time] = {tuple(ids.shape)}, got {got}"
+        )
     b, steps = ids.shape
     w = layer.weight().detach()
     q = layer.start.detach().expand(b, -1).clone()
@@ -195,7 +247,7 @@ def _op(p_push: Tensor, p_pop: Tensor, c: Tensor, stack_alphabet: Sequence[str],
 
 
 def extract_pda(
-    layer: NNPDA,
+    layer: NNPDA | Construction,
     *,
     alphabet: Sequence[str],
     stack_alphabet: Sequence[str],
@@ -225,6 +277,7 @@ def extract_pda(
             ``threshold`` (for trained networks whose states need not be one-hot); states are
             named ``s0, s1, ...`` in breadth-first order.
     """
+    layer = _check_nnpda(layer, "extract_pda")
     if len(alphabet) != layer.input_size:
         raise ValueError(
             f"alphabet has {len(alphabet)} symbols but the layer has input_size={layer.input_size}"
@@ -291,6 +344,11 @@ class PDAInitializedNNPDA(NNPDA):
         strict: bool = False,
         output: Literal["state_and_reading", "state"] = "state_and_reading",
     ) -> None:
+        if not isinstance(language, Language) or not callable(getattr(language, "pda", None)):
+            raise ValueError(
+                f"PDAInitializedNNPDA needs a language with a pda() ({_WITH_PDA}), "
+                f"got {type(language).__name__} {language!r}"
+            )
         pda = language.pda()
         vocab = [*language.symbols, "BOS"]
         if input_size != len(vocab):

@@ -8,7 +8,8 @@ import torch
 
 from memrnn.analysis.nnpda import deviation_from_ideal, pda_walks
 from memrnn.constructions import encode_pda, extract_pda, ideal_pda_run
-from memrnn.languages import DyckN, dyck1_pda
+from memrnn.constructions.pda import PDAInitializedNNPDA
+from memrnn.languages import DyckN, Latch, dyck1_pda
 from memrnn.languages.automata import EMPTY
 from memrnn.languages.counting import AnBn
 from memrnn.languages.json_lite import JsonLite
@@ -242,3 +243,36 @@ def test_one_hot_input_is_checked():
     x[0, 1, 0] = 0.5
     with pytest.raises(ValueError, match="row 0, step 1 is not one-hot"):
         enc.layer(x)
+
+
+def test_a_language_given_for_a_pda_is_told_to_pass_its_pda():
+    """``encode_pda(DyckN(2))`` failed with "no attribute 'alphabet'"."""
+    with pytest.raises(
+        ValueError,
+        match=r"encode_pda takes a deterministic PDA \(memrnn.languages.DPDA\), got DyckN .*"
+        r"encode_pda\(DyckN\(n=2, p=0.5, q=0.25\).pda\(\)\)",
+    ):
+        encode_pda(DyckN(2))
+    with pytest.raises(ValueError, match=r"got Latch .*Latch has no pda\(\) \(these languages do: DyckN"):
+        encode_pda(Latch())
+    with pytest.raises(ValueError, match=r"got str 'dyck'"):
+        encode_pda("dyck")
+    with pytest.raises(ValueError, match=r"PDAInitializedNNPDA needs a language with a pda\(\) .*got Latch"):
+        PDAInitializedNNPDA(3, Latch())
+    assert encode_pda(DyckN(2).pda()).accepts([["(", ")", "END"]]) == [True]  # the named conversion works
+
+
+def test_the_ideal_run_and_extraction_take_the_construction_or_its_layer():
+    enc = encode_pda(DyckN(2).pda(), depth=4)
+    ids, mask = enc.ids([["(", "[", "]", ")", "END"]])
+    torch.testing.assert_close(ideal_pda_run(enc, ids, mask).q, ideal_pda_run(enc.layer, ids, mask).q)
+    pda = extract_pda(enc, alphabet=enc.vocabulary, stack_alphabet=enc.source.stack_alphabet)
+    assert len(pda.states) == len(enc.source.states) and pda.alphabet == enc.source.alphabet
+    with pytest.raises(ValueError, match=r"ideal_pda_run reads an nnPDA .*got Linear"):
+        ideal_pda_run(torch.nn.Linear(2, 2), ids)
+    with pytest.raises(
+        ValueError, match=r"ids must be an integer tensor \[batch, time\].*torch.float32 \(1, 5\)"
+    ):
+        ideal_pda_run(enc, ids.float())
+    with pytest.raises(ValueError, match=r"mask must be a tensor \[batch, time\] = \(1, 5\), got \(5,\)"):
+        ideal_pda_run(enc, ids, mask[0])
