@@ -24,6 +24,7 @@ import copy
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -140,8 +141,7 @@ class Construction(nn.Module):
         """Right-padded ids ``[B, T]`` and mask ``[B, T]`` of symbol strings, ``BOS`` first when
         ``bos`` (default: when the construction reads one).  An unknown symbol raises, naming the
         string and position."""
-        if isinstance(words, str):
-            raise ValueError(f"words must be a list of symbol strings, got the single string {words!r}")
+        self._check_words(words, "ids")
         lead = [self.bos_id] if (self.bos is not None if bos is None else bos) else []
         index = {a: i for i, a in enumerate(self.vocabulary)}
         rows = []
@@ -160,6 +160,22 @@ class Construction(nn.Module):
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
         mask = torch.arange(longest)[None, :] < lengths[:, None]
         return out.reshape(len(rows), longest), mask
+
+    def _check_words(self, words: Any, what: str) -> None:
+        """Refuse what is not a list of words: a single string, or ids (a tensor or an array,
+        whose truth value torch and numpy refuse deep inside), naming what ``what`` takes."""
+        takes = (
+            f"Construction.{what} takes words, a list of symbol sequences over the vocabulary "
+            f"{self.vocabulary} (e.g. [{list(self.vocabulary[:2])}])"
+        )
+        if isinstance(words, str):
+            raise ValueError(f"{takes}; got the single string {words!r} (a list of one word: [{words!r}])")
+        if isinstance(words, (Tensor, np.ndarray)):
+            raise ValueError(
+                f"{takes}; got a {type(words).__name__} of shape {list(words.shape)} ({words.dtype}). For ids "
+                f"[B, T] in this vocabulary, run the construction: out, _ = construction(ids, mask=mask) "
+                f"(position t scores the prefix up to t); Construction.ids(words) makes such ids"
+            )
 
     def inputs(self, ids: Tensor) -> Tensor:
         """The layer's inputs ``[B, T, input_size]`` for ids ``[B, T]``; an id outside the
@@ -212,7 +228,10 @@ class Construction(nn.Module):
 
         Acceptors: the accept score after the word's last symbol is positive.  Generators
         (Hewitt et al. 2020 Definition 5): every symbol of the word, then ``END``, has
-        log-probability at least ``min_log_prob``.  Long strings run in time chunks."""
+        log-probability at least ``min_log_prob``.  Long strings run in time chunks.
+        ``words``: a list of symbol sequences (``[["(", ")", "END"]]``), not ids; ids
+        ``[B, T]`` run through :meth:`forward`."""
+        self._check_words(words, "accepts")
         if not words:
             return []
         if self.task == "generator":

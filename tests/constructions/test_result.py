@@ -159,6 +159,27 @@ def test_bad_input_is_named(name):
         c.ids("ab")
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_ids_given_where_words_are_expected_are_named(name):
+    """``Construction.accepts(tensor)`` failed with "Boolean value of Tensor ... is ambiguous"."""
+    c = build(name, torch.float32)
+    ids, _ = c.ids(WORDS[name])
+    methods = ["accepts", "final_state", "ids"] + (["log_prob"] if c.task == "generator" else [])
+    for method in methods:
+        for bad in (ids, ids.numpy()):
+            with pytest.raises(
+                ValueError,
+                match=rf"Construction\.\w+ takes words, a list of symbol sequences over the vocabulary .*"
+                rf"got a {type(bad).__name__} of shape \[{ids.shape[0]}, {ids.shape[1]}\] .*"
+                r"run the construction: out, _ = construction\(ids, mask=mask\)",
+            ):
+                getattr(c, method)(bad)
+    assert len(c.accepts(WORDS[name])) == len(WORDS[name])  # words, as documented
+    with pytest.raises(ValueError, match=r"single string 'ab' \(a list of one word: \['ab'\]\)"):
+        c.accepts("ab")
+    assert c.accepts([]) == []
+
+
 def test_generator_needs_bos_and_end():
     c = encode_pfsa(ab_pfsa())
     with pytest.raises(ValueError, match="a generator reads"):
