@@ -18,6 +18,8 @@ from typing import Literal
 
 import numpy as np
 
+from memrnn.languages.base import PYTHON_STEP, check_table_cost
+
 DEAD = None  # the implicit rejecting sink of a partial automaton
 
 
@@ -200,8 +202,20 @@ class PFSA:
         f = self.final.get(q, 0.0)
         return lp + math.log(f) if f > 0 else -math.inf
 
+    def table_cost(self, n: int) -> tuple[float, float]:
+        """``(bytes, operations)`` of exact sampling given ``n`` symbols: the backward table
+        ``β [n + 1, |Q|]`` float64, a Python step per (position, transition) to fill it and
+        per position to sample (:data:`~memrnn.languages.base.PYTHON_STEP`)."""
+        steps = (n + 1) * (len(self.prob) + 1)
+        return 8.0 * (n + 1) * len(self.states), float(PYTHON_STEP * steps)
+
+    def _length_cost(self, max_length: int) -> tuple[float, float]:
+        # a Python float per length (and its list slot), a Python-level mat-vec step per length
+        return 40.0 * (max_length + 1), float(PYTHON_STEP * (max_length + 1))
+
     def length_log_probs(self, max_length: int) -> np.ndarray:
         """``log P(|w| = n)``, ``n = 0..max_length`` (symbols, without ``END``)."""
+        check_table_cost(self, max_length, self._length_cost, "its length distribution")
         idx = self.dfa.q_index
         trans = np.zeros((len(self.states), len(self.states)))
         for (q, a), p in self.prob.items():
@@ -218,6 +232,7 @@ class PFSA:
 
     def sample_given_length(self, rng: np.random.Generator, n: int) -> list[str]:
         """Exactly ``p(w | |w| = n)``: backward table ``β[t, q] = P(n − t more symbols, then END | q)``."""
+        check_table_cost(self, n, self.table_cost, "its backward table")
         idx = self.dfa.q_index
         beta = np.zeros((n + 1, len(self.states)))
         beta[n] = [self.final.get(q, 0.0) for q in self.states]

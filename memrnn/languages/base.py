@@ -21,6 +21,15 @@ from memrnn.core.serialization import allow_in_checkpoints
 Lengths = tuple[int, int]
 LengthSampling = Literal["natural", "uniform"]
 
+#: What one exact table of a sampler (or of an exact string probability) may take: memory in
+#: bytes, and elementary operations (a PCFG's length tables take time quadratic in the length,
+#: its inside chart memory quadratic).  A longer length is refused by :func:`check_table_cost`
+#: with a ``ValueError`` before anything is allocated; raise these to sample longer strings.
+TABLE_MEMORY_LIMIT = 2 << 30
+TABLE_WORK_LIMIT = 10**10
+#: a step of a Python loop, in those operations (a vectorized numpy operation per element is 1)
+PYTHON_STEP = 100
+
 
 def check_rng(rng: Any) -> np.random.Generator:
     """``rng`` if it is a ``numpy.random.Generator``, else a ``ValueError`` that says how to make
@@ -48,6 +57,42 @@ def check_window(lengths: Any, name: str = "length window") -> Lengths:
     if lo < 0 or hi < lo:
         raise ValueError(f"{name} must satisfy 0 <= min <= max, got {(lo, hi)}")
     return lo, hi
+
+
+def _bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def check_table_cost(
+    owner: object, length: int, cost: Callable[[int], tuple[float, float]], what: str
+) -> None:
+    """Refuse ``length`` before anything is allocated when ``cost(length)`` (bytes of memory,
+    elementary operations) is above :data:`TABLE_MEMORY_LIMIT` or :data:`TABLE_WORK_LIMIT`:
+    a ``ValueError`` naming ``owner``, the length, what ``what`` would take and the longest
+    length within the limits (``cost`` grows with the length).  ``UnmarkedReversal()
+    .sample_given_length(rng, 10**9)`` asked numpy for 37 GiB instead."""
+    length = int(length)
+
+    def fits(n: int) -> bool:
+        memory, work = cost(n)
+        return memory <= TABLE_MEMORY_LIMIT and work <= TABLE_WORK_LIMIT
+
+    if fits(length):
+        return
+    lo, hi = 0, length  # the longest length that fits, by bisection
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    memory, work = cost(length)
+    need = f"{_bytes(memory)} of memory" + (f" and ~{work:.1e} operations" if work else "")
+    raise ValueError(
+        f"{owner}: length {length:,} is too long to sample or score exactly: {what} would take {need}; "
+        f"the limits ({_bytes(TABLE_MEMORY_LIMIT)}, {TABLE_WORK_LIMIT:.0e} operations: "
+        f"memrnn.languages.base.TABLE_MEMORY_LIMIT / TABLE_WORK_LIMIT) allow lengths up to {lo:,}"
+    )
 
 
 def _checks_rng(fn: Callable) -> Callable:
@@ -328,7 +373,9 @@ class SymbolLanguage(Language):
     sampling within a window as "draw the length, then the string given its length".
 
     Subclasses give the symbol-level pieces: ``_symbol_length_log_probs(max_symbols)``
-    (``log P(n symbols)``, ``[max_symbols + 1]``) and ``_sample_symbols(rng, n)`` (ids)."""
+    (``log P(n symbols)``, ``[max_symbols + 1]``) and ``_sample_symbols(rng, n)`` (ids), and
+    ``_table_cost(length)``, what their tables for strings of ``length`` tokens take (bytes,
+    operations), which :func:`check_table_cost` holds within the limits."""
 
     train_lengths: Lengths = (1, 51)
     test_lengths: Lengths = (51, 101)
@@ -348,9 +395,18 @@ class SymbolLanguage(Language):
     def _sample_symbols(self, rng: np.random.Generator, n: int) -> list[int]:
         """``n`` symbol ids drawn from ``p(w | |w| = n)``."""
 
+    #: what :meth:`_table_cost` describes, for the message of :func:`check_table_cost`
+    _table_name = "its length tables"
+
+    def _table_cost(self, length: int) -> tuple[float, float]:
+        """``(bytes, operations)`` of the tables behind strings of ``length`` tokens (``END``
+        counted); the default: one float64 and one Python step per length."""
+        return 8.0 * (length + 1), float(PYTHON_STEP * length)
+
     def length_log_probs(self, max_length: int) -> np.ndarray:
         if max_length < 0:
             raise ValueError(f"max_length must be >= 0, got {max_length}")
+        check_table_cost(self, max_length, self._table_cost, self._table_name)
         out = np.full(max_length + 1, -math.inf)
         if max_length >= 1:
             out[1:] = self._symbol_length_log_probs(max_length - 1)
@@ -360,8 +416,11 @@ class SymbolLanguage(Language):
         return self.sample_given_length(rng, self.sample_length(rng, lengths))
 
     def sample_given_length(self, rng: np.random.Generator, length: int) -> list[int]:
+        if isinstance(length, bool) or not isinstance(length, numbers.Integral):
+            raise ValueError(f"length must be an integer (END counted), got {length!r}")
         if length < 1:
             raise ValueError(f"lengths count END, so they are >= 1; got {length}")
+        check_table_cost(self, length, self._table_cost, self._table_name)
         return [*self._sample_symbols(rng, length - 1), self.end_id]
 
 

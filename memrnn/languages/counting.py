@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from memrnn.core.checks import nonnegative_int
 from memrnn.languages.automata import (
     DPDA,
     EMPTY,
@@ -25,7 +26,7 @@ from memrnn.languages.automata import (
     anbncn_counter_machine,
     push,
 )
-from memrnn.languages.base import Language, Lengths
+from memrnn.languages.base import PYTHON_STEP, Language, Lengths, check_table_cost, check_window
 from memrnn.languages.pcfg import cont
 
 
@@ -73,6 +74,7 @@ class CountingLanguage(Language):
         """``x_1^{c_1} ... x_k^{c_k}`` followed by ``END`` (any counts: positives and negatives)."""
         if len(counts) != self.blocks or any(c < 0 for c in counts):
             raise ValueError(f"need {self.blocks} non-negative counts, got {tuple(counts)}")
+        check_table_cost(self, sum(counts) + 1, self._table_cost, "the string")
         return [i for i, c in enumerate(counts) for _ in range(c)] + [self.end_id]
 
     def n_of_length(self, length: int) -> int | None:
@@ -181,7 +183,15 @@ class CountingLanguage(Language):
             return head
         return head + math.log1p(-math.exp((n_hi - a + 1) * log_c)) if self._c > 0 else head
 
+    def _table_cost(self, length: int) -> tuple[float, float]:
+        """``(bytes, operations)`` of strings up to ``length`` tokens: a float64 per length (and a
+        Python float per count of the window), a Python step per count, the string's list."""
+        return 40.0 * (length + 1), float(PYTHON_STEP * (length + 1))
+
     def length_log_probs(self, max_length: int) -> np.ndarray:
+        if max_length < 0:
+            raise ValueError(f"max_length must be >= 0, got {max_length}")
+        check_table_cost(self, max_length, self._table_cost, "its length distribution")
         out = np.full(max_length + 1, -math.inf)
         for n in range(self.min_n, (max_length - 1) // self.blocks + 1):
             out[self.blocks * n + 1] = self._log_pn(n)
@@ -189,6 +199,8 @@ class CountingLanguage(Language):
 
     def sample(self, rng: np.random.Generator, lengths: Lengths | None = None) -> list[int]:
         n_lo, n_hi = self._ns(lengths)
+        if lengths is not None:
+            check_table_cost(self, lengths[1], self._table_cost, "the window's counts and the string")
         if n_hi is None:
             n = self.min_n + int(rng.geometric(1 - self._c)) - 1
         else:
@@ -243,7 +255,11 @@ class CountingLanguage(Language):
         """Weiss et al.'s test recipe: ``x_1^{n+i_1} ... x_k^{n+i_k}`` with ``n`` uniform in
         ``n_range`` (default ``[0, 200]`` for two blocks, ``[0, 150]`` for three) and each
         ``i_j`` uniform in ``[−delta, delta]`` (exponents clipped at 0); labels from ``accepts``."""
-        lo, hi = n_range or ((0, 200) if self.blocks == 2 else (0, 150))
+        if n_range is None:
+            n_range = (0, 200) if self.blocks == 2 else (0, 150)
+        lo, hi = check_window(n_range, "n_range")
+        nonnegative_int("size", size)
+        nonnegative_int("delta", delta)
         strings, labels = [], []
         for _ in range(size):
             n = int(rng.integers(lo, hi + 1))

@@ -42,7 +42,7 @@ import numpy as np
 
 from memrnn.core.checks import positive_int
 from memrnn.languages.automata import DFA, DPDA, EMPTY, NOOP, POP, push
-from memrnn.languages.base import Language, Lengths, check_window
+from memrnn.languages.base import PYTHON_STEP, Language, Lengths, check_table_cost, check_window
 
 ACCEPT = "accept"
 REJECT = "reject"
@@ -208,8 +208,17 @@ class DyckKM(Language):
             return (_NEG_INF, half_k, half)
         return (_NEG_INF, _NEG_INF, 0.0)
 
+    def _table_cost(self, length: int) -> tuple[float, float]:
+        """``(bytes, operations)`` of the exact table ``Z [length + 1, m + 1]`` float64, filled
+        one (position, depth) cell per Python step (the length distribution takes as many)."""
+        cells = (length + 1) * (self.m + 1)
+        return 8.0 * cells, float(PYTHON_STEP * cells)
+
     def _log_z(self, lengths: Lengths | None) -> np.ndarray | None:
-        return None if lengths is None else _log_z_table(self.k, self.m, self.truncation, *lengths)
+        if lengths is None:
+            return None
+        check_table_cost(self, lengths[1], self._table_cost, "its exact sampling table Z[position, depth]")
+        return _log_z_table(self.k, self.m, self.truncation, *lengths)
 
     def _log_z_at(self, log_z: np.ndarray | None, t: int, depth: int) -> float:
         if log_z is None:
@@ -282,6 +291,7 @@ class DyckKM(Language):
         over the depth distribution."""
         if max_length < 0:
             raise ValueError(f"max_length must be >= 0, got {max_length}")
+        check_table_cost(self, max_length, self._table_cost, "its length distribution")
         out = np.full(max_length + 1, _NEG_INF)
         dist = np.zeros(self.m + 1)
         dist[0] = 1.0

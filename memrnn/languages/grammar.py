@@ -16,7 +16,7 @@ from typing import Literal
 
 import numpy as np
 
-from memrnn.languages.base import Lengths, LengthSampling, SymbolLanguage
+from memrnn.languages.base import Lengths, LengthSampling, SymbolLanguage, check_table_cost
 from memrnn.languages.pcfg import PCFG, Earley
 
 Root = Literal["paper", "public"]
@@ -50,6 +50,14 @@ class GrammarLanguage(SymbolLanguage):
         return self._earley
 
     # -- distribution ---------------------------------------------------------------------------
+    _table_name = PCFG._TABLES
+
+    def _table_cost(self, length: int) -> tuple[float, float]:
+        return self.grammar.table_cost(max(length - 1, 0))
+
+    def _inside_cost(self, length: int) -> tuple[float, float]:
+        return self.grammar.inside_cost(max(length - 1, 0))
+
     def _symbol_length_log_probs(self, max_symbols: int) -> np.ndarray:
         return self.grammar.length_log_probs(max_symbols)
 
@@ -64,6 +72,7 @@ class GrammarLanguage(SymbolLanguage):
             lo, hi = self._check_window(lengths)
             if not lo <= len(ids) <= hi:
                 return -math.inf
+        check_table_cost(self, len(ids), self._inside_cost, "its inside chart")
         lp = self.grammar.log_prob(ids[:-1])
         return lp - self.window_log_mass(lengths) if lengths is not None and lp > -math.inf else lp
 
@@ -85,6 +94,8 @@ class GrammarLanguage(SymbolLanguage):
             if self.is_complete(w)
             and (length_sampling == "uniform" or lengths is None or self._in(w, lengths))
         ]
+        longest = max((len(ids[j]) for j in keep), default=0)
+        check_table_cost(self, longest, self._inside_cost, "its inside chart")
         inside = self.grammar.log_probs([ids[j][:-1] for j in keep])
         out = [np.zeros(len(w)) for w in ids]
         for w in out:

@@ -38,6 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from memrnn.languages.base import check_table_cost
+
 _NEG_INF = -math.inf
 
 
@@ -201,9 +203,26 @@ class PCFG:
             return np.log(summed) + top
 
     # -- length tables ----------------------------------------------------------------------
+    def table_cost(self, n: int) -> tuple[float, float]:
+        """``(bytes, operations)`` of the length tables up to ``n`` symbols (what sampling given a
+        length and the length distribution need): ``Z [nonterminals, n + 1]`` float64 and a
+        split buffer ``[rules, n]``; a convolution over split points per length, ``rules · n²/2``."""
+        rules = max(len(self._bin), 1)
+        return 8.0 * (self._n_nt * (n + 1) + rules * n), rules * n * n / 2.0 + n
+
+    def inside_cost(self, n: int) -> tuple[float, float]:
+        """``(bytes, 0)`` of the inside chart of one string of ``n`` symbols (:meth:`log_prob`:
+        ``[n + 1, n, nonterminals]`` float64 and the split products; :meth:`log_probs`'s scaled
+        chart takes about as much); its time is not limited (strings are scored as given)."""
+        rules = max(len(self._bin), 1)
+        return 8.0 * n * (n + 1) * (self._n_nt + 3 * rules), 0.0
+
+    _TABLES = "its grammar's length tables (their time grows as the length squared)"
+
     def _ensure(self, n: int) -> None:
         if n <= self._z_max:
             return
+        check_table_cost(self, n, self.table_cost, self._TABLES)
         z = np.full((self._n_nt, n + 1), _NEG_INF)
         z[:, : self._log_z.shape[1]] = self._log_z
         z[:, 1] = _logsumexp(self._term, axis=1)
@@ -278,6 +297,7 @@ class PCFG:
         n = len(word)
         if n == 0:
             return self._log_empty
+        check_table_cost(self, n, self.inside_cost, "its inside chart")
         for pos, t in enumerate(word):
             if not 0 <= int(t) < len(self.terminals):
                 raise ValueError(f"unknown terminal index {t!r} at position {pos}")
@@ -314,6 +334,7 @@ class PCFG:
                 if not 0 <= int(t) < len(self.terminals):
                     raise ValueError(f"unknown terminal index {t!r} at position {pos} of string {j}")
             by_length[len(w)].append(j)
+        check_table_cost(self, max(by_length, default=0), self.inside_cost, "its inside chart")
         for n, rows in by_length.items():
             if n == 0:
                 out[rows] = self._log_empty

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from memrnn.languages.automata import PFSA
-from memrnn.languages.base import Lengths, SymbolLanguage
+from memrnn.languages.base import Lengths, SymbolLanguage, check_table_cost
 
 
 class PFSALanguage(SymbolLanguage):
@@ -45,6 +45,11 @@ class PFSALanguage(SymbolLanguage):
             return frozenset()
         return frozenset(int(i) for i in np.flatnonzero(np.isfinite(self.pfsa.next_log_probs(q))))
 
+    _table_name = "its backward table"
+
+    def _table_cost(self, length: int) -> tuple[float, float]:
+        return self.pfsa.table_cost(max(length - 1, 0))
+
     def _symbol_length_log_probs(self, max_symbols: int) -> np.ndarray:
         return self.pfsa.length_log_probs(max_symbols)
 
@@ -56,6 +61,7 @@ class PFSALanguage(SymbolLanguage):
         """``log β[t, q]``: probability that from state q after t tokens the string ends with a
         length (``END`` counted) in the window; ``[hi + 1, |Q|]``."""
         lo, hi = self._check_window(lengths)
+        check_table_cost(self, hi, self._table_cost, self._table_name)
         idx = self.pfsa.dfa.q_index
         beta = np.zeros((hi + 1, len(self.pfsa.states)))
         fin = np.array([self.pfsa.final.get(q, 0.0) for q in self.pfsa.states])
