@@ -77,6 +77,11 @@ class DuSellDyck(StackOracle, GrammarLanguage):
         mean_nesting_depth: float = 40.0,
         root: Root = "paper",
     ) -> None:
+        positive_int("n", n)
+        if not mean_nesting_depth >= 1:
+            raise ValueError(
+                f"mean_nesting_depth must be >= 1 (a group nests itself), got {mean_nesting_depth}"
+            )
         s, t = cont(mean_bracket_splits), cont(mean_nesting_depth - 1)
         self.n, self.root = n, root
         self.bracket_types = n

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import numbers
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -45,8 +46,8 @@ _NEG_INF = -math.inf
 
 def cont(mean: float) -> float:
     """Continue-probability of a geometric length with mean ``mean``: ``1 − 1/(mean + 1)``."""
-    if mean < 0:
-        raise ValueError(f"a mean length must be >= 0, got {mean}")
+    if isinstance(mean, bool) or not isinstance(mean, numbers.Real) or not 0 <= mean < math.inf:
+        raise ValueError(f"a mean length must be a finite number >= 0, got {mean!r}")
     return 1.0 - 1.0 / (mean + 1.0)
 
 

@@ -158,3 +158,21 @@ def test_the_limits_are_settings_and_the_longest_length_is_exact(monkeypatch):
     assert len(UnmarkedReversal().sample_given_length(rng, 101)) == 101
     with pytest.raises(ValueError, match=r"length must be an integer \(END counted\), got 10.5"):
         UnmarkedReversal().sample_given_length(rng, 10.5)
+
+
+def test_bad_grammar_and_counting_arguments_are_named():
+    """Were: "unknown symbol 'T' in rule S → S T" (n=0), "rule S → a S a has invalid weight nan",
+    "nonterminals ['S'] derive no terminal string" (an infinite mean), numpy's "low >= high"."""
+    with pytest.raises(ValueError, match="n must be a positive integer, got 0"):
+        DuSellDyck(n=0)
+    with pytest.raises(ValueError, match=r"mean_nesting_depth must be >= 1 .*got 0.5"):
+        DuSellDyck(mean_nesting_depth=0.5)
+    for bad in (float("nan"), float("inf"), -1.0, "60"):
+        with pytest.raises(ValueError, match=rf"a mean length must be a finite number >= 0, got {bad!r}"):
+            UnmarkedReversal(bad)
+    assert MarkedReversal(np.int64(3)).mean_length == 3  # numpy numbers are numbers
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="delta must be a non-negative integer, got -1"):
+        AnBn().near_miss_test_set(rng, 2, delta=-1)
+    with pytest.raises(ValueError, match=r"n_range must satisfy 0 <= min <= max, got \(5, 1\)"):
+        AnBn().near_miss_test_set(rng, 2, (5, 1))
