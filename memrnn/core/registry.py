@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from memrnn.core.checks import check_kwargs
 from memrnn.core.serialization import allow_in_checkpoints
 
 T = TypeVar("T", bound=type)
@@ -74,10 +75,13 @@ def create_layer(name: str, **overrides: Any) -> Any:
     differs from the class's own default, or fills an argument without a default, is still
     used and named in a ``UserWarning`` with the class default: ``create_layer("lstm",
     hidden_size=16)`` reads 3 input features (the tiny ``input_size=3``).  The variant's own
-    choices (string and boolean values such as ``memory="queue"``) are not reported.
+    choices (string and boolean values such as ``memory="queue"``) are not reported.  An
+    override the class does not take is a ``ValueError`` naming it and the arguments it takes.
     """
     cls = layer_class(name)
     tiny = _REGISTRY[name][1]
+    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values()):
+        check_kwargs(f"create_layer({name!r}, ...): {cls.__name__}", cls, overrides)
     if any(k not in _FACTORY_KWARGS for k in overrides):
         _warn_tiny_values(name, cls, {k: v for k, v in tiny.items() if k not in overrides})
     return cls(**{**tiny, **overrides})

@@ -54,6 +54,11 @@ def test_registry_creates_with_overrides_and_names_unknown_layers():
     assert list_layers() == sorted(list_layers())
     with pytest.raises(ValueError, match=r"unknown layer 'nope'.*elman"):
         create_layer("nope")
+    with pytest.raises(
+        ValueError,
+        match=r"create_layer\('lstm', ...\): LSTMLayer has no argument 'hiden_size'; it takes input_size, hidden_size",
+    ):
+        create_layer("lstm", hiden_size=16)
     with pytest.raises(ValueError, match="already registered"):
         register_layer("elman", tiny={}, cls=LSTMLayer)
 
