@@ -4,6 +4,8 @@ misses, and find its counting units with ``CounterProbe`` on a^1000 b^1000 (a^10
 
     python scripts/weiss_counting.py [--configs lstm_anbn gru_anbn lstm_anbncn gru_anbncn] [--seed 0]
 
+(the paper's protocol; ``--configs lstm_anbn_prefix …`` runs memrnn's per-prefix variant)
+
 Prints one row per config: test accuracy, the paper's, and the best |r| of a unit with each
 reference counter.  Runs go to ``runs/weiss_counting/<config>/seed<S>``.
 """
@@ -84,14 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         rows.append((stem, acc, corr))
         print(
-            f"[weiss] {stem}: test accuracy {acc:.1%} (paper {PAPER.get(stem, '?')}), best |r| {corr}",
+            f"[weiss] {stem}: test accuracy {acc:.1%} (paper {PAPER.get(stem.removesuffix('_prefix'), '?')}), best |r| {corr}",
             flush=True,
         )
     print("\n| config | test accuracy | Weiss et al. | best abs r per reference counter |")
     print("| --- | --- | --- | --- |")
     for stem, acc, corr in rows:
         cells = ", ".join(f"{k}: {v:.4f}" for k, v in corr.items())
-        print(f"| {stem} | {acc:.1%} | {PAPER.get(stem, '?')} | {cells} |")
+        print(f"| {stem} | {acc:.1%} | {PAPER.get(stem.removesuffix('_prefix'), '?')} | {cells} |")
     return 0
 
 
