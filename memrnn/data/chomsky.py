@@ -37,7 +37,14 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from memrnn.data.datamodule import IGNORE_INDEX, SPLITS, SplitDataModule
+from memrnn.data.datamodule import (
+    IGNORE_INDEX,
+    SPLITS,
+    BatchLengths,
+    SplitDataModule,
+    check_choice,
+    check_seed,
+)
 from memrnn.data.tasks import collate_transduction
 from memrnn.languages.base import check_window
 from memrnn.languages.chomsky import TransductionTask
@@ -45,14 +52,6 @@ from memrnn.languages.state_tracking import transduction_task
 
 #: ``loss_positions``: where the generator's loss is taken (module docstring)
 LossPositions = Literal["outputs", "scored"]
-#: ``batch_lengths``: how training batches draw their input lengths (module docstring)
-BatchLengths = Literal["per_batch", "per_sequence"]
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-    return value
 
 
 def transduction_item(
@@ -63,7 +62,7 @@ def transduction_item(
     and ``input_length`` ``n``; for an aligned task (a word problem) ``input [n]`` is ``x`` and
     ``target [n]`` is ``y``.  With ``loss_positions="outputs"`` also ``loss_target [n + L]``:
     ``-100`` on the input, then ``y`` at every output position (scored or not)."""
-    _check_choice("loss_positions", loss_positions, ("outputs", "scored"))
+    check_choice("loss_positions", loss_positions, ("outputs", "scored"))
     n, L = len(x), len(y)
     blank = len(task.input_symbols)
     scored = task.scored(y)
@@ -117,7 +116,7 @@ class SampledTransductions(Dataset):
             raise ValueError("give exactly one of size and per_length")
         self.task, self.window, self.seed = task, window, tuple(seed)
         self.size, self.per_length = size, per_length
-        self.loss_positions = _check_choice("loss_positions", loss_positions, ("outputs", "scored"))
+        self.loss_positions = check_choice("loss_positions", loss_positions, ("outputs", "scored"))
         self.n_lengths = window[1] - window[0] + 1
 
     def __len__(self) -> int:
@@ -154,7 +153,7 @@ class SampledBatches(Dataset):
     ) -> None:
         self.task, self.window, self.seed = task, window, tuple(seed)
         self.size, self.batch_size = size, batch_size
-        self.loss_positions = _check_choice("loss_positions", loss_positions, ("outputs", "scored"))
+        self.loss_positions = check_choice("loss_positions", loss_positions, ("outputs", "scored"))
 
     def __len__(self) -> int:
         return -(-self.size // self.batch_size)
@@ -253,6 +252,13 @@ class ChomskyDataModule(SplitDataModule):
             has one input length, uniform in ``train_lengths``, and every epoch draws new
             batches) or ``"per_sequence"`` (each training sequence its own length, the same
             ``train_size`` sequences every epoch).  Validation and test are unaffected.
+        test_seed: draw the test sequences from this seed instead of ``seed``, so that one test
+            set serves every run: Delétang et al.'s ``range_evaluation`` reseeds its generators
+            with a constant 1 before drawing the test batches (``experiments/range_evaluation.py``),
+            whatever the run's seed (their strings come from JAX's and NumPy's generators: equal
+            to memrnn's in law, not string for string).  ``test_seed=s`` is the test set a run
+            with ``seed=s`` draws; None (default): the run's ``seed``.  Validation follows
+            ``seed`` (their code has no validation set).
         batch_size, eval_batch_size, seed, num_workers: as every memrnn data module.
     """
 
@@ -271,11 +277,13 @@ class ChomskyDataModule(SplitDataModule):
         num_workers: int = 0,
         loss_positions: LossPositions = "outputs",
         batch_lengths: BatchLengths = "per_batch",
+        test_seed: int | None = None,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
         self.task = transduction_task(task)
-        self.loss_positions = _check_choice("loss_positions", loss_positions, ("outputs", "scored"))
-        self.batch_lengths = _check_choice("batch_lengths", batch_lengths, ("per_batch", "per_sequence"))
+        self.loss_positions = check_choice("loss_positions", loss_positions, ("outputs", "scored"))
+        self.batch_lengths = check_choice("batch_lengths", batch_lengths, ("per_batch", "per_sequence"))
+        self.test_seed = check_seed("test_seed", test_seed, optional=True)
         for name, v in (
             ("train_size", train_size),
             ("val_size", val_size),
@@ -313,7 +321,10 @@ class ChomskyDataModule(SplitDataModule):
         return None
 
     def build_split(self, split: str) -> SampledTransductions | SampledBatches:
-        seed = (self.seed, SPLITS.index(split), 3)
+        """One split, from its own stream ``(seed, split)``; the test split from ``(test_seed,
+        split)`` when ``test_seed`` is set."""
+        first = self.test_seed if split == "test" and self.test_seed is not None else self.seed
+        seed = (first, SPLITS.index(split), 3)
         window, loss = self.windows[split], self.loss_positions
         if split == "test":
             return SampledTransductions(
@@ -336,11 +347,4 @@ class ChomskyDataModule(SplitDataModule):
         if "train" not in self.datasets:
             self.datasets["train"] = self.build_split("train")
         ds = self.datasets["train"]
-        return DataLoader(
-            ds,
-            batch_size=None,
-            sampler=FreshBatchSampler(len(ds)),
-            collate_fn=self.collate_fn(),
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        return self.batch_loader(ds, FreshBatchSampler(len(ds)))

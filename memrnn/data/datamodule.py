@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
@@ -28,6 +29,27 @@ PROGRESS_EVERY = 5.0
 SCORE_CHUNK = 64
 #: the clock of the progress reports (tests replace it)
 _clock = time.monotonic
+#: ``batch_lengths``: whether a training batch mixes lengths or has one (each data module says how
+#: it draws them: :class:`FormalLanguageDataModule`, :class:`memrnn.data.ChomskyDataModule`)
+BatchLengths = Literal["per_sequence", "per_batch"]
+
+
+def check_choice(name: str, value: Any, choices: Sequence[str]) -> str:
+    """``value`` if it is one of ``choices``, else a ``ValueError`` naming ``name``, the choices
+    and the value."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+    return value
+
+
+def check_seed(name: str, value: Any, *, optional: bool = False) -> int | None:
+    """``value`` if it is an int (a bool is not), or None when ``optional``; else a
+    ``ValueError`` naming ``name`` and the value."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int{' or None' if optional else ''}, got {value!r}")
+    return value
 
 
 def reference_log_probs(
@@ -86,7 +108,11 @@ class StringDataset(Dataset):
     ``ref_logprobs`` may be a zero-argument callable: it is called the first time the
     ``ref_logprobs`` attribute is read (exact scores of a PCFG language cost an inside pass per
     string, and nothing reads a training split's).  With ``with_reference=False`` items carry no
-    ``ref_logprob`` and batches have none: the training split's form."""
+    ``ref_logprob`` and batches have none: the training split's form.
+
+    ``batches`` (optional) fixes the split's batches: lists of string indices, each a batch that
+    the training loader serves whole (:class:`FixedBatches`), in an order reshuffled every epoch;
+    ``None`` (the default) lets the loader batch the shuffled strings."""
 
     def __init__(
         self,
@@ -97,11 +123,15 @@ class StringDataset(Dataset):
         annotations: list[dict[str, np.ndarray]] | None = None,
         *,
         with_reference: bool = True,
+        batches: list[list[int]] | None = None,
     ) -> None:
         self.strings, self.lengths = strings, lengths
         self._refs, self._score = (None, ref_logprobs) if callable(ref_logprobs) else (ref_logprobs, None)
         self.next_sets, self.annotations = next_sets, annotations
         self.with_reference = bool(with_reference)
+        if batches is not None and sorted(i for b in batches for i in b) != list(range(len(strings))):
+            raise ValueError(f"batches must hold every one of the {len(strings)} strings once")
+        self.batches = batches
 
     @property
     def ref_logprobs(self) -> list[np.ndarray]:
@@ -214,6 +244,60 @@ class EpochShuffleSampler(Sampler[int]):
         return self.n
 
 
+class FixedBatches(Dataset):
+    """The fixed batches of a dataset with a ``batches`` attribute (lists of item indices), one
+    item per batch: item ``g`` is the list of the items of batch ``g``, for a ``DataLoader`` with
+    ``batch_size=None`` whose ``collate_fn`` collates it (and whose sampler orders the batches)."""
+
+    def __init__(self, data: Dataset, batches: Sequence[Sequence[int]]) -> None:
+        self.data, self.batches = data, batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, g: int) -> list[Any]:
+        return [self.data[i] for i in self.batches[g]]
+
+
+def draw_length_batches(
+    language: Language,
+    rng: np.random.Generator,
+    window: Lengths,
+    length_sampling: LengthSampling,
+    batch_size: int,
+    *,
+    size: int | None = None,
+    tokens: int | None = None,
+) -> list[list[list[int]]]:
+    """Batches of strings of one length each, as DuSell & Chiang's ``generate_batches``
+    (``utils/cfl_data_util.py``, tag ``iclr2022`` of ``bdusell/nondeterministic-stack-rnn``)
+    makes them: every batch draws its length (``END`` counted) uniformly over the window's
+    possible lengths (``length_sampling="uniform"``, their ``generator.choice(valid_lengths)``;
+    ``"natural"``: from the language's length law restricted to the window), then that many
+    strings from ``p(w | length)``.  Batches hold ``batch_size`` strings until ``size`` strings
+    are drawn (the last one the rest: their ``compute_batch_sizes``) or, with ``tokens``, until
+    the strings' lengths add up to at least ``tokens`` (the last batch as short as that allows)."""
+    if (size is None) == (tokens is None):
+        raise ValueError("give exactly one of size and tokens")
+    options = language.lengths_in(window) if length_sampling == "uniform" else None
+    if options is not None and not options:
+        raise ValueError(f"{language} has no string with a length in {tuple(window)}")
+    batches: list[list[list[int]]] = []
+    count = total = 0
+    while (count < size) if size is not None else (total < tokens):
+        if options is not None:
+            n = int(options[rng.integers(len(options))])
+        else:
+            n = language.sample_length(rng, window)
+        if size is not None:
+            rows = min(batch_size, size - count)
+        else:
+            rows = min(batch_size, -(-(tokens - total) // max(n, 1)))
+        batches.append([language.sample_given_length(rng, n) for _ in range(rows)])
+        count, total = count + rows, total + rows * n
+    return batches
+
+
 class SplitDataModule(L.LightningDataModule, ABC):
     """Train/val/test splits built once, each deterministic in ``(seed, split)``, with the
     shared loader plumbing: an epoch-seeded shuffle for training (exact resumes; DDP shards
@@ -224,8 +308,7 @@ class SplitDataModule(L.LightningDataModule, ABC):
         positive_int("batch_size", batch_size)
         if eval_batch_size is not None:
             positive_int("eval_batch_size", eval_batch_size)
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise ValueError(f"seed must be an int, got {seed!r}")
+        check_seed("seed", seed)
         nonnegative_int("num_workers", num_workers)
         self.batch_size = batch_size
         self.eval_batch_size = batch_size if eval_batch_size is None else eval_batch_size
@@ -247,13 +330,32 @@ class SplitDataModule(L.LightningDataModule, ABC):
                 self.datasets[split] = self.build_split(split)
 
     def _loader(self, split: str, *, train: bool) -> DataLoader:
+        """The split's loader; a training split with fixed ``batches`` (:class:`StringDataset`)
+        is served a batch at a time, the batches in an epoch-seeded order."""
         if split not in self.datasets:  # an empty split is a valid, falsy dataset
             self.datasets[split] = self.build_split(split)
         ds = self.datasets[split]
+        batches = getattr(ds, "batches", None)
+        if train and batches is not None:
+            return self.batch_loader(FixedBatches(ds, batches), EpochShuffleSampler(len(batches), self.seed))
         return DataLoader(
             ds,
             batch_size=self.batch_size if train else self.eval_batch_size,
             sampler=EpochShuffleSampler(len(ds), self.seed) if train else None,
+            collate_fn=self.collate_fn(),
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def batch_loader(self, batches: Dataset, sampler: Sampler[int]) -> DataLoader:
+        """A loader over a dataset whose items are whole batches (lists of items), in
+        ``sampler``'s order (``batch_size=None``: each item is collated as one batch).  Under DDP,
+        Lightning wraps ``sampler`` in ``DistributedSamplerWrapper``, which forwards
+        ``set_epoch`` and deals the batches out to the ranks, each batch whole."""
+        return DataLoader(
+            batches,
+            batch_size=None,
+            sampler=sampler,
             collate_fn=self.collate_fn(),
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
@@ -341,6 +443,25 @@ class FormalLanguageDataModule(LanguageDataModule):
             scored against ``log p(w | length)``).
         test_per_length: draw this many test strings for every possible length of the test
             window instead of ``test_size`` strings (DuSell & Chiang's 100 per length).
+        batch_lengths: ``"per_sequence"`` (each training string its own length; batches of the
+            shuffled strings) or ``"per_batch"``: DuSell & Chiang's (2020, 2022) batches of one
+            length, as their code makes them (``generate_batches`` in ``utils/cfl_data_util.py``,
+            ``RandomShuffling`` in ``nsrnn/pytorch_tools/curriculum.py``): each training batch of
+            ``batch_size`` strings draws one length, uniformly over the window's possible lengths
+            (``length_sampling="uniform"``; with ``"natural"`` from the language's length law),
+            the batches are drawn *once* from ``seed`` and only their order is reshuffled every
+            epoch (from ``(seed, epoch)``: a resumed run sees the same order); the validation
+            strings are drawn in groups of ``batch_size`` of one length each too, as their
+            validation batches (``--valid-batch-size 10``, the training batch size), and
+            evaluated ``eval_batch_size`` at a time (the per-token sums do not depend on it).
+            None takes the preset's (``dusell``: per batch), else ``"per_sequence"``.  Unlike
+            Delétang et al.'s trainer (:class:`memrnn.data.ChomskyDataModule`), no batch is new.
+        test_seed: draw the test split from this seed instead of ``seed``, so that one test set
+            serves every run whatever its data seed: DuSell & Chiang generate one test set per
+            task (``generate_test_data.py --test-data-seed 0``) and draw each run's training and
+            validation data from its own ``--data-seed``.  ``test_seed=s`` is the test set a run
+            with ``seed=s`` draws; None (default): the run's ``seed``.  Validation follows
+            ``seed`` (theirs comes from the training data's generator).
         next_sets: add Suzgun et al.'s multi-hot ``next_set`` targets to every batch.
         train_tokens, val_tokens, test_tokens: size a split in tokens instead (Hewitt et al.
             count data in tokens, ``END`` included: 2e3 … 2e7 train, 20k dev, 300k test):
@@ -373,8 +494,11 @@ class FormalLanguageDataModule(LanguageDataModule):
         train_tokens: int | None = None,
         val_tokens: int | None = None,
         test_tokens: int | None = None,
+        batch_lengths: BatchLengths | None = None,
+        test_seed: int | None = None,
     ) -> None:
         super().__init__(batch_size, eval_batch_size, seed, num_workers)
+        self.test_seed = check_seed("test_seed", test_seed, optional=True)
         self.tokens = {
             split: n
             for split, n in zip(SPLITS, (train_tokens, val_tokens, test_tokens), strict=True)
@@ -391,14 +515,28 @@ class FormalLanguageDataModule(LanguageDataModule):
         )
         if self.test_per_length is not None:
             positive_int("test_per_length", self.test_per_length)
+        if batch_lengths is None:
+            batch_lengths = p.batch_lengths if p else "per_sequence"
+        self.batch_lengths = check_choice("batch_lengths", batch_lengths, ("per_sequence", "per_batch"))
         self.save_hyperparameters()
         self.language, self.next_sets = language, next_sets
 
     def build_split(self, split: str) -> StringDataset:
-        """Sample one split (deterministic in ``seed``)."""
-        rng = np.random.default_rng([self.seed, SPLITS.index(split)])
+        """Sample one split, from its own stream ``(seed, split)`` (the test split from
+        ``(test_seed, split)`` when ``test_seed`` is set); with ``batch_lengths="per_batch"``
+        the training split keeps its batches (``StringDataset.batches``)."""
+        seed = self.test_seed if split == "test" and self.test_seed is not None else self.seed
+        rng = np.random.default_rng([seed, SPLITS.index(split)])
         window, lang, mode = self.windows[split], self.language, self.length_sampling
-        if split == "test" and self.test_per_length:
+        batches = None
+        if split != "test" and self.batch_lengths == "per_batch":
+            count = {"tokens": self.tokens[split]} if split in self.tokens else {"size": self.sizes[split]}
+            drawn = draw_length_batches(lang, rng, window, mode, self.batch_size, **count)
+            strings = [w for b in drawn for w in b]
+            if split == "train":
+                starts = np.cumsum([0, *map(len, drawn)]).tolist()
+                batches = [list(range(a, b)) for a, b in itertools.pairwise(starts)]
+        elif split == "test" and self.test_per_length:
             strings = [
                 lang.sample_given_length(rng, n)
                 for n in lang.lengths_in(window)
@@ -419,7 +557,7 @@ class FormalLanguageDataModule(LanguageDataModule):
         sets = [lang.allowed_next_all(s) for s in strings] if self.next_sets else None
         ann = [bracket_annotations(lang, s) for s in strings] if lang.bracket_types is not None else None
         if split == "train":  # training never reads the exact scores: computed only if asked for
-            return StringDataset(strings, score, window, sets, ann, with_reference=False)
+            return StringDataset(strings, score, window, sets, ann, with_reference=False, batches=batches)
         return StringDataset(strings, score(), window, sets, ann)
 
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:

@@ -126,6 +126,27 @@ def test_one_length_per_batch_under_lightnings_ddp_sampler():
     assert loader.sampler.epoch == 3
 
 
+def test_a_test_seed_gives_every_run_the_same_test_set():
+    """``range_evaluation`` reseeds with a constant 1 before the test batches: one test set for
+    every run; training and validation follow the run's seed; ``test_seed=s`` is the test set of
+    a run with ``seed=s``."""
+    kw = dict(train_size=16, val_size=4, test_per_length=3, train_lengths=(1, 5), test_lengths=(6, 8),
+              batch_size=8)  # fmt: skip
+
+    def inputs(dm, split):
+        ds = dm.build_split(split)
+        return [ds[i]["input"].tolist() for i in range(len(ds))]
+
+    runs = [ChomskyDataModule("reverse_string", seed=s, test_seed=1, **kw) for s in (0, 5)]
+    assert inputs(runs[0], "test") == inputs(runs[1], "test")
+    assert inputs(runs[0], "val") != inputs(runs[1], "val")
+    assert str(runs[0].build_split("train")[0]) != str(runs[1].build_split("train")[0])
+    assert inputs(ChomskyDataModule("reverse_string", seed=1, **kw), "test") == inputs(runs[1], "test")
+    assert inputs(ChomskyDataModule("reverse_string", seed=5, **kw), "test") != inputs(runs[1], "test")
+    with pytest.raises(ValueError, match="test_seed must be an int or None, got '1'"):
+        ChomskyDataModule(test_seed="1")
+
+
 def test_the_public_codes_task_name_is_accepted():
     """``missing_duplicate_string`` is the public code's registry name for ``missing_duplicate``."""
     dm = ChomskyDataModule("missing_duplicate_string", train_size=8, test_lengths=(42, 42), test_per_length=1)

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -208,3 +210,148 @@ def test_quick_set_up_says_nothing(monkeypatch):
     dm.setup("fit")
     dm.setup("test")
     assert len(dm.datasets["test"].ref_logprobs) == 300 and lines == []
+
+
+# -- DuSell & Chiang's batches of one length, a fixed test seed ----------------------------------
+def per_batch(**kw):
+    """Dyck-(2,3) strings of 1–29 tokens (the odd lengths), uniform over lengths, one per batch."""
+    return make_dm(train_lengths=(1, 29), length_sampling="uniform", batch_lengths="per_batch", **kw)
+
+
+def lengths_of(batch) -> list[int]:
+    return batch["lengths"].tolist()
+
+
+def test_per_batch_training_batches_have_one_length_and_are_drawn_once_then_reshuffled():
+    """``generate_batches`` + ``RandomShuffling``: every batch one length, uniform over the
+    window's possible lengths, the last one the rest of ``train_size``; the batches drawn once
+    (the same every epoch, and from a new module of the same seed), only their order new."""
+    dm = per_batch(seed=3)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert len(loader) == 8
+    first = list(loader)
+    assert sorted(len(lengths_of(b)) for b in first) == [4] + [8] * 7
+    assert all(len(set(lengths_of(b))) == 1 for b in first)
+    possible = set(dm.language.lengths_in((1, 29)))
+    assert {lengths_of(b)[0] for b in first} <= possible and len({lengths_of(b)[0] for b in first}) > 3
+    assert dm.datasets["train"].strings == [w for b in dm.datasets["train"].batches for w in
+                                            (dm.datasets["train"].strings[i] for i in b)]  # fmt: skip
+    loader.sampler.set_epoch(1)  # Lightning calls it every epoch
+    second = list(loader)
+    key = [str(b["input"].tolist()) for b in first]
+    assert sorted(key) == sorted(str(b["input"].tolist()) for b in second)  # the same batches
+    assert key != [str(b["input"].tolist()) for b in second]  # in another order
+    # a resumed run (a new module, the epoch set) sees epoch 1's order again
+    again = per_batch(seed=3)
+    again.setup("fit")
+    resumed = again.train_dataloader()
+    resumed.sampler.set_epoch(1)
+    assert [str(b["input"].tolist()) for b in resumed] == [str(b["input"].tolist()) for b in second]
+    assert per_batch(seed=4).build_split("train").strings != dm.datasets["train"].strings
+    # per sequence (the default without a preset): the rows of a batch have their own lengths
+    mixed = make_dm(train_lengths=(1, 29), length_sampling="uniform", seed=3)
+    assert mixed.batch_lengths == "per_sequence" and mixed.build_split("train").batches is None
+    assert len(set(lengths_of(next(iter(mixed.train_dataloader()))))) > 1
+
+
+def test_per_batch_validation_strings_come_in_groups_of_one_length():
+    """Their validation set is ``generate_batches`` too (``--valid-batch-size 10``, the training
+    batch size): groups of ``batch_size`` strings of one length, evaluated ``eval_batch_size`` at
+    a time; the test split is unchanged."""
+    dm = per_batch(val_size=20, eval_batch_size=20)
+    val = dm.build_split("val")
+    groups = [val.strings[i : i + 8] for i in range(0, 20, 8)]
+    assert [len(g) for g in groups] == [8, 8, 4] and all(len({len(w) for w in g}) == 1 for g in groups)
+    assert val.batches is None and len(next(iter(dm.val_dataloader()))["lengths"]) == 20
+    same = make_dm(train_lengths=(1, 29), length_sampling="uniform")
+    assert dm.build_split("test").strings == same.build_split("test").strings
+
+
+def test_per_batch_with_a_token_budget_stops_once_it_has_them():
+    dm = per_batch(train_tokens=500)
+    train = dm.build_split("train")
+    total = sum(len(w) for w in train.strings)
+    last = [train.strings[i] for i in train.batches[-1]]
+    assert total >= 500 and total - len(last[0]) < 500  # the last batch as short as the budget allows
+    assert all(len({len(train.strings[i]) for i in b}) == 1 for b in train.batches)
+
+
+def test_per_batch_under_lightnings_ddp_sampler():
+    """Lightning's DDP sampler replacement (``DistributedSamplerWrapper`` around the loader's
+    sampler, the loader rebuilt by ``_update_dataloader``): the two ranks share out the epoch's
+    batches, each batch whole and of one length, and ``set_epoch`` reaches the batch order."""
+    from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    dm = per_batch(train_size=64)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    whole = [str(b["input"].tolist()) for b in loader]
+    seen = []
+    for rank in (0, 1):
+        wrapped = DistributedSamplerWrapper(loader.sampler, num_replicas=2, rank=rank, shuffle=True, seed=0)
+        ranked = _update_dataloader(loader, wrapped)
+        ranked.sampler.set_epoch(0)
+        batches = list(ranked)
+        assert len(batches) == 4
+        assert all(len(set(lengths_of(b))) == 1 and len(lengths_of(b)) == 8 for b in batches)
+        seen += [str(b["input"].tolist()) for b in batches]
+    assert sorted(seen) == sorted(whole)  # each batch on one rank, none lost
+    wrapped.set_epoch(3)
+    assert loader.sampler.epoch == 3
+
+
+def test_the_dusell_preset_draws_batches_of_one_length_unless_told_otherwise():
+    from memrnn.languages import MarkedReversal
+
+    lang = MarkedReversal(mean_length=60)
+    dm = FormalLanguageDataModule(lang, preset="dusell", train_size=30, val_size=5, test_per_length=1)
+    assert dm.batch_lengths == "per_batch"
+    assert FormalLanguageDataModule(lang, preset="dusell", batch_lengths="per_sequence").batch_lengths == (
+        "per_sequence"
+    )
+    assert make_dm(preset="hewitt").batch_lengths == "per_sequence"
+
+
+def test_a_test_seed_gives_every_run_the_same_test_set():
+    """``--test-data-seed 0``: one test set per task for every run; training and validation
+    follow the run's seed; ``test_seed=s`` is the test set of a run with ``seed=s``."""
+    runs = [make_dm(seed=s, test_seed=0) for s in (0, 1)]
+    assert runs[0].build_split("test").strings == runs[1].build_split("test").strings
+    assert runs[0].build_split("train").strings != runs[1].build_split("train").strings
+    assert runs[0].build_split("val").strings != runs[1].build_split("val").strings
+    assert make_dm(seed=1).build_split("test").strings != runs[1].build_split("test").strings
+    assert (
+        make_dm(seed=5, test_seed=2).build_split("test").strings
+        == make_dm(seed=2).build_split("test").strings
+    )
+    per_length = [make_dm(seed=s, test_seed=7, test_per_length=2) for s in (0, 1)]
+    assert per_length[0].build_split("test").strings == per_length[1].build_split("test").strings
+
+
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"batch_lengths": "batch"}, "batch_lengths must be one of 'per_sequence', 'per_batch', got 'batch'"),
+        ({"test_seed": 1.5}, "test_seed must be an int or None, got 1.5"),
+        ({"test_seed": True}, "test_seed must be an int or None, got True"),
+    ],
+)
+def test_bad_batching_and_test_seeds_are_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        make_dm(**kw)
+
+
+def test_the_options_are_reachable_from_yaml(tmp_path):
+    """``data.init_args.batch_lengths`` and ``data.init_args.test_seed`` through the real CLI."""
+    from memrnn.lit.cli import build_cli
+
+    root = Path(__file__).resolve().parents[2]
+    cli = build_cli(
+        ["--config", str(root / "configs/dusell/lstm_marked_reversal.yaml"), "--trainer.logger=false",
+         "--data.init_args.batch_lengths=per_sequence", "--data.init_args.test_seed=0",
+         f"--trainer.default_root_dir={tmp_path}"],
+        run=False, default_config_files=[root / "configs/defaults.yaml"],
+    )  # fmt: skip
+    assert cli.datamodule.batch_lengths == "per_sequence" and cli.datamodule.test_seed == 0
