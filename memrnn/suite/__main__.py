@@ -11,7 +11,11 @@ SUITE is a suite file (``configs/suites/*.yaml``).  ``run``, ``slurm`` and ``swe
 ``--arch/--task/--seed/--lr`` to select cells (``run`` and ``slurm``) and pass anything after
 ``--`` to ``train.py`` for every cell (``-- --trainer.accelerator=gpu``).  A cell run so records
 those arguments; ``list`` and ``collect`` mark a done cell that ran with other arguments than the
-suite gives it (``collect --exclude-overrides`` leaves it out of the table).
+suite gives it (``collect --exclude-overrides`` leaves it out of the table).  ``collect
+--select-on val/ce_gap --select-mode min`` tabulates, per architecture and task, the test score of
+the run with the best validation metric (DuSell & Chiang's ``print_best.py``) instead of the mean,
+median and best over runs; a suite's ``select`` makes that its default (``--select-on none``
+undoes it).
 """
 
 from __future__ import annotations
@@ -121,6 +125,12 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--exclude-overrides", action="store_true",
                    help="leave out (as not done) the cells that ran with other arguments than the suite "
                    "gives them, e.g. `-- --trainer.max_steps=100`; by default they are marked")  # fmt: skip
+    q.add_argument("--select-on", metavar="VAL_METRIC",
+                   help="tabulate per architecture and task the test score of the run with the best "
+                   "value of this validation metric (e.g. val/ce_gap; `none`: mean / median / best over "
+                   "runs); default: the suite's `select`")  # fmt: skip
+    q.add_argument("--select-mode", choices=("min", "max"),
+                   help="whether the lowest (min) or highest (max) --select-on value is best")  # fmt: skip
     return p
 
 
@@ -189,9 +199,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             fresh=args.fresh,
         )
         results = collect(suite)
-        paths = results.write(suite.out / "results")
-        print("\n" + results.table())
-        print(f"written: {', '.join(str(p) for p in paths.values())}")
+        try:
+            paths = results.write(suite.out / "results")
+            print("\n" + results.table())
+            print(f"written: {', '.join(str(p) for p in paths.values())}")
+        except ValueError as e:  # the suite's selection on validation cannot be applied
+            print(f"error: {e}", file=sys.stderr)
         failed = [k for k, v in report.items() if v != "done"]
         if failed:
             print(
@@ -237,11 +250,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     # collect
-    if args.wandb:
-        results = collect_wandb(suite, args.wandb)
-    else:
-        results = collect(suite, exclude_overrides=args.exclude_overrides)
-    paths = results.write(args.to or suite.out / "results")
+    select: dict[str, str] | str | None = "suite"
+    if args.select_on is not None and args.select_on != "none" and args.select_mode is None:
+        print("error: --select-on needs --select-mode min or max (which value is best)", file=sys.stderr)
+        return 2
+    if args.select_on == "none":
+        select = None
+    elif args.select_on is not None:
+        select = {"metric": args.select_on, "mode": args.select_mode}
+    elif args.select_mode is not None:
+        print("error: --select-mode goes with --select-on", file=sys.stderr)
+        return 2
+    try:
+        if args.wandb:
+            results = collect_wandb(suite, args.wandb, select=select)
+        else:
+            results = collect(suite, exclude_overrides=args.exclude_overrides, select=select)
+        paths = results.write(args.to or suite.out / "results")
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(results.table())
     print(f"written: {', '.join(str(p) for p in paths.values())}")
     return 0 if args.partial or not results.missing else 1

@@ -11,23 +11,38 @@ A cell that ran with other arguments than the suite gives it (overrides after ``
 is done, but not the suite's run: its row is marked (``*`` after the run count in the table, the
 arguments in a note under it and in ``results.csv``), or, with ``exclude_overrides``, left out
 and listed with the cells not done.
+
+Two rules make the table (its first line says which):
+
+* without a selection, the mean, median and best (max, or min for a ``mode: min`` suite) of the
+  suite's test metric over seeds × learning rates (× drawn values): Delétang et al. (2023) report
+  the max over seeds × learning rates, Hewitt et al. (2020) the median over seeds;
+* with a selection on validation (the suite's ``select``, or ``collect(select=…)``,
+  ``python -m memrnn.suite collect --select-on val/… --select-mode min``), the test metric of the
+  one run with the best value of a validation metric, as DuSell & Chiang's ``print_best.py``
+  (``bdusell/nondeterministic-stack-rnn``, tag ``iclr2022``) picks, per model and task, the run
+  (of learning rates × restarts × stack widths) with the lowest validation cross-entropy
+  difference and tests it alone.  The validation metric is the one logged at the validation of
+  each run's tested checkpoint (``val_metrics`` of ``result.json``; ``tested_checkpoint/…`` in a
+  W&B run's summary); ties go to the first run in the suite's order.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memrnn.suite.runner import cell_status, off_suite
+from memrnn.suite.runner import TESTED_PREFIX, cell_status, off_suite
 
 if TYPE_CHECKING:  # matplotlib and memrnn.lit (Lightning) are imported when a table is made
     from matplotlib.figure import Figure
-from memrnn.suite.spec import Suite
+from memrnn.suite.spec import Suite, check_select
 
 #: the per-length curve tabulated when the suite's metric does not name one
 CURVE_ORDER = ("acc", "ce_gap", "accept_end", "next_set_sequence")
@@ -48,15 +63,69 @@ def curve_of(metric: str, available: list[str]) -> str | None:
     return next((c for c in CURVE_ORDER if c in available), None)
 
 
+def resolve_select(suite: Suite, select: dict[str, str] | str | None) -> dict[str, str] | None:
+    """The selection rule a collection uses: ``"suite"`` -> the suite's ``select``; ``None`` or
+    ``"none"`` -> none (mean / median / best); a ``{metric: val/…, mode: min|max}`` rule, checked."""
+    if select == "suite":
+        return suite.select
+    if select is None or select == "none":
+        return None
+    return check_select(select, f"suite {suite.name!r}: selection")
+
+
+def _selection_key(metric: str, mode: str) -> Any:
+    """Sort key of rows by their validation ``metric``, the best one least (``min`` takes the
+    first of equals); a NaN is worst."""
+    sign = 1.0 if mode == "min" else -1.0
+
+    def key(row: dict[str, Any]) -> tuple[bool, float]:
+        v = float(row["val_metrics"][metric])
+        return (math.isnan(v), sign * v)
+
+    return key
+
+
 @dataclass
 class Results:
     """``rows``: one dict per finished run (the cell's coordinates, ``score``, ``parameters``,
-    ``steps``, ``seconds``, ``curves``, and ``off_suite``: how it ran otherwise than the suite
-    says, empty for the suite's runs); ``missing``: ``{cell name: status}`` of the others."""
+    ``steps``, ``seconds``, ``curves``, ``val_metrics``, and ``off_suite``: how it ran otherwise
+    than the suite says, empty for the suite's runs); ``missing``: ``{cell name: status}`` of the
+    others; ``select``: the selection on validation (``{"metric": "val/…", "mode": …}``) or None
+    (module docstring)."""
 
     suite: Suite
     rows: list[dict[str, Any]]
     missing: dict[str, str] = field(default_factory=dict)
+    select: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        self.select = check_select(self.select, f"suite {self.suite.name!r}: selection")
+
+    def selected(self) -> dict[tuple[str, str], dict[str, Any]]:
+        """Per (architecture, task), the row with the best validation metric of :attr:`select`
+        (the first in the suite's order among equals).  ``ValueError`` when there is no
+        selection, or when a run has no such metric (naming the runs and what they have)."""
+        if self.select is None:
+            raise ValueError(f"suite {self.suite.name!r}: no selection on validation to apply")
+        metric, mode = self.select["metric"], self.select["mode"]
+        lacking = []
+        for r in self.rows:
+            have = r.get("val_metrics")
+            if not isinstance(have, dict):
+                lacking.append(
+                    f"{r['cell']} (no validation metrics recorded: run before memrnn kept them, or no "
+                    "validation matched its tested checkpoint; `python -m memrnn.suite cell SUITE --cell "
+                    "NAME --force` runs it again)"
+                )
+            elif metric not in have:
+                lacking.append(f"{r['cell']} (it has {', '.join(sorted(have)) or 'none'})")
+        if lacking:
+            raise ValueError(
+                f"cannot select on {metric!r}: {len(lacking)} run(s) have no such validation metric: "
+                + "; ".join(lacking)
+            )
+        key = _selection_key(metric, mode)
+        return {group: min(rows, key=key) for group, rows in self.groups().items()}
 
     def groups(self) -> dict[tuple[str, str], list[dict[str, Any]]]:
         """The rows by (architecture, task), over seeds and learning rates."""
@@ -65,10 +134,13 @@ class Results:
             out[row["arch"], row["task"]].append(row)
         return out
 
-    def summary(self) -> dict[tuple[str, str], dict[str, float]]:
+    def summary(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Per (architecture, task): ``mean``, ``median``, ``best`` (max, or min when the suite's
-        mode is ``min``), ``n`` runs, and the ``best_lr`` whose median over seeds is best."""
+        mode is ``min``), ``n`` runs, and the ``best_lr`` whose median over seeds is best; with a
+        selection, also ``selected`` (the chosen run's cell), ``selected_score`` (its test score)
+        and ``selected_val`` (its validation metric)."""
         pick = max if self.suite.mode == "max" else min
+        chosen = self.selected() if self.select is not None else {}
         out = {}
         for key, rows in self.groups().items():
             scores = [r["score"] for r in rows]
@@ -85,6 +157,10 @@ class Results:
                 "best_lr": best_lr,
                 "parameters": rows[0].get("parameters"),
             }
+            if key in chosen:
+                row = chosen[key]
+                out[key].update(selected=row["cell"], selected_score=row["score"],
+                                selected_val=row["val_metrics"][self.select["metric"]])  # fmt: skip
         return out
 
     def table(self) -> str:
@@ -104,10 +180,17 @@ class Results:
             params.append(
                 f"{counts[0]:,}–{counts[-1]:,}" if len(counts) > 1 else f"{counts[0]:,}" if counts else "—"
             )
+        over = "seeds" + (" and learning rates" if s.lrs else "")
+        if self.select is None:
+            rule = f"`{s.metric}`: mean / median / {best} over {over} (runs)"
+        else:
+            sel, lowest = self.select["metric"], "lowest" if self.select["mode"] == "min" else "highest"
+            rule = (
+                f"`{s.metric}` of the run with the {lowest} `{sel}` over {over} (selection on validation, "
+                f"as DuSell & Chiang's print_best.py), with that run and its `{sel}` (runs)"
+            )
         lines = [
-            f"`{s.metric}`: mean / median / {best} over seeds"
-            + (" and learning rates" if s.lrs else "")
-            + " (runs); parameters under each architecture (a range where the tasks' vocabularies differ)",
+            rule + "; parameters under each architecture (a range where the tasks' vocabularies differ)",
             "",
             "| task | " + " | ".join(archs) + " |",
             "|---" * (len(archs) + 1) + "|",
@@ -118,11 +201,17 @@ class Results:
             for a in archs:
                 v = summ.get((a, task))
                 marked = f", {v['off_suite']}*" if v and v["off_suite"] else ""
-                cells.append(
-                    f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']}{marked})"
-                    if v
-                    else "—"
-                )
+                if not v:
+                    cells.append("—")
+                elif self.select is None:
+                    cells.append(
+                        f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']}{marked})"
+                    )
+                else:
+                    run = v["selected"].split("/", 2)[2]  # the cell's lr/seed part
+                    cells.append(
+                        f"{_num(v['selected_score'])} ({run}: {_num(v['selected_val'])}; {v['n']}{marked})"
+                    )
             lines.append(f"| {task} | " + " | ".join(cells) + " |")
         by_difference: dict[str, list[str]] = defaultdict(list)
         for r in self.rows:
@@ -152,9 +241,13 @@ class Results:
 
     def curves(self) -> list[dict[str, Any]]:
         """Per (architecture, task, length): median, min and max over runs of the per-length
-        curve that goes with the suite's metric (:func:`curve_of`)."""
+        curve that goes with the suite's metric (:func:`curve_of`); with a selection, the
+        selected run's curve alone."""
         out = []
-        for (arch, task), rows in self.groups().items():
+        groups = self.groups()
+        if self.select is not None:
+            groups = {key: [row] for key, row in self.selected().items()}
+        for (arch, task), rows in groups.items():
             per_len: dict[int, list[float]] = defaultdict(list)
             name = None
             for r in rows:
@@ -200,13 +293,21 @@ class Results:
             "off_suite",
             "commit",
         ]
+        extra: dict[str, dict[str, Any]] = {r["cell"]: {} for r in self.rows}
+        if self.select is not None:  # each run's validation metric, and which run each group chose
+            sel = self.select["metric"]
+            cols[-1:-1] = [sel, "selected"]
+            chosen = {r["cell"] for r in self.selected().values()}
+            for r in self.rows:
+                extra[r["cell"]] = {sel: r["val_metrics"][sel], "selected": r["cell"] in chosen}
         with paths["results"].open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
             w.writerows(
-                {**r, "commit": code_label(r.get("code")), "off_suite": "; ".join(r.get("off_suite") or [])}
+                {**r, "commit": code_label(r.get("code")), "off_suite": "; ".join(r.get("off_suite") or []),
+                 **extra[r["cell"]]}
                 for r in self.rows
-            )
+            )  # fmt: skip
         curves = self.curves()
         with paths["curves"].open("w", newline="") as fh:
             w = csv.DictWriter(
@@ -246,11 +347,15 @@ class Results:
         return fig
 
 
-def collect(suite: Suite, *, exclude_overrides: bool = False) -> Results:
+def collect(
+    suite: Suite, *, exclude_overrides: bool = False, select: dict[str, str] | str | None = "suite"
+) -> Results:
     """The finished cells' ``result.json`` under the suite's ``out``; every other cell in
     ``missing`` with its status (``failed``, ``killed``, ``pending``).  A finished cell that ran
     otherwise than the suite says (:func:`memrnn.suite.runner.off_suite`) is a marked row, or,
-    with ``exclude_overrides``, in ``missing`` as ``"other arguments: …"``."""
+    with ``exclude_overrides``, in ``missing`` as ``"other arguments: …"``.  ``select``: the
+    selection on validation (:func:`resolve_select`: by default the suite's)."""
+    rule = resolve_select(suite, select)
     rows, missing = [], {}
     for cell in suite.cells():
         status = cell_status(suite, cell)
@@ -263,16 +368,21 @@ def collect(suite: Suite, *, exclude_overrides: bool = False) -> Results:
             missing[cell.name] = "other arguments: " + "; ".join(differs)
             continue
         rows.append({**result, **cell.params, "cell": cell.name, "off_suite": differs})
-    return Results(suite, rows, missing)
+    return Results(suite, rows, missing, rule)
 
 
-def collect_wandb(suite: Suite, sweep: str, *, api: Any = None) -> Results:
+def collect_wandb(
+    suite: Suite, sweep: str, *, api: Any = None, select: dict[str, str] | str | None = "suite"
+) -> Results:
     """The runs of the W&B sweep ``entity/project/sweep_id`` (made by :func:`wandb_sweep`) as
     :class:`Results`: a run counts when its state is ``finished`` and its summary has the
     suite's metric; the cells without such a run are ``missing`` with the state of their last
     run (``failed``, ``crashed``, ``running``, or ``pending`` when none ran).  Per-length curves
-    stay in the runs' tables (``test/length_curves``) and are not read.  ``api``: a
-    ``wandb.Api`` (default: a new one, which needs the network and a login)."""
+    stay in the runs' tables (``test/length_curves``) and are not read.  A row's
+    ``val_metrics`` are the summary's ``tested_checkpoint/val/…`` values (what the selection on
+    validation reads).  ``api``: a ``wandb.Api`` (default: a new one, which needs the network
+    and a login)."""
+    rule = resolve_select(suite, select)
     if api is None:
         import wandb
 
@@ -293,11 +403,14 @@ def collect_wandb(suite: Suite, sweep: str, *, api: Any = None) -> Results:
         summary = dict(run.summary)
         score = summary.get(suite.metric)
         if run.state == "finished" and isinstance(score, int | float):
+            tested = {k.removeprefix(TESTED_PREFIX): float(v) for k, v in summary.items()
+                      if k.startswith(TESTED_PREFIX) and isinstance(v, int | float)}  # fmt: skip
             rows[cell.name] = {**cell.params, "cell": cell.name, "score": float(score), "run": run.id,
                                "steps": summary.get("trainer/global_step"), "metrics": {
-                                   k: v for k, v in summary.items() if isinstance(v, int | float)}}  # fmt: skip
+                                   k: v for k, v in summary.items() if isinstance(v, int | float)},
+                               "val_metrics": tested or None}  # fmt: skip
         elif cell.name not in rows:
             states[cell.name] = run.state
     ordered = [rows[c.name] for c in suite.cells() if c.name in rows]
     missing = {c.name: states.get(c.name, "pending") for c in suite.cells() if c.name not in rows}
-    return Results(suite, ordered, missing)
+    return Results(suite, ordered, missing, rule)

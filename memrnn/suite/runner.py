@@ -6,7 +6,8 @@ A cell's folder (``Suite.cell_dir``) says where it stands:
 * ``STARTED``: the cell began (host, process, time, SLURM and W&B ids, as JSON);
 * ``result.json``: it finished (:func:`run_cell` says what is in it); the cell is *done*, with
   the arguments it ran with beyond the suite's (``overrides``: e.g. ``--trainer.max_steps=100``
-  after ``--``), which :func:`off_suite` and the collector report;
+  after ``--``), which :func:`off_suite` and the collector report, and the validation metrics of
+  the checkpoint it tested (``val_metrics``), which the collector's selection reads;
 * ``FAILED``: it raised (the traceback); the W&B run is marked failed (exit code 1).
 
 A cell with ``STARTED`` and neither of the others was killed (or is still running).  Every
@@ -41,6 +42,8 @@ from memrnn.suite.spec import Cell, Suite
 
 #: the ``train.py`` defaults read before every config when the suite names none
 PROJECT_DEFAULTS = Path("configs") / "defaults.yaml"
+#: the prefix of the tested checkpoint's validation metrics in a cell's W&B run summary
+TESTED_PREFIX = "tested_checkpoint/"
 
 
 def worker_env(threads: int) -> dict[str, str]:
@@ -247,7 +250,13 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     ``continued_code`` (the code it ran and the code that saved the checkpoint it continued:
     :func:`memrnn.lit.runs.code_fields`), the ``args`` it ran with (``extra`` last), the
     ``suite_args`` (:func:`suite_args`) and the ``overrides`` beyond them (``extra``:
-    :func:`off_suite` and the collector mark a cell run with any).  Returns
+    :func:`off_suite` and the collector mark a cell run with any), the ``data_seed`` the suite
+    gave it (``Suite.data_seed_of``), and ``val_metrics`` and ``val_epoch``: the validation
+    metrics (``val/…``) logged at the validation of the tested checkpoint and its 0-based epoch
+    (:class:`memrnn.suite.validation.ValidationRecord`; ``None`` when the fit recorded none that
+    matches: no validation ran, or the run continued a checkpoint written before memrnn kept the
+    record), which ``collect``'s selection on validation reads; with W&B, also in the run's
+    summary as ``tested_checkpoint/<metric>``.  Returns
     that dict; on an exception writes ``FAILED``, finishes the W&B run with exit code 1 and
     raises.
 
@@ -261,6 +270,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
 
     from memrnn.lit.cli import build_cli
     from memrnn.lit.runs import code_fields
+    from memrnn.suite.validation import ValidationRecord
 
     folder = suite.cell_dir(cell)
     folder.mkdir(parents=True, exist_ok=True)
@@ -287,6 +297,8 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             args = [*suite.cli_args(cell), f"--{key}={sized}", *extra]
         cli = build_cli(args, run=False, default_config_files=defaults, continue_from=last)
         trainer, model = cli.trainer, cli.model
+        record = ValidationRecord()
+        trainer.callbacks.insert(0, record)
         if cli.continue_from is not None:
             _say(f"[suite {suite.name}] {cell.name}: continuing from {cli.continue_from}")
         trainer.fit(model, datamodule=cli.datamodule, ckpt_path=cli.continue_from)
@@ -295,6 +307,10 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
         (tested,) = trainer.test(model, datamodule=cli.datamodule, ckpt_path=best or None)
         curves = model.length_curves("test") if hasattr(model, "length_curves") else {}
         best_score = ckpt.best_model_score if ckpt is not None else None
+        validated = record.tested(ckpt, best)
+        val_metrics = None
+        if validated is not None:
+            val_metrics = {k: v for k, v in validated["metrics"].items() if k.startswith("val/")}
         result = {
             **cell.params,
             "cell": cell.name,
@@ -315,12 +331,17 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             "args": args,
             "suite_args": suite_args(suite, cell),
             "overrides": list(extra),
+            "data_seed": suite.data_seed_of(cell),
+            "val_metrics": val_metrics,
+            "val_epoch": None if validated is None else validated["epoch"],
         }
         if trainer.is_global_zero:
             if result["score"] is None:
                 raise KeyError(
                     f"the test logged no {suite.metric!r} (the suite's metric); it logged {sorted(result['metrics'])}"
                 )
+            if val_metrics and wandb.run is not None:  # for collect_wandb's selection on validation
+                wandb.run.summary.update({f"{TESTED_PREFIX}{k}": v for k, v in val_metrics.items()})
             _write_json(folder / "result.json", result)
         return result
     except BaseException:

@@ -16,6 +16,8 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     args: {trainer.max_steps: 2000}        # overrides for every cell
     metric: test/acc_mean_over_lengths     # the score the collector tabulates
     mode: max                              # max: higher is better (min: lower)
+    select: {metric: val/loss, mode: min}  # optional: tabulate the run with the best validation
+    data_seed: 0                           # optional: every cell's data seed (default: the cell's seed)
     budget: {parameters: 64000}            # optional: each architecture's size set to match it
     sample:                                # optional: hyper-parameters drawn per cell (a trial)
       model.init_args.lr: {loguniform: [1.0e-4, 1.0e-2]}
@@ -40,11 +42,26 @@ the mean and the best over 10).  An architecture's own ``sample`` adds to the su
 on a shared key): what only it has, such as an auxiliary loss's coefficient.  The drawn values
 are in the cell's command line, hence in its ``result.json``.
 
+With ``data_seed``, every cell draws its data from that seed (``--data.init_args.seed``) and
+only the model's initialisation and the training order follow the cell's seed
+(``--seed_everything``): one data set for every seed of an architecture and task, as Hewitt et
+al. (2020) use (``generate_mbounded_dyck.py`` seeds the data with constants: one data set per
+(k, m, size) for the three model seeds) and as FLaRe's (Butoi et al. 2025) one data file per
+language does.  Without it (the default) each cell's seed is also its data seed.
+
+With ``select`` (``{metric: <a validation metric>, mode: min|max}``), ``collect`` tabulates, per
+architecture and task, the test score of the run with the best value of that validation metric
+over seeds × learning rates (× drawn values), as DuSell & Chiang's ``print_best.py`` picks the
+run to test; without it, the mean, median and best test score over them
+(:class:`memrnn.suite.collect.Results`).  ``python -m memrnn.suite collect --select-on`` gives or
+overrides it.
+
 Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
-of its architecture, the suite's ``args``, the task's, the architecture's, the drawn ones, then the seed
-(``--seed_everything`` and ``--data.init_args.seed``), the learning rate and the run folder, so
-later overrides win.  Cells are named ``<arch>/<task>/lr<lr>/seed<seed>`` (no ``lr`` part
-without ``lrs``); the name is also the cell's folder under the suite's ``out``.
+of its architecture, the suite's ``args``, the task's, the architecture's, the drawn ones, then the
+seed (``--seed_everything``, and ``--data.init_args.seed``: ``data_seed`` when given), the learning
+rate and the run folder, so later overrides win.  Cells are named
+``<arch>/<task>/lr<lr>/seed<seed>`` (no ``lr`` part without ``lrs``); the name is also the cell's
+folder under the suite's ``out``.
 """
 
 from __future__ import annotations
@@ -60,12 +77,29 @@ import yaml
 
 #: the keys a suite file may have
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
-              "args", "metric", "mode", "out", "slurm", "budget", "sample")  # fmt: skip
+              "args", "metric", "mode", "out", "slurm", "budget", "sample", "select",
+              "data_seed")  # fmt: skip
 #: the distributions ``sample`` draws from, and what each takes
 DISTRIBUTIONS = {"loguniform": "[low, high], 0 < low < high", "uniform": "[low, high], low < high",
                  "int_uniform": "[low, high] integers, low <= high", "choice": "a non-empty list"}  # fmt: skip
 #: the size a parameter budget sets unless an architecture names another
 BUDGET_KEY = "model.init_args.layer.init_args.hidden_size"
+
+
+def check_select(value: Any, where: str) -> dict[str, str] | None:
+    """A ``select`` rule (``{metric: val/loss, mode: min}``) checked, or None for None; anything
+    else raises, naming it.  The metric must be a validation metric (``val/…``): selecting on a
+    test score would report the best test score, not the selected run's."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or set(value) != {"metric", "mode"}:
+        raise ValueError(f"{where}: 'select' must be {{metric: <val/...>, mode: min|max}}, got {value!r}")
+    metric, mode = value["metric"], value["mode"]
+    if not isinstance(metric, str) or not metric.startswith("val/"):
+        raise ValueError(f"{where}: select's metric must be a validation metric 'val/...', got {metric!r}")
+    if mode not in ("max", "min"):
+        raise ValueError(f"{where}: select's mode must be 'max' or 'min', got {mode!r}")
+    return {"metric": metric, "mode": mode}
 
 
 @dataclass(frozen=True)
@@ -175,6 +209,10 @@ class Suite:
     budget: dict[str, int] | None = None
     #: override key -> ``(distribution, arguments)`` (module docstring)
     sample: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    #: ``{"metric": "val/…", "mode": "min" | "max"}`` or ``None`` (module docstring)
+    select: dict[str, str] | None = None
+    #: every cell's data seed, or ``None``: the cell's seed (module docstring)
+    data_seed: int | None = None
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
@@ -262,6 +300,12 @@ class Suite:
         sample = {
             str(k): _distribution(v, f"{path}: sample {k!r}") for k, v in (raw.get("sample") or {}).items()
         }
+        data_seed = raw.get("data_seed")
+        if data_seed is not None and (
+            isinstance(data_seed, bool) or not isinstance(data_seed, int) or data_seed < 0
+        ):
+            raise ValueError(f"{path}: 'data_seed' must be an integer >= 0 (or absent), got {data_seed!r}")
+        select = check_select(raw.get("select"), str(path))
         slurm = raw.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
@@ -287,6 +331,8 @@ class Suite:
             slurm={str(k): v for k, v in slurm.items()},
             budget=None if budget is None else {"max": 4096, **budget},
             sample=sample,
+            select=select,
+            data_seed=data_seed,
         )
 
     def cells(self) -> list[Cell]:
@@ -343,12 +389,17 @@ class Suite:
                 out[key] = rng.choice(arg)
         return out
 
+    def data_seed_of(self, cell: Cell) -> int:
+        """The seed ``cell`` draws its data from: the suite's ``data_seed``, else the cell's seed."""
+        return cell.seed if self.data_seed is None else self.data_seed
+
     def cli_args(self, cell: Cell) -> list[str]:
         """The cell's ``train.py`` arguments after the subcommand (module docstring's order)."""
         arch = self.architectures[cell.arch]
         drawn = _overrides(self.sampled(cell), f"suite {self.name!r}: sample")
+        seeds = [f"--seed_everything={cell.seed}", f"--data.init_args.seed={self.data_seed_of(cell)}"]
         args = ["--config", str(arch.config_for(cell.task)), *self.args, *self.tasks[cell.task], *arch.args,
-                *drawn, f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]  # fmt: skip
+                *drawn, *seeds]  # fmt: skip
         if cell.lr is not None:
             args.append(f"--{self.lr_key}={cell.lr!r}")
         args += [

@@ -561,7 +561,11 @@ def test_collect_marks_a_cell_run_with_overrides(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WANDB_MODE", "offline")
     suite = Suite.load(write_suite(tmp_path, tasks={"parity_check": {"data.init_args.task": "parity_check"}}))
     plain, short = suite.cells()
-    assert run_cell(suite, plain)["overrides"] == []
+    done = run_cell(suite, plain)
+    assert done["overrides"] == [] and done["data_seed"] == plain.seed == 0
+    # the validation metrics of the tested checkpoint, which collect's selection on validation reads
+    assert done["val_metrics"]["val/loss"] == done["best_score"] and done["val_epoch"] == 0
+    assert all(k.startswith("val/") for k in done["val_metrics"]) and "val/acc" in done["val_metrics"]
     result = run_cell(suite, short, ["--trainer.max_steps=1"])
     assert result["steps"] == 1 and result["overrides"] == ["--trainer.max_steps=1"]
     saved = json.loads((suite.cell_dir(short) / "result.json").read_text())
@@ -738,6 +742,9 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     assert again["continued_from"] == str(last)
     assert again["continued_code"] == again["code"] == first["code"]  # the checkpoint recorded its code
     assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
+    # the tested checkpoint's validation, found among all three epochs (the first one's kept in last.ckpt)
+    assert again["val_metrics"]["val/loss"] == again["best_score"] and again["val_epoch"] in (0, 1, 2)
+    assert first["val_metrics"]["val/loss"] == first["best_score"] and first["val_epoch"] == 0
     assert list((folder / "memrnn").iterdir()) == [run]  # the same run
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.fit-1.yaml", "config.yaml"]
     assert torch.load(last, weights_only=True)["epoch"] == 2
