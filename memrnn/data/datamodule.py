@@ -444,7 +444,7 @@ class FormalLanguageDataModule(LanguageDataModule):
         test_per_length: draw this many test strings for every possible length of the test
             window instead of ``test_size`` strings (DuSell & Chiang's 100 per length).
         batch_lengths: ``"per_sequence"`` (each training string its own length; batches of the
-            shuffled strings) or ``"per_batch"``: DuSell & Chiang's (2020, 2022) batches of one
+            shuffled strings) or ``"per_batch"``: DuSell & Chiang's (2020, 2022, 2023) batches of one
             length, as their code makes them (``generate_batches`` in ``utils/cfl_data_util.py``,
             ``RandomShuffling`` in ``nsrnn/pytorch_tools/curriculum.py``): each training batch of
             ``batch_size`` strings draws one length, uniformly over the window's possible lengths

@@ -165,9 +165,10 @@ class Results:
 
     def table(self) -> str:
         """A markdown table, tasks by architectures: ``mean / median / best (n)`` of the suite's
-        metric over seeds and learning rates, with the parameter counts under the header;
-        ``(n, k*)`` where k of the n runs ran with other arguments than the suite's (named in a
-        note under the table)."""
+        metric over seeds and learning rates or, with a selection, ``score (lr…/seed…: val; n)``
+        (the selected run's test score, the run, its validation metric), with the parameter counts
+        under the header and the rule in the first line; ``(n, k*)`` where k of the n runs ran
+        with other arguments than the suite's (named in a note under the table)."""
         s = self.suite
         best = "max" if s.mode == "max" else "min"
         summ = self.summary()
@@ -343,7 +344,10 @@ class Results:
             ax.set_xlabel("length")
             ax.set_ylabel(pts[0]["curve"] if pts else "")
             ax.legend(fontsize=7)
-        fig.suptitle(f"{self.suite.name}: median and range over runs")
+        if self.select is None:
+            fig.suptitle(f"{self.suite.name}: median and range over runs")
+        else:
+            fig.suptitle(f"{self.suite.name}: the run selected on {self.select['metric']}")
         return fig
 
 
