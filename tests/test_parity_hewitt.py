@@ -13,7 +13,8 @@ import torch
 from lightning.pytorch.callbacks import EarlyStopping
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from memrnn.languages import DyckKM
+from memrnn.data import collate_generator
+from memrnn.languages import DyckKM, bracket_annotations
 from memrnn.layers import LSTMLayer
 from memrnn.lit.cli import build_cli
 from memrnn.lit.metrics import BracketClosingAccuracy
@@ -145,12 +146,12 @@ def test_the_generating_distribution_is_h1_with_their_truncation():
         assert len(w) - 1 >= 85 and len(w) <= 168
 
 
-def test_the_closing_metric_reads_observed_closes_weighting_distances_equally():
-    """H.4 as memrnn has it: at each observed close bracket, ``p(correct)/Σ p(close) > 0.8``, a rate
-    per distance, the mean over distances.  (Their reporter.py scores every position with a
-    non-empty stack, whatever comes next: docs/parity.md, a library change.)"""
+def test_the_closing_metric_scores_every_open_stack_position_weighting_distances_equally(build):
+    """H.4 as their reporter.py computes it (the default, ``positions="code"``): at every position
+    whose stack is non-empty, whatever comes next, ``p(close of the top)/Σ p(close) > 0.8``, a rate
+    per distance from the top open to the current input, the mean over distances.  The paper's
+    text ("for each observed close bracket") is ``positions="paper"``."""
     k = 2
-    metric = BracketClosingAccuracy(k)
     # "(0 (1 )1 )0 END" with BOS: the targets; distances 1 at ")1", 3 at ")0"
     target = torch.tensor([[0, 1, 3, 2, 4]])
     distance = torch.tensor([[0, 0, 1, 3, 0]])
@@ -159,18 +160,86 @@ def test_the_closing_metric_reads_observed_closes_weighting_distances_equally():
     logits[0, 1, 3] = 5.0  # predicting "(1" with "(0" on top: the close mass favours ")1", wrongly
     logits[0, 2, 3] = 5.0  # the right close ")1"
     logits[0, 3, 2] = 5.0  # the right close ")0"
-    metric.update(logits, target, distance, depth, torch.zeros_like(depth, dtype=torch.bool))
-    assert metric.compute()["closing"] == 1.0  # position 1 is not an observed close: not scored
-    # "(0 (1 )1 (1 )1 )0 END": two closes at distance 1, both confident; one at distance 5, not
+    full = torch.zeros_like(depth, dtype=torch.bool)
+    code, paper = BracketClosingAccuracy(k), BracketClosingAccuracy(k, positions="paper")
+    code.update(logits, target, distance, depth, full)
+    paper.update(logits, target, distance, depth, full)
+    # the code: positions 1 and 2 at distance 0 (1 of 2: position 1 is wrong), position 3 at
+    # distance 2 (input 3, "(0" read at input 1)
+    assert code.positions == "code" and code.compute()["closing"] == pytest.approx(0.75)
+    assert paper.compute()["closing"] == 1.0  # position 1 is not an observed close: not scored
+    # "(0 (1 )1 (1 )1 )0 END", the paper's positions: two closes at distance 1, both confident;
+    # one at distance 5, not
     target = torch.tensor([[0, 1, 3, 1, 3, 2, 4]])
     distance = torch.tensor([[0, 0, 1, 0, 1, 5, 0]])
     depth = torch.tensor([[0, 1, 2, 1, 2, 1, 0]])
     logits = torch.zeros(1, 7, 2 * k + 1)
     logits[0, 2, 3] = logits[0, 4, 3] = 5.0
+    paper = BracketClosingAccuracy(k, positions="paper")
+    paper.update(logits, target, distance, depth, torch.zeros_like(depth, dtype=torch.bool))
+    assert paper.compute()["closing"] == pytest.approx(0.5)  # (1 + 0) / 2 distances, not 2 / 3 closes
+    assert paper.threshold == 0.8 and paper.side_threshold == 0.2
+    # the Hewitt configs' model builds it with the code's positions
+    model = build("hewitt/lstm_k2_m3.yaml").model
+    assert model.val_metrics["closing"].positions == model.test_metrics["closing"].positions == "code"
+
+
+def reporter_loop(strings, probs, k, m):
+    """A transcription of ``reporter.get_dyck_eval_dict``'s loop and ``report_results_dict``'s
+    summary, one string at a time: the observation is ``START`` then the string without ``END``;
+    after reading each symbol (``DyckPDFA.update_state``: push an open below the bound, pop a
+    matching close, ignore anything else) the distribution ``probs[t]`` is scored.  Returns the
+    mean over distances of the confident rate and the three side constraints' rates."""
+    per_distance, side = {}, [[0, 0], [0, 0], [0, 0]]  # side: [ok, n]
+    for w, p in zip(strings, probs, strict=True):
+        stack, opened_at = [], []
+        for t, symbol in enumerate(["START", *w[:-1]]):
+            if symbol != "START" and symbol < k and len(stack) < m:
+                stack.append(symbol)
+                opened_at.append(t)
+            elif symbol != "START" and k <= symbol < 2 * k and stack and stack[-1] == symbol - k:
+                stack.pop()
+                opened_at.pop()
+            close_mass = sum(p[t][k : 2 * k])
+            if stack:
+                ok = p[t][k + stack[-1]] / close_mass > 0.8
+                counts = per_distance.setdefault(t - opened_at[-1], [0, 0])
+                counts[0], counts[1] = counts[0] + ok, counts[1] + 1
+            for i, (applies, mass) in enumerate(
+                ((not stack, close_mass), (len(stack) == m, sum(p[t][:k])), (bool(stack), p[t][2 * k]))
+            ):
+                if applies:
+                    side[i][0] += mass < 0.2
+                    side[i][1] += 1
+    rates = [ok / n for ok, n in per_distance.values()]
+    return sum(rates) / len(rates), [ok / n for ok, n in side]
+
+
+@pytest.mark.parametrize(("k", "m"), [(2, 3), (3, 5)])
+def test_the_closing_metric_is_their_reporter_on_random_models(k, m):
+    """The metric (its default) equals the transcribed ``reporter.py`` loop on random Dyck-(k,m)
+    strings and random logits, batched and padded as the data module collates them."""
+    lang = DyckKM(k, m)
+    rng = np.random.default_rng(k * 10 + m)
+    gen = torch.Generator().manual_seed(k * 10 + m)
     metric = BracketClosingAccuracy(k)
-    metric.update(logits, target, distance, depth, torch.zeros_like(depth, dtype=torch.bool))
-    assert metric.compute()["closing"] == pytest.approx(0.5)  # (1 + 0) / 2 distances, not 2 / 3 closes
-    assert metric.threshold == 0.8 and metric.side_threshold == 0.2
+    strings, probs = [], []
+    for _ in range(3):  # three batches of 8 strings of different lengths
+        batch_strings = [lang.sample(rng, (1, 60)) for _ in range(8)]
+        batch = collate_generator(
+            [{"ids": w, **bracket_annotations(lang, w)} for w in batch_strings], lang.bos_id
+        )
+        logits = 2.0 * torch.randn(*batch["target"].shape, 2 * k + 1, generator=gen, dtype=torch.float64)
+        metric.update(logits, batch["target"], batch["distance"], batch["depth"], batch["full"])
+        p = logits.softmax(-1).tolist()
+        strings += batch_strings
+        probs += [row[: len(w)] for row, w in zip(p, batch_strings, strict=True)]
+    closing, side = reporter_loop(strings, probs, k, m)
+    out = metric.compute()
+    assert 0.05 < closing < 0.95  # random logits: confident and not both occur
+    assert out["closing"].item() == pytest.approx(closing, abs=1e-12)
+    got = [out[key].item() for key in ("close_on_empty_ok", "open_on_full_ok", "end_on_nonempty_ok")]
+    assert got == pytest.approx(side, abs=1e-12)
 
 
 def test_the_suite_draws_each_seeds_data_from_the_seed():

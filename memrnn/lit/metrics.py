@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -50,36 +52,63 @@ class CrossEntropyGap(Metric):
         return {"ce": ce, "ce_exact": exact, "ce_gap": ce - exact}
 
 
+ClosingPositions = Literal["code", "paper"]
+
+
 class BracketClosingAccuracy(Metric):
     """The bracket-closing metric of Hewitt et al. 2020 (appendix H.4) and its side constraints.
 
-    At each observed close bracket, ``p(⟩_j | ⟩) = p(⟩_j) / Σ_i p(⟩_i)`` (eq. H.4) for the observed
-    ``⟩_j`` counts as *confident* when it exceeds ``threshold`` (0.8).  ``p_ℓ`` is the rate of
-    confident closes among closes ``ℓ`` tokens after their open bracket; the metric is
-    ``mean_ℓ p_ℓ`` over the distances seen (each distance weighted equally).  Side constraints
-    (docs/references.md), each the fraction of positions where the mass is below ``side_threshold``
-    (0.2): close mass on an empty stack, open mass on a full stack, ``END`` mass on a non-empty
-    stack.
+    At a scored position, ``p(⟩_j | ⟩) = p(⟩_j) / Σ_i p(⟩_i)`` (eq. H.4) for the close bracket
+    ``⟩_j`` of the open bracket on top of the stack counts as *confident* when it exceeds
+    ``threshold`` (0.8).  ``p_ℓ`` is the rate of confident positions at distance ``ℓ``; the metric
+    is ``mean_ℓ p_ℓ`` over the distances seen (each distance weighted equally), as the authors'
+    ``report_results_dict`` and ``make_emnlp2020_plot.py`` aggregate it.  Which positions are
+    scored and what ``ℓ`` is (``positions``):
 
-    Ids follow memrnn's bracket layout: opens ``0..k-1``, closes ``k..2k-1``, ``END = 2k``.
+    - ``"code"`` (default; what made the paper's Figure 3): the authors' code
+      (``john-hewitt/dyckkm-learning``, ``rnns-stacks/reporter.py``, ``get_dyck_eval_dict``) scores
+      **every** position whose stack is non-empty, whatever the next token is, against the top of
+      the stack, with ``ℓ`` = the current input position minus the input position of the top
+      open bracket (0 right after reading an open; inputs are ``BOS`` then the string, so the
+      open at target position ``s`` is input ``s + 1``).  The scored distribution is the one
+      after the current input, predicting the next token (``logits[:, t]``), as theirs.
+    - ``"paper"``: the paper's text (H.4, "for each observed close bracket"): observed close
+      brackets only, with ``ℓ`` = the close's position minus its open's (``distance``).
+
+    Side constraints (docs/references.md; ``reporter.py``'s ``eval_can_*`` functions), each the
+    fraction of positions where the mass is below ``side_threshold`` (0.2): close mass on an empty
+    stack, open mass on a full stack, ``END`` mass on a non-empty stack; the same for both
+    ``positions``.
+
+    Ids follow memrnn's bracket layout (``DyckKM``, ``DyckN``): opens ``0..k-1``, closes
+    ``k..2k-1``, ``END = 2k``.
     ``update(logits [B, T, V], target [B, T], distance [B, T], depth [B, T], full [B, T])``:
-    ``distance`` is ``t − (position of the matching open)`` at close brackets and 0 elsewhere;
-    ``depth`` the stack depth before token ``t`` (−1 at padding); ``full`` whether the stack is at
-    its bound.  States are per-distance counts reduced by summation: exact under DDP.
+    ``target`` holds the next tokens (the string, ``END`` last; ``-100`` at padding);
+    ``distance`` is ``t − (position of the matching open)`` at close brackets and 0 elsewhere
+    (read by ``"paper"`` only: ``"code"`` rebuilds each row's stack from ``target``, so its rows
+    must be whole Dyck strings from their start, padded at the end); ``depth`` the stack depth
+    before token ``t`` (−1 at padding); ``full`` whether the stack is at its bound.  States are
+    per-distance counts reduced by summation: exact under DDP.
     """
 
     full_state_update = False
 
     def __init__(self, bracket_types: int, threshold: float = 0.8, side_threshold: float = 0.2,
-                 max_distance: int = 4096, **kwargs) -> None:  # fmt: skip
+                 max_distance: int = 4096, positions: ClosingPositions = "code", **kwargs) -> None:  # fmt: skip
         super().__init__(**kwargs)
         positive_int("bracket_types", bracket_types)
+        if positions not in ("code", "paper"):
+            raise ValueError(
+                f"positions must be 'code' (Hewitt et al.'s reporter.py: every position with a non-empty "
+                f"stack) or 'paper' (H.4: observed close brackets), got {positions!r}"
+            )
         self.k, self.threshold, self.side_threshold, self.max_distance = (
             bracket_types,
             threshold,
             side_threshold,
             max_distance,
         )
+        self.positions = positions
         self.add_state("confident", torch.zeros(max_distance + 1, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state("closes", torch.zeros(max_distance + 1, dtype=torch.float64), dist_reduce_fx="sum")
         self.add_state(
@@ -92,11 +121,15 @@ class BracketClosingAccuracy(Metric):
             raise ValueError(f"logits have {logits.shape[-1]} classes; Dyck with k={k} needs {2 * k + 1}")
         p = logits.double().softmax(-1)
         close_mass = p[..., k : 2 * k].sum(-1)
-        at_close = distance > 0
-        if at_close.any():
+        if self.positions == "code":
+            d, correct = self._stack_tops(p, close_mass, target)
+        else:
+            at_close = distance > 0
             tgt = (target[at_close] - k).clamp(0, k - 1)
             correct = p[at_close][:, k : 2 * k].gather(1, tgt[:, None])[:, 0] / close_mass[at_close]
-            d = distance[at_close].clamp(max=self.max_distance)
+            d = distance[at_close]
+        if d.numel():
+            d = d.clamp(max=self.max_distance)
             self.confident += torch.bincount(
                 d, weights=(correct > self.threshold).double(), minlength=self.max_distance + 1
             )
@@ -111,6 +144,50 @@ class BracketClosingAccuracy(Metric):
         ):
             self.side[i, 0] += ((mass < self.side_threshold) & where).sum()
             self.side[i, 1] += where.sum()
+
+    def _stack_tops(self, p: Tensor, close_mass: Tensor, target: Tensor) -> tuple[Tensor, Tensor]:
+        """``positions="code"``: each row's stack rebuilt from ``target [B, T]``; returns, for
+        every real position ``t`` with a non-empty stack (``[N]`` each, row-major), the distance
+        ``t − (input position of the top open)`` and ``p(close of the top) / Σ p(close)``
+        (``p [B, T, V]``, ``close_mass [B, T]``).  The top at ``t`` is the last open before
+        ``t`` that brought the depth to the current depth: found by one sort and one
+        ``searchsorted`` over keys ``(row, depth, position)``, no loop over positions."""
+        k, (rows, steps) = self.k, target.shape
+        real = target != IGNORE_INDEX
+        opens = real & (target >= 0) & (target < k)
+        closes = real & (target >= k) & (target < 2 * k)
+        step = opens.long() - closes.long()
+        after = step.cumsum(1)  # depth after token t
+        before = after - step  # depth before token t: the stack the logits at t see
+        span = steps + 1
+        row = torch.arange(rows, device=target.device)[:, None].expand(rows, steps)
+        pos = torch.arange(steps, device=target.device)[None, :].expand(rows, steps)
+        # ids outside the layout, or a close on an empty stack (the depth goes negative)
+        invalid = (real & ~(opens | closes | (target == 2 * k))) | (closes & (before <= 0))
+        keys, order = ((row * span + after.clamp(0, steps)) * span + pos)[opens].sort()
+        open_type = target[opens][order]
+        scored = real & (before > 0)  # before > 0 needs an open earlier: keys is non-empty
+        query = ((row * span + before.clamp(0, steps)) * span + pos)[scored]
+        top = (torch.searchsorted(keys, query) - 1).clamp_min(0)
+        top_type = open_type[top]
+        # the top is in the same row at the same depth, and an observed close closes it (else
+        # the rows are no Dyck strings)
+        found = keys[top] // span == query // span
+        invalid[scored] |= ~found | (closes[scored] & (target[scored] - k != top_type))
+        if bool(invalid.any()):
+            b, t = (int(i) for i in invalid.nonzero()[0])
+            raise ValueError(
+                f"BracketClosingAccuracy(positions='code'): target id {int(target[b, t])} at row {b}, "
+                f"position {t} does not continue a Dyck string with k={k} (opens 0..{k - 1}, closes "
+                f"{k}..{2 * k - 1}, END {2 * k}): the code's positions rebuild each row's stack from "
+                "its targets, which must be whole strings from their start; for targets at close "
+                "positions only, use positions='paper'"
+            )
+        top_pos = keys[top] % span
+        distance = pos[scored] - (top_pos + 1)
+        flat = (row[scored] * steps + pos[scored]) * p.shape[-1] + k + top_type
+        correct = p.reshape(-1)[flat] / close_mass[scored]
+        return distance, correct
 
     def compute(self) -> dict[str, Tensor]:
         seen = self.closes > 0
