@@ -53,6 +53,7 @@ from memrnn.core.checks import exporting, positive_int
 from memrnn.ops.deque import deque_step
 from memrnn.ops.nondeterministic import (
     LOG_ZERO,
+    check_bottom_symbol,
     nondeterministic_initial,
     nondeterministic_step,
     vector_nondeterministic_initial,
@@ -497,6 +498,15 @@ class NondeterministicStack(Memory):
       (``width = Q·S``, RNS-RNN, the default) or over the top symbol ``y`` alone (``width = S``,
       NS-RNN).
 
+    ``bottom_symbol``: ``"fixed"`` (the default: DuSell & Chiang's 2023 code, whose stack puts the
+    bottom symbol on with a fake push from step −1, so that a pop can uncover it) or
+    ``"original"`` (the code that produced the published NS-RNN, CoNLL 2020, and RNS-RNN, ICLR
+    2022, numbers: ``nsrnn/models/nondeterministic_stack.py`` at tags ``conll2020`` and
+    ``iclr2022``, ``OldNondeterministicStack`` / ``original_bottom_symbol_behavior=True`` in the
+    2023 code): no start time −1 (no ``α[−1]``, no ``γ[−1 → j]``), so that once a symbol is pushed
+    the bottom symbol is never on top again.  It is the initial state alone
+    (:func:`memrnn.ops.nondeterministic.nondeterministic_initial`): every step and run is the same.
+
     ``depth``: the window of start times kept (the memory-limited RNS-RNN, DuSell & Chiang 2022,
     section 5).  With ``depth ≥ T`` the stack is the unlimited one; from step ``depth + 1`` on, runs
     whose top element was pushed more than ``depth`` steps earlier are dropped, and ``overflow``
@@ -518,10 +528,12 @@ class NondeterministicStack(Memory):
         symbols: int = 3,
         normalize_transitions: bool = False,
         states_in_reading: bool = True,
+        bottom_symbol: str = "fixed",
         **factory,
     ) -> None:
         self.states = positive_int("states", states)
         self.symbols = positive_int("symbols", symbols)
+        self.bottom_symbol = check_bottom_symbol(bottom_symbol)
         self.normalize_transitions = bool(normalize_transitions)
         self.states_in_reading = bool(states_in_reading)
         reading, what = self._reading_units()
@@ -546,7 +558,8 @@ class NondeterministicStack(Memory):
     def extra_repr(self) -> str:
         return (
             f"states={self.states}, symbols={self.symbols}, depth={self.depth}, "
-            f"normalize_transitions={self.normalize_transitions}, states_in_reading={self.states_in_reading}"
+            f"normalize_transitions={self.normalize_transitions}, states_in_reading={self.states_in_reading}, "
+            f"bottom_symbol={self.bottom_symbol!r}"
         )
 
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -564,8 +577,9 @@ class NondeterministicStack(Memory):
 
     def initial_state(self, batch_size: int, *, device, dtype) -> NondeterministicState:
         gamma, alpha = nondeterministic_initial(
-            batch_size, self.states, self.symbols, self.depth, device=device, dtype=dtype
-        )
+            batch_size, self.states, self.symbols, self.depth, device=device, dtype=dtype,
+            bottom_symbol=self.bottom_symbol,
+        )  # fmt: skip
         return NondeterministicState(alpha.new_zeros(batch_size), gamma, alpha)
 
     def read(self, state: NondeterministicState) -> Tensor:
@@ -623,9 +637,13 @@ class VectorNondeterministicStack(NondeterministicStack):
 
     Args beyond :class:`NondeterministicStack`'s: ``vector_size`` (``m``), ``bottom``:
     ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5), ``"one"``
-    or ``"zero"``.  A learnt bottom vector is part of :meth:`initial_state`, which therefore
-    carries its gradient: make a fresh initial state for each batch (``StackRNN`` does when no
-    state is given).  The reading always ranges over states and symbols.  ``StackRNN`` runs it as
+    or ``"zero"``; with ``bottom_symbol="original"`` (DuSell & Chiang's
+    ``OldVectorNondeterministicStack``, ``original_bottom_symbol_behavior=True``) there is no
+    bottom element to carry a vector and ``bottom`` must be None (as their code requires): the
+    first reading is zeros, every later one an expectation of pushed vectors alone.  A learnt
+    bottom vector is part of :meth:`initial_state`, which therefore carries its gradient: make a
+    fresh initial state for each batch (``StackRNN`` does when no state is given).  The reading
+    always ranges over states and symbols.  ``StackRNN`` runs it as
     the plain stack's run with ``1 + m`` channels (γ, then ζ per vector unit; C++ on CPU, Triton
     kernels on CUDA); the torch step elsewhere, ``O(depth² · Q³ · S² · m)`` per row and step.
     """
@@ -644,12 +662,19 @@ class VectorNondeterministicStack(NondeterministicStack):
         states: int = 2,
         symbols: int = 3,
         vector_size: int = 4,
-        bottom: str = "learned",
+        bottom: str | None = "learned",
         normalize_transitions: bool = False,
+        bottom_symbol: str = "fixed",
         **factory,
     ) -> None:
         self.vector_size = positive_int("vector_size", vector_size)
-        if bottom not in self.BOTTOMS:
+        if check_bottom_symbol(bottom_symbol) == "original":
+            if bottom is not None:
+                raise ValueError(
+                    f"bottom_symbol='original' has no bottom vector (DuSell & Chiang's "
+                    f"OldVectorNondeterministicStack), got bottom={bottom!r}; pass bottom=None"
+                )
+        elif bottom not in self.BOTTOMS:
             raise ValueError(f"bottom must be one of {', '.join(self.BOTTOMS)}, got {bottom!r}")
         self.bottom_kind = bottom
         super().__init__(
@@ -660,6 +685,7 @@ class VectorNondeterministicStack(NondeterministicStack):
             symbols,
             normalize_transitions,
             states_in_reading=True,
+            bottom_symbol=bottom_symbol,
             **factory,
         )
         if bottom == "learned":
@@ -679,7 +705,8 @@ class VectorNondeterministicStack(NondeterministicStack):
     def extra_repr(self) -> str:
         return (
             f"states={self.states}, symbols={self.symbols}, vector_size={self.vector_size}, depth={self.depth}, "
-            f"bottom={self.bottom_kind!r}, normalize_transitions={self.normalize_transitions}"
+            f"bottom={self.bottom_kind!r}, normalize_transitions={self.normalize_transitions}, "
+            f"bottom_symbol={self.bottom_symbol!r}"
         )
 
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -688,8 +715,11 @@ class VectorNondeterministicStack(NondeterministicStack):
         out = self.head(h)
         return (*self._pda(out), F.logsigmoid(out[:, -self.vector_size :]))
 
-    def log_bottom(self, *, device=None, dtype=None) -> Tensor:
-        """The bottom vector's logarithm ``[m]`` (``LOG_ZERO`` for the zero vector)."""
+    def log_bottom(self, *, device=None, dtype=None) -> Tensor | None:
+        """The bottom vector's logarithm ``[m]`` (``LOG_ZERO`` for the zero vector; None with
+        ``bottom_symbol="original"``, which has none)."""
+        if self.bottom_kind is None:
+            return None
         if self.bottom_kind == "learned":
             return F.logsigmoid(self.bottom.to(device=device, dtype=dtype))
         value = 0.0 if self.bottom_kind == "one" else LOG_ZERO
@@ -704,6 +734,9 @@ class VectorNondeterministicStack(NondeterministicStack):
             self.vector_size,
             self.depth,
             self.log_bottom(device=device, dtype=dtype or torch.get_default_dtype()),
+            bottom_symbol=self.bottom_symbol,
+            device=device,
+            dtype=dtype,
         )
         return VectorNondeterministicState(steps, gamma, alpha, zeta, eta)
 

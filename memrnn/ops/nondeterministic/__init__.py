@@ -14,7 +14,10 @@ Entries for ``i ≥ j`` or before the start are "log 0", stored as the finite :d
 so that no gradient is ever ``nan``; every new weight below ``LOG_ZERO / 2`` is set to it exactly.  Each step divides its
 transition weights by the total forward weight ``Σ α[t]``: the readings (``α[t]`` normalised)
 are exactly the papers', the stored weights are theirs up to one factor per step, and ``alpha``
-stays normalised (log-sum 0) however long the sequence.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory ``O(depth² · Q²S²)``:
+stays normalised (log-sum 0) however long the sequence.  The bottom symbol's two behaviours
+(DuSell & Chiang's 2023 fix, the default, and the 2020/2022 code's, ``bottom_symbol="original"``)
+differ only in the starting window (:func:`nondeterministic_initial`): every step and run below
+takes either.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory ``O(depth² · Q²S²)``:
 with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in T); a smaller
 ``depth`` is their memory-limited variant (linear in T).
 
@@ -109,18 +112,47 @@ def run_impl(x: Tensor, impl: str | None = None) -> str:
     )  # fmt: skip
 
 
+#: the bottom-symbol behaviours (:func:`nondeterministic_initial`)
+BOTTOM_SYMBOLS = ("fixed", "original")
+
+
+def check_bottom_symbol(bottom_symbol: str) -> str:
+    """``bottom_symbol`` if it is one of :data:`BOTTOM_SYMBOLS`, else a ValueError naming it."""
+    if not isinstance(bottom_symbol, str) or bottom_symbol not in BOTTOM_SYMBOLS:
+        raise ValueError(f"bottom_symbol must be one of {', '.join(BOTTOM_SYMBOLS)}, got {bottom_symbol!r}")
+    return bottom_symbol
+
+
 def nondeterministic_initial(
-    batch_size: int, states: int, symbols: int, depth: int, *, device=None, dtype=None
+    batch_size: int,
+    states: int,
+    symbols: int,
+    depth: int,
+    *,
+    device=None,
+    dtype=None,
+    bottom_symbol: str = "fixed",
 ) -> tuple[Tensor, Tensor]:
-    """The stack before step 1: ``(gamma [B, depth, depth, QS, QS], alpha [B, depth + 1, QS])``
-    holding ``γ[−1 → 0] = α[−1] = α[0] = 1`` at state 0 and the bottom symbol 0."""
+    """The stack before step 1: ``(gamma [B, depth, depth, QS, QS], alpha [B, depth + 1, QS])``.
+
+    ``bottom_symbol="fixed"`` (DuSell & Chiang's 2023 code, ``NondeterministicStack``): ``γ[−1 →
+    0] = α[−1] = α[0] = 1`` at state 0 and the bottom symbol 0, so that a pop can uncover the
+    bottom.  ``"original"`` (the code of the published NS-RNN, CoNLL 2020, and RNS-RNN, ICLR 2022,
+    numbers: ``nsrnn/models/nondeterministic_stack.py``, ``OldNondeterministicStack`` with
+    ``original_bottom_symbol_behavior=True`` in the 2023 code): ``α[0] = 1`` alone, no start time
+    −1, so that once a symbol is pushed the bottom is never on top again.  Every step (the torch
+    step, the C++ and Triton runs) takes either state as it comes; the reference's
+    ``bottom_symbol`` is the same switch (:mod:`memrnn.ops.nondeterministic.reference`)."""
+    original = check_bottom_symbol(bottom_symbol) == "original"
     dtype = dtype or torch.get_default_dtype()
     qs = states * symbols
     lz = LOG_ZERO
     gamma = torch.full((batch_size, depth, depth, qs, qs), lz, device=device, dtype=dtype)
-    gamma[:, depth - 1, depth - 1, 0, 0] = 0.0
     alpha = torch.full((batch_size, depth + 1, qs), lz, device=device, dtype=dtype)
-    alpha[:, depth - 1 :, 0] = 0.0
+    alpha[:, depth, 0] = 0.0  # α[0]
+    if not original:
+        gamma[:, depth - 1, depth - 1, 0, 0] = 0.0  # γ[−1 → 0]
+        alpha[:, depth - 1, 0] = 0.0  # α[−1]
     return gamma, alpha
 
 
@@ -425,13 +457,38 @@ def _slide(window: Tensor, col: Tensor) -> Tensor:
 
 
 def vector_nondeterministic_initial(
-    batch_size: int, states: int, symbols: int, vector_size: int, depth: int, bottom: Tensor
+    batch_size: int,
+    states: int,
+    symbols: int,
+    vector_size: int,
+    depth: int,
+    bottom: Tensor | None,
+    *,
+    bottom_symbol: str = "fixed",
+    device=None,
+    dtype=None,
 ) -> tuple[Tensor, Tensor]:
     """The vector stack's part of the state before step 1 (:func:`nondeterministic_initial`
     holds the rest): ``(zeta [B, depth, depth, QS, QS, m], eta [B, QS, m])`` holding
     ``ζ[−1 → 0][0, 0 → 0, 0] = η[0][0, 0] = v_0`` from the log bottom vector ``bottom [m]``
-    (differentiable: a learnt bottom vector takes its gradient through the state)."""
+    (differentiable: a learnt bottom vector takes its gradient through the state).
+
+    ``bottom_symbol="original"`` (DuSell & Chiang's ``OldVectorNondeterministicStack``, 2023
+    code): no start time −1, hence no bottom vector (``bottom`` must be None; ``device`` and
+    ``dtype`` then place the state): ``ζ`` and ``η`` all log 0, the first reading zeros as
+    theirs."""
     qs, m, B = states * symbols, vector_size, batch_size
+    if check_bottom_symbol(bottom_symbol) == "original":
+        if bottom is not None:
+            raise ValueError(
+                "bottom_symbol='original' has no bottom vector (DuSell & Chiang's OldVectorNondeterministicStack): "
+                "pass bottom=None"
+            )
+        dtype = dtype or torch.get_default_dtype()
+        zeta = torch.full((B, depth, depth, qs, qs, m), LOG_ZERO, device=device, dtype=dtype)
+        return zeta, torch.full((B, qs, m), LOG_ZERO, device=device, dtype=dtype)
+    if bottom is None:
+        raise ValueError("bottom_symbol='fixed' needs the log bottom vector bottom [m], got None")
     if bottom.shape != (m,):
         raise ValueError(f"the bottom vector has shape {tuple(bottom.shape)}, expected ({m},)")
     bottom = _snap(bottom)
@@ -509,8 +566,10 @@ def vector_nondeterministic_step(
 
 
 __all__ = [
+    "BOTTOM_SYMBOLS",
     "LOG_ZERO",
     "NondeterministicRun",
+    "check_bottom_symbol",
     "log_matmul",
     "nondeterministic_initial",
     "nondeterministic_reference",

@@ -19,6 +19,18 @@ at step ``j`` in state ``r`` with ``y`` on top.  With the start ``α[−1] = α[
 The memory-limited variant with window ``depth`` keeps only ``γ[i → j]`` with ``j − i ≤ depth + 1``
 (every other inner weight is 0); with ``depth ≥ T`` it is the unlimited stack.
 
+The bottom symbol.  The start above is the fix of DuSell & Chiang's 2023 code (their
+``NondeterministicStack``, default ``original_bottom_symbol_behavior=False``): a fake push from
+step −1 puts the bottom on the stack at step 0, so a pop can uncover it again.  The code that
+produced the published NS-RNN (CoNLL 2020) and RNS-RNN (ICLR 2022) numbers
+(``nsrnn/models/nondeterministic_stack.py`` at tags ``conll2020``, ``iclr2022``; kept as
+``OldNondeterministicStack``, ``original_bottom_symbol_behavior=True``, in the 2023 code) starts
+from ``α[0]`` alone: with ``bottom_symbol="original"`` there is no ``α[−1]`` and no ``γ[−1 → j]``,
+the sums over ``i`` start at 0.  Step 1 can then only push (no replace of the bottom), and the
+element it pushes is never popped (popping it needs a run from a start time before 0): once a
+symbol is pushed the bottom is never on top again.  Its vector stack
+(``OldVectorNondeterministicStack``) has no bottom vector: no ``ζ[−1 → j]``.
+
 The vector RNS-RNN (DuSell & Chiang 2023, "The Surprising Computational Power of Nondeterministic
 Stack RNNs") attaches a vector in ``(0, 1)^m`` to every stack element: a push at step ``j``
 pushes the controller's ``v_j``, a replace changes the symbol and keeps the vector, a pop uncovers
@@ -41,13 +53,16 @@ import torch
 from torch import Tensor
 
 
-def nondeterministic_reference(push: Tensor, repl: Tensor, pop: Tensor, depth: int | None = None) -> Tensor:
+def nondeterministic_reference(
+    push: Tensor, repl: Tensor, pop: Tensor, depth: int | None = None, bottom_symbol: str = "fixed"
+) -> Tensor:
     """Forward weights of the nondeterministic stack from the log transition weights
     ``push, repl [B, T, Q, S, Q, S]`` and ``pop [B, T, Q, S, Q]`` of steps ``1..T``.
 
     Returns ``log α [B, T, Q, S]`` (steps ``1..T``).  ``depth``: the memory-limited window
-    (``None``: unlimited)."""
-    return _literal(push, repl, pop, None, None, depth)[0]
+    (``None``: unlimited); ``bottom_symbol``: ``"fixed"`` (the 2023 code) or ``"original"`` (the
+    2020/2022 code: no start time −1; module docstring)."""
+    return _literal(push, repl, pop, None, None, depth, _original(bottom_symbol))[0]
 
 
 def vector_nondeterministic_reference(
@@ -57,20 +72,33 @@ def vector_nondeterministic_reference(
     vectors: Tensor,
     bottom: Tensor | None = None,
     depth: int | None = None,
+    bottom_symbol: str = "fixed",
 ) -> tuple[Tensor, Tensor]:
     """The vector RNS-RNN's stack (module docstring) from the log transition weights as in
     :func:`nondeterministic_reference`, the log pushed vectors ``vectors [B, T, m]`` of steps
-    ``1..T`` and the log bottom vector ``bottom [m]`` (``None``: the zero vector).
+    ``1..T`` and the log bottom vector ``bottom [m]`` (``None``: the zero vector; with
+    ``bottom_symbol="original"`` there is no bottom element to hold one, and it must be None).
 
     Returns ``(log α [B, T, Q, S], reading [B, T, Q, S, m])`` (steps ``1..T``)."""
+    original = _original(bottom_symbol)
+    if original and bottom is not None:
+        raise ValueError("bottom_symbol='original' has no bottom vector (no ζ[−1 → j]); pass bottom=None")
     if bottom is None:
         bottom = torch.full(vectors.shape[-1:], float("-inf"), dtype=vectors.dtype)
-    return _literal(push, repl, pop, vectors, bottom, depth)
+    return _literal(push, repl, pop, vectors, bottom, depth, original)
 
 
-def _literal(push, repl, pop, vectors, bottom, depth):
+def _original(bottom_symbol: str) -> bool:
+    """Whether ``bottom_symbol`` (``"fixed"`` or ``"original"``) is the 2020/2022 behaviour."""
+    if bottom_symbol not in ("fixed", "original"):
+        raise ValueError(f"bottom_symbol must be one of fixed, original, got {bottom_symbol!r}")
+    return bottom_symbol == "original"
+
+
+def _literal(push, repl, pop, vectors, bottom, depth, original=False):
     """The recurrences of the module docstring, one batch row at a time; ``vectors`` None: no
-    ``ζ``, ``η`` (the readings returned are then None)."""
+    ``ζ``, ``η`` (the readings returned are then None); ``original``: no start time −1 (no
+    ``α[−1]``, ``γ[−1 → j]``, ``ζ[−1 → j]``), as the 2020/2022 code."""
     B, T, Q, S = push.shape[:4]
     push, repl, pop = push.exp(), repl.exp(), pop.exp()
     states = list(itertools.product(range(Q), range(S)))
@@ -84,13 +112,15 @@ def _literal(push, repl, pop, vectors, bottom, depth):
         gamma: dict[tuple[int, int], dict[tuple[int, int, int, int], Tensor]] = {}
         zeta: dict[tuple[int, int], dict[tuple[int, int, int, int], Tensor]] = {}
         start = {(q, x): (push.new_ones(()) if q == x == 0 else zero) for q, x in states}
-        alpha = {-1: start, 0: start}
-        gamma[(-1, 0)] = {
-            (q, x, r, y): (push.new_ones(()) if q == x == r == y == 0 else zero)
-            for q, x in states
-            for r, y in states
-        }
-        if with_vectors:
+        first = 0 if original else -1  # the earliest start time
+        alpha = {0: start} if original else {-1: start, 0: start}
+        if not original:
+            gamma[(-1, 0)] = {
+                (q, x, r, y): (push.new_ones(()) if q == x == r == y == 0 else zero)
+                for q, x in states
+                for r, y in states
+            }
+        if with_vectors and not original:
             zeta[(-1, 0)] = {
                 (q, x, r, y): (bottom if q == x == r == y == 0 else zero_v)
                 for q, x in states
@@ -106,7 +136,7 @@ def _literal(push, repl, pop, vectors, bottom, depth):
         row, row_readings = [], []
         for j in range(1, T + 1):
             pu, re, po = push[b, j - 1], repl[b, j - 1], pop[b, j - 1]
-            lo = -1 if depth is None else max(-1, j - depth - 1)
+            lo = first if depth is None else max(first, j - depth - 1)
             for i in range(lo, j):
                 col, zcol = {}, {}
                 for (q, x), (r, y) in itertools.product(states, states):
