@@ -558,8 +558,8 @@ class NondeterministicStack(Memory):
     def extra_repr(self) -> str:
         return (
             f"states={self.states}, symbols={self.symbols}, depth={self.depth}, "
-            f"normalize_transitions={self.normalize_transitions}, states_in_reading={self.states_in_reading}, "
-            f"bottom_symbol={self.bottom_symbol!r}"
+            f"normalize_transitions={self.normalize_transitions}, "
+            f"states_in_reading={self.states_in_reading}, bottom_symbol={self.bottom_symbol!r}"
         )
 
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:

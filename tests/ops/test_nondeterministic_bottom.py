@@ -61,8 +61,8 @@ def authors_stack(push, repl, pop, vectors=None, bottom=None, *, fixed: bool):
     ``NondeterministicStack.update`` at ``iclr2022`` (``nsrnn/models/nondeterministic_stack.py``;
     ``OldNondeterministicStack``/``OldVectorNondeterministicStack`` in the 2023 code), ``fixed=True``
     the 2023 ``NondeterministicStack``/``VectorNondeterministicStack`` (one more start time, −1, and
-    ``γ[−1 → 0]``).  Their layout: ``gamma[:, i + o, j − 1 + o] = log γ[i → j]``, ``alpha[:, j + o] =
-    log α[j]`` (``o`` 1 when fixed, else 0), in the log semiring; their einsum equations.
+    ``γ[−1 → 0]``).  Their layout: ``gamma[:, i + o, j − 1 + o] = log γ[i → j]``,
+    ``alpha[:, j + o] = log α[j]`` (``o`` 1 when fixed, else 0), in the log semiring; their einsum equations.
 
     Log weights ``push, repl [B, T, Q, S, Q, S]``, ``pop [B, T, Q, S, Q]``, ``vectors [B, T, m]``,
     ``bottom [m]`` -> ``(log α [B, T, Q, S]`` of steps 1..T, readings ``[B, T, Q, S, m]`` or None)."""
@@ -321,7 +321,7 @@ def test_the_step_and_the_cpp_run_equal_the_reference(path, behaviour, depth, ve
     push, repl, pop, vectors = random_weights(B, T, Q, S, m if vector else 0, dtype, gen)
     bottom = torch.tensor([-0.4, -0.9], dtype=dtype) if vector and behaviour == "fixed" else None
     leaves = [t.clone().requires_grad_() for t in (push, repl, pop, *([vectors] if vector else []))]
-    ref_leaves = [t.clone().requires_grad_() for t in leaves]
+    ref_leaves = [t.detach().clone().requires_grad_() for t in leaves]
     got = readings_on(path, *leaves[:3], behaviour, depth, *leaves[3:], bottom)
     ref = readings_on("reference", *ref_leaves[:3], behaviour, depth, *ref_leaves[3:], bottom)
     tol = F64 if dtype == torch.float64 else F32
@@ -344,7 +344,7 @@ def test_the_triton_run_equals_the_reference_with_the_original_behaviour(vector,
     B, T, Q, S, m = 2, 4, 2, 2, 2
     push, repl, pop, vectors = random_weights(B, T, Q, S, m if vector else 0, dtype, gen)
     leaves = [t.clone().requires_grad_() for t in (push, repl, pop, *([vectors] if vector else []))]
-    ref_leaves = [t.clone().requires_grad_() for t in leaves]
+    ref_leaves = [t.detach().clone().requires_grad_() for t in leaves]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dev_leaves = [t.detach().clone().to(device).requires_grad_() for t in leaves]
     with implementation("triton"):

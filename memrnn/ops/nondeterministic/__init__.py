@@ -481,8 +481,8 @@ def vector_nondeterministic_initial(
     if check_bottom_symbol(bottom_symbol) == "original":
         if bottom is not None:
             raise ValueError(
-                "bottom_symbol='original' has no bottom vector (DuSell & Chiang's OldVectorNondeterministicStack): "
-                "pass bottom=None"
+                "bottom_symbol='original' has no bottom vector "
+                "(DuSell & Chiang's OldVectorNondeterministicStack): pass bottom=None"
             )
         dtype = dtype or torch.get_default_dtype()
         zeta = torch.full((B, depth, depth, qs, qs, m), LOG_ZERO, device=device, dtype=dtype)
