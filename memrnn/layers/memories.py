@@ -636,11 +636,12 @@ class VectorNondeterministicStack(NondeterministicStack):
     (the recurrences: :mod:`memrnn.ops.nondeterministic.reference`).
 
     Args beyond :class:`NondeterministicStack`'s: ``vector_size`` (``m``), ``bottom``:
-    ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5), ``"one"``
-    or ``"zero"``; with ``bottom_symbol="original"`` (DuSell & Chiang's
+    ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5; None means
+    it), ``"one"`` or ``"zero"``.  With ``bottom_symbol="original"`` (DuSell & Chiang's
     ``OldVectorNondeterministicStack``, ``original_bottom_symbol_behavior=True``) there is no
-    bottom element to carry a vector and ``bottom`` must be None (as their code requires): the
-    first reading is zeros, every later one an expectation of pushed vectors alone.  A learnt
+    bottom element to carry a vector: ``bottom`` must be left out (None; their code requires
+    ``bottom_vector=None``), the first reading is zeros and every later one an expectation of
+    pushed vectors alone.  A learnt
     bottom vector is part of :meth:`initial_state`, which therefore carries its gradient: make a
     fresh initial state for each batch (``StackRNN`` does when no state is given).  The reading
     always ranges over states and symbols.  ``StackRNN`` runs it as
@@ -662,7 +663,7 @@ class VectorNondeterministicStack(NondeterministicStack):
         states: int = 2,
         symbols: int = 3,
         vector_size: int = 4,
-        bottom: str | None = "learned",
+        bottom: str | None = None,
         normalize_transitions: bool = False,
         bottom_symbol: str = "fixed",
         **factory,
@@ -672,9 +673,11 @@ class VectorNondeterministicStack(NondeterministicStack):
             if bottom is not None:
                 raise ValueError(
                     f"bottom_symbol='original' has no bottom vector (DuSell & Chiang's "
-                    f"OldVectorNondeterministicStack), got bottom={bottom!r}; pass bottom=None"
+                    f"OldVectorNondeterministicStack), got bottom={bottom!r}; leave bottom out"
                 )
-        elif bottom not in self.BOTTOMS:
+        elif bottom is None:
+            bottom = "learned"
+        if bottom_symbol == "fixed" and bottom not in self.BOTTOMS:
             raise ValueError(f"bottom must be one of {', '.join(self.BOTTOMS)}, got {bottom!r}")
         self.bottom_kind = bottom
         super().__init__(

@@ -361,7 +361,7 @@ def test_the_triton_run_equals_the_reference_with_the_original_behaviour(vector,
 
 LAYER_ARGS = {
     "nondeterministic": {"states": 2, "symbols": 2},
-    "vector_nondeterministic": {"states": 2, "symbols": 2, "vector_size": 2, "bottom": None},
+    "vector_nondeterministic": {"states": 2, "symbols": 2, "vector_size": 2},
 }
 
 
@@ -477,10 +477,10 @@ def test_bad_bottom_symbols_are_refused_with_the_value():
             torch.zeros(1),
             bottom_symbol="original",
         )
-    with pytest.raises(ValueError, match=r"has no bottom vector .* got bottom='learned'; pass bottom=None"):
-        VectorNondeterministicStack(4, bottom_symbol="original")
-    with pytest.raises(ValueError, match=r"bottom must be one of learned, one, zero, got None"):
-        VectorNondeterministicStack(4, bottom=None)
+    with pytest.raises(ValueError, match=r"has no bottom vector .* got bottom='learned'; leave bottom out"):
+        VectorNondeterministicStack(4, bottom="learned", bottom_symbol="original")
+    with pytest.raises(ValueError, match=r"bottom must be one of learned, one, zero, got 'none'"):
+        VectorNondeterministicStack(4, bottom="none")
     with pytest.raises(ValueError, match=r"has no bottom vector .*: pass bottom=None"):
         vector_nondeterministic_initial(1, 2, 2, 2, 3, torch.zeros(2), bottom_symbol="original")
     with pytest.raises(ValueError, match=r"needs the log bottom vector bottom \[m\], got None"):
