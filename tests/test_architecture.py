@@ -59,6 +59,11 @@ LAZY_OK = (
     "matplotlib.pyplot",
     "torch.utils.cpp_extension",
     "memrnn.ops.stack_rnn.opaque",
+    # Lightning and matplotlib, costly: the suite's --help, list and argument errors import
+    # neither (tests/suite/test_suite.py checks it); only running cells and drawing tables do
+    "memrnn.lit",
+    "memrnn.suite.validation",
+    "matplotlib",
 )
 
 
