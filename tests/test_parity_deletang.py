@@ -200,6 +200,39 @@ def test_the_score_averages_the_lengths_their_script_averages(tmp_path):
     assert logged["test/acc_mean_over_lengths"] == pytest.approx(np.mean(curves["acc"]), abs=1e-6)
 
 
+def test_the_chomsky_test_set_is_one_for_every_run():
+    """range_evaluation.py seeds its test draws with 1 for every run: ``test_seed: 1``, so runs of
+    other data seeds are scored on the same test sequences (memrnn's own draw from that seed)."""
+    _, cfg = built("lstm")
+    assert cfg.test_seed == 1
+    sets = []
+    for seed in (0, 5):
+        dm = ChomskyDataModule("reverse_string", train_size=8, val_size=4, test_per_length=2,
+                               test_lengths=(42, 43), seed=seed, test_seed=cfg.test_seed)  # fmt: skip
+        sets.append([dm.build_split("test")[i]["input"].tolist() for i in range(4)])
+    assert sets[0] == sets[1]
+
+
+@pytest.mark.parametrize("task, equal", [("reverse_string", True), ("binary_addition", False)])
+def test_per_length_accuracy_is_theirs_where_every_sequence_scores_alike(task, equal):
+    """range_evaluation.py averages 8 sub-batch accuracies of 64 sequences; memrnn pools the 512
+    sequences of a length.  The two are one number when every sequence of a length has the same
+    number of scored positions (a task whose output length is fixed by the input's); binary
+    addition's scored outputs end at its terminator, so there they may differ by rounding."""
+    dm = ChomskyDataModule(task, train_size=8, val_size=4, test_per_length=512, test_lengths=(42, 42))
+    split = dm.build_split("test")
+    scored = np.array([int((split[i]["target"] != IGNORE_INDEX).sum()) for i in range(512)])
+    rng = np.random.default_rng(0)
+    correct = rng.binomial(scored, 0.7)  # any per-sequence counts of correct scored positions
+    pooled = correct.sum() / scored.sum()
+    theirs = np.mean([correct[j : j + 64].sum() / scored[j : j + 64].sum() for j in range(0, 512, 64)])
+    assert (len(set(scored)) == 1) == equal
+    if equal:
+        assert pooled == pytest.approx(theirs, abs=1e-12)
+    else:
+        assert pooled == pytest.approx(theirs, abs=0.02) and pooled != theirs
+
+
 # -- the task names ------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", AUTHORS_TASKS)
 def test_every_registry_name_of_their_code_is_a_task(name):

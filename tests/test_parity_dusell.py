@@ -221,15 +221,39 @@ def test_public_dyck_has_no_string_of_one_top_level_group(build):
             assert groups >= 2, lang.decode(w)
 
 
-def test_the_test_set_follows_the_data_seed(build):
-    """Their one test set per task (``--test-data-seed 0``) serves every run; memrnn draws it from
-    the run's data seed (docs/parity.md: a fixed test seed needs a library change)."""
-    sets = []
+def test_one_test_set_serves_every_run(build):
+    """Their one test set per task (``generate_test_data.py --test-data-seed 0``) serves every run,
+    whatever its data seed: ``test_seed: 0``; training and validation follow the run's seed (their
+    ``--data-seed $RANDOM`` per trial)."""
+    sets, train = [], []
     for seed in (0, 1):
         dm = build("lstm", "marked_reversal", "--data.init_args.test_per_length=1",
-                   f"--data.init_args.seed={seed}").datamodule  # fmt: skip
+                   "--data.init_args.train_size=20", f"--data.init_args.seed={seed}").datamodule  # fmt: skip
+        assert dm.test_seed == 0
         sets.append(dm.build_split("test").strings)
-    assert [len(w) for w in sets[0]] == [len(w) for w in sets[1]] and sets[0] != sets[1]
+        train.append(dm.build_split("train").strings)
+    assert sets[0] == sets[1] and train[0] != train[1]
+
+
+def test_batches_have_one_length_each(build):
+    """``generate_batches``: each training batch of 10 has one length; the batches are drawn once
+    and reshuffled every epoch (``RandomShuffling``)."""
+    dm = build("lstm", "dyck", "--data.init_args.train_size=60", "--data.init_args.val_size=20").datamodule
+    assert dm.batch_lengths == "per_batch"
+    dm.setup("fit")
+    for batch in dm.train_dataloader():
+        assert len(set(batch["lengths"].tolist())) == 1
+
+
+@pytest.mark.parametrize("model", ["ns", "rns", "vrns"])
+def test_nondeterministic_stacks_have_their_bottom_symbol(build, model):
+    """The NS-RNN (2020) and RNS-RNN (2022) numbers come from code whose stack never has the
+    bottom on top again once a symbol is pushed (``NondeterministicStack.__init__`` at
+    ``conll2020``/``iclr2022`` sets only ``α[0]``): ``bottom_symbol: original``; the vector RNS-RNN
+    (2023, ``stack-attention``) runs the fixed stack."""
+    for task in ("marked_reversal", "hardest_cfl"):
+        memory = build(model, task).model.layer.memory
+        assert memory.bottom_symbol == ("fixed" if model == "vrns" else "original")
 
 
 # -- loss and score -------------------------------------------------------------------------------

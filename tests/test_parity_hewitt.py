@@ -242,12 +242,16 @@ def test_the_closing_metric_is_their_reporter_on_random_models(k, m):
     assert got == pytest.approx(side, abs=1e-12)
 
 
-def test_the_suite_draws_each_seeds_data_from_the_seed():
-    """Their data come from fixed seeds (1, 1000, 2000), one data set for the 3 model seeds; a
-    memrnn suite cell passes its seed to the data too (docs/parity.md: a suite option to fix it)."""
-    suite = Suite.load(ROOT / "configs" / "suites" / "hewitt_fig3.yaml")
-    cell = next(c for c in suite.cells() if c.seed == 2)
-    assert "--data.init_args.seed=2" in suite.cli_args(cell)
+@pytest.mark.parametrize("suite", ["hewitt_fig3.yaml", "hewitt_init.yaml"])
+def test_the_suites_draw_one_data_set_for_every_seed(suite):
+    """Their data come from fixed seeds (1, 1000, 2000): one data set per (k, m, size) for the 3
+    model seeds; the suites' ``data_seed: 0`` gives every cell the same data, each its own model
+    seed."""
+    suite = Suite.load(ROOT / "configs" / "suites" / suite)
+    cells = [next(c for c in suite.cells() if c.seed == seed) for seed in (0, 2)]
+    args = [suite.cli_args(c) for c in cells]
+    for a, cell in zip(args, cells, strict=True):
+        assert "--data.init_args.seed=0" in a and f"--seed_everything={cell.seed}" in a
 
 
 @pytest.mark.parametrize("arch", ("lstm", "gru", "elman"))
