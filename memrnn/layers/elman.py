@@ -66,9 +66,14 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         bidirectional: as ``nn.RNN``'s: a backward direction per layer, started at each row's own
             last real token; ``output_size = 2 * hidden_size``; ``forward``/``outputs`` only
             (``step`` raises: no generation, no StackRNN controller).
+        learned_initial_state: ``h_0 = σ(h0_input)``, a learned parameter ``h0_input
+            [num_layers * num_directions, hidden_size]`` (0 at first: ``h_0 = σ(0)``, the zero state
+            for tanh and relu), passed through the layer's own activation: rau's
+            ``SimpleRNN(learned_hidden_state=True)``, FLaRe's RNN (Butoi et al. 2025).  Used by
+            ``initial_state`` and so by ``forward``'s default state.
 
     Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_hh`` (U) ``[hidden, hidden]``,
-    ``bias`` (b) ``[hidden]``.  Stacked or bidirectional, each layer ``k`` and direction has its
+    ``bias`` (b) ``[hidden]`` (and ``h0_input`` with ``learned_initial_state``).  Stacked or bidirectional, each layer ``k`` and direction has its
     own, named as ``nn.RNN``'s: ``weight_ih_l{k}``, ``weight_hh_l{k}``, ``bias_l{k}``, with the
     suffix ``_reverse`` for the backward direction (layer ``k > 0`` reads ``num_directions *
     hidden`` features).  With the default ``activation="tanh"`` (or ``"relu"``) the layer is
@@ -91,6 +96,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         num_layers: int = 1,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        learned_initial_state: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -99,6 +105,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         self.num_layers = positive_int("num_layers", num_layers)
+        self.learned_initial_state = check_flag("learned_initial_state", learned_initial_state)
         self.dropout = check_dropout(dropout, self.num_layers)
         self.bidirectional = check_flag("bidirectional", bidirectional)
         self.num_directions = 2 if self.bidirectional else 1
@@ -115,6 +122,12 @@ class ElmanRNN(MemoryLayer[ElmanState]):
                 setattr(self, f"weight_ih{sfx}", nn.Parameter(torch.empty(hidden_size, n_in, **fk)))
                 setattr(self, f"weight_hh{sfx}", nn.Parameter(torch.empty(hidden_size, hidden_size, **fk)))
                 setattr(self, f"bias{sfx}", nn.Parameter(torch.empty(hidden_size, **fk)) if bias else None)
+        #: ``h_0 = σ(h0_input)`` ``[num_layers * num_directions, hidden_size]`` (``learned_initial_state``)
+        self.h0_input = (
+            nn.Parameter(torch.zeros(self.num_layers * self.num_directions, hidden_size, **fk))
+            if self.learned_initial_state
+            else None
+        )
         self.reset_parameters()
 
     @property
@@ -131,10 +144,14 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         return getattr(self, f"weight_ih{sfx}"), getattr(self, f"weight_hh{sfx}"), getattr(self, f"bias{sfx}")
 
     def reset_parameters(self) -> None:
-        """Uniform in ``±1/sqrt(hidden_size)``, as ``torch.nn.RNN``."""
+        """Uniform in ``±1/sqrt(hidden_size)``, as ``torch.nn.RNN``; ``h0_input`` 0."""
         bound = 1.0 / math.sqrt(self.hidden_size)
         for p in self.parameters():
-            nn.init.uniform_(p, -bound, bound)
+            if p is not self.h0_input:
+                nn.init.uniform_(p, -bound, bound)
+        if self.h0_input is not None:
+            with torch.no_grad():
+                self.h0_input.zero_()
 
     def extra_repr(self) -> str:
         stacked = (f", num_layers={self.num_layers}" if self.num_layers > 1 else "") + (
@@ -144,17 +161,29 @@ class ElmanRNN(MemoryLayer[ElmanState]):
             f"{self.input_size}, {self.hidden_size}, activation={self.activation!r}, "
             f"bias={self._params(0, 0)[2] is not None}, fused={self.fused}{stacked}"
             + (", bidirectional=True" if self.bidirectional else "")
+            + (", learned_initial_state=True" if self.learned_initial_state else "")
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ElmanState:
-        """``h_0 = 0``: ``[B, hidden_size]`` for one layer and direction, else ``[B, num_layers *
-        num_directions, hidden_size]`` (:class:`ElmanState`)."""
+        """``h_0 = 0`` (with ``learned_initial_state``, ``σ(h0_input)`` for every row): ``[B,
+        hidden_size]`` for one layer and direction, else ``[B, num_layers * num_directions,
+        hidden_size]`` (:class:`ElmanState`)."""
         fk = self._default_factory(device, dtype)
-        if self._single:
-            return ElmanState(torch.zeros(batch_size, self.hidden_size, **fk))
-        return ElmanState(
-            torch.zeros(batch_size, self.num_layers * self.num_directions, self.hidden_size, **fk)
-        )
+        if self.h0_input is None:
+            h = torch.zeros(batch_size, self.num_layers * self.num_directions, self.hidden_size, **fk)
+        else:  # a copy per row, so that fused kernels get a contiguous state
+            h0 = ACTIVATIONS[self.activation](self.h0_input).to(**fk)
+            h = h0.expand(batch_size, *h0.shape).contiguous()
+        return ElmanState(h[:, 0] if self._single else h)
+
+    def output_at(self, state: ElmanState) -> Tensor:
+        """The output ``[B, hidden_size]`` at ``state``: the top layer's ``h`` (what ``step``
+        returned on reaching it); at ``initial_state``, ``h_0`` (0, or ``σ(h0_input)``): rau's
+        ``include_first=True`` first output (:meth:`memrnn.layers.LSTMLayer.output_at`).  A
+        bidirectional layer has none."""
+        if self.bidirectional:
+            raise stepless_error(self, "give an output at a state")
+        return state[0] if self._single else state[0][:, -1]
 
     def _step_projected(self, pre_t: Tensor, state: ElmanState) -> tuple[Tensor, ElmanState]:
         """One step from the already projected input ``pre_t = V x_t + b`` ``[B, hidden_size]``

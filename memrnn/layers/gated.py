@@ -308,6 +308,7 @@ class _FusedRecurrent(MemoryLayer):
         fused: bool = True,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        learned_initial_state: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -333,13 +334,47 @@ class _FusedRecurrent(MemoryLayer):
             device=device,
             dtype=dtype,
         )
+        self.learned_initial_state = check_flag("learned_initial_state", learned_initial_state)
+        #: ``h_0 = tanh(h0_input)`` per layer and direction ``[num_layers * num_directions, hidden_size]``
+        #: (``learned_initial_state``), else None
+        self.h0_input = (
+            nn.Parameter(
+                torch.zeros(num_layers * self.num_directions, hidden_size, device=device, dtype=dtype)
+            )
+            if self.learned_initial_state
+            else None
+        )
 
     def reset_parameters(self) -> None:
-        """torch's own initialisation of the wrapped module."""
+        """torch's own initialisation of the wrapped module; ``h0_input`` (``learned_initial_state``)
+        back to 0 (rau's constructor: ``h_0 = tanh(0) = 0``, the zero state's)."""
         self.rnn.reset_parameters()
+        if self.h0_input is not None:
+            with torch.no_grad():
+                self.h0_input.zero_()
 
     def extra_repr(self) -> str:
-        return f"fused={self.fused}"
+        return f"fused={self.fused}" + (", learned_initial_state=True" if self.learned_initial_state else "")
+
+    def _initial_h(self, batch_size: int, device, dtype) -> Tensor:
+        """``h_0 [B, num_layers * num_directions, hidden_size]``: zeros, or ``tanh(h0_input)`` for every
+        row (``learned_initial_state``; a copy per row, so fused kernels get a contiguous state)."""
+        if self.h0_input is None:
+            return self._zeros(batch_size, device, dtype)
+        fk = self._default_factory(device, dtype)
+        h0 = torch.tanh(self.h0_input).to(**fk)
+        return h0.expand(batch_size, *h0.shape).contiguous()
+
+    def output_at(self, state) -> Tensor:
+        """The output ``[B, hidden_size]`` the layer gives at ``state``: its top layer's ``h`` (what
+        ``step`` returned on reaching ``state``).  At ``initial_state(B)``: the output before any
+        input, ``h_0``'s top layer (0, or ``tanh(h0_input)`` with ``learned_initial_state``), what
+        rau's ``include_first=True`` puts first (DuSell & Chiang's and FLaRe's models read their
+        first prediction there; :class:`memrnn.lit.SequenceModule`'s ``initial_output``).  A
+        bidirectional layer has none (its backward direction's output depends on later inputs)."""
+        if self.bidirectional:
+            raise stepless_error(self, "give an output at a state")
+        return state[0][:, -1]
 
     def native_autocast(self, x: Tensor) -> bool:
         """On CUDA the fused path runs under autocast as ``nn.LSTM``/``nn.GRU`` do (cuDNN in the
@@ -492,6 +527,11 @@ class LSTMLayer(_FusedRecurrent):
             only (0 by default; > 0 needs ``num_layers > 1``).
         bidirectional: as ``nn.LSTM``'s: a backward direction per layer, ``output_size = 2 *
             hidden_size``; ``forward``/``outputs`` only (``step`` raises).
+        learned_initial_state: the initial state's ``h_0 = tanh(h0_input)``, a learned parameter
+            ``h0_input [num_layers * num_directions, hidden_size]`` (0 at first, so the layer
+            starts from the zero state), and ``c_0 = 0``: rau's ``LSTM(learned_hidden_state=True)``,
+            which FLaRe's LSTM uses (Butoi et al. 2025; ``h_0`` only, never ``c_0``).  Used by
+            ``initial_state`` and so by ``forward``'s default state; a given state replaces it.
 
     ``trace`` reports ``i``, ``f``, ``o``, ``c_tilde``, ``c``, ``h``, each
     ``[B, T, num_layers * num_directions, hidden_size]``.
@@ -521,6 +561,7 @@ class LSTMLayer(_FusedRecurrent):
         forget_bias: float = 0.0,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        learned_initial_state: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -537,6 +578,7 @@ class LSTMLayer(_FusedRecurrent):
             fused,
             dropout,
             bidirectional,
+            learned_initial_state,
             device=device,
             dtype=dtype,
         )
@@ -559,8 +601,10 @@ class LSTMLayer(_FusedRecurrent):
         return super().extra_repr() + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
-        """``h_0 = c_0 = 0``, each ``[B, num_layers * num_directions, hidden_size]``."""
-        return LSTMState(self._zeros(batch_size, device, dtype), self._zeros(batch_size, device, dtype))
+        """``h_0 = c_0 = 0``, each ``[B, num_layers * num_directions, hidden_size]``; with
+        ``learned_initial_state``, ``h_0 = tanh(h0_input)`` for every row and ``c_0 = 0`` (rau's
+        ``LSTM(learned_hidden_state=True)``)."""
+        return LSTMState(self._initial_h(batch_size, device, dtype), self._zeros(batch_size, device, dtype))
 
     def _cell(self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]):
         h, c = leaves
@@ -585,6 +629,9 @@ class GRULayer(_FusedRecurrent):
             only (0 by default; > 0 needs ``num_layers > 1``).
         bidirectional: as ``nn.GRU``'s: a backward direction per layer, ``output_size = 2 *
             hidden_size``; ``forward``/``outputs`` only (``step`` raises).
+        learned_initial_state: ``h_0 = tanh(h0_input)``, a learned parameter ``h0_input
+            [num_layers * num_directions, hidden_size]`` (0 at first), as :class:`LSTMLayer`'s (rau
+            has no GRU; its LSTM's and tanh RNN's rule).
 
     ``trace`` reports ``r``, ``z``, ``n``, ``h``, each ``[B, T, num_layers * num_directions,
     hidden_size]``.
@@ -614,6 +661,7 @@ class GRULayer(_FusedRecurrent):
         bptt: bool = False,
         dropout: float = 0.0,
         bidirectional: bool = False,
+        learned_initial_state: bool = False,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -627,6 +675,7 @@ class GRULayer(_FusedRecurrent):
             fused,
             dropout,
             bidirectional,
+            learned_initial_state,
             device=device,
             dtype=dtype,
         )
@@ -635,8 +684,9 @@ class GRULayer(_FusedRecurrent):
         return super().extra_repr() + (", bptt=True" if self.bptt else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> GRUState:
-        """``h_0 = 0`` ``[B, num_layers * num_directions, hidden_size]``."""
-        return GRUState(self._zeros(batch_size, device, dtype))
+        """``h_0 = 0`` ``[B, num_layers * num_directions, hidden_size]``; with
+        ``learned_initial_state``, ``h_0 = tanh(h0_input)`` for every row."""
+        return GRUState(self._initial_h(batch_size, device, dtype))
 
     def _cell(self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]):
         (h,) = leaves

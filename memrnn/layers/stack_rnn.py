@@ -213,6 +213,24 @@ class StackRNN(MemoryLayer):
         m = self.memory.initial_state(batch_size, **fk)
         return self.State(*c, *m)
 
+    def output_at(self, state: NamedTuple) -> Tensor:
+        """The output ``[B, output_size]`` at ``state``: the controller's (its ``output_at``), with
+        the memory's reading ``[h ; memory.read(M)]`` for ``output="hidden+reading"``, what ``step``
+        returned on reaching ``state``.  At ``initial_state``: the controller's initial output
+        (``h_0``) and the empty memory's reading, rau's and DuSell & Chiang's ``include_first=True``
+        first output (``StackRNNBase.State.output``), which their models read the first prediction
+        from.  A controller without ``output_at`` raises, naming its class."""
+        cs, ms = self.split(state)
+        output_at = getattr(self.controller, "output_at", None)
+        if output_at is None:
+            raise ValueError(
+                f"StackRNN's controller {type(self.controller).__name__} has no output_at(state) (the "
+                f"output at a state without a step), so the stack RNN has none; LSTMLayer, GRULayer "
+                f"and ElmanRNN have it"
+            )
+        h = output_at(cs)
+        return h if self.output == "hidden" else torch.cat([h, self.memory.read(ms)], -1)
+
     def split(self, state: NamedTuple) -> tuple[NamedTuple, NamedTuple]:
         """The flat state as (the controller's state, the memory's state)."""
         k = len(self._controller_state._fields)
