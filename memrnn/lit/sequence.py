@@ -17,9 +17,10 @@ from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import Perplexity
 
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX, bos_inputs
+from memrnn.lit.init import check_init, dusell_init_, flare_init_, hewitt_init_
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
     BracketClosingAccuracy,
@@ -33,6 +34,8 @@ LRSchedulerCallable = Callable[[Optimizer], LRScheduler | ReduceLROnPlateau]
 OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
 #: ``readout_activation``: applied to the layer's outputs before every head
 READOUT_ACTIVATIONS = {"identity": lambda h: h, "relu": F.relu}
+#: ``loss_reduction``: how the generator's and next-set's per-position losses make one number
+LOSS_REDUCTIONS = ("token", "string", "sum_per_string")
 #: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
 NEEDS = {
     "generator": ("target",),
@@ -87,6 +90,33 @@ def _embedding_width(embedding: str, embedding_dim: int | None, vocab_size: int)
     return positive_int("embedding_dim", 16 if embedding_dim is None else embedding_dim)
 
 
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+class TiedReadout(nn.Module):
+    """The generator's readout tied to the input embedding, without a bias: ``logits = h ·
+    E[:num_symbols]ᵀ`` for the embedding matrix ``E [vocab_size, D]`` (``weight`` *is*
+    ``embedding.weight``, one parameter), as FLaRe's language-modelling head (rau's
+    ``TiedLinear``: ``linear(x, embeddings[:output_size])``).  The output ids are the first
+    ``num_symbols`` input ids (the symbols and ``END``; ``BOS``, the last input id, has no output)."""
+
+    def __init__(self, embedding: nn.Embedding, num_symbols: int) -> None:
+        super().__init__()
+        self.weight = embedding.weight
+        self.in_features, self.out_features = embedding.weight.shape[1], num_symbols
+        self.bias = None
+
+    def forward(self, h: Tensor) -> Tensor:
+        """``h [..., D]`` -> logits ``[..., num_symbols]``."""
+        return F.linear(h, self.weight[: self.out_features])
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias=False, tied"
+
+
 class SequenceModule(L.LightningModule):
     """A sequence model over a formal language, trained on one or several objectives.
 
@@ -122,9 +152,13 @@ class SequenceModule(L.LightningModule):
         max_length: longest string length kept apart in the per-length curves (longer ones
             share the last bucket).
         loss_reduction: how the ``generator`` and ``next_set`` losses average their positions:
-            ``"token"`` (default: over every scored position of the batch) or ``"string"`` (over
+            ``"token"`` (default: over every scored position of the batch), ``"string"`` (over
             each string's positions, then over the strings that have any: the recognizer
-            benchmark's auxiliary losses, Butoi et al. 2025).  A ``next_set_mask`` in the batch
+            benchmark's auxiliary losses, Butoi et al. 2025) or ``"sum_per_string"`` (each
+            string's *sum* over its positions, then the mean over the strings that have any:
+            DuSell & Chiang's ``sequence_losses.sum(1).mean()``, ``utils/train_util.py``, so that a
+            ``gradient_clip_val`` clips what their ``clip_grad_norm_`` clips; the loss is ``n + 1``
+            times the token mean on strings of ``n`` symbols).  A ``next_set_mask`` in the batch
             says which positions have a next-symbol set (default: every real one).
         select_on: the objective whose validation loss ``val/loss`` is (what checkpoints, early
             stopping and a plateau schedule watch), the weighted total then going to
@@ -134,6 +168,43 @@ class SequenceModule(L.LightningModule):
         readout_activation: applied to the layer's outputs ``h [B, T, H]`` before every head:
             ``"identity"`` (default: the heads read ``h``) or ``"relu"`` (``Linear(relu(h))``,
             the readout of Delétang et al.'s 2023 public code, ``models/rnn.py``).
+        initial_output: no start symbol.  The batches keep their ``BOS`` first input, but the
+            layer does not read it: it runs on ``input[:, 1:]`` (``n`` steps for ``n`` symbols, not
+            ``n + 1``) and position 0 is the layer's output *at its initial state*
+            (``layer.output_at(initial_state)``: ``h_0``, 0 unless the layer learns it), so the
+            first symbol is predicted from the initial state and every shape after the layer
+            (targets, masks, the acceptor read at ``lengths − 1``, per-length curves) is
+            unchanged.  With ``h_0 = 0`` the first logits are the heads' biases.  This is rau's
+            ``include_first=True``, which DuSell & Chiang's models (2020, 2022, 2023; one-hot
+            inputs, no ``BOS``) and FLaRe's RNNs and LSTMs (Butoi et al. 2025) use; ``False``
+            (default): the layer reads ``BOS`` first, one more step (memrnn's models).  Needs a
+            layer with ``output_at`` (LSTMLayer, GRULayer, ElmanRNN, a StackRNN with one of
+            them as controller; not bidirectional).
+        dropout: in training mode, dropout of this probability on the embedding's output (the
+            layer's input) and on the layer's output (before the heads; with ``initial_output``
+            its first position too): FLaRe's ``DropoutUnidirectional`` before and after the RNN
+            (Butoi et al. 2025, ``model_interface.py``; their scripts use 0.1, with the same rate
+            between stacked layers: the layer's own ``dropout``).  Default 0.
+        tie_embeddings: the ``generator`` head is the input embedding, without a bias
+            (:class:`TiedReadout`: output id ``i`` scores ``h · E_i``): FLaRe's language-modelling
+            head (rau's ``get_shared_embeddings`` and ``TiedLinear``, ``bias=False``), which it ties
+            only when there is one (``--use-language-modeling-head``; the next-symbol head is never
+            tied).  Needs the ``generator`` objective, ``embedding="learned"`` and
+            ``embedding_dim`` equal to the layer's ``output_size`` (FLaRe: both ``hidden_units``).
+        init: the initialisation of the whole model, applied once it is built
+            (:mod:`memrnn.lit.init`): ``"torch"`` (default: each module's own), ``"dusell"``
+            (DuSell & Chiang's ``model_util.initialize``: the heads and the superposition and
+            stratification stacks' heads Xavier-uniform with their activations' gains, zero biases,
+            every other parameter ``U(−s, s)``), ``"flare"`` (Butoi et al.'s: rau's ``smart_init``
+            with ``uniform_fallback(s)``, the same rule, the recurrent layers' second bias 0) or
+            ``"hewitt"`` (Hewitt et al. 2020, ``lm.py``: the generator's readout ``W ~ U(−√h,
+            √h)``, ``b = 0``; torch's elsewhere).
+        init_scale: ``s`` of ``"dusell"`` and ``"flare"`` (their ``--init-scale``; default 0.1, the
+            value of their scripts); refused with the other schemes.
+        restart_optimizer_on_decay: whenever a scheduler step lowers the learning rate, the
+            optimizer's state is reset (Adam's moments and step count: a restarted Adam), as
+            Hewitt et al.'s (2020, appendix H.3) text describes; their code keeps Adam's state
+            (``training_regimen.py``), as memrnn does by default.  Needs an ``lr_scheduler``.
 
     The generator's loss reads the batch's ``loss_target`` when it has one (a
     :class:`memrnn.data.ChomskyDataModule` with ``loss_positions="outputs"``: every output
@@ -161,9 +232,15 @@ class SequenceModule(L.LightningModule):
         bracket_types: int | None = None,
         max_length: int = 1024,
         embedding: Literal["learned", "one_hot"] = "learned",
-        loss_reduction: Literal["token", "string"] = "token",
+        loss_reduction: Literal["token", "string", "sum_per_string"] = "token",
         select_on: str | None = None,
         readout_activation: Literal["identity", "relu"] = "identity",
+        initial_output: bool = False,
+        dropout: float = 0.0,
+        tie_embeddings: bool = False,
+        init: Literal["torch", "dusell", "hewitt", "flare"] = "torch",
+        init_scale: float | None = None,
+        restart_optimizer_on_decay: bool = False,
     ) -> None:
         super().__init__()
         objectives = _check_objectives(objectives)
@@ -174,8 +251,19 @@ class SequenceModule(L.LightningModule):
                 f"got {readout_activation!r}"
             )
         self.readout_activation = readout_activation
-        if loss_reduction not in ("token", "string"):
-            raise ValueError(f"loss_reduction must be 'token' or 'string', got {loss_reduction!r}")
+        if loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(
+                f"loss_reduction must be one of {', '.join(map(repr, LOSS_REDUCTIONS))}, got {loss_reduction!r}"
+            )
+        self.initial_output = _check_bool("initial_output", initial_output)
+        self.tie_embeddings = _check_bool("tie_embeddings", tie_embeddings)
+        self.restart_optimizer_on_decay = _check_bool(
+            "restart_optimizer_on_decay", restart_optimizer_on_decay
+        )
+        dropout = finite_float("dropout", dropout)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        init_scale = check_init(init, init_scale)
         if select_on is not None and select_on not in objectives:
             raise ValueError(
                 f"select_on={select_on!r} is not one of the objectives ({', '.join(objectives)})"
@@ -189,6 +277,11 @@ class SequenceModule(L.LightningModule):
         check_optimizer(optimizer, optimizer_args)
         if lr_scheduler is not None and not callable(lr_scheduler):
             raise ValueError(f"lr_scheduler must be a callable of the optimizer, got {lr_scheduler!r}")
+        if restart_optimizer_on_decay and lr_scheduler is None:
+            raise ValueError(
+                "restart_optimizer_on_decay=True restarts the optimizer when a scheduler lowers the learning "
+                "rate, but lr_scheduler is None (e.g. torch.optim.lr_scheduler.ReduceLROnPlateau)"
+            )
         self.save_hyperparameters()
         self.optimizer_class, self.optimizer_args = optimizer, dict(optimizer_args or {})
         self.lr_scheduler = lr_scheduler
@@ -207,20 +300,88 @@ class SequenceModule(L.LightningModule):
                 "(memrnn.layers has LSTMLayer, GRULayer, ElmanRNN, … for torch's recurrent modules)"
             )
         self.vocab_size, self.num_symbols = vocab_size, num_symbols
+        if self.initial_output:
+            self._check_initial_output()
+        #: FLaRe's dropout before and after the layer (``dropout``), or None
+        self.input_dropout = nn.Dropout(dropout) if dropout else None
+        self.output_dropout = nn.Dropout(dropout) if dropout else None
+        if self.tie_embeddings:
+            self._check_tie(embedding, embedding_dim)
         self.heads = self._make_heads(self.layer.output_size)
+        self._initialize(init, init_scale)
         for split in ("val", "test"):
             setattr(self, f"{split}_metrics", self._make_metrics(bracket_types))
             setattr(self, f"{split}_by_length", PerLengthStats(self._curve_stats(), max_length=max_length))
         #: per-length curves of the last validation/test epoch (``length_curves()``'s output)
         self.curves: dict[str, dict[str, list[float]]] = {}
 
+    def _check_initial_output(self) -> None:
+        """A clear error, at construction, for a layer without an output at its initial state."""
+        name = type(self.layer).__name__
+        if not callable(getattr(self.layer, "output_at", None)):
+            raise ValueError(
+                f"initial_output=True reads the first position from the layer's output at its initial "
+                f"state, but {name} has no output_at(state); LSTMLayer, GRULayer, ElmanRNN and a StackRNN "
+                f"over one of them have it"
+            )
+        try:
+            self.layer.output_at(self.layer.initial_state(1))
+        except ValueError as err:
+            raise ValueError(
+                f"initial_output=True needs the layer's output at its initial state: {err}"
+            ) from None
+
+    def _check_tie(self, embedding: str, embedding_dim: int) -> None:
+        """The conditions of ``tie_embeddings`` (FLaRe ties its language-modelling head only)."""
+        if "generator" not in self.objectives:
+            raise ValueError(
+                f"tie_embeddings=True ties the generator's readout to the input embedding (FLaRe's "
+                f"language-modelling head), but the objectives ({', '.join(self.objectives)}) have no generator"
+            )
+        if embedding != "learned":
+            raise ValueError(f"tie_embeddings=True needs a learned embedding, got embedding={embedding!r}")
+        if embedding_dim != self.layer.output_size:
+            raise ValueError(
+                f"tie_embeddings=True reads the layer's outputs with the embedding matrix, so embedding_dim "
+                f"must equal the layer's output_size={self.layer.output_size}, got embedding_dim={embedding_dim}"
+            )
+        if self.num_symbols > self.vocab_size:
+            raise ValueError(
+                f"tie_embeddings=True reads the {self.num_symbols} output ids from the embedding's first rows, "
+                f"but it has vocab_size={self.vocab_size}"
+            )
+
+    def _initialize(self, init: str, scale: float | None) -> None:
+        """``init``'s scheme over the whole model (:mod:`memrnn.lit.init`)."""
+        if init == "torch":
+            return
+        if init == "hewitt":
+            readout = self.heads["generator"] if "generator" in self.heads else None  # noqa: SIM401 (ModuleDict)
+            if not isinstance(readout, nn.Linear):
+                raise ValueError(
+                    "init='hewitt' draws the generator's readout (Hewitt et al.'s U(-sqrt(h), sqrt(h))), but "
+                    + (
+                        "it is tied to the embedding"
+                        if readout is not None
+                        else "this model has no generator head"
+                    )
+                )
+            hewitt_init_(readout)
+            return
+        readouts = [head for head in self.heads.values() if isinstance(head, nn.Linear)]  # not a tied one
+        scheme = dusell_init_ if init == "dusell" else flare_init_
+        scheme(self, scale, readouts=readouts)
+
     def _make_heads(self, hidden: int) -> nn.ModuleDict:
         """One linear head per output the objectives read: ``generator`` and ``next_set``
         ``hidden -> num_symbols``, ``acceptor`` ``hidden -> 1`` (each reads
-        ``readout_activation(h)``)."""
+        ``readout_activation(h)``); with ``tie_embeddings`` the generator's is a
+        :class:`TiedReadout`."""
         heads = nn.ModuleDict()
         for name in ("generator", "next_set"):
-            if name in self.objectives:
+            if name == "generator" and name in self.objectives and self.tie_embeddings:
+                heads[name] = TiedReadout(self.embedding, self.num_symbols)
+            elif name in self.objectives:
                 heads[name] = nn.Linear(hidden, self.num_symbols)
         if {"acceptor_end", "acceptor_prefix"} & set(self.objectives):
             heads["acceptor"] = nn.Linear(hidden, 1)
@@ -321,12 +482,31 @@ class SequenceModule(L.LightningModule):
                     f"unknown token id {int(input_ids[bad][0])}; the model has ids 0..{self.vocab_size - 1}"
                 )
         x = self.embedding(input_ids)
+        if self.input_dropout is not None:
+            x = self.input_dropout(x)
         state = None
         if input_lengths is not None and "jump" in getattr(getattr(self.layer, "State", None), "_fields", ()):
             state = self.layer.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
             state = state._replace(jump=input_lengths.to(device=x.device, dtype=state.jump.dtype))
         # the final state is not needed: layers may skip it (LSTMLayer/GRULayer skip packing)
-        return self.layer.outputs(x, state=state, mask=mask)
+        if self.initial_output:
+            h = self._outputs_from_initial_state(x, state, mask)
+        else:
+            h = self.layer.outputs(x, state=state, mask=mask)
+        return h if self.output_dropout is None else self.output_dropout(h)
+
+    def _outputs_from_initial_state(self, x: Tensor, state: Any, mask: Tensor | None) -> Tensor:
+        """``initial_output``: the layer's output at its initial state, then its outputs on
+        ``x[:, 1:]`` (the input without ``BOS``), ``[B, T, H]`` as the layer's on all of ``x``."""
+        if x.shape[1] == 0:
+            return self.layer.outputs(x, state=state, mask=mask)
+        if state is None:
+            state = self.layer.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
+        first = self.layer.output_at(state)[:, None]
+        if mask is not None:  # a row with no position at all (none from memrnn's data) stays zero
+            first = first * mask[:, :1, None].to(first.dtype)
+        rest = self.layer.outputs(x[:, 1:], state=state, mask=None if mask is None else mask[:, 1:])
+        return torch.cat([first.to(rest.dtype), rest], 1)
 
     def heads_out(
         self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
@@ -404,12 +584,15 @@ class SequenceModule(L.LightningModule):
 
     def _reduce(self, per: Tensor, scored: Tensor) -> Tensor:
         """The mean of the losses ``per [B, T]`` at the ``scored [B, T]`` positions, over all of
-        them (``loss_reduction="token"``) or per string, then over the strings with any."""
+        them (``loss_reduction="token"``), or per string (its mean, ``"string"``, or its sum,
+        ``"sum_per_string"``), then over the strings with any."""
         per = per * scored
         if self.loss_reduction == "token":
             return per.sum() / scored.sum().clamp_min(1)
         counts = scored.sum(1)
         rows = counts > 0
+        if self.loss_reduction == "sum_per_string":
+            return per.sum(1)[rows].sum() / rows.sum().clamp_min(1)
         return (per.sum(1)[rows] / counts[rows]).sum() / rows.sum().clamp_min(1)
 
     def _total(self, losses: Mapping[str, Tensor]) -> Tensor:
@@ -567,6 +750,19 @@ class SequenceModule(L.LightningModule):
         if isinstance(sched, ReduceLROnPlateau):
             conf["monitor"] = self.lr_monitor
         return {"optimizer": opt, "lr_scheduler": conf}
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Lightning's step of the scheduler; with ``restart_optimizer_on_decay``, a step that
+        lowers any group's learning rate then empties the optimizer's state (Adam restarts: its
+        moments and step count from zero, as for a new optimizer)."""
+        optimizer = getattr(scheduler, "optimizer", None)
+        before = [group["lr"] for group in optimizer.param_groups] if optimizer is not None else []
+        super().lr_scheduler_step(scheduler, metric)
+        lowered = optimizer is not None and any(
+            group["lr"] < lr for group, lr in zip(optimizer.param_groups, before, strict=True)
+        )
+        if self.restart_optimizer_on_decay and lowered:
+            optimizer.state.clear()
 
 
 def check_optimizer(optimizer: type[Optimizer], optimizer_args: Mapping[str, Any] | None) -> None:

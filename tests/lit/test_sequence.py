@@ -3,6 +3,7 @@ bracket-closing metric in validation."""
 
 from __future__ import annotations
 
+import copy
 import functools
 
 import lightning as L
@@ -10,10 +11,13 @@ import pytest
 import torch
 
 from memrnn.data import AcceptorDataModule, FormalLanguageDataModule
+from memrnn.data.datamodule import collate_generator
 from memrnn.data.tasks import collate_acceptor
 from memrnn.languages import AnBn, DyckKM, DyckN
-from memrnn.layers import LSTMLayer
+from memrnn.layers import JordanRNN, LSTMLayer, StackRNN
 from memrnn.lit import SequenceModule
+from memrnn.lit.cli import build_cli
+from memrnn.lit.sequence import TiedReadout, acceptor_end_logits
 
 
 def model_for(dm, objectives, **kw):
@@ -190,7 +194,9 @@ def test_string_reduction_averages_each_strings_positions_then_the_strings():
     torch.testing.assert_close(got_t["generator"], nll[scored].mean())
     torch.testing.assert_close(got_t["next_set"], bce[batch["next_set_mask"]].mean())
     torch.testing.assert_close(got_s["acceptor_end"], got_t["acceptor_end"])
-    with pytest.raises(ValueError, match="loss_reduction must be 'token' or 'string', got 'sum'"):
+    with pytest.raises(
+        ValueError, match="loss_reduction must be one of 'token', 'string', 'sum_per_string', got 'sum'"
+    ):
         model_for(dm, objectives, loss_reduction="sum")
     with pytest.raises(
         ValueError, match=r"select_on='generator' is not one of the objectives \(acceptor_end\)"
@@ -272,3 +278,278 @@ def test_a_layer_that_is_not_a_callable_of_the_input_size_is_named(layer):
         SequenceModule(layer, vocab_size=4, num_symbols=3)
     with pytest.raises(ValueError, match=r"layer must build a memrnn MemoryLayer, got LSTM"):
         SequenceModule(functools.partial(torch.nn.LSTM, hidden_size=8), vocab_size=4, num_symbols=3)
+
+
+# -- the authors' models: DuSell & Chiang, FLaRe, Hewitt et al. (docs/parity.md) ---------------------
+def dyck_batch(train_lengths=(1, 15), size=8):
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=size, val_size=0, test_size=0,
+                                  train_lengths=train_lengths, batch_size=size)  # fmt: skip
+    return dm, next(iter(dm.train_dataloader()))
+
+
+def test_initial_output_predicts_the_first_symbol_from_the_initial_state():
+    """``initial_output=True`` (rau's ``include_first``: DuSell & Chiang's and FLaRe's models, no
+    start symbol): the layer runs on the input without ``BOS`` (``n`` steps, not ``n + 1``) and
+    position 0 is its output at the initial state, so a one-layer LSTM's first logits are the
+    readout's bias (``h_0 = 0``); a padded batch equals each row alone."""
+    dm, batch = dyck_batch()
+    inp, mask = batch["input"], batch["mask"]
+    assert len(set(batch["lengths"].tolist())) > 1  # really padded
+    model, before = (model_for(dm, {"generator": 1.0}, initial_output=o).double() for o in (True, False))
+    steps = []
+    hooks = [m.layer.rnn.register_forward_hook(lambda mod, args, out: steps.append(args[0].shape[1]))
+             for m in (model, before)]  # fmt: skip
+    logits = model.heads_out(inp, mask)["generator"]
+    before.heads_out(inp, mask)
+    for hook in hooks:
+        hook.remove()
+    assert steps == [inp.shape[1] - 1, inp.shape[1]]  # the LSTM takes n steps, memrnn's BOS model n + 1
+    assert logits.shape == (*inp.shape, dm.num_symbols)  # every shape downstream unchanged
+    torch.testing.assert_close(logits[:, 0], model.readout.bias.expand(len(inp), -1), atol=0, rtol=0)
+    h, _ = model.layer(model.embedding(inp[:, 1:]), mask=mask[:, 1:])  # the string alone, no BOS
+    torch.testing.assert_close(logits[:, 1:], model.readout(h), atol=1e-12, rtol=0)
+    for b, n in enumerate(batch["lengths"].tolist()):
+        alone = model.heads_out(inp[b : b + 1, :n], mask[b : b + 1, :n])["generator"]
+        torch.testing.assert_close(logits[b : b + 1, :n], alone, atol=1e-12, rtol=0)
+    model.losses(batch, model.heads_out(inp, mask))["generator"].backward()  # trains
+
+
+def test_initial_output_reads_a_learned_state_a_stack_reading_and_the_empty_strings_verdict():
+    """The first output is the layer's at its initial state: ``tanh(h0_input)`` with a learned
+    state (FLaRe), ``[h_0 ; reading of the empty stack]`` for a StackRNN that outputs its reading
+    (DuSell & Chiang's ``include_reading_in_output``); the acceptor reads it for the empty string."""
+    dm = AcceptorDataModule(
+        AnBn(), train_size=8, val_size=0, test_size=0, train_lengths=(3, 11), batch_size=8
+    )
+    torch.manual_seed(0)
+    model = SequenceModule(functools.partial(LSTMLayer, hidden_size=8, learned_initial_state=True),
+                           vocab_size=dm.vocab_size, num_symbols=dm.num_symbols, objectives={"acceptor_end": 1.0},
+                           initial_output=True).double()  # fmt: skip
+    with torch.no_grad():
+        model.layer.h0_input.normal_()
+    empty = torch.tensor([[AnBn().bos_id]])
+    out = model.heads_out(empty, torch.ones(1, 1, dtype=torch.bool))["acceptor"]
+    verdict = acceptor_end_logits(out, torch.tensor([1]))
+    torch.testing.assert_close(
+        verdict, model.heads["acceptor"](torch.tanh(model.layer.h0_input[-1]))[None, 0]
+    )
+    assert model.accepts([[]], AnBn().bos_id) == [bool(verdict > 0)]
+
+    torch.manual_seed(0)
+    stack = SequenceModule(
+        functools.partial(StackRNN, hidden_size=6, width=3, depth=8, output="hidden+reading",
+                          controller_args={"learned_initial_state": True}),
+        vocab_size=dm.vocab_size, num_symbols=dm.num_symbols, initial_output=True,
+    ).double()  # fmt: skip
+    with torch.no_grad():
+        stack.layer.controller.h0_input.normal_()
+    batch = next(iter(dm.train_dataloader()))
+    first = stack.heads_out(batch["input"], batch["mask"])["generator"][:, 0]
+    h0 = torch.tanh(stack.layer.controller.h0_input[-1])
+    want = stack.readout(torch.cat([h0, h0.new_zeros(3)]))  # the empty stack reads zeros
+    torch.testing.assert_close(first, want.expand_as(first), atol=1e-12, rtol=0)
+
+
+def test_initial_output_needs_a_layer_with_an_output_at_its_initial_state():
+    dm, _ = dyck_batch()
+    with pytest.raises(ValueError, match=r"initial_output=True .* but JordanRNN has no output_at\(state\)"):
+        SequenceModule(functools.partial(JordanRNN, hidden_size=4, feedback_size=3), vocab_size=dm.vocab_size,
+                       num_symbols=dm.num_symbols, initial_output=True)  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"initial_output=True needs .*LSTMLayer\(bidirectional=True\) cannot"
+    ):
+        SequenceModule(functools.partial(LSTMLayer, hidden_size=4, bidirectional=True), vocab_size=dm.vocab_size,
+                       num_symbols=dm.num_symbols, initial_output=True)  # fmt: skip
+    with pytest.raises(ValueError, match="initial_output must be True or False, got 'yes'"):
+        model_for(dm, {"generator": 1.0}, initial_output="yes")
+
+
+def test_sum_per_string_is_dusell_and_chiangs_loss():
+    """``loss_reduction="sum_per_string"``: each string's summed loss, then the mean over strings
+    (their ``sequence_losses.sum(1).mean()``): ``n + 1`` times the token mean on strings of ``n``
+    symbols; on a padded batch, the transcription of their formula."""
+    dm, padded = dyck_batch()
+    items = [{"ids": ids} for ids in dm.build_split("train").strings if len(ids) == 3]  # ( ) END
+    equal = collate_generator(items, DyckKM(2, 2).bos_id)
+    assert len(items) > 1 and (equal["lengths"] == 3).all()
+    summed, token = (model_for(dm, {"generator": 1.0}, loss_reduction=r) for r in ("sum_per_string", "token"))
+    out = summed.heads_out(equal["input"], equal["mask"])
+    torch.testing.assert_close(
+        summed.losses(equal, out)["generator"], 3 * token.losses(equal, out)["generator"]
+    )
+    out = summed.heads_out(padded["input"], padded["mask"])
+    sequence_losses = torch.nn.functional.cross_entropy(
+        out["generator"].transpose(1, 2), padded["target"], ignore_index=-100, reduction="none"
+    )  # 0 at padding, as their masked losses
+    torch.testing.assert_close(summed.losses(padded, out)["generator"], sequence_losses.sum(1).mean())
+
+
+def test_dropout_is_flares_before_and_after_the_layer_in_training_only(gen):
+    """``dropout``: FLaRe's ``DropoutUnidirectional`` on the embedding's output and on the layer's
+    output (its first, initial-state position too) in training mode; nothing in eval mode."""
+    dm, batch = dyck_batch()
+    inp, mask = batch["input"], batch["mask"]
+    model = model_for(dm, {"generator": 1.0}, dropout=0.5, initial_output=True, embedding_dim=8).double()
+    plain = model_for(dm, {"generator": 1.0}, initial_output=True, embedding_dim=8).double()
+    plain.load_state_dict(model.state_dict())
+    model.eval()
+    torch.testing.assert_close(model.encode(inp, mask), plain.encode(inp, mask), atol=0, rtol=0)
+    model.train()
+    seen = {}
+    model.layer.rnn.register_forward_hook(lambda mod, args, out: seen.update(x=args[0], y=out[0]))
+    h = model.encode(inp, mask)
+    x, y = model.embedding(inp[:, 1:]), seen["y"] * mask[:, 1:, None]
+    for got, clean in ((seen["x"], x), (h[:, 1:], y)):  # each element dropped or scaled by 1 / (1 − p)
+        dropped = got == 0
+        assert dropped[clean != 0].any() and (~dropped[clean != 0]).any()
+        torch.testing.assert_close(got[~dropped], 2 * clean[~dropped], atol=1e-12, rtol=0)
+    first = model.layer.output_at(model.layer.initial_state(len(inp)))
+    assert ((h[:, 0] == 0) | torch.isclose(h[:, 0], 2 * first)).all()
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
+        model_for(dm, {"generator": 1.0}, dropout=1.0)
+
+
+def test_tied_embeddings_are_one_parameter_and_the_readout_has_no_bias():
+    """``tie_embeddings``: the generator's readout is the input embedding (FLaRe's language-modelling
+    head, rau's ``TiedLinear``): one parameter, logits ``h · E[:num_symbols]ᵀ``, no bias; refused
+    where there is nothing to tie or the sizes differ."""
+    from memrnn.data import RecognizerDataModule
+
+    dm = RecognizerDataModule("marked_reversal", train_size=8, val_size=4, auxiliary=["language_modelling"])
+    dm.setup("fit")
+    batch = dm.collate_fn()([dm.datasets["train"][i] for i in range(8)])
+    objectives = {"acceptor_end": 1.0, "generator": 1.0}
+    model = model_for(dm, objectives, tie_embeddings=True, embedding_dim=8, initial_output=True)
+    head = model.heads["generator"]
+    assert isinstance(head, TiedReadout) and head.weight is model.embedding.weight and head.bias is None
+    assert sum(p.numel() for p in model.parameters()) == (
+        sum(p.numel() for p in model_for(dm, objectives, embedding_dim=8).parameters())
+        - (8 + 1) * dm.num_symbols
+    )
+    h = model.encode(batch["input"], batch["mask"])
+    logits = model.heads_out(batch["input"], batch["mask"])["generator"]
+    torch.testing.assert_close(logits, h @ model.embedding.weight[: dm.num_symbols].T)
+    model.losses(batch, model.heads_out(batch["input"], batch["mask"]))["generator"].backward()
+    assert model.embedding.weight.grad[dm.num_symbols - 1].abs().sum() > 0  # EOS's row: output only
+    other = model_for(dm, objectives, tie_embeddings=True, embedding_dim=8, initial_output=True)
+    other.load_state_dict(model.state_dict())
+    assert other.heads["generator"].weight is other.embedding.weight
+    torch.testing.assert_close(other.embedding.weight, model.embedding.weight)
+    with pytest.raises(
+        ValueError, match=r"tie_embeddings=True .* objectives \(acceptor_end\) have no generator"
+    ):
+        model_for(dm, {"acceptor_end": 1.0}, tie_embeddings=True, embedding_dim=8)
+    with pytest.raises(
+        ValueError, match="tie_embeddings=True needs a learned embedding, got embedding='one_hot'"
+    ):
+        model_for(dm, objectives, tie_embeddings=True, embedding="one_hot")
+    with pytest.raises(
+        ValueError, match="embedding_dim must equal the layer's output_size=8, got embedding_dim=16"
+    ):
+        model_for(dm, objectives, tie_embeddings=True)
+
+
+def test_restart_optimizer_on_decay_gives_a_fresh_adam_when_the_plateau_lowers_the_lr():
+    """``restart_optimizer_on_decay`` (Hewitt et al.'s text, appendix H.3): a plateau step that
+    halves the learning rate empties Adam's state, so its next step is a new Adam's first step;
+    a step that keeps the rate keeps it, and so does the default (their code)."""
+    dm, batch = dyck_batch()
+    plateau = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0)
+    for restart in (True, False):
+        model = model_for(dm, {"generator": 1.0}, lr_scheduler=plateau, restart_optimizer_on_decay=restart)
+        conf = model.configure_optimizers()
+        opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+
+        def step(optimizer, model=model):
+            optimizer.zero_grad()
+            model.losses(batch, model.heads_out(batch["input"], batch["mask"]))["generator"].backward()
+            optimizer.step()
+
+        step(opt)
+        model.lr_scheduler_step(sched, 1.0)  # the first value: a new best, no decay
+        assert opt.param_groups[0]["lr"] == 0.01 and len(opt.state) > 0
+        model.lr_scheduler_step(sched, 2.0)  # no better: halved
+        assert opt.param_groups[0]["lr"] == 0.005
+        assert (len(opt.state) == 0) == restart
+        if restart:  # the next step is a fresh Adam's at the new rate
+            snapshot = copy.deepcopy(model.state_dict())
+            fresh = torch.optim.Adam(model.parameters(), lr=0.005)
+            step(opt)
+            after = copy.deepcopy(model.state_dict())
+            model.load_state_dict(snapshot)
+            step(fresh)
+            for k, v in model.state_dict().items():
+                torch.testing.assert_close(v, after[k], atol=0, rtol=0)
+    with pytest.raises(ValueError, match=r"restart_optimizer_on_decay=True .* but lr_scheduler is None"):
+        model_for(dm, {"generator": 1.0}, restart_optimizer_on_decay=True)
+
+
+def test_lightning_calls_the_restart(tmp_path):
+    """In a real fit Lightning steps the plateau through ``lr_scheduler_step``: with a rate halved
+    after every validation but the first, Adam's state is empty at the end (restarted), else it
+    holds every step."""
+    dm = FormalLanguageDataModule(DyckKM(2, 2), train_size=16, val_size=8, test_size=0, train_lengths=(1, 11),
+                                  batch_size=8)  # fmt: skip
+    plateau = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0,
+                                threshold=1e9, threshold_mode="abs")  # fmt: skip
+    for restart in (True, False):
+        model = model_for(dm, {"generator": 1.0}, lr_scheduler=plateau, restart_optimizer_on_decay=restart)
+        t = L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                      enable_checkpointing=False, default_root_dir=tmp_path)  # fmt: skip
+        t.fit(model, datamodule=dm)
+        opt = t.optimizers[0]
+        assert opt.param_groups[0]["lr"] == 0.01 * 0.5**2
+        steps = {int(s["step"]) for s in opt.state.values()}
+        assert steps == (set() if restart else {6})
+
+
+def test_the_options_come_from_yaml_and_survive_a_checkpoint(tmp_path):
+    """Every option through the CLI (``model.init_args.…``), then ``load_from_checkpoint`` gives the
+    same model (the tie, the learned state, the dropout, the init's scale)."""
+    config = tmp_path / "flare_like.yaml"
+    config.write_text(
+        """
+model:
+  class_path: memrnn.lit.SequenceModule
+  init_args:
+    embedding_dim: 8
+    objectives: {generator: 1.0, acceptor_end: 1.0}
+    initial_output: true
+    dropout: 0.1
+    tie_embeddings: true
+    init: flare
+    init_scale: 0.05
+    loss_reduction: sum_per_string
+    restart_optimizer_on_decay: true
+    lr_scheduler:
+      class_path: torch.optim.lr_scheduler.ReduceLROnPlateau
+      init_args: {factor: 0.5, patience: 0}
+    layer:
+      class_path: memrnn.layers.LSTMLayer
+      init_args: {hidden_size: 8, num_layers: 2, dropout: 0.1, learned_initial_state: true}
+data:
+  class_path: memrnn.data.RecognizerDataModule
+  init_args: {language: marked_reversal, train_size: 16, val_size: 8, batch_size: 8,
+              auxiliary: [language_modelling]}
+trainer: {max_epochs: 1, logger: false, enable_progress_bar: false, enable_model_summary: false}
+"""
+    )
+    cli = build_cli(["--config", str(config), f"--trainer.default_root_dir={tmp_path}"], run=False)
+    model = cli.model
+    assert model.initial_output and model.tie_embeddings and model.restart_optimizer_on_decay
+    assert model.input_dropout.p == 0.1 and model.loss_reduction == "sum_per_string"
+    assert model.layer.learned_initial_state and model.layer.h0_input.abs().max() <= 0.05
+    assert (model.layer.rnn.bias_hh_l0 == 0).all() and model.heads[
+        "generator"
+    ].weight is model.embedding.weight
+    cli.trainer.fit(model, datamodule=cli.datamodule)
+    ckpt = tmp_path / "last.ckpt"
+    cli.trainer.save_checkpoint(ckpt)
+    loaded = SequenceModule.load_from_checkpoint(ckpt).eval()
+    model.eval()
+    assert loaded.heads["generator"].weight is loaded.embedding.weight and loaded.hparams.init == "flare"
+    batch = cli.datamodule.collate_fn()([cli.datamodule.datasets["train"][i] for i in range(4)])
+    for key, value in model.heads_out(batch["input"], batch["mask"]).items():
+        torch.testing.assert_close(
+            loaded.heads_out(batch["input"], batch["mask"])[key], value, atol=0, rtol=0
+        )
