@@ -532,6 +532,12 @@ class LSTMLayer(_FusedRecurrent):
             starts from the zero state), and ``c_0 = 0``: rau's ``LSTM(learned_hidden_state=True)``,
             which FLaRe's LSTM uses (Butoi et al. 2025; ``h_0`` only, never ``c_0``).  Used by
             ``initial_state`` and so by ``forward``'s default state; a given state replaces it.
+        extra_bias: ``False``: one bias per gate, as rau's ``LSTM(use_extra_bias=False)`` (FLaRe's
+            LSTM): ``nn.LSTM``'s redundant second bias ``bias_hh_l*`` is a constant zero buffer,
+            not a parameter (``4 · hidden_size`` parameters fewer per layer and direction, and the
+            gates' bias trains as one parameter, not as two copies that Adam moves together).
+            ``True`` (default): ``nn.LSTM``'s two biases (DuSell & Chiang's and Hewitt et al.'s
+            LSTMs).
 
     ``trace`` reports ``i``, ``f``, ``o``, ``c_tilde``, ``c``, ``h``, each
     ``[B, T, num_layers * num_directions, hidden_size]``.
@@ -562,6 +568,7 @@ class LSTMLayer(_FusedRecurrent):
         dropout: float = 0.0,
         bidirectional: bool = False,
         learned_initial_state: bool = False,
+        extra_bias: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -569,6 +576,8 @@ class LSTMLayer(_FusedRecurrent):
         forget_bias = finite_float("forget_bias", forget_bias)
         if forget_bias and not bias:
             raise ValueError(f"forget_bias={forget_bias} needs bias=True")
+        if not check_flag("extra_bias", extra_bias) and not bias:
+            raise ValueError("extra_bias=False drops the second of the two biases, so it needs bias=True")
         self.forget_bias = forget_bias
         super().__init__(
             input_size,
@@ -582,7 +591,20 @@ class LSTMLayer(_FusedRecurrent):
             device=device,
             dtype=dtype,
         )
+        self.extra_bias = extra_bias
+        if not extra_bias:
+            self._drop_extra_bias()
         self._add_forget_bias()
+
+    def _drop_extra_bias(self) -> None:
+        """Each ``bias_hh_l*`` of ``self.rnn`` becomes a constant zero buffer (not saved: it is 0),
+        as rau's ``remove_extra_bias_parameters``; the wrapped ``nn.LSTM`` runs on it unchanged."""
+        rnn = self.rnn
+        for name in [n for n in rnn._flat_weights_names if n.startswith("bias_hh")]:
+            zero = torch.zeros_like(getattr(rnn, name).detach())
+            delattr(rnn, name)
+            rnn.register_buffer(name, zero, persistent=False)
+        rnn._init_flat_weights()  # torch's list of the weights it runs on, now with the buffers
 
     def _add_forget_bias(self) -> None:
         if self.forget_bias:
@@ -598,7 +620,11 @@ class LSTMLayer(_FusedRecurrent):
         self._add_forget_bias()
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
+        return (
+            super().extra_repr()
+            + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
+            + ("" if self.extra_bias else ", extra_bias=False")
+        )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
         """``h_0 = c_0 = 0``, each ``[B, num_layers * num_directions, hidden_size]``; with

@@ -36,8 +36,9 @@ generator, fallback=uniform_fallback(init_scale))`` (``--init-scale 0.1``): the 
 recognition head and the next-symbol head are ``Layer``\\ s (Xavier, gain 1); the embedding, the
 language-modelling head tied to it, the RNN's weights and the learned initial state's inputs are
 ``U(−s, s)``.  rau's RNNs drop torch's redundant second bias (``use_extra_bias=False``:
-``bias_hh`` a constant 0): here ``bias_hh`` starts at 0, so that ``b_ih + b_hh`` is ``U(−s, s)`` as
-rau's one bias (it still trains: two copies of one bias).
+``bias_hh`` a constant 0): a trainable ``bias_hh`` starts at 0 here, so that ``b_ih + b_hh`` is
+``U(−s, s)`` as rau's one bias (it then trains as a second copy of it; ``LSTMLayer(extra_bias=False)``
+has rau's one bias; ``ElmanRNN`` has one already).
 
 ``hewitt`` — Hewitt et al. (2020): ``lm.TraditionalLanguageModel.__init__``
 (``john-hewitt/dyckkm-learning``): the readout ``W ~ U(−√h, √h)`` for ``h`` hidden units (not

@@ -1,6 +1,7 @@
 """``learned_initial_state`` of LSTMLayer, GRULayer and ElmanRNN (rau's ``learned_hidden_state``,
-which FLaRe's RNN and LSTM use: Butoi et al. 2025), and ``output_at`` (the output at a state, the
-first output of rau's ``include_first=True``) of those layers and of StackRNN.
+which FLaRe's RNN and LSTM use: Butoi et al. 2025), LSTMLayer's ``extra_bias=False`` (rau's one bias
+per gate), and ``output_at`` (the output at a state, the first output of rau's
+``include_first=True``) of those layers and of StackRNN.
 
 The layers here are not in the registry (its names are the README's compile table), so this file
 runs the interface contract's core on them: the fast paths equal the reference loop with the
@@ -24,6 +25,8 @@ LEARNED = {"learned_initial_state": True}
 FACTORIES = {
     "lstm_2layer": functools.partial(LSTMLayer, 3, 4, num_layers=2, **LEARNED, **F64),
     "lstm_reference": functools.partial(LSTMLayer, 3, 5, fused=False, **LEARNED, **F64),
+    # FLaRe's LSTM: rau's LSTM(learned_hidden_state=True), one bias per gate
+    "lstm_flare": functools.partial(LSTMLayer, 3, 4, num_layers=2, extra_bias=False, **LEARNED, **F64),
     "lstm_bidirectional": functools.partial(LSTMLayer, 3, 4, bidirectional=True, **LEARNED, **F64),
     "gru": functools.partial(GRULayer, 3, 5, **LEARNED, **F64),
     "gru_bptt_2layer": functools.partial(GRULayer, 3, 4, num_layers=2, bptt=True, **LEARNED, **F64),
@@ -31,6 +34,9 @@ FACTORIES = {
     "elman_relu_2layer": functools.partial(ElmanRNN, 3, 4, activation="relu", num_layers=2, **LEARNED, **F64),
     "superposition_lstm": functools.partial(
         StackRNN, 3, 5, width=2, depth=4, controller_args=LEARNED, output="hidden+reading", **F64
+    ),
+    "superposition_flare_lstm": functools.partial(
+        StackRNN, 3, 5, width=2, depth=4, controller_args={**LEARNED, "extra_bias": False}, **F64
     ),
     "stratification_elman": functools.partial(
         StackRNN,
@@ -192,3 +198,35 @@ def test_output_at_is_refused_where_there_is_none():
 def test_a_flag_that_is_not_a_bool_is_named(cls):
     with pytest.raises(ValueError, match=r"learned_initial_state must be True or False, got 'yes'"):
         cls(3, 4, learned_initial_state="yes")
+
+
+def test_one_bias_per_gate_is_raus_lstm(gen):
+    """``extra_bias=False`` (rau's ``use_extra_bias=False``, ``remove_extra_bias_parameters``): no
+    ``bias_hh`` parameter (a constant zero, not saved), the layer computes ``nn.LSTM`` with
+    ``bias_hh = 0``, and FLaRe's parameter count (``get_architecture_args.py``: ``4h(2h + 1)`` per
+    layer of ``h`` inputs, plus ``h`` for the learned initial state) holds."""
+    h, layers = 6, 3
+    layer = LSTMLayer(h, h, num_layers=layers, learned_initial_state=True, extra_bias=False)
+    names = [n for n, _ in layer.named_parameters()]
+    assert not [n for n in names if "bias_hh" in n] and not [k for k in layer.state_dict() if "bias_hh" in k]
+    assert sum(p.numel() for p in layer.parameters()) == layers * 4 * h * (2 * h + 1) + layers * h
+    layer = layer.double()  # the constant follows the layer's dtype
+    torch_lstm = torch.nn.LSTM(h, h, num_layers=layers, batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        for name, p in torch_lstm.named_parameters():
+            p.copy_(getattr(layer.rnn, name))  # bias_hh: 0
+    assert all((getattr(torch_lstm, f"bias_hh_l{k}") == 0).all() for k in range(layers))
+    x = torch.randn(2, 5, h, generator=gen, dtype=torch.float64)
+    zero = LSTMLayer(h, h, num_layers=layers, extra_bias=False, dtype=torch.float64)
+    zero.load_state_dict({k: v for k, v in layer.state_dict().items() if k != "h0_input"})
+    torch.testing.assert_close(zero(x)[0], torch_lstm(x)[0], atol=1e-12, rtol=0)
+    zero.reset_parameters()
+    assert all((getattr(zero.rnn, f"bias_hh_l{k}") == 0).all() for k in range(layers))
+    with_forget = LSTMLayer(3, 4, forget_bias=1.0, extra_bias=False)
+    assert (with_forget.rnn.bias_ih_l0[4:8] >= 0.5).all()  # the offset goes on the one bias
+    with pytest.raises(
+        ValueError, match="extra_bias=False drops the second of the two biases, so it needs bias=True"
+    ):
+        LSTMLayer(3, 4, bias=False, extra_bias=False)
+    with pytest.raises(ValueError, match="extra_bias must be True or False, got 0"):
+        LSTMLayer(3, 4, extra_bias=0)

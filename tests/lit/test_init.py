@@ -105,6 +105,13 @@ def test_flare_init_is_smart_init_with_a_uniform_fallback():
             drawn_within(getattr(rnn, f"{name}_l{layer}"), s)
         assert (getattr(rnn, f"bias_hh_l{layer}") == 0).all()
     drawn_within(model.layer.h0_input, s)
+    # with rau's one bias (extra_bias=False) there is no bias_hh parameter to zero: the same draws
+    one = module(
+        functools.partial(LSTMLayer, hidden_size=hidden, num_layers=2, learned_initial_state=True, extra_bias=False),
+        vocab=6, symbols=6, embedding_dim=hidden, objectives={"acceptor_end": 1}, init="flare", init_scale=s,
+    )  # fmt: skip
+    assert not [n for n, _ in one.named_parameters() if "bias_hh" in n]
+    drawn_within(one.layer.rnn.bias_ih_l1, s)
 
 
 def test_hewitt_init_is_their_readout_and_torchs_elsewhere():
