@@ -350,6 +350,30 @@ def test_initial_output_reads_a_learned_state_a_stack_reading_and_the_empty_stri
     torch.testing.assert_close(first, want.expand_as(first), atol=1e-12, rtol=0)
 
 
+def test_initial_output_on_a_nondeterministic_stack_equals_each_row_alone():
+    """The RNS-RNN (DuSell & Chiang 2022) with the reading in its output: position 0 is
+    ``[h_0 ; reading of the initial stack]`` (the bottom symbol's), the rest the stack RNN on the
+    string without ``BOS``; a padded batch equals each row alone."""
+    dm, batch = dyck_batch()
+    torch.manual_seed(0)
+    model = SequenceModule(
+        functools.partial(StackRNN, hidden_size=5, memory="nondeterministic", depth=16, output="hidden+reading",
+                          memory_args={"states": 2, "symbols": 2}),
+        vocab_size=dm.vocab_size, num_symbols=dm.num_symbols, embedding="one_hot", initial_output=True,
+    ).double()  # fmt: skip
+    inp, mask = batch["input"], batch["mask"]
+    h = model.encode(inp, mask)
+    layer = model.layer
+    s0 = layer.initial_state(len(inp), dtype=torch.float64)
+    reading = layer.memory.read(layer.split(s0)[1])
+    assert reading.abs().sum() > 0  # the bottom symbol is read: not zeros
+    torch.testing.assert_close(h[:, 0], torch.cat([torch.zeros_like(h[:, 0, :5]), reading], -1))
+    rest = layer(model.embedding(inp[:, 1:]), mask=mask[:, 1:])[0]
+    torch.testing.assert_close(h[:, 1:], rest, atol=1e-12, rtol=0)
+    for b, n in enumerate(batch["lengths"].tolist()):
+        torch.testing.assert_close(h[b : b + 1, :n], model.encode(inp[b : b + 1, :n]), atol=1e-12, rtol=0)
+
+
 def test_initial_output_needs_a_layer_with_an_output_at_its_initial_state():
     dm, _ = dyck_batch()
     with pytest.raises(ValueError, match=r"initial_output=True .* but JordanRNN has no output_at\(state\)"):
