@@ -106,6 +106,25 @@ def collate_recognizer(
     return batch
 
 
+def token_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Indices of strings of ``lengths`` grouped as the recognizer benchmark's public code groups
+    them (``batching.group_into_batches`` with ``b · n <= max_tokens``): sorted by length
+    (stably), each batch grown while ``strings × its longest length`` stays within
+    ``max_tokens``; a string that does not fit with any other is a batch alone."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = []
+    batch: list[int] = []
+    for i in order:
+        batch.append(i)
+        if len(batch) > 1 and len(batch) * lengths[i] > max_tokens:
+            batch.pop()
+            batches.append(batch)
+            batch = [i]
+    if batch:
+        batches.append(batch)
+    return batches
+
+
 class RecognizerDataModule(SplitDataModule):
     """One language of the recognizer benchmark (module docstring).
 
@@ -135,6 +154,12 @@ class RecognizerDataModule(SplitDataModule):
             ``"held_out"`` (the public code's ``test-short-held-out``, ``held_out_size`` strings of
             the training window, none a training or validation string).
         held_out_size: strings in the held-out set (1,000).
+        batch_tokens: training batches by tokens, as the public code's (``--max-tokens-per-batch``,
+            ``batching.group_into_batches``): the training strings sorted by length (stably) and
+            cut greedily into batches whose ``strings × longest length`` stays within
+            ``batch_tokens`` (a string too long alone is a batch by itself), made once and
+            reshuffled every epoch; None (default): ``batch_size`` strings per batch.  The paper
+            draws it per trial uniformly in 128–4,096 (``configs/suites/flare.yaml``).
         batch_size, eval_batch_size, seed, num_workers: as every memrnn data module.
     """
 
@@ -156,6 +181,7 @@ class RecognizerDataModule(SplitDataModule):
         strict_edits: bool = False,
         test_set: Literal["test", "held_out"] = "test",
         held_out_size: int = FLARE_SPLITS["held_out"][0],
+        batch_tokens: int | None = None,
         batch_size: int = 32,
         eval_batch_size: int | None = None,
         seed: int = 0,
@@ -174,6 +200,7 @@ class RecognizerDataModule(SplitDataModule):
         train_size, val_size = positive_int("train_size", train_size), positive_int("val_size", val_size)
         test_per_length = positive_int("test_per_length", test_per_length)
         held_out_size = positive_int("held_out_size", held_out_size)
+        self.batch_tokens = None if batch_tokens is None else positive_int("batch_tokens", batch_tokens)
         if validation not in ("short", "long"):
             raise ValueError(f"validation must be 'short' or 'long', got {validation!r}")
         if not 0 <= perturbation_probability <= 1:
@@ -260,7 +287,10 @@ class RecognizerDataModule(SplitDataModule):
 
     def build_split(self, split: str) -> ListDataset:
         pairs = self.draw(self.split_sets[split])
-        return ListDataset([{"body": list(s), "label": bool(y)} for s, y in pairs])
+        ds = ListDataset([{"body": list(s), "label": bool(y)} for s, y in pairs])
+        if split == "train" and self.batch_tokens is not None:  # served as fixed batches
+            ds.batches = token_batches([len(s) for s, _ in pairs], self.batch_tokens)
+        return ds
 
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
         return partial(

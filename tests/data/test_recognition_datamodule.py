@@ -123,6 +123,44 @@ def test_bad_arguments_are_named():
         RecognizerDataModule("parity").draw("validation")
 
 
+def _group_into_batches(lengths, max_tokens):
+    """A transcription of the public code's ``batching.group_into_batches`` with
+    ``generate_batches``' rule ``b * n <= max_tokens``, over (index, length) pairs."""
+    examples = sorted(enumerate(lengths), key=lambda x: x[1])
+    batch, out = [], []
+    for example in examples:
+        batch.append(example)
+        if len(batch) > 1 and not len(batch) * example[1] <= max_tokens:
+            batch.pop()
+            if batch:
+                out.append(batch)
+                batch = [example]
+    if batch:
+        out.append(batch)
+    return [[i for i, _ in b] for b in out]
+
+
+@pytest.mark.parametrize("max_tokens", [128, 300, 4096])
+def test_batches_by_tokens_are_the_public_codes(max_tokens):
+    """``batch_tokens``: the training strings grouped by length as the public code's
+    ``--max-tokens-per-batch`` does, made once and reshuffled every epoch."""
+    dm = RecognizerDataModule("majority", train_size=400, val_size=20, batch_tokens=max_tokens)
+    dm.setup("fit")
+    train = dm.datasets["train"]
+    lengths = [len(it["body"]) for it in train.items]
+    assert train.batches == _group_into_batches(lengths, max_tokens)
+    assert all(len(b) == 1 or len(b) * max(lengths[i] for i in b) <= max_tokens for b in train.batches)
+    loader = dm.train_dataloader()
+    epochs = []
+    for epoch in (0, 1):
+        loader.sampler.set_epoch(epoch)
+        epochs.append([tuple(batch["lengths"].tolist()) for batch in loader])
+    assert sorted(epochs[0]) == sorted(epochs[1]) and epochs[0] != epochs[1]  # same batches, reordered
+    assert len(epochs[0]) == len(train.batches)
+    with pytest.raises(ValueError, match="batch_tokens must be a positive"):
+        RecognizerDataModule("majority", batch_tokens=0)
+
+
 def test_the_held_out_set_avoids_training_and_both_validation_sets():
     """``test_set="held_out"``: the test stage serves the public code's ``test-short-held-out``,
     strings of the training window none of which is a training, short-validation or
