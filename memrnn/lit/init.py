@@ -45,6 +45,15 @@ has rau's one bias; ``ElmanRNN`` has one already).
 ``1/√h``), ``b = 0``; torch's defaults elsewhere (``nn.Embedding`` N(0, 1), ``nn.LSTM``).
 Not to be confused with :class:`memrnn.lit.HewittInit`, which sets their *construction*'s weights.
 
+``haiku`` — Delétang et al. (2023): their models (``models/rnn.py``, ``stack_rnn.py``,
+``tape_rnn.py``, ``google-deepmind/neural_networks_chomsky_hierarchy``) are haiku modules at haiku's
+default initialisers: every ``hk.Linear``'s weight ``TruncatedNormal(stddev=1/√fan_in)`` (a standard
+normal cut at ±2, times the stddev), its bias 0.  ``hk.LSTM`` is one ``Linear`` over ``[x ; h]``
+(fan-in input + hidden, one bias 0, and the forget gate's constant +1: ``LSTMLayer(forget_bias=1)``);
+``hk.VanillaRNN`` two (fan-ins input and hidden, both biases 0).  So here every ``nn.Linear`` (heads,
+the memories' heads and write MLPs) and every ``LSTMLayer``/``ElmanRNN`` weight is drawn so, biases 0;
+anything else (an embedding) keeps torch's.
+
 Only trainable parameters are drawn (a frozen one-hot embedding is left as it is); an
 ``LSTMLayer``'s ``forget_bias`` is added again after the draw.
 """
@@ -55,15 +64,16 @@ import math
 from collections.abc import Iterable, Sequence
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
+from memrnn.layers.elman import ElmanRNN
 from memrnn.layers.gated import LSTMLayer
 from memrnn.layers.memories import Memory
 
 #: the schemes :func:`initialize_` knows
-SCHEMES = ("torch", "dusell", "hewitt", "flare")
+SCHEMES = ("torch", "dusell", "hewitt", "flare", "haiku")
 #: each scheme's ``s`` when none is given (``--init-scale`` in the authors' scripts); None: no scale
-DEFAULT_SCALE = {"torch": None, "dusell": 0.1, "hewitt": None, "flare": 0.1}
+DEFAULT_SCALE = {"torch": None, "dusell": 0.1, "hewitt": None, "flare": 0.1, "haiku": None}
 #: ``torch.nn.init.calculate_gain``'s name of memrnn's activation names
 _GAIN_NAMES = {
     "identity": "linear",
@@ -201,6 +211,47 @@ def hewitt_init_(readout: nn.Linear, *, generator: torch.Generator | None = None
         readout.weight.uniform_(-bound, bound, generator=generator)
         if readout.bias is not None:
             readout.bias.zero_()
+
+
+def _truncated_normal_(w: Tensor, fan_in: int, generator: torch.Generator | None) -> None:
+    """haiku's ``TruncatedNormal(stddev=1/√fan_in)``: a normal of that stddev cut at ±2 stddevs."""
+    std = 1.0 / math.sqrt(fan_in)
+    nn.init.trunc_normal_(w, 0.0, std, -2 * std, 2 * std, generator=generator)
+
+
+def haiku_init_(model: nn.Module, *, generator: torch.Generator | None = None) -> None:
+    """Delétang et al.'s haiku models' initialisation (module docstring): every trainable
+    ``nn.Linear`` weight and every ``LSTMLayer``/``ElmanRNN`` weight truncated normal with stddev
+    ``1/√fan_in`` (an LSTM's fan-in: its input and hidden units together, haiku's one ``Linear``
+    over ``[x ; h]``), every bias of those 0; an ``LSTMLayer``'s ``forget_bias`` added back."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                named = list(m.named_parameters())
+                fan = {"weight": m.in_features}
+            elif isinstance(m, LSTMLayer):
+                named = list(m.rnn.named_parameters())
+                inputs = {
+                    n.removeprefix("weight_ih"): p.shape[1] for n, p in named if n.startswith("weight_ih")
+                }
+                fan = {
+                    n: inputs[n.removeprefix("weight_ih").removeprefix("weight_hh")] + m.hidden_size
+                    for n, _ in named
+                    if n.startswith(("weight_ih", "weight_hh"))
+                }
+            elif isinstance(m, ElmanRNN):
+                named = list(m.named_parameters())
+                fan = {n: p.shape[1] for n, p in named if n.startswith(("weight_ih", "weight_hh"))}
+            else:
+                continue
+            for name, p in named:
+                if not p.requires_grad or not name.startswith(("weight", "bias")):
+                    continue
+                if name in fan:
+                    _truncated_normal_(p, fan[name], generator)
+                else:  # a bias
+                    p.zero_()
+    _restore_forget_bias(model)
 
 
 def _restore_forget_bias(model: nn.Module) -> None:

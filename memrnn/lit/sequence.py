@@ -20,7 +20,7 @@ from torchmetrics.text import Perplexity
 from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX, bos_inputs
-from memrnn.lit.init import check_init, dusell_init_, flare_init_, hewitt_init_
+from memrnn.lit.init import check_init, dusell_init_, flare_init_, haiku_init_, hewitt_init_
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
     BracketClosingAccuracy,
@@ -198,7 +198,9 @@ class SequenceModule(L.LightningModule):
             every other parameter ``U(−s, s)``), ``"flare"`` (Butoi et al.'s: rau's ``smart_init``
             with ``uniform_fallback(s)``, the same rule, the recurrent layers' second bias 0) or
             ``"hewitt"`` (Hewitt et al. 2020, ``lm.py``: the generator's readout ``W ~ U(−√h,
-            √h)``, ``b = 0``; torch's elsewhere).
+            √h)``, ``b = 0``; torch's elsewhere) or ``"haiku"`` (Delétang et al. 2023's haiku
+            defaults: linear and recurrent weights truncated normal with stddev ``1/√fan_in``,
+            biases 0).
         init_scale: ``s`` of ``"dusell"`` and ``"flare"`` (their ``--init-scale``; default 0.1, the
             value of their scripts); refused with the other schemes.
         restart_optimizer_on_decay: whenever a scheduler step lowers the learning rate, the
@@ -238,7 +240,7 @@ class SequenceModule(L.LightningModule):
         initial_output: bool = False,
         dropout: float = 0.0,
         tie_embeddings: bool = False,
-        init: Literal["torch", "dusell", "hewitt", "flare"] = "torch",
+        init: Literal["torch", "dusell", "hewitt", "flare", "haiku"] = "torch",
         init_scale: float | None = None,
         restart_optimizer_on_decay: bool = False,
     ) -> None:
@@ -354,6 +356,9 @@ class SequenceModule(L.LightningModule):
     def _initialize(self, init: str, scale: float | None) -> None:
         """``init``'s scheme over the whole model (:mod:`memrnn.lit.init`)."""
         if init == "torch":
+            return
+        if init == "haiku":
+            haiku_init_(self)
             return
         if init == "hewitt":
             readout = self.heads["generator"] if "generator" in self.heads else None  # noqa: SIM401 (ModuleDict)

@@ -147,7 +147,7 @@ def test_an_lstm_forget_bias_is_kept_and_the_functions_take_a_generator():
 def test_bad_schemes_and_scales_are_named():
     factory = functools.partial(LSTMLayer, hidden_size=4)
     with pytest.raises(
-        ValueError, match="init must be one of 'torch', 'dusell', 'hewitt', 'flare', got 'xavier'"
+        ValueError, match="init must be one of 'torch', 'dusell', 'hewitt', 'flare', 'haiku', got 'xavier'"
     ):
         module(factory, init="xavier")
     with pytest.raises(ValueError, match=r"init='hewitt' has no scale .* got 0.1"):
@@ -162,3 +162,46 @@ def test_bad_schemes_and_scales_are_named():
         ValueError, match=r"init='hewitt' draws the generator's readout .* tied to the embedding"
     ):
         module(factory, init="hewitt", embedding_dim=4, tie_embeddings=True)
+
+
+#: the stddev of a standard normal cut at ±2 (haiku's TruncatedNormal does not rescale it)
+TRUNCATED_STD = 0.8796
+
+
+def haiku_drawn(t: torch.Tensor, fan_in: int) -> None:
+    """``t`` looks drawn from haiku's ``TruncatedNormal(1/√fan_in)``: every value within 2
+    stddevs, the sample's stddev that of the cut normal (within 6%: the tensors here hold >= 2,000
+    values)."""
+    std = 1 / math.sqrt(fan_in)
+    assert float(t.abs().max()) <= 2 * std * (1 + 1e-6)
+    assert float(t.std()) == pytest.approx(TRUNCATED_STD * std, rel=0.06)
+
+
+def test_haiku_init_is_delétang_et_als_haiku_defaults():
+    """``models/*.py`` at haiku's defaults: ``hk.Linear`` weights truncated normal (1/√fan_in), biases
+    0; ``hk.LSTM`` one linear map over ``[x ; h]`` (fan-in input + hidden) and the forget gate's +1;
+    ``hk.VanillaRNN``'s two maps by their own fan-ins; the Tape-RNN's write MLP and the heads too."""
+    lstm = module(
+        functools.partial(LSTMLayer, hidden_size=64, forget_bias=1.0), init="haiku", embedding="one_hot"
+    )
+    rnn = lstm.layer.rnn
+    for w in (rnn.weight_ih_l0, rnn.weight_hh_l0):
+        haiku_drawn(w, 6 + 64)
+    bias = rnn.bias_ih_l0 + rnn.bias_hh_l0
+    assert torch.equal(bias[64:128], torch.ones(64)) and bias[:64].abs().sum() == bias[128:].abs().sum() == 0
+    assert float(lstm.readout.weight.abs().max()) <= 2 / math.sqrt(64)  # [5, 64]: too few to test the spread
+    assert lstm.readout.bias.abs().sum() == 0
+    tape = module(
+        functools.partial(StackRNN, hidden_size=64, memory="tape_jump", controller="elman", width=8, depth=40,
+                          controller_args={"activation": "relu"}, memory_args={"write_mlp": [64, 64]}),
+        init="haiku", embedding="one_hot",
+    )  # fmt: skip
+    c = tape.layer.controller
+    haiku_drawn(c.weight_hh, 64)  # hk.VanillaRNN's hidden_to_hidden
+    assert float(c.weight_ih.abs().max()) <= 2 / math.sqrt(6 + 8)  # input_to_hidden (input and reading)
+    assert c.bias.abs().sum() == 0
+    memory = tape.layer.memory
+    haiku_drawn(memory.value_mlp[1].weight, 64)  # the write MLP's 64 -> 64 layer
+    assert float(memory.head.weight.abs().max()) <= 2 / math.sqrt(64)
+    assert all(m.bias.abs().sum() == 0 for m in [memory.head, *memory.value_mlp])
+    assert tape.embedding.weight.requires_grad is False  # the one-hot identity is left alone
