@@ -218,9 +218,10 @@ def off_suite(suite: Suite, cell: Cell, result: dict[str, Any]) -> list[str]:
     else:  # an older result: its args are the suite's, the budget's size, then the overrides
         ran = _comparable(result.get("args") or [], suite)
         budget = result.get("budget") or {}
-        sized = f"--{suite.architectures[cell.arch].budget_key}={budget.get('value')}"
-        if budget and sized in ran[len(expected) :]:
-            ran.remove(sized)
+        sized = suite.architectures[cell.arch].sized(budget.get("value"))
+        if budget and all(a in ran[len(expected) :] for a in sized):
+            for a in sized:
+                ran.remove(a)
         if ran[: len(expected)] == expected:
             ran, overrides = expected, ran[len(expected) :]
         else:
@@ -236,8 +237,9 @@ def off_suite(suite: Suite, cell: Cell, result: dict[str, Any]) -> list[str]:
         if not gone and not new:
             out.append("the suite's arguments in another order")
     ran_budget = {k: v for k, v in (result.get("budget") or {}).items() if k != "value"} or None
-    if ran_budget != suite.budget:
-        out.append(f"budget {ran_budget} (the suite now: {suite.budget})")
+    budget = suite.budget if suite.architectures[cell.arch].budget_key else None  # null: not sized
+    if ran_budget != budget:
+        out.append(f"budget {ran_budget} (the suite now: {budget})")
     return out
 
 
@@ -291,10 +293,9 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     failed = 0
     try:
         sized = None
-        if suite.budget is not None:
+        if suite.budget is not None and suite.architectures[cell.arch].budget_key:
             sized = fit_budget(suite, cell, defaults, extra)
-            key = suite.architectures[cell.arch].budget_key
-            args = [*suite.cli_args(cell), f"--{key}={sized}", *extra]
+            args = [*suite.cli_args(cell), *suite.architectures[cell.arch].sized(sized), *extra]
         cli = build_cli(args, run=False, default_config_files=defaults, continue_from=last)
         trainer, model = cli.trainer, cli.model
         record = ValidationRecord()
@@ -303,7 +304,9 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             _say(f"[suite {suite.name}] {cell.name}: continuing from {cli.continue_from}")
         trainer.fit(model, datamodule=cli.datamodule, ckpt_path=cli.continue_from)
         ckpt = trainer.checkpoint_callback
-        best = ckpt.best_model_path if ckpt is not None else ""
+        # the checkpoint with the best validation (default), or the final weights ("last": the
+        # protocol of a paper that has no validation, Delétang et al.'s)
+        best = ckpt.best_model_path if ckpt is not None and suite.test_checkpoint == "best" else ""
         (tested,) = trainer.test(model, datamodule=cli.datamodule, ckpt_path=best or None)
         curves = model.length_curves("test") if hasattr(model, "length_curves") else {}
         best_score = ckpt.best_model_score if ckpt is not None else None
@@ -324,7 +327,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             "steps": trainer.global_step,
             "epochs": trainer.current_epoch,
             "best_score": None if best_score is None else float(best_score),
-            "checkpoint": str(best),
+            "checkpoint": str(best) or "final weights",
             "seconds": round(time.perf_counter() - start, 1),
             "continued_from": None if cli.continue_from is None else str(cli.continue_from),
             **code_fields(cli.continued_record),
@@ -368,7 +371,8 @@ def fit_budget(suite: Suite, cell: Cell, defaults: Sequence[Path], extra: Sequen
     ``<out>/budget/<arch>__<task>.json``.  Raises ``ValueError`` when even size 1 exceeds it."""
     assert suite.budget is not None
     target, top = suite.budget["parameters"], suite.budget["max"]
-    key = suite.architectures[cell.arch].budget_key
+    arch = suite.architectures[cell.arch]
+    key = arch.budget_key if isinstance(arch.budget_key, str) else list(arch.budget_key)
     cache = suite.out / "budget" / f"{cell.arch}__{cell.task}.json"
     if cache.is_file():
         saved = json.loads(cache.read_text())
@@ -381,7 +385,7 @@ def fit_budget(suite: Suite, cell: Cell, defaults: Sequence[Path], extra: Sequen
             return int(saved["value"])
 
     def count(v: int) -> int:
-        return _parameters([*suite.cli_args(cell), f"--{key}={v}", *extra], defaults)
+        return _parameters([*suite.cli_args(cell), *arch.sized(v), *extra], defaults)
 
     if count(1) > target:
         raise ValueError(

@@ -18,6 +18,7 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     mode: max                              # max: higher is better (min: lower)
     select: {metric: val/loss, mode: min}  # optional: tabulate the run with the best validation
     data_seed: 0                           # optional: every cell's data seed (default: the cell's seed)
+    test_checkpoint: best                  # or last: test the final weights (default: the best validation's)
     budget: {parameters: 64000}            # optional: each architecture's size set to match it
     sample:                                # optional: hyper-parameters drawn per cell (a trial)
       model.init_args.lr: {loguniform: [1.0e-4, 1.0e-2]}
@@ -28,7 +29,9 @@ config with the task's name in its place, and every one of them must exist
 (``configs/suites/dusell.yaml``: ``ns: ../dusell/ns_{task}.yaml``, one config per model and task).
 
 With a ``budget``, every cell's ``key`` (default ``model.init_args.layer.init_args.hidden_size``;
-an architecture may name its own as ``budget_key``, e.g. an nnPDA's ``num_states``) is set to the
+an architecture may name its own as ``budget_key``, e.g. an nnPDA's ``num_states``, a list of
+keys set alike, e.g. FLaRe's embedding of the hidden size, or null to keep its config's size, e.g. a
+size the authors' own budget formula gave) is set to the
 largest value (up to ``max``, default 4096) whose model has at most ``parameters`` trainable
 parameters, so architectures compare at a matched parameter budget (the value is found once per
 architecture and task and recorded in the result).
@@ -48,6 +51,11 @@ only the model's initialisation and the training order follow the cell's seed
 al. (2020) use (``generate_mbounded_dyck.py`` seeds the data with constants: one data set per
 (k, m, size) for the three model seeds) and as FLaRe's (Butoi et al. 2025) one data file per
 language does.  Without it (the default) each cell's seed is also its data seed.
+
+``test_checkpoint`` says which weights a cell tests: ``best`` (default), the checkpoint of the best
+validation (``configs/defaults.yaml``'s ``ModelCheckpoint``), or ``last``, the weights training ended
+with, as a protocol without a validation set tests them (Delétang et al. 2023: ``training.py``
+trains for a fixed number of steps and evaluates the final parameters).
 
 With ``select`` (``{metric: <a validation metric>, mode: min|max}``), ``collect`` tabulates, per
 architecture and task, the test score of the run with the best value of that validation metric
@@ -78,12 +86,26 @@ import yaml
 #: the keys a suite file may have
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
               "args", "metric", "mode", "out", "slurm", "budget", "sample", "select",
-              "data_seed")  # fmt: skip
+              "data_seed", "test_checkpoint")  # fmt: skip
 #: the distributions ``sample`` draws from, and what each takes
 DISTRIBUTIONS = {"loguniform": "[low, high], 0 < low < high", "uniform": "[low, high], low < high",
                  "int_uniform": "[low, high] integers, low <= high", "choice": "a non-empty list"}  # fmt: skip
 #: the size a parameter budget sets unless an architecture names another
 BUDGET_KEY = "model.init_args.layer.init_args.hidden_size"
+
+
+def _budget_key(value: Any, where: str) -> str | tuple[str, ...]:
+    """An architecture's ``budget_key``: one override key, a list of them (all sized alike), or
+    null (an empty list): the budget leaves this architecture at its config's size."""
+    if isinstance(value, str) and value:
+        return value
+    if value is None:
+        return ()
+    if isinstance(value, list) and all(isinstance(k, str) and k for k in value):
+        return tuple(value)
+    raise ValueError(
+        f"{where}: budget_key must be an override key, a list of them or null, got {value!r}"
+    )
 
 
 def check_select(value: Any, where: str) -> dict[str, str] | None:
@@ -176,11 +198,19 @@ class Architecture:
 
     config: Path
     args: list[str] = field(default_factory=list)
-    budget_key: str = BUDGET_KEY
+    #: the override (or overrides, all set to one value) a parameter budget sizes
+    budget_key: str | tuple[str, ...] = BUDGET_KEY
     #: override key -> ``(distribution, arguments)``, drawn per cell beside the suite's
     sample: dict[str, tuple[str, Any]] = field(default_factory=dict)
     #: task -> its config, when ``config`` names ``{task}``
     task_configs: dict[str, Path] = field(default_factory=dict)
+
+    def sized(self, value: int) -> list[str]:
+        """The overrides that give this architecture size ``value`` under a parameter budget: one
+        per ``budget_key`` (several when sizes go together, e.g. FLaRe's embedding of the hidden
+        size)."""
+        keys = (self.budget_key,) if isinstance(self.budget_key, str) else self.budget_key
+        return [f"--{k}={value}" for k in keys]
 
     def config_for(self, task: str) -> Path:
         """The config a cell of ``task`` starts from."""
@@ -213,6 +243,8 @@ class Suite:
     select: dict[str, str] | None = None
     #: every cell's data seed, or ``None``: the cell's seed (module docstring)
     data_seed: int | None = None
+    #: the weights a cell tests: ``"best"`` (validation) or ``"last"`` (module docstring)
+    test_checkpoint: str = "best"
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
@@ -267,7 +299,7 @@ class Suite:
             archs[str(name)] = Architecture(
                 config_path,
                 _overrides(spec.get("args"), f"{path}: architecture {name!r}"),
-                str(spec.get("budget_key", BUDGET_KEY)),
+                _budget_key(spec.get("budget_key", BUDGET_KEY), f"{path}: architecture {name!r}"),
                 {
                     str(k): _distribution(v, f"{path}: architecture {name!r}'s sample {k!r}")
                     for k, v in (spec.get("sample") or {}).items()
@@ -306,6 +338,9 @@ class Suite:
         ):
             raise ValueError(f"{path}: 'data_seed' must be an integer >= 0 (or absent), got {data_seed!r}")
         select = check_select(raw.get("select"), str(path))
+        test_checkpoint = raw.get("test_checkpoint", "best")
+        if test_checkpoint not in ("best", "last"):
+            raise ValueError(f"{path}: 'test_checkpoint' must be 'best' or 'last', got {test_checkpoint!r}")
         slurm = raw.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
@@ -333,6 +368,7 @@ class Suite:
             sample=sample,
             select=select,
             data_seed=data_seed,
+            test_checkpoint=test_checkpoint,
         )
 
     def cells(self) -> list[Cell]:
