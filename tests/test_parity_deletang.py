@@ -23,6 +23,7 @@ from memrnn.layers import ElmanRNN, LSTMLayer, StackRNN
 from memrnn.layers.memories import JumpTape, SuperpositionStack
 from memrnn.lit import SequenceModule
 from memrnn.lit.cli import build_cli
+from memrnn.suite import Suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOMSKY = ROOT / "configs" / "chomsky"
@@ -231,6 +232,37 @@ def test_per_length_accuracy_is_theirs_where_every_sequence_scores_alike(task, e
         assert pooled == pytest.approx(theirs, abs=1e-12)
     else:
         assert pooled == pytest.approx(theirs, abs=0.02) and pooled != theirs
+
+
+@pytest.mark.parametrize("name", ["lstm", "rnn", "stack_rnn", "tape_rnn"])
+def test_the_models_start_from_haikus_initialisers(name):
+    """haiku's defaults: every ``hk.Linear`` weight truncated normal with std ``1/√fan_in``, biases
+    0 (``hk.LSTM``'s forget gate +1 a constant: here ``forget_bias: 1``)."""
+    model, _ = built(name)
+    assert model.hparams.init == "haiku"
+    layer = model.layer
+    hidden = 256
+    weights = dict(layer.controller.named_parameters()) if isinstance(layer, StackRNN) else None
+    if isinstance(layer, LSTMLayer):
+        w, b = layer.rnn.weight_hh_l0, layer.rnn.bias_ih_l0 + layer.rnn.bias_hh_l0
+        assert float(w.abs().max()) <= 2 / (layer.input_size + hidden) ** 0.5 * (
+            1 + 1e-6
+        )  # one map over [x ; h]
+        assert torch.equal(b[hidden : 2 * hidden], torch.ones(hidden)) and b[:hidden].abs().sum() == 0
+    else:
+        rnn = layer.controller if weights is not None else layer
+        assert float(rnn.weight_hh.abs().max()) <= 2 / hidden**0.5 * (1 + 1e-6) and rnn.bias.abs().sum() == 0
+        assert float(rnn.weight_hh.std()) == pytest.approx(0.8796 / hidden**0.5, rel=0.05)
+    assert model.readout.bias.abs().sum() == 0
+    assert float(model.readout.weight.abs().max()) <= 2 / hidden**0.5 * (1 + 1e-6)
+
+
+def test_the_suites_test_the_final_weights():
+    """training.py trains for a fixed number of steps and range_evaluation.py scores the final
+    parameters (no validation set): the paper's suites test the last weights, not the checkpoint of
+    the best validation (which here would be chosen on the test lengths themselves)."""
+    for name in ("chomsky.yaml", "chomsky_matched.yaml"):
+        assert Suite.load(ROOT / "configs" / "suites" / name).test_checkpoint == "last"
 
 
 # -- the task names ------------------------------------------------------------------------------

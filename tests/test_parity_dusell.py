@@ -88,8 +88,20 @@ def test_the_readout_is_one_linear_layer_over_symbols_and_end(build):
     module = build("lstm", "hardest_cfl").model
     assert list(module.heads) == ["generator"] and isinstance(module.readout, torch.nn.Linear)
     assert module.readout.out_features == module.num_symbols == 8  # ( ) [ ] , ; $ END
-    # initialisation row: torch's, not their Xavier-uniform with zero bias (docs/parity.md)
-    assert module.readout.bias.abs().sum() > 0
+    # their initialisation (model_util.initialize): the readout Xavier-uniform (gain 1), zero bias
+    fan_in, fan_out = module.readout.in_features, module.readout.out_features
+    assert module.hparams.init == "dusell"
+    assert module.readout.bias.abs().sum() == 0
+    assert module.readout.weight.abs().max() <= math.sqrt(6 / (fan_in + fan_out)) + 1e-7
+    # the LSTM's parameters U(-0.1, 0.1) (--init-scale 0.1), not torch's U(±1/sqrt(20)) = ±0.22
+    assert max(p.abs().max() for p in module.layer.parameters()) <= 0.1
+
+
+def test_the_first_symbol_is_predicted_from_the_initial_state(build):
+    """No start symbol: their models read the first prediction from the initial state
+    (``include_first=True``), so the controller and the stack take ``n`` steps, not ``n + 1``."""
+    module = build("rns", "marked_reversal").model
+    assert module.hparams.initial_output is True
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -269,7 +281,8 @@ def test_every_symbol_and_end_is_scored(build):
     for row, n in zip(target, batch["lengths"], strict=True):
         scored = row[row != -100]
         assert len(scored) == int(n) and int(scored[-1]) == dm.language.end_id
-    assert build("lstm", "marked_reversal").model.loss_reduction == "token"
+    # their loss: each string's sum, then the mean over the batch (sequence_losses.sum(1).mean())
+    assert build("lstm", "marked_reversal").model.loss_reduction == "sum_per_string"
 
 
 def test_the_score_is_against_log_p_of_the_string_given_its_length(build):

@@ -146,3 +146,59 @@ def test_the_held_out_set_is_the_public_codes_test_short_held_out(build):
     for other, size in (("train", 10_000), ("val_short", 1_000), ("val_long", 1_000)):
         drawn = dm.draw(other)
         assert len(drawn) == size and not held & {s for s, _ in drawn}, other
+
+
+# -- the models (model_interface.py, get_architecture_args.py) --------------------------------------
+def _public_count(architecture: str, vocab: int, hidden: int, layers: int = 5) -> int:
+    """get_architecture_args.py's parameter count of its RNN and LSTM recognizers."""
+    gates = 1 if architecture == "rnn" else 4
+    return vocab * hidden + layers * hidden + layers * gates * hidden * (2 * hidden + 1) + hidden + 1
+
+
+def _public_hidden(architecture: str, vocab: int, budget: int = 64_000, layers: int = 5) -> int:
+    """get_architecture_args.py's hidden size: the rounded root of its count = budget."""
+    a, b = (
+        (2 * layers, vocab + 2 * layers + 1)
+        if architecture == "rnn"
+        else (8 * layers, vocab + 5 * layers + 1)
+    )
+    c = 1 - budget
+    return round((-b + math.sqrt(b * b - 4 * a * c)) / (2 * a))
+
+
+@pytest.mark.parametrize("name", ["rnn", "lstm"])
+def test_the_recognizers_are_the_public_codes_models(build, name):
+    """``construct_model``: a learned embedding of the hidden size, dropout 0.1 before and after the
+    core and between its 5 layers, rau's RNN/LSTM with a learned initial hidden state
+    (``learned_hidden_state``) and one bias per gate, no start symbol (``include_first``), the
+    recognition head read at the last position; ``smart_init`` with a U(-0.1, 0.1) fallback; the
+    hidden size of the 64,000-parameter formula; batches of up to a trial's tokens."""
+    cli = build(name)
+    model, dm = cli.model, cli.datamodule
+    layer = model.layer
+    hidden = _public_hidden(name, len(dm.language.alphabet))
+    assert layer.hidden_size == hidden == (79 if name == "rnn" else 40)
+    assert (layer.num_layers, layer.dropout, layer.learned_initial_state) == (5, 0.1, True)
+    assert getattr(layer, "extra_bias", False) is False  # the LSTM's one bias per gate
+    hp = model.hparams
+    assert (hp.embedding, hp.embedding_dim, hp.initial_output, hp.dropout, hp.init) == (
+        "learned",
+        hidden,
+        True,
+        0.1,
+        "flare",
+    )
+    # their count plus memrnn's BOS embedding row, never read with initial_output
+    count = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert count == _public_count(name, len(dm.language.alphabet), hidden) + hidden
+    assert dm.batch_tokens == 2112  # the mean of their per-trial uniform 128-4,096
+
+
+def test_the_language_modelling_head_is_the_tied_embedding(build):
+    """``get_shared_embeddings(tie_embeddings=use_language_modeling_head)``: the LM head is the
+    input embedding, without a bias; the next-symbol head has its own weights."""
+    model = build("lstm_lm_ns").model
+    assert model.hparams.tie_embeddings is True
+    assert model.heads["generator"].weight is model.embedding.weight
+    assert getattr(model.heads["generator"], "bias", None) is None
+    assert model.heads["next_set"].weight is not model.embedding.weight

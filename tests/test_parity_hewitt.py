@@ -65,12 +65,14 @@ def test_model_sizes_are_the_scripts(build, k, m):
 def test_vocabulary_and_readout(build):
     """Inputs: the brackets and a start symbol; outputs: memrnn's 2k + 1 classes (the brackets and
     END), theirs 2k + 2 (their softmax also has START, never a target).  The readout is
-    initialised as torch's ``nn.Linear`` (|W| <= 1/sqrt(h)), theirs ``U(-sqrt(h), sqrt(h))`` with a
-    zero bias (docs/parity.md, initialisation)."""
+    initialised as theirs (``lm.py``): ``U(-sqrt(h), sqrt(h))`` with a zero bias (``init: hewitt``);
+    the LSTM keeps torch's (|w| <= 1/sqrt(h))."""
     module = build("hewitt/lstm_k8_m3.yaml").model
     assert module.vocab_size == 2 * 8 + 2 and module.num_symbols == 2 * 8 + 1
-    bound = 1 / math.sqrt(module.layer.hidden_size)
-    assert module.readout.weight.abs().max() <= bound + 1e-6
+    h = module.layer.hidden_size
+    assert module.hparams.init == "hewitt" and module.readout.bias.abs().sum() == 0
+    assert 1 / math.sqrt(h) < module.readout.weight.abs().max() <= math.sqrt(h)
+    assert max(p.abs().max() for p in module.layer.parameters()) <= 1 / math.sqrt(h) + 1e-6
 
 
 @pytest.mark.parametrize(("k", "m"), KM)
