@@ -19,7 +19,7 @@ from torchmetrics.text import Perplexity
 
 from memrnn.core.checks import finite_float, positive_int
 from memrnn.core.layer import MemoryLayer
-from memrnn.data.datamodule import IGNORE_INDEX, bos_inputs
+from memrnn.data.datamodule import IGNORE_INDEX, LanguageDataModule, bos_inputs
 from memrnn.lit.init import check_init, dusell_init_, flare_init_, haiku_init_, hewitt_init_
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
@@ -302,6 +302,11 @@ class SequenceModule(L.LightningModule):
                 "(memrnn.layers has LSTMLayer, GRULayer, ElmanRNN, … for torch's recurrent modules)"
             )
         self.vocab_size, self.num_symbols = vocab_size, num_symbols
+        if getattr(self.layer, "bidirectional", False) and {"next_set", "acceptor_prefix"} & set(objectives):
+            raise ValueError(
+                f"a bidirectional layer reads every position's future, which next_set and acceptor_prefix "
+                f"targets are about; objectives {sorted(objectives)} need a unidirectional layer"
+            )
         if self.initial_output:
             self._check_initial_output()
         #: FLaRe's dropout before and after the layer (``dropout``), or None
@@ -316,6 +321,20 @@ class SequenceModule(L.LightningModule):
             setattr(self, f"{split}_by_length", PerLengthStats(self._curve_stats(), max_length=max_length))
         #: per-length curves of the last validation/test epoch (``length_curves()``'s output)
         self.curves: dict[str, dict[str, list[float]]] = {}
+
+    def setup(self, stage: str) -> None:
+        """A language model's targets are its next inputs: a bidirectional layer would read them
+        (a transduction's outputs, read at blank inputs, are fine)."""
+        dm = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if (
+            getattr(self.layer, "bidirectional", False)
+            and "generator" in self.objectives
+            and isinstance(dm, LanguageDataModule)
+        ):
+            raise ValueError(
+                f"{type(dm).__name__}'s generator targets are the next inputs, which a bidirectional layer "
+                "reads: use a unidirectional layer to model the language"
+            )
 
     def _check_initial_output(self) -> None:
         """A clear error, at construction, for a layer without an output at its initial state."""

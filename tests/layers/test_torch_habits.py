@@ -9,13 +9,17 @@ their contract.  Stacked unidirectional layers are registered (``lstm_2layer``, 
 dropout is checked here."""
 
 import copy
+import functools
 
+import lightning as L
 import pytest
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from memrnn.core import reference_paths
+from memrnn.data import ChomskyDataModule, FormalLanguageDataModule
+from memrnn.languages import DyckKM
 from memrnn.layers import (
     NNPDA,
     CounterLSTM,
@@ -38,6 +42,7 @@ from memrnn.layers import (
     StackRNN,
     gated,
 )
+from memrnn.lit import SequenceModule
 
 F64 = torch.float64
 
@@ -518,3 +523,23 @@ def test_deepcopy_and_state_dict_of_stacked_bidirectional_layers(gen):
         torch.testing.assert_close(other(x)[0], layer(x)[0], atol=0, rtol=0)
     assert "weight_ih_l1_reverse" in dict(ElmanRNN(3, 4, num_layers=2, bidirectional=True).named_parameters())
     assert set(dict(ElmanRNN(3, 4).named_parameters())) == {"weight_ih", "weight_hh", "bias"}
+
+
+def test_a_bidirectional_layer_is_refused_where_targets_are_future_inputs(tmp_path):
+    """Next-symbol sets and per-prefix labels are about a position's future, and a language model's
+    targets are its next inputs: a bidirectional layer would read them; a transduction, whose
+    outputs are read at blank inputs, trains with one."""
+    bi = functools.partial(LSTMLayer, hidden_size=4, bidirectional=True)
+    with pytest.raises(ValueError, match="next_set and acceptor_prefix"):
+        SequenceModule(bi, 6, 5, objectives={"next_set": 1.0})
+    trainer = L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0)  # fmt: skip
+    lm = FormalLanguageDataModule(DyckKM(2, 2), train_size=8, val_size=4, test_size=4, batch_size=4)
+    with pytest.raises(ValueError, match="targets are the next inputs"):
+        trainer.fit(SequenceModule(bi, lm.vocab_size, lm.num_symbols), datamodule=lm)
+    transduction = ChomskyDataModule("reverse_string", train_size=8, val_size=4, test_per_length=1,
+                                     test_lengths=(42, 42), batch_size=4)  # fmt: skip
+    L.Trainer(max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, default_root_dir=tmp_path, limit_val_batches=0).fit(
+        SequenceModule(bi, transduction.vocab_size, transduction.num_symbols), datamodule=transduction
+    )  # fmt: skip

@@ -81,3 +81,8 @@ def test_clear_errors(tmp_path):
     # its readout weights are for the layer's outputs, not for Delétang et al.'s relu of them
     with pytest.raises(ValueError, match="readout_activation='relu'"):
         run(tmp_path, DyckKM(3, 2), 10, [HewittInit()], fit=True, readout_activation="relu")
+    # a layer that reads w without BOS would be traced one step off the construction's references
+    with pytest.raises(ValueError, match="initial_output=True"):
+        run(
+            tmp_path, DyckKM(3, 2), 6, [HewittComparison(num_strings=4, lengths=(3, 11))], initial_output=True
+        )

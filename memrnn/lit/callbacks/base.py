@@ -194,7 +194,15 @@ class TraceComparison(ModelComparison):
     @staticmethod
     def run_trace(pl_module: L.LightningModule, language: Any, strings: Sequence[Sequence[int]]):
         """``(trace, mask)`` of the module's layer on the strings
-        (:func:`memrnn.analysis.trace.layer_trace` with the module's embedding)."""
+        (:func:`memrnn.analysis.trace.layer_trace` with the module's embedding).  A module whose
+        layer reads the strings without ``BOS`` (``initial_output=True``) is refused: its traces
+        would be one step off the references these comparisons draw beside them."""
+        if getattr(pl_module, "initial_output", False):
+            raise ValueError(
+                f"{type(pl_module).__name__}(initial_output=True) runs its layer on w without BOS, while the "
+                "trace comparisons and probes read the layer on BOS w, position by position: train "
+                "with initial_output=False to compare the internals"
+            )
         return layer_trace(pl_module.embedding, pl_module.layer, strings, language.bos_id)
 
     @abstractmethod
