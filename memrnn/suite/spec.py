@@ -103,9 +103,7 @@ def _budget_key(value: Any, where: str) -> str | tuple[str, ...]:
         return ()
     if isinstance(value, list) and all(isinstance(k, str) and k for k in value):
         return tuple(value)
-    raise ValueError(
-        f"{where}: budget_key must be an override key, a list of them or null, got {value!r}"
-    )
+    raise ValueError(f"{where}: budget_key must be an override key, a list of them or null, got {value!r}")
 
 
 def check_select(value: Any, where: str) -> dict[str, str] | None:

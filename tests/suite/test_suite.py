@@ -674,7 +674,10 @@ def test_every_architecture_of_the_matched_suites_fits_its_budget(tmp_path, name
         cell = suite.cell(arch=arch, task=task, seed=0, lr=suite.lrs[0] if suite.lrs else None)
         if not spec.budget_key:  # the authors' own formula sized it (FLaRe's get_architecture_args.py)
             count = _parameters([*suite.cli_args(cell), *extra], [suite.defaults])
-            assert 0.95 * suite.budget["parameters"] < count < 1.05 * suite.budget["parameters"], (arch, count)
+            assert 0.95 * suite.budget["parameters"] < count < 1.05 * suite.budget["parameters"], (
+                arch,
+                count,
+            )
             continue
         sizes[arch] = fit_budget(suite, cell, [suite.defaults], extra)
         saved = json.loads((tmp_path / "budget" / f"{arch}__{task}.json").read_text())
