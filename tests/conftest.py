@@ -1,4 +1,5 @@
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -40,3 +41,34 @@ def assert_close_tree(a, b, atol, rtol=0.0, what=""):
     assert len(la) == len(lb), f"{what}: {len(la)} vs {len(lb)} leaves"
     for i, (x, y) in enumerate(zip(la, lb, strict=True)):
         torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m, i=i: f"{what} leaf {i}: {m}")
+
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+@pytest.fixture(scope="module")
+def build_config(tmp_path_factory):
+    """``build_config(path, *overrides)``: the LightningCLI's objects (``.model``, ``.datamodule``,
+    ``.trainer``) of ``configs/<path>`` over ``configs/defaults.yaml``, the logger off, built and
+    not run, once per test module and overrides (the parity tests read them)."""
+    from memrnn.lit.cli import build_cli
+
+    root, cache = tmp_path_factory.mktemp("configs"), {}
+
+    def build(path: str, *args: str):
+        key = (path, args)
+        if key not in cache:
+            cache[key] = build_cli(
+                [
+                    "--config",
+                    str(CONFIGS / path),
+                    "--trainer.logger=false",
+                    f"--trainer.default_root_dir={root}",
+                    *args,
+                ],
+                run=False,
+                default_config_files=[CONFIGS / "defaults.yaml"],
+            )
+        return cache[key]
+
+    return build

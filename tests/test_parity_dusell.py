@@ -25,11 +25,9 @@ from memrnn.layers.memories import (
     SuperpositionStack,
     VectorNondeterministicStack,
 )
-from memrnn.lit.cli import build_cli
 from memrnn.suite import Suite
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULTS = ROOT / "configs" / "defaults.yaml"
 TASKS = ("marked_reversal", "unmarked_reversal", "padded_reversal", "dyck", "hardest_cfl")
 MODELS = ("lstm", "superposition", "stratification", "ns", "rns", "vrns")
 #: the authors' PDA states per task (experiments/train/<task>/ns*/submit-jobs.bash; stack-attention's
@@ -38,23 +36,10 @@ STATES = {"marked_reversal": 2, "unmarked_reversal": 2, "padded_reversal": 3, "d
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
+def build(build_config):
     """``build(model, task, *overrides)``: the CLI's model, data module and trainer of
     ``configs/dusell/<model>_<task>.yaml``, built once per module."""
-    root, cache = tmp_path_factory.mktemp("parity_dusell"), {}
-
-    def _build(model: str, task: str, *args: str):
-        key = (model, task, args)
-        if key not in cache:
-            cache[key] = build_cli(
-                ["--config", str(ROOT / "configs" / "dusell" / f"{model}_{task}.yaml"),
-                 "--trainer.logger=false", f"--trainer.default_root_dir={root}", *args],
-                run=False,
-                default_config_files=[DEFAULTS],
-            )  # fmt: skip
-        return cache[key]
-
-    return _build
+    return lambda model, task, *args: build_config(f"dusell/{model}_{task}.yaml", *args)
 
 
 # -- models ---------------------------------------------------------------------------------------

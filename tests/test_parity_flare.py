@@ -14,29 +14,15 @@ import numpy as np
 import pytest
 
 from memrnn.languages.recognizers import AutomatonRecognitionLanguage, ComputeSqrt, sample_negative_with_edits
-from memrnn.lit.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULTS = ROOT / "configs" / "defaults.yaml"
 CONFIGS = sorted(p.stem for p in (ROOT / "configs" / "flare").glob("*.yaml") if not p.name.startswith("_"))
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    root, cache = tmp_path_factory.mktemp("parity_flare"), {}
-
-    def _build(name: str, *args: str):
-        key = (name, args)
-        if key not in cache:
-            cache[key] = build_cli(
-                ["--config", str(ROOT / "configs" / "flare" / f"{name}.yaml"), "--trainer.logger=false",
-                 f"--trainer.default_root_dir={root}", *args],
-                run=False,
-                default_config_files=[DEFAULTS],
-            )  # fmt: skip
-        return cache[key]
-
-    return _build
+def build(build_config):
+    """``build(name, *overrides)``: the CLI's objects of ``configs/flare/<name>.yaml``."""
+    return lambda name, *args: build_config(f"flare/{name}.yaml", *args)
 
 
 def test_there_are_flare_configs():

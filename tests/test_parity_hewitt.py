@@ -16,12 +16,10 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from memrnn.data import collate_generator
 from memrnn.languages import DyckKM, bracket_annotations
 from memrnn.layers import LSTMLayer
-from memrnn.lit.cli import build_cli
 from memrnn.lit.metrics import BracketClosingAccuracy
 from memrnn.suite import Suite
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULTS = ROOT / "configs" / "defaults.yaml"
 KM = [(k, m) for m in (3, 5) for k in (2, 8, 32, 128)]
 
 
@@ -31,22 +29,9 @@ def authors_lr(k: int, tokens: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    """``build(config, *overrides)`` through the CLI, once per module."""
-    root, cache = tmp_path_factory.mktemp("parity_hewitt"), {}
-
-    def _build(config: str, *args: str):
-        key = (config, args)
-        if key not in cache:
-            cache[key] = build_cli(
-                ["--config", str(ROOT / "configs" / config), "--trainer.logger=false",
-                 f"--trainer.default_root_dir={root}", *args],
-                run=False,
-                default_config_files=[DEFAULTS],
-            )  # fmt: skip
-        return cache[key]
-
-    return _build
+def build(build_config):
+    """``build(config, *overrides)`` (``config`` relative to ``configs/``) through the CLI."""
+    return build_config
 
 
 @pytest.mark.parametrize(("k", "m"), KM)

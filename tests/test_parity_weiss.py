@@ -16,31 +16,17 @@ from lightning.pytorch.callbacks import EarlyStopping
 from memrnn.data.presets import get_preset
 from memrnn.languages import AnBn, AnBnCn
 from memrnn.layers import GRULayer, LSTMLayer
-from memrnn.lit.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULTS = ROOT / "configs" / "defaults.yaml"
 CONFIGS = [f"{arch}_{task}" for task in ("anbn", "anbncn") for arch in ("lstm", "gru")]
 #: the paper's training n ranges (``n`` up to 100 for a^n b^n, up to 50 for a^n b^n c^n)
 N_MAX = {"anbn": 100, "anbncn": 50}
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    root, cache = tmp_path_factory.mktemp("parity_weiss"), {}
-
-    def _build(name: str, *args: str):
-        key = (name, args)
-        if key not in cache:
-            cache[key] = build_cli(
-                ["--config", str(ROOT / "configs" / "weiss" / f"{name}.yaml"), "--trainer.logger=false",
-                 f"--trainer.default_root_dir={root}", *args],
-                run=False,
-                default_config_files=[DEFAULTS],
-            )  # fmt: skip
-        return cache[key]
-
-    return _build
+def build(build_config):
+    """``build(name, *overrides)``: the CLI's objects of ``configs/weiss/<name>.yaml``."""
+    return lambda name, *args: build_config(f"weiss/{name}.yaml", *args)
 
 
 @pytest.mark.parametrize("name", CONFIGS)
