@@ -50,7 +50,18 @@ def _machine() -> str:
 
 
 def _run(name: str, dtype: torch.dtype, path: str) -> dict[str, list[torch.Tensor]]:
-    """Outputs, final state and gradients of layer ``name`` on fixed inputs."""
+    """Outputs, final state and gradients of layer ``name`` on fixed inputs, in one thread (torch's
+    reductions split by thread count: nnPDA's float64 gradients differ in the last bits between
+    one and two threads)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run_one_thread(name, dtype, path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_one_thread(name: str, dtype: torch.dtype, path: str) -> dict[str, list[torch.Tensor]]:
     torch.manual_seed(0)
     layer = create_layer(name).to(dtype)
     gen = torch.Generator().manual_seed(1)
