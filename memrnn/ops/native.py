@@ -63,6 +63,9 @@ _SOURCES = (
     Path(__file__).parent / "stack_rnn" / "native.cpp",
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
 )
+#: the headers the sources include (the memories' codes, each memory's ``native.h``): part of the
+#: sources' digest, so that a change to one rebuilds
+_HEADERS = tuple(sorted(Path(__file__).parent.rglob("*.h")))
 _LOCK = threading.Lock()
 __all__ = [
     "HEAP_MALLOC_ENV",
@@ -142,10 +145,11 @@ def _python_tag() -> str:
 
 
 def _sources_digest() -> str:
-    """sha1 of the C++ sources' contents (their names included)."""
+    """sha1 of the C++ sources' and headers' contents (their names included: a header's with its
+    folder's, ``deque/native.h``)."""
     h = hashlib.sha1()
-    for path in _SOURCES:
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, path in [(p.name, p) for p in _SOURCES] + [(f"{p.parent.name}/{p.name}", p) for p in _HEADERS]:
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()
 
 
@@ -209,6 +213,7 @@ def _build() -> object | None:
             cpp_extension.load(
                 name=name,
                 sources=[str(p) for p in _SOURCES],
+                extra_include_paths=[str(Path(__file__).parent)],  # "deque/native.h", …
                 extra_cflags=flags,
                 build_directory=str(folder),
                 is_python_module=False,

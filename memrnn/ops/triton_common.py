@@ -99,3 +99,63 @@ def unit_blocks(H: int) -> tuple[int, int]:
     """``(BLOCK_H, NUM_H)``: state units per block (16–64, a power of 2) and blocks per state."""
     block = max(16, min(64, triton.next_power_of_2(H)))
     return block, triton.cdiv(H, block)
+
+
+# -- what the memories' steps share (``memrnn/ops/<memory>/triton.py``) ---------------------------
+@triton.jit
+def _value_grad_from_output(v, VCODE: tl.constexpr):
+    """``act'`` from the activation's output ``v``: sigmoid, tanh or identity."""
+    if VCODE == 1:
+        return v * (1.0 - v)
+    elif VCODE == 0:
+        return 1.0 - v * v
+    else:
+        return v * 0.0 + 1.0
+
+
+@triton.jit
+def _three(hrow, rmask):
+    """Head columns 0, 1, 2 of each row of the tile (push, pop, no-op or stay, left, right),
+    ``[BLOCK_B]`` float32 each, from ``hd[t]``."""
+    a0 = tl.load(hrow, mask=rmask, other=0.0).to(tl.float32)
+    a1 = tl.load(hrow + 1, mask=rmask, other=0.0).to(tl.float32)
+    a2 = tl.load(hrow + 2, mask=rmask, other=0.0).to(tl.float32)
+    return a0, a1, a2
+
+
+@triton.jit
+def _softmax3_grads(grow, rmask, a0, a1, a2, g0, g1, g2):
+    """The three actions' pre-activation gradients through their softmax into ``ghd[t]``."""
+    dot = a0 * g0 + a1 * g1 + a2 * g2
+    gty = grow.dtype.element_ty
+    tl.store(grow, (a0 * (g0 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 1, (a1 * (g1 - dot)).to(gty), mask=rmask)
+    tl.store(grow + 2, (a2 * (g2 - dot)).to(gty), mask=rmask)
+
+
+@triton.jit
+def _chunk(c, D, BLOCK_D: tl.constexpr, REV: tl.constexpr):
+    """The first element of the ``c``-th chunk of ``D`` elements, last chunk first if ``REV``."""
+    if REV:
+        return (tl.cdiv(D, BLOCK_D) - 1 - c) * BLOCK_D
+    else:
+        return c * BLOCK_D
+
+
+@triton.jit
+def _scan(x, carry, REV: tl.constexpr):
+    """One chunk ``x [BLOCK_B, BLOCK_D]`` of a running sum along the elements that continues
+    ``carry [BLOCK_B]`` (the earlier chunks' total): ``(exclusive, carry + Σ_j x[:, j])``, the
+    exclusive prefix sums (suffix sums if ``REV``) and the total to carry into the next chunk.
+
+    A stack's covered sums are prefix sums over the elements (newest first) and their transpose
+    suffix sums; a queue's the other way round.  Both directions are scans, never ``total −
+    prefix``, so the last element's suffix sum is exactly 0 (a tie the subgradients see).  The
+    total is one reduction with ``carry`` added into the chunk's first column, not ``carry +
+    tl.sum(x, 1)``: Triton 3.6's ``TritonGPUOptimizeThreadLocality`` pass asserts
+    (``loopResult.hasOneUse()``, the compile fails) on a loop-carried sum of a reduction whose
+    result is unused after the loop, once the loads are specialised for 16-byte alignment (as
+    every real launch is)."""
+    exclusive = carry[:, None] + tl.cumsum(x, 1, reverse=REV) - x
+    first = (tl.arange(0, x.shape[1]) == 0)[None, :]
+    return exclusive, tl.sum(tl.where(first, x + carry[:, None], x), 1)

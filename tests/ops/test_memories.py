@@ -347,3 +347,100 @@ def test_jump_tape_step_equals_the_reference_with_gradients(dtype):
     torch.testing.assert_close(
         run_jump_tape(five, written.detach(), 5, jumps)[0], run_tape(three, written.detach(), 5)[0]
     )
+
+
+# -- the fused paths' reference: stack_rnn_sequence(impl="reference") ----------------------------
+def _sequence_case(memory: str, controller: str, gen: torch.Generator, mlp: bool = False):
+    """Random float64 arguments of ``stack_rnn_sequence`` (B 3, T 5, N 4, m 2, depth 3; row lengths
+    5, 2, 0), every tensor a leaf that wants its gradient (but the jump tape's jumps)."""
+    from memrnn.ops.stack_rnn.specs import spec as memory_spec
+
+    s = memory_spec(memory)
+    B, T, n, N, m, D = 3, 5, 3, 4, 2, 3
+    units = s.reads * m
+    G = 4 * N if controller == "lstm" else N
+    r = lambda *shape: (0.5 * torch.randn(*shape, generator=gen, dtype=torch.float64)).requires_grad_()  # noqa: E731
+    k = s.n_actions
+    if memory in ("superposition", "tape"):
+        mem0 = (r(B, D, m),)
+    elif memory == "tape_jump":
+        mem0 = (torch.tensor([1.0, 2.0, 0.0], dtype=torch.float64), r(B, D, m))
+    elif memory == "deque":
+        mem0 = (
+            r(B, 2 * D, m),
+            torch.rand(B, 2 * D, generator=gen, dtype=torch.float64).requires_grad_(),
+            r(B, 2 * m),
+        )
+    else:
+        mem0 = (r(B, D, m), torch.rand(B, D, generator=gen, dtype=torch.float64).requires_grad_(), r(B, m))
+    head = (r(k, N), r(k)) if mlp else (r(k + units, N), r(k + units))
+    args = (
+        r(B, T, n),
+        r(G, n + units),
+        r(G),
+        r(G, N),
+        *head,
+        r(B, N),
+        r(B, N) if controller == "lstm" else None,
+        mem0,
+    )
+    kwargs = dict(controller=controller, activation="tanh", memory=memory, value_activation=s.value_activation,
+                  lengths=torch.tensor([5, 2, 0]), overflow=True)  # fmt: skip
+    if mlp:
+        kwargs["value_mlp"] = ((r(5, N), r(5)), (r(units, 5), r(units)))
+    return args, kwargs
+
+
+def _leaves(args, kwargs):
+    flat = [*args[:-1], *args[-1], *(t for layer in kwargs.get("value_mlp", ()) for t in layer)]
+    return [t for t in flat if t is not None and t.requires_grad]
+
+
+MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")
+
+
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+@pytest.mark.parametrize("memory", MEMORIES)
+def test_reference_sequence_equals_the_cpu_path_with_gradients(memory, controller):
+    """``impl="reference"`` (the memories' torch steps under autograd) and ``impl="cpu"`` (the
+    hand-written BPTT) agree to 1e-12 in float64: outputs, final states, overflow and every
+    gradient, with rows of different lengths (one of length 0)."""
+    from memrnn.ops.stack_rnn import stack_rnn_sequence
+
+    gen = torch.Generator().manual_seed(66)
+    args, kwargs = _sequence_case(memory, controller, gen, mlp=memory == "tape")
+    leaves = _leaves(args, kwargs)
+    results = {}
+    for impl in ("reference", "cpu"):
+        out = [o for o in stack_rnn_sequence(*args, **kwargs, impl=impl) if o is not None]
+        loss = sum((o * torch.linspace(-1, 1, o.numel(), dtype=o.dtype).view(o.shape)).sum()
+                   for o in out if o.is_floating_point() and o.requires_grad)  # fmt: skip
+        results[impl] = (out, torch.autograd.grad(loss, leaves, allow_unused=True))
+    (out_ref, g_ref), (out_cpu, g_cpu) = results["reference"], results["cpu"]
+    assert len(out_ref) == len(out_cpu)
+    for a, b in zip(out_ref, out_cpu, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    for a, b in zip(g_ref, g_cpu, strict=True):
+        if a is None or b is None:
+            assert (a is None and b is None) or (a if b is None else b).abs().max() == 0
+            continue
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_impl_reference_runs_the_reference_and_cpu_does_not(monkeypatch):
+    """``stack_rnn_sequence(impl="reference")`` and ``implementation("reference")`` call
+    :func:`memrnn.ops.stack_rnn.reference.stack_rnn_reference`; ``impl="cpu"`` does not."""
+    from memrnn.ops.dispatch import implementation
+    from memrnn.ops.stack_rnn import reference, stack_rnn_sequence
+
+    calls = []
+    real = reference.stack_rnn_reference
+    monkeypatch.setattr(reference, "stack_rnn_reference", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    args, kwargs = _sequence_case("stratification", "elman", torch.Generator().manual_seed(0))
+    stack_rnn_sequence(*args, **kwargs, impl="cpu")
+    assert calls == []
+    stack_rnn_sequence(*args, **kwargs, impl="reference")
+    assert calls == [1]
+    with implementation("reference"):
+        stack_rnn_sequence(*args, **kwargs)
+    assert calls == [1, 1]

@@ -61,6 +61,14 @@ def test_the_build_name_changes_with_each_ingredient(monkeypatch, tmp_path):
     with open(copies[0], "a") as fh:
         fh.write("\n// an edit\n")
     names["sources"] = native.build_name(TUNED)
+    header = tmp_path / "stack_rnn" / "memory_kinds.h"  # the headers the sources include count too
+    header.parent.mkdir()
+    shutil.copy(native._HEADERS[0], header)
+    monkeypatch.setattr(native, "_HEADERS", (header, *native._HEADERS[1:]))
+    assert native.build_name(TUNED) == names["sources"]
+    with open(header, "a") as fh:
+        fh.write("\n// an edit\n")
+    names["headers"] = native.build_name(TUNED)
     assert len(set(names.values())) == len(names), names
 
 

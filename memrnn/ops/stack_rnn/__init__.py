@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
-from memrnn.ops.stack_rnn.cpu import _KERNELS, StackRNNSequence
+from memrnn.ops.stack_rnn.cpu import StackRNNSequence
+from memrnn.ops.stack_rnn.specs import KERNELS, MEMORIES, NATIVE_MEMORIES, SPECS, TRITON_MEMORIES
 
 _CONTROLLERS = ("lstm", "elman")
-_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")  # the CPU kernels'
-_TRITON_MEMORIES = ("superposition", "stratification", "queue", "tape", "tape_jump", "deque")
-_NATIVE_MEMORIES = _MEMORIES  # native.cpp covers every one
+# the memories each path covers, from their specs (the names the benchmarks and tests import)
+_MEMORIES, _TRITON_MEMORIES, _NATIVE_MEMORIES = MEMORIES, TRITON_MEMORIES, NATIVE_MEMORIES
 
 
 def fused_kinds() -> frozenset[tuple[str, str]]:
@@ -61,7 +61,8 @@ def stack_rnn_sequence(
             units (``m``, the DeQue's ``2m``); the value is ``w_L relu(… relu(w_1 h + b_1) …) +
             b_L``, then ``value_activation``.  The Triton kernels do not cover it: a call with a
             value MLP runs the ``"cpu"`` path on CUDA and under (or with) ``impl="triton"``.
-        impl: ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
+        impl: ``"reference"`` (the loop over the memories' batched torch steps under autograd,
+            :func:`memrnn.ops.stack_rnn.reference.stack_rnn_reference`), ``"triton"`` (CUDA, float32/bfloat16/float16: two persistent kernels,
             :mod:`memrnn.ops.stack_rnn.triton`), ``"cpu"`` (the hand-written BPTT of
             :mod:`memrnn.ops.stack_rnn.cpu`, any device) or ``"native"`` (the same with its time
             loops in C++, ``native.cpp``: CPU, float32/float64, every memory here); None picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
@@ -75,6 +76,13 @@ def stack_rnn_sequence(
     impl = choose(x, impl, triton_ok=triton_ok, native_ok=memory in _NATIVE_MEMORIES)
     if impl == "triton" and mlp:  # asked for by name: the kernels have no value MLP
         impl = "cpu"
+    if impl == "reference":
+        from memrnn.ops.stack_rnn import reference  # looked up at the call: tests spy on it
+
+        return reference.stack_rnn_reference(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
+            memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow, value_mlp=mlp,
+        )  # fmt: skip
     if impl == "triton":
         from memrnn.ops.stack_rnn.triton import stack_rnn_triton
 
@@ -102,9 +110,9 @@ def _check_value_mlp(
     layers = tuple(value_mlp)
     if not layers or not all(isinstance(p, (tuple, list)) and len(p) == 2 for p in layers):
         raise ValueError(f"value_mlp must be a non-empty sequence of (weight, bias) pairs, got {value_mlp!r}")
-    if memory not in _KERNELS:
-        raise ValueError(f"unknown memory {memory!r}; the fused paths cover {', '.join(_KERNELS)}")
-    kernel = _KERNELS[memory]
+    if memory not in KERNELS:
+        raise ValueError(f"unknown memory {memory!r}; the fused paths cover {', '.join(KERNELS)}")
+    kernel = KERNELS[memory]
     k, units = kernel.n_actions, kernel.reads * kernel.dims(memory0)[1]
     if w_head.dim() != 2 or w_head.shape[0] != k:
         raise ValueError(
@@ -126,4 +134,4 @@ def _check_value_mlp(
     return tuple((w, bias) for w, bias in layers)
 
 
-__all__ = ["StackRNNSequence", "fused_kinds", "stack_rnn_sequence"]
+__all__ = ["SPECS", "StackRNNSequence", "fused_kinds", "stack_rnn_sequence"]

@@ -22,7 +22,7 @@
 // ([T, H_l, B] each) and their pre-activations' gradients written into `mlp_g` by the backward
 // (the weights' gradients are products over all steps, made by the caller).
 //
-// Memories (the memory code):
+// Memories (the memory code, from their specs: memory_kinds.h):
 //   0 superposition (Joulin & Mikolov 2015): z's memory rows are cells 0..D-1 and a zero cell
 //     D ([D+1, m, B]); actions pop, no-op, push;
 //   1 stratification stack, 2 neural queue (Grefenstette et al. 2015): values slide in
@@ -44,6 +44,8 @@
 #include <ATen/ThreadLocalState.h>
 #include <torch/library.h>
 
+#include "memory_kinds.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -59,9 +61,8 @@ namespace {
 
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
-enum MemoryKind : int64_t {
-  kSuperposition = 0, kStack = 1, kQueue = 2, kTape = 3, kJumpTape = 4, kDeque = 5
-};
+// MemoryKind (kSuperposition, kStratification, kQueue, kTape, kTapeJump, kDeque): generated from
+// the memories' specs (memrnn/ops/stack_rnn/specs.py), the codes Python passes
 
 // The loops' products are too small to share between threads (a [4N, N+m] x [N+m, B] product
 // takes as long on two threads as on one, plus the pool's wake-up): they run on one.
@@ -386,7 +387,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   std::vector<T> acc(B), cov(D * B), W(std::max<int64_t>(D, 1) * m * B);
   std::vector<T> dq(memory == kDeque ? 6 * D * B : 0);
   std::vector<T> cells(3 * m * B);  // the actions tiled over a cell
-  const bool from_top = memory == kStack;
+  const bool from_top = memory == kStratification;
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
   int64_t next = 0;  // the block whose start is next
@@ -451,7 +452,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       for (int64_t b = 0; b < B; ++b) hr[b] += br;
     }
     T* as = Ap + s * k * B;
-    if (memory == kSuperposition || memory == kTape || memory == kJumpTape) {  // softmax over the k actions
+    if (memory == kSuperposition || memory == kTape || memory == kTapeJump) {  // softmax over the k actions
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T mx = hs[b];
@@ -497,7 +498,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
           ov[b] = push[b] * mx;
         }
       }
-    } else if (memory == kTape || memory == kJumpTape) {
+    } else if (memory == kTape || memory == kTapeJump) {
       const T* old = zp + s * Z * B + N * B;  // [D, m, B]
       T* nw = zp + (s + 1) * Z * B + N * B;
       const int64_t c = m * B;  // a cell
@@ -508,7 +509,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       for (int64_t i = 0; i < D; ++i) {
         const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
         mix3(nw + i * c, W.data() + i * c, at, W.data() + ir * c, at + c, W.data() + il * c, at + 2 * c, c);
-        if (memory == kJumpTape) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
+        if (memory == kTapeJump) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
           const T* jl = as + 3 * B;
           const T* jr = as + 4 * B;
           for (int64_t j = 0; j < m; ++j) {
@@ -614,11 +615,11 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   }
   TORCH_CHECK(controller != kLSTM || (cs_.defined() && xs_.defined()),
               "memrnn native stack RNN: an LSTM controller needs cs and xs");
-  TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
+  TORCH_CHECK(memory != kTapeJump || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
   TORCH_CHECK(memory != kDeque || (P2.has_value() && P2->is_contiguous()),
               "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
-  TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kJumpTape || (P_.defined() && S_.defined()),
+  TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kTapeJump || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
   const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
@@ -715,7 +716,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   const at::Tensor gzh = gz.narrow(0, 0, N);
   at::Tensor gh = at::empty_like(gzh);
   T* ghh = gh.data_ptr<T>();
-  const bool from_top = memory == kStack;
+  const bool from_top = memory == kStratification;
   // memory gradient state (cpu.py's kernels' start_backward buffers, updated in place):
   // superposition gm = (gpp0, gpp1) [D+2, m, B] each (zero cell each side), alternating;
   // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
@@ -750,7 +751,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
       if (memory == kSuperposition) {
         add_final<T>(gfin[0], gm[cur].data_ptr<T>() + m * B, lens, t, B, D * m);
-      } else if (memory == kTape || memory == kJumpTape) {
+      } else if (memory == kTape || memory == kTapeJump) {
         add_final<T>(gfin[0], gm[cur].data_ptr<T>(), lens, t, B, D * m);
       } else if (memory == kDeque) {  // values [B, 2D, m]: each half into its own buffer
         add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m, 2 * D * m, 0);
@@ -806,7 +807,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       }
       std::fill(gas, gas + 3 * B, T(0));
       sum_units(su, 3, m, B, gas);
-    } else if (memory == kTape || memory == kJumpTape) {
+    } else if (memory == kTape || memory == kTapeJump) {
       T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
       T* gn = gm[1 - cur].data_ptr<T>();
       const T* old = zp + s * Z * B + N * B;
@@ -834,7 +835,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         }
         // g[i−1] feeds W[i] through a left move, g[i+1] through a right one
         mix3(gn + i * c, g0, at, g + il * c, at + c, g + ir * c, at + 2 * c, c);
-        if (memory == kJumpTape) {  // the jumps' transposes: gathers the other way
+        if (memory == kTapeJump) {  // the jumps' transposes: gathers the other way
           const T* jl = as + 3 * B;
           const T* jr = as + 4 * B;
           for (int64_t j = 0; j < m; ++j) {
@@ -973,7 +974,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       std::copy(gvs, gvs + m * B, gv);
     }
     // -- the actions' and the value's activations
-    if (memory == kSuperposition || memory == kTape || memory == kJumpTape) {
+    if (memory == kSuperposition || memory == kTape || memory == kTapeJump) {
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T tot = 0;
@@ -1083,7 +1084,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   }
   for (const auto& t : gm) check_contiguous(t, "gm");
   TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
-  TORCH_CHECK(memory != kJumpTape || (jumps.has_value() && jumps->scalar_type() == at::kLong),
+  TORCH_CHECK(memory != kTapeJump || (jumps.has_value() && jumps->scalar_type() == at::kLong),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
   TORCH_CHECK(gm.size() == (memory == kDeque ? 3u : 2u),
               "memrnn native stack RNN: ", memory == kDeque ? 3 : 2, " gradient buffers expected");
