@@ -51,6 +51,7 @@ from torch import Tensor, nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from memrnn.core import create_layer, list_layers
+from memrnn.ops.dispatch import implementation
 from memrnn.ops.native import HEAP_MALLOC_ENV, cpu_description
 
 SIZES, BATCHES, LENGTHS = (16, 64, 256), (1, 64), (64, 256, 1024)
@@ -87,9 +88,24 @@ def layer_kwargs(name: str, size: int) -> dict[str, Any]:
     return kw
 
 
+#: rows that time a registered layer on one implementation (``memrnn.ops.dispatch.implementation``):
+#: ``gru_bptt`` is ``gru`` on its hand-written BPTT (formerly ``GRULayer(bptt=True)``)
+UNDER = {"gru_bptt": ("gru", "bptt")}
+
+
 def build(name: str, size: int, device: str) -> nn.Module:
     kw = {k: v for k, v in layer_kwargs(name, size).items() if v is not None}
-    return create_layer(name, **kw).to(device)
+    registered, impl = UNDER.get(name, (name, None))
+    layer = create_layer(registered, **kw).to(device)
+    if impl is not None:
+        forward = layer.forward
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with implementation(impl):
+                return forward(*args, **kwargs)
+
+        layer.forward = run
+    return layer
 
 
 class SavedBytes:
@@ -343,7 +359,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     names = list_layers() if args.layers == ["all"] else args.layers or list(DEFAULT_LAYERS)
-    unknown = sorted(set(names) - set(list_layers()))
+    unknown = sorted(set(names) - set(list_layers()) - set(UNDER))
     if unknown:
         raise SystemExit(f"unknown layer(s) {unknown}; registered: {', '.join(list_layers())}")
     devices = args.devices or (["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"])

@@ -24,6 +24,7 @@ from memrnn.constructions.hewitt_spec import (
     hewitt_spec,
 )
 from memrnn.constructions.result import BOS, Construction
+from memrnn.core.checks import refuses_removed_arguments
 from memrnn.core.registry import register_layer
 from memrnn.core.serialization import allow_in_checkpoints
 from memrnn.languages.dyck import DyckKM
@@ -209,11 +210,12 @@ def _build_spec(cls_name, input_size, k, m, arch, encoding, inputs, beta, lam, z
     return spec, input_size
 
 
-# The interface suite compares float32 gradients of the fused and reference paths at 1e-5; at
+# The interface suite compares float32 gradients of the fast and reference paths at 1e-5; at
 # β = 20 the weights reach ~150 and float32 rounding of the saturated gates alone exceeds that,
 # so the registered tiny variants use β = 2 (the same construction, unsaturated).  Exactness at
 # the default β is tests/constructions/test_hewitt.py's job.
 @register_layer("hewitt_lstm", tiny={"k": 3, "m": 2, "beta": 2.0})
+@refuses_removed_arguments
 class HewittLSTM(_HewittMixin, LSTMLayer):
     """An :class:`~memrnn.layers.LSTMLayer` carrying Hewitt's Dyck-(k,m) stack (Theorems 3, 5):
     ``mk`` or ``3m⌈log2 k⌉ − m`` units, ``W_c̃ = 0``.  ``self.rnn`` is a plain ``nn.LSTM``.
@@ -222,7 +224,6 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
         input_size: features read (default: the construction's, ``3 + d`` compact or ``2k+2``
             one-hot); larger sizes get zero columns.
         k, m, encoding, inputs, beta, lam, zeta: the construction (module docstring).
-        fused: as :class:`~memrnn.layers.LSTMLayer`.
     """
 
     def __init__(
@@ -235,7 +236,6 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
         beta: float = 20.0,
         lam: float | None = None,
         zeta: float | None = None,
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -243,7 +243,7 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
         spec, input_size = _build_spec(
             "HewittLSTM", input_size, k, m, "lstm", encoding, inputs, beta, lam, zeta
         )
-        super().__init__(input_size, spec.hidden_size, fused=fused, device=device, dtype=dtype)
+        super().__init__(input_size, spec.hidden_size, device=device, dtype=dtype)
         self._set(spec, input_size)
 
     def _set(self, spec: HewittSpec, input_size: int) -> None:
@@ -267,6 +267,7 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
 
 
 @register_layer("hewitt_srnn", tiny={"k": 3, "m": 2, "beta": 2.0})
+@refuses_removed_arguments
 class HewittSimpleRNN(_HewittMixin, ElmanRNN):
     """A sigmoid :class:`~memrnn.layers.ElmanRNN` carrying Hewitt's Dyck-(k,m) stack
     (Theorems 2, 4): ``2mk`` or ``6m⌈log2 k⌉ − 2m`` units.  Arguments as :class:`HewittLSTM`."""

@@ -249,7 +249,10 @@ def finite_float(name: str, value: Any, *, positive: bool = False, nonnegative: 
 def check_kwargs(what: str, cls: type, kwargs: dict[str, Any], *, given: tuple[str, ...] = ()) -> None:
     """Raise ``ValueError`` naming ``what`` and each key of ``kwargs`` that ``cls(...)`` does not
     take (or that the caller already passes: ``given``), with the keys it does take, instead of
-    the ``TypeError`` from deep inside the constructor."""
+    the ``TypeError`` from deep inside the constructor.  A removed implementation flag
+    (``fused``, ``bptt``) raises :func:`check_removed_arguments`'s ``TypeError`` naming its
+    replacement."""
+    check_removed_arguments(what, kwargs)
     params = inspect.signature(cls.__init__).parameters
     named = [
         n
@@ -266,3 +269,47 @@ def check_kwargs(what: str, cls: type, kwargs: dict[str, Any], *, given: tuple[s
         raise ValueError(
             f"{what} has no argument {', '.join(map(repr, unknown))}; it takes {', '.join(named) or 'none'}"
         )
+
+
+# -- implementation flags removed by the one switch (issue 66) --------------------------------------
+#: constructor arguments that once chose an implementation, and what replaces each (refused for
+#: one release with this message, then they become unknown arguments like any other)
+REMOVED_ARGUMENTS: dict[str, str] = {
+    "fused": (
+        "use memrnn.reference_paths() (the reference loop, double backward) or "
+        "memrnn.ops.dispatch.implementation('cpu'|'native'|'triton')"
+    ),
+    "bptt": (
+        "the GRU's hand-written backpropagation through time is memrnn.ops.dispatch.implementation('bptt') "
+        "(or memrnn.ops.gru.gru_sequence(..., impl='bptt')); the default stays torch's own GRU kernel"
+    ),
+}
+
+
+def check_removed_arguments(what: str, kwargs: dict[str, Any]) -> None:
+    """A ``TypeError`` naming ``what``, each removed implementation flag among ``kwargs``
+    (:data:`REMOVED_ARGUMENTS`) and its replacement; nothing when there is none.  A checkpoint
+    that stores such a flag loads after ``python -m memrnn.lit.upgrade <checkpoint>``."""
+    removed = [k for k in kwargs if k in REMOVED_ARGUMENTS]
+    if removed:
+        why = "; ".join(f"{k}= was removed: {REMOVED_ARGUMENTS[k]}" for k in removed)
+        raise TypeError(
+            f"{what}: {why}. Nothing but memrnn.reference_paths() and implementation(...)/impl= chooses "
+            f"an implementation; a checkpoint or config that stores {', '.join(removed)} loads after "
+            f"`python -m memrnn.lit.upgrade <checkpoint>` (or drop the key from the config)"
+        )
+
+
+def refuses_removed_arguments(cls: type) -> type:
+    """Class decorator: ``cls(...)`` given a removed implementation flag (``fused=``, ``bptt=``)
+    raises :func:`check_removed_arguments`'s error instead of Python's bare "unexpected keyword".
+    The signature seen by ``inspect`` (LightningCLI, the registry) stays ``cls.__init__``'s own."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        check_removed_arguments(type(self).__name__, kwargs)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__  # type: ignore[misc]
+    return cls

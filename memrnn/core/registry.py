@@ -40,8 +40,8 @@ def register_layer(name: str, *, tiny: dict[str, Any], cls: type | None = None) 
 
     The same class may be registered under several names with different ``tiny`` arguments
     (for example one per activation), so the interface suite covers each variant.  The string
-    and boolean values of ``tiny`` name the variant (``memory="queue"``, ``activation="relu"``,
-    ``fused=False``); its numbers (and ``None``s, lists and dicts) are test sizes, which
+    and boolean values of ``tiny`` name the variant (``memory="queue"``, ``activation="relu"``);
+    its numbers (and ``None``s, lists and dicts) are test sizes, which
     :func:`create_layer` reports when overrides leave them in place.
     """
 
@@ -98,7 +98,7 @@ def _warn_tiny_values(name: str, cls: type, kept: dict[str, Any]) -> None:
     for key in sorted(kept):
         value = kept[key]
         if isinstance(value, (str, bool)):
-            continue  # the registered variant's own choice (memory="queue", fused=False)
+            continue  # the registered variant's own choice (memory="queue", activation="relu")
         p = params.get(key)
         default = missing if p is None else p.default
         if default is not missing:

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_activation
-from memrnn.core.checks import finite_float, positive_int
+from memrnn.core.checks import finite_float, positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.gated import lstm_pointwise
@@ -57,6 +57,7 @@ class ReLUCounterState(NamedTuple):
 
 
 @register_layer("relu_counter", tiny={"input_size": 3, "hidden_size": 4, "counters": 2})
+@refuses_removed_arguments
 class ReLUCounter(MemoryLayer[ReLUCounterState]):
     """Controller RNN with ``counters`` ReLU counters of two units each (module docstring).
 
@@ -65,9 +66,6 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         hidden_size: controller units.
         counters: number of counters ``k``.
         activation: the controller's ``σ`` (``tanh``, ``relu``, ``sigmoid``, ...).
-        fused: ``forward`` runs :class:`memrnn.ops.counter.cpu.CounterRNNSequence` (the default);
-            ``False``: the reference step loop under autograd.  Same numbers either way; the fused
-            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight [hidden, input + hidden + k]``, ``bias [hidden]``,
     ``counter_weight [2k, input + hidden + k]`` (INC rows, then DEC rows), ``counter_bias [2k]``.
@@ -79,7 +77,6 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         hidden_size: int,
         counters: int = 1,
         activation: str = "tanh",
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -90,7 +87,6 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         positive_int("counters", counters)
         self.activation = resolve_activation(activation, HIDDEN_ACTIVATIONS)
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
-        self.fused = bool(fused)
         self.output_size = hidden_size + counters
         fk = {"device": device, "dtype": dtype}
         z = input_size + hidden_size + counters
@@ -109,8 +105,7 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, activation={self.activation!r}, "
-            f"fused={self.fused}"
+            f"{self.input_size}, {self.hidden_size}, counters={self.counters}, activation={self.activation!r}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> ReLUCounterState:
@@ -150,9 +145,8 @@ class ReLUCounter(MemoryLayer[ReLUCounterState]):
         """Fast path (same numbers as the reference ``step``, to rounding): both input projections
         for all steps in one matrix product ``[B, T, hidden + 2k]``, then
         :class:`memrnn.ops.counter.cpu.CounterRNNSequence` (no autograd graph per step, hand-written
-        backpropagation through time); ``fused=False``: the reference loop."""
-        if not self.fused:
-            return super().forward(x, state, mask)
+        backpropagation through time, first order); inside :func:`memrnn.reference_paths`, the
+        reference loop under autograd (second derivatives)."""
         state, mask = self.check_inputs(x, state, mask)
         n, H, k = self.input_size, self.hidden_size, self.counters
         w = torch.cat([self.weight, self.counter_weight], 0)  # [H + 2k, input + H + k]
@@ -180,6 +174,7 @@ class CounterLSTMState(NamedTuple):
 
 
 @register_layer("counter_lstm", tiny={"input_size": 3, "hidden_size": 4, "counters": 2})
+@refuses_removed_arguments
 class CounterLSTM(MemoryLayer[CounterLSTMState]):
     """LSTM controller with ``counters`` gated counter cells (module docstring).
 
@@ -190,9 +185,6 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         cell_activation: ``g`` of the counter cells' exposure: ``identity`` (default; Weiss et al. 2018
             footnote 3: counters can be compared) or ``tanh``.
         forget_bias: added to the counter cells' forget-gate bias (default 1: start counting).
-        fused: ``forward`` runs :class:`memrnn.ops.lstm.cpu.LSTMSequence` (the default); ``False``:
-            the reference step loop under autograd.  Same numbers either way; the fused
-            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight [4·hidden, input + hidden + k]``, ``bias [4·hidden]`` (gate order
     ``i, f, c̃, o`` as ``nn.LSTM``); ``counter_weight [4k, input + hidden + k]``,
@@ -206,7 +198,6 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         counters: int = 1,
         cell_activation: str = "identity",
         forget_bias: float = 1.0,
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -217,7 +208,6 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         positive_int("counters", counters)
         self.cell_activation = resolve_activation(cell_activation, CELL_ACTIVATIONS, "cell_activation")
         self.input_size, self.hidden_size, self.counters = input_size, hidden_size, counters
-        self.fused = bool(fused)
         self.output_size = hidden_size + counters
         self.forget_bias = finite_float("forget_bias", forget_bias)
         fk = {"device": device, "dtype": dtype}
@@ -239,7 +229,7 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, counters={self.counters}, "
-            f"cell_activation={self.cell_activation!r}, forget_bias={self.forget_bias}, fused={self.fused}"
+            f"cell_activation={self.cell_activation!r}, forget_bias={self.forget_bias}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> CounterLSTMState:
@@ -290,10 +280,8 @@ class CounterLSTM(MemoryLayer[CounterLSTMState]):
         """Fast path (same numbers as the reference ``step``, to rounding): the controller and the
         counter cells merged into one ``(H+k)``-unit LSTM (:meth:`merged_weights`), the input
         projection for all steps in one matrix product, then :class:`memrnn.ops.lstm.cpu.LSTMSequence`
-        (no autograd graph per step, hand-written backpropagation through time);
-        ``fused=False``: the reference loop."""
-        if not self.fused:
-            return super().forward(x, state, mask)
+        (no autograd graph per step, hand-written backpropagation through time, first order);
+        inside :func:`memrnn.reference_paths`, the reference loop under autograd."""
         state, mask = self.check_inputs(x, state, mask)
         H, k = self.hidden_size, self.counters
         N = H + k

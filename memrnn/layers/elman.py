@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_activation
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.gated import (
@@ -46,6 +46,7 @@ class ElmanState(NamedTuple):
 
 
 @register_layer("elman", tiny={"input_size": 3, "hidden_size": 5})
+@refuses_removed_arguments
 class ElmanRNN(MemoryLayer[ElmanState]):
     """Elman (simple) RNN, Cotterell et al. 2023: ``h_t = σ(U h_{t-1} + V x_t + b)``.
 
@@ -54,11 +55,6 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         hidden_size: units ``d`` of ``h_t``; also ``output_size`` (twice it when bidirectional).
         activation: ``tanh`` | ``sigmoid`` | ``relu`` | ``heaviside`` | ``saturated_linear``.
         bias: learn ``b``.
-        fused: ``forward`` computes ``V x_t + b`` for all steps in one matrix product and runs the
-            recurrence through :func:`memrnn.ops.elman.elman_sequence` (a hand-written backward on
-            CPU, Triton kernels on CUDA; the default); ``False``: the reference loop over ``step``
-            under autograd (also inside :func:`memrnn.reference_paths`).  Same numbers; the fused
-            backward is first order.
         num_layers: stacked Elman layers, each reading the outputs of the one below, as
             ``nn.RNN``'s ``num_layers``.
         dropout: as ``nn.RNN``'s: on the outputs of each layer but the last, in training mode only
@@ -92,7 +88,6 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         hidden_size: int,
         activation: str = "tanh",
         bias: bool = True,
-        fused: bool = True,
         num_layers: int = 1,
         dropout: float = 0.0,
         bidirectional: bool = False,
@@ -109,7 +104,6 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         self.dropout = check_dropout(dropout, self.num_layers)
         self.bidirectional = check_flag("bidirectional", bidirectional)
         self.num_directions = 2 if self.bidirectional else 1
-        self.fused = bool(fused)
         self.activation = resolve_activation(activation, HIDDEN_ACTIVATIONS)
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -159,7 +153,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         )
         return (
             f"{self.input_size}, {self.hidden_size}, activation={self.activation!r}, "
-            f"bias={self._params(0, 0)[2] is not None}, fused={self.fused}{stacked}"
+            f"bias={self._params(0, 0)[2] is not None}{stacked}"
             + (", bidirectional=True" if self.bidirectional else "")
             + (", learned_initial_state=True" if self.learned_initial_state else "")
         )
@@ -171,7 +165,7 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         fk = self._default_factory(device, dtype)
         if self.h0_input is None:
             h = torch.zeros(batch_size, self.num_layers * self.num_directions, self.hidden_size, **fk)
-        else:  # a copy per row, so that fused kernels get a contiguous state
+        else:  # a copy per row, so that the fast paths get a contiguous state
             h0 = ACTIVATIONS[self.activation](self.h0_input).to(**fk)
             h = h0.expand(batch_size, *h0.shape).contiguous()
         return ElmanState(h[:, 0] if self._single else h)
@@ -260,10 +254,10 @@ class ElmanRNN(MemoryLayer[ElmanState]):
         """Fast path: the input projection ``V x + b`` for all steps in one matrix product
         ``[B, T, hidden]``, then :func:`memrnn.ops.elman.elman_sequence` over the recurrence, per
         layer and direction when stacked or bidirectional (:func:`memrnn.layers.gated.stacked_sequence`:
-        the backward direction over each row's real tokens reversed, dropout between layers);
-        ``fused=False``: the reference loop."""
-        if not self.fused:
-            return super().forward(x, state, mask)
+        the backward direction over each row's real tokens reversed, dropout between layers).
+        ``elman_sequence`` picks its implementation (a hand-written first-order backward on CPU,
+        Triton kernels on CUDA); inside :func:`memrnn.reference_paths`, the reference loop over
+        ``step`` under autograd (second derivatives).  Same numbers, to rounding."""
         state, mask = self.check_inputs(x, state, mask)
         act = ACTIVATIONS[self.activation]
         if self._single:
@@ -306,6 +300,7 @@ class JordanState(NamedTuple):
 
 
 @register_layer("jordan", tiny={"input_size": 3, "hidden_size": 5, "feedback_size": 4})
+@refuses_removed_arguments
 class JordanRNN(MemoryLayer[JordanState]):
     """Jordan RNN, Cotterell et al. 2023: ``h_t = σ(U r_{t-1} + V x_t + b_h)``, ``r_t = σ_o(E h_t)``.
 
@@ -320,10 +315,6 @@ class JordanRNN(MemoryLayer[JordanState]):
         activation: ``σ``, as in ``ElmanRNN``.
         output_activation: ``σ_o``: ``softmax`` (the usual choice of Cotterell et al. 2023), ``identity``
             (feed back the logits), or any hidden activation.
-        fused: ``forward`` runs :func:`memrnn.ops.jordan.jordan_sequence` (input projection for
-            all steps at once, hand-written backpropagation through time; the default);
-            ``False``: the reference step loop under autograd.  Same numbers either way; the fused
-            backward is first order, so second derivatives need ``False``.
 
     Parameters: ``weight_ih`` (V) ``[hidden, input]``, ``weight_fb`` (U) ``[hidden, feedback]``,
     ``bias`` (b_h) ``[hidden]``, ``weight_out`` (E) ``[feedback, hidden]``.
@@ -337,7 +328,6 @@ class JordanRNN(MemoryLayer[JordanState]):
         activation: str = "tanh",
         output_activation: str = "softmax",
         bias: bool = True,
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -355,7 +345,6 @@ class JordanRNN(MemoryLayer[JordanState]):
         )
         self.input_size, self.hidden_size, self.feedback_size = input_size, hidden_size, feedback_size
         self.output_size = hidden_size
-        self.fused = bool(fused)
         fk = {"device": device, "dtype": dtype}
         self.weight_ih = nn.Parameter(torch.empty(hidden_size, input_size, **fk))
         self.weight_fb = nn.Parameter(torch.empty(hidden_size, feedback_size, **fk))
@@ -372,7 +361,7 @@ class JordanRNN(MemoryLayer[JordanState]):
     def extra_repr(self) -> str:
         return (
             f"{self.input_size}, {self.hidden_size}, feedback_size={self.feedback_size}, "
-            f"activation={self.activation!r}, output_activation={self.output_activation!r}, fused={self.fused}"
+            f"activation={self.activation!r}, output_activation={self.output_activation!r}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> JordanState:
@@ -394,10 +383,9 @@ class JordanRNN(MemoryLayer[JordanState]):
 
     def forward(self, x: Tensor, state: JordanState | None = None, mask: Tensor | None = None):
         """Fast path (same numbers as the reference ``step``, to rounding): ``V x_t + b_h`` for all
-        steps in one matrix product, then :func:`memrnn.ops.jordan.jordan_sequence`;
-        ``fused=False``: the reference loop."""
-        if not self.fused:
-            return super().forward(x, state, mask)
+        steps in one matrix product, then :func:`memrnn.ops.jordan.jordan_sequence` (hand-written
+        backpropagation through time, first order); inside :func:`memrnn.reference_paths`, the
+        reference step loop under autograd (second derivatives)."""
         state, mask = self.check_inputs(x, state, mask)
         pre = F.linear(x.transpose(0, 1), self.weight_ih, self.bias)  # [T, B, hidden]
         hs, rs = jordan_sequence(

@@ -25,11 +25,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from memrnn.core.checks import finite_float, positive_int
+from memrnn.core.checks import finite_float, positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
+from memrnn.core.switch import forcing_reference
 from memrnn.ops.buckets import final_by_length, masked_outputs
-from memrnn.ops.gru.cpu import GRUSequence
+from memrnn.ops.dispatch import torch_rnn_chunk
+from memrnn.ops.gru import gru_cell, gru_implementation, gru_sequence
 
 
 class LSTMState(NamedTuple):
@@ -73,15 +75,6 @@ class GRUState(NamedTuple):
     def from_torch(cls, h: Tensor) -> GRUState:
         """From ``nn.GRU``'s ``h`` ``[num_layers * num_directions, B, hidden_size]``."""
         return cls(h.transpose(0, 1))
-
-
-# torch's fused CPU kernels slow down per step once a sequence's workspace outgrows the caches
-# (nn.LSTM, S 64, batch 64 on the 2-core CPU: 2.9x the time for 2x the steps from T 512 to 1024);
-# running them on chunks of this many steps, the state carried over, keeps time linear in T
-# (benchmarks/results/cpu-2core.md) and changes no number (tests/layers/test_gated.py).  CPU only:
-# on CUDA one cuDNN call per sequence is faster (chunks of 256 ran T 1024 at 0.43-0.52x plain
-# cuDNN on an H100).
-FUSED_CHUNK = 256
 
 
 def lstm_pointwise(gates: Tensor, c: Tensor) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor, Tensor, Tensor]]:
@@ -246,18 +239,19 @@ def bidirectional_loop(
 
 def _run_fused(rnn: nn.RNNBase, x: Tensor, hx: tuple[Tensor, ...], mask: Tensor | None):
     """Run a fused torch RNN, batch first, with right-padded ``mask``, in chunks of
-    :data:`FUSED_CHUNK` steps.
+    :func:`memrnn.ops.dispatch.torch_rnn_chunk` steps (one call on CUDA or for short sequences).
 
     ``hx`` holds batch-first states ``[B, L, H]``; returns ``(y [B, T, H], final states)``,
     with zero outputs past each row's length and each row's state after its last real token
     (rows of length 0 keep their initial state).  A bidirectional module runs in one call: its
     backward direction needs the whole sequence.
     """
-    if x.shape[1] <= FUSED_CHUNK or x.device.type != "cpu" or rnn.bidirectional:
+    chunk = torch_rnn_chunk(x, bidirectional=rnn.bidirectional)
+    if chunk is None:
         return _run_fused_chunk(rnn, x, hx, mask)
     ys = []
-    masks = mask.split(FUSED_CHUNK, 1) if mask is not None else [None] * -(-x.shape[1] // FUSED_CHUNK)
-    for x_c, m_c in zip(x.split(FUSED_CHUNK, 1), masks, strict=True):
+    masks = mask.split(chunk, 1) if mask is not None else [None] * -(-x.shape[1] // chunk)
+    for x_c, m_c in zip(x.split(chunk, 1), masks, strict=True):
         y, hx = _run_fused_chunk(rnn, x_c, hx, m_c)
         ys.append(y)
     return torch.cat(ys, 1), hx
@@ -305,7 +299,6 @@ class _FusedRecurrent(MemoryLayer):
         hidden_size: int,
         num_layers: int = 1,
         bias: bool = True,
-        fused: bool = True,
         dropout: float = 0.0,
         bidirectional: bool = False,
         learned_initial_state: bool = False,
@@ -322,7 +315,6 @@ class _FusedRecurrent(MemoryLayer):
         self.bidirectional = check_flag("bidirectional", bidirectional)
         self.num_directions = 2 if self.bidirectional else 1
         self.output_size = hidden_size * self.num_directions
-        self.fused = bool(fused)
         self.rnn = self._torch_cls(
             input_size,
             hidden_size,
@@ -354,7 +346,7 @@ class _FusedRecurrent(MemoryLayer):
                 self.h0_input.zero_()
 
     def extra_repr(self) -> str:
-        return f"fused={self.fused}" + (", learned_initial_state=True" if self.learned_initial_state else "")
+        return "learned_initial_state=True" if self.learned_initial_state else ""
 
     def _initial_h(self, batch_size: int, device, dtype) -> Tensor:
         """``h_0 [B, num_layers * num_directions, hidden_size]``: zeros, or ``tanh(h0_input)`` for every
@@ -378,8 +370,9 @@ class _FusedRecurrent(MemoryLayer):
 
     def native_autocast(self, x: Tensor) -> bool:
         """On CUDA the fused path runs under autocast as ``nn.LSTM``/``nn.GRU`` do (cuDNN in the
-        autocast dtype); the final state is cast back to the layer's dtype."""
-        return self.fused and x.is_cuda
+        autocast dtype); the final state is cast back to the layer's dtype.  Not inside
+        :func:`memrnn.reference_paths`, whose loop computes in the layer's dtype."""
+        return x.is_cuda and not forcing_reference()
 
     def _weights(
         self, layer: int, direction: int | None = None
@@ -439,8 +432,8 @@ class _FusedRecurrent(MemoryLayer):
 
     def _loop(self, x: Tensor, state, mask: Tensor | None, *, with_trace: bool, step=None):
         """The reference loop: over ``step`` (``MemoryLayer``'s) when unidirectional, else
-        :func:`bidirectional_loop` over the layers' cells (``forward(fused=False)``, ``trace`` and
-        :func:`memrnn.reference_paths` run it)."""
+        :func:`bidirectional_loop` over the layers' cells (``trace`` and :func:`memrnn.reference_paths`
+        run it)."""
         if not self.bidirectional:
             return super()._loop(x, state, mask, with_trace=with_trace, step=step)
         return bidirectional_loop(self, x, state, mask, self._cell, with_trace=with_trace)
@@ -487,12 +480,10 @@ class _FusedRecurrent(MemoryLayer):
         """``x [B, T, input_size]`` -> ``(outputs [B, T, output_size], final state)``: the top layer's
         ``h_t`` (bidirectional: both directions' ``[forward; backward]``, ``nn.LSTM``'s order).
 
-        With ``fused=True`` (default) this runs torch's fused kernel (packed when ``mask`` has
-        padding, so a backward direction starts at each row's own last real token); with
-        ``fused=False``, the gate-level reference loop.
+        This runs torch's fused kernel (packed when ``mask`` has padding, so a backward direction
+        starts at each row's own last real token); inside :func:`memrnn.reference_paths`, the
+        gate-level reference loop.
         """
-        if not self.fused:
-            return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         y, final = _run_fused(self.rnn, x, tuple(state), mask)
         dtype = state[0].dtype  # the layer's: under CUDA autocast cuDNN returns the autocast dtype
@@ -507,7 +498,7 @@ class _FusedRecurrent(MemoryLayer):
         over the padded batch here and over the packed one in ``forward``: other draws, the same
         distribution.)  A bidirectional layer's backward direction does read the padded steps: it
         runs ``forward``."""
-        if not self.fused or self.bidirectional:
+        if self.bidirectional:
             return super().outputs(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
         y, _ = _run_fused(self.rnn, x, tuple(state), None)
@@ -515,12 +506,12 @@ class _FusedRecurrent(MemoryLayer):
 
 
 @register_layer("lstm", tiny={"input_size": 3, "hidden_size": 5})
+@refuses_removed_arguments
 class LSTMLayer(_FusedRecurrent):
     """LSTM layer on ``nn.LSTM`` (``self.rnn``) with a gate-level reference ``step``.
 
     Args:
         input_size, hidden_size, num_layers, bias: as ``nn.LSTM``.
-        fused: use the fused kernel in ``forward`` (the reference loop otherwise).
         forget_bias: added to the forget gate's initial bias (Jozefowicz et al. 2015 use 1.0);
             0 keeps torch's initialisation.
         dropout: as ``nn.LSTM``'s: on the outputs of each layer but the last, in training mode
@@ -553,6 +544,9 @@ class LSTMLayer(_FusedRecurrent):
     (torch warns).  A bidirectional layer cannot ``step`` (no generation, no StackRNN controller)
     and is not in the registry's interface suite; ``tests/layers/test_torch_habits.py`` checks it
     against ``nn.LSTM`` with ``pack_padded_sequence``.
+
+    ``forward`` runs torch's kernel (``nn.LSTM``: ATen on CPU, cuDNN on CUDA); inside
+    :func:`memrnn.reference_paths`, the gate-level reference loop (second derivatives).
     """
 
     _torch_cls = nn.LSTM
@@ -563,7 +557,6 @@ class LSTMLayer(_FusedRecurrent):
         hidden_size: int,
         num_layers: int = 1,
         bias: bool = True,
-        fused: bool = True,
         forget_bias: float = 0.0,
         dropout: float = 0.0,
         bidirectional: bool = False,
@@ -584,7 +577,6 @@ class LSTMLayer(_FusedRecurrent):
             hidden_size,
             num_layers,
             bias,
-            fused,
             dropout,
             bidirectional,
             learned_initial_state,
@@ -620,11 +612,8 @@ class LSTMLayer(_FusedRecurrent):
         self._add_forget_bias()
 
     def extra_repr(self) -> str:
-        return (
-            super().extra_repr()
-            + (f", forget_bias={self.forget_bias}" if self.forget_bias else "")
-            + ("" if self.extra_bias else ", extra_bias=False")
-        )
+        parts = [super().extra_repr(), f"forget_bias={self.forget_bias}" if self.forget_bias else ""]
+        return ", ".join(p for p in (*parts, "" if self.extra_bias else "extra_bias=False") if p)
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> LSTMState:
         """``h_0 = c_0 = 0``, each ``[B, num_layers * num_directions, hidden_size]``; with
@@ -640,17 +629,12 @@ class LSTMLayer(_FusedRecurrent):
 
 
 @register_layer("gru", tiny={"input_size": 3, "hidden_size": 5})
+@refuses_removed_arguments
 class GRULayer(_FusedRecurrent):
     """GRU layer on ``nn.GRU`` (``self.rnn``) with a gate-level reference ``step``.
 
     Args:
         input_size, hidden_size, num_layers, bias: as ``nn.GRU``.
-        fused: use a fused path in ``forward`` (the reference loop otherwise).
-        bptt: on CPU, run :class:`memrnn.ops.gru.cpu.GRUSequence` (hand-written backpropagation
-            through time, first order) instead of torch's CPU GRU kernel: forward+backward
-            1.9–3.1x faster at hidden 16–64 and batch 1, 1.4–2.3x at batch 64, about equal at
-            hidden 256 (``benchmarks/results/cpu-2core.md``).  Off by default so that results
-            trained with torch's kernel reproduce bit for bit; CUDA always uses cuDNN.
         dropout: as ``nn.GRU``'s: on the outputs of each layer but the last, in training mode
             only (0 by default; > 0 needs ``num_layers > 1``).
         bidirectional: as ``nn.GRU``'s: a backward direction per layer, ``output_size = 2 *
@@ -673,6 +657,14 @@ class GRULayer(_FusedRecurrent):
     (torch warns).  A bidirectional layer cannot ``step`` (no generation, no StackRNN controller)
     and is not in the registry's interface suite; ``tests/layers/test_torch_habits.py`` checks it
     against ``nn.GRU`` with ``pack_padded_sequence``.
+
+    ``forward`` runs what :func:`memrnn.ops.gru.gru_implementation` picks: torch's kernel by
+    default (``nn.GRU``: ATen on CPU, cuDNN on CUDA; results trained with it reproduce bit for
+    bit); inside ``memrnn.ops.dispatch.implementation("bptt")`` on CPU,
+    :class:`memrnn.ops.gru.cpu.GRUSequence` per layer and direction (hand-written backpropagation
+    through time, first order: 1.4–3.1x faster forward+backward at hidden 16–64,
+    ``benchmarks/results/cpu-2core.md``); inside :func:`memrnn.reference_paths`, the gate-level
+    reference loop.
     """
 
     _torch_cls = nn.GRU
@@ -683,8 +675,6 @@ class GRULayer(_FusedRecurrent):
         hidden_size: int,
         num_layers: int = 1,
         bias: bool = True,
-        fused: bool = True,
-        bptt: bool = False,
         dropout: float = 0.0,
         bidirectional: bool = False,
         learned_initial_state: bool = False,
@@ -692,22 +682,17 @@ class GRULayer(_FusedRecurrent):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        self.bptt = bool(bptt)
         super().__init__(
             input_size,
             hidden_size,
             num_layers,
             bias,
-            fused,
             dropout,
             bidirectional,
             learned_initial_state,
             device=device,
             dtype=dtype,
         )
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + (", bptt=True" if self.bptt else "")
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> GRUState:
         """``h_0 = 0`` ``[B, num_layers * num_directions, hidden_size]``; with
@@ -717,17 +702,13 @@ class GRULayer(_FusedRecurrent):
     def _cell(self, layer: int, direction: int, x_t: Tensor, leaves: tuple[Tensor, ...]):
         (h,) = leaves
         w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
-        gi = F.linear(x_t, w_ih, b_ih).chunk(3, dim=-1)
-        gh = F.linear(h, w_hh, b_hh).chunk(3, dim=-1)
-        r = torch.sigmoid(gi[0] + gh[0])
-        z = torch.sigmoid(gi[1] + gh[1])
-        n = torch.tanh(gi[2] + r * gh[2])
-        h = (1 - z) * n + z * h
+        h, (r, z, n) = gru_cell(x_t, h, w_ih, w_hh, b_ih, b_hh)
         return h, (h,), {"r": r, "z": z, "n": n, "h": h}
 
     def outputs(self, x: Tensor, state=None, mask: Tensor | None = None) -> Tensor:
-        """As :meth:`LSTMLayer.outputs`; with ``bptt=True`` on CPU, ``forward``'s own path."""
-        if self.fused and self.bptt and x.device.type == "cpu":
+        """As :meth:`LSTMLayer.outputs`; on another implementation than torch's kernel,
+        ``forward``'s own path."""
+        if gru_implementation(x) != "cpu":
             return MemoryLayer.outputs(self, x, state, mask)
         return super().outputs(x, state, mask)
 
@@ -735,20 +716,20 @@ class GRULayer(_FusedRecurrent):
         """``x [B, T, input_size]`` -> ``(outputs [B, T, output_size], final state)``, as
         :meth:`LSTMLayer.forward`.
 
-        ``fused=True``: torch's fused kernel, or with ``bptt=True`` on CPU
-        :class:`memrnn.ops.gru.cpu.GRUSequence` per layer and direction on ``self.rnn``'s
-        parameters (:func:`stacked_sequence`); ``fused=False``: the gate-level reference loop.
-        Same numbers, to rounding.
+        :func:`memrnn.ops.gru.gru_implementation` picks: ``"cpu"``, torch's fused kernel (the
+        default); ``"bptt"`` or ``"reference"`` (``memrnn.ops.dispatch.implementation(...)``),
+        :func:`memrnn.ops.gru.gru_sequence` per layer and direction on ``self.rnn``'s parameters
+        (:func:`stacked_sequence`).  Inside :func:`memrnn.reference_paths`, the gate-level
+        reference loop over ``step``.  Same numbers, to rounding.
         """
-        if not (self.fused and self.bptt) or x.device.type != "cpu":
+        impl = gru_implementation(x)
+        if impl == "cpu":
             return super().forward(x, state, mask)
         state, mask = self.check_inputs(x, state, mask)
 
         def run(layer: int, direction: int, inp: Tensor, h0: Tensor) -> Tensor:
             w_ih, w_hh, b_ih, b_hh = self._weights(layer, direction)
-            if b_ih is None or b_hh is None:
-                b_ih = b_hh = w_ih.new_zeros(w_ih.shape[0])
-            return GRUSequence.apply(inp, w_ih, b_ih, w_hh, b_hh, h0)
+            return gru_sequence(inp, w_ih, b_ih, w_hh, b_hh, h0, impl=impl)
 
         y, final = stacked_sequence(
             x,
@@ -764,11 +745,5 @@ class GRULayer(_FusedRecurrent):
         return y, GRUState(final)
 
 
-register_layer("lstm_reference", tiny={"input_size": 3, "hidden_size": 5, "fused": False}, cls=LSTMLayer)
 register_layer("lstm_2layer", tiny={"input_size": 3, "hidden_size": 4, "num_layers": 2}, cls=LSTMLayer)
-register_layer("gru_reference", tiny={"input_size": 3, "hidden_size": 5, "fused": False}, cls=GRULayer)
 register_layer("gru_2layer", tiny={"input_size": 3, "hidden_size": 4, "num_layers": 2}, cls=GRULayer)
-register_layer("gru_bptt", tiny={"input_size": 3, "hidden_size": 5, "bptt": True}, cls=GRULayer)
-register_layer(
-    "gru_bptt_2layer", tiny={"input_size": 3, "hidden_size": 4, "num_layers": 2, "bptt": True}, cls=GRULayer
-)

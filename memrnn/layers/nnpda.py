@@ -21,7 +21,7 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.checks import positive_int
+from memrnn.core.checks import positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.layers.second_order import SensitivityMixin, input_ids, one_hot_ids
@@ -49,6 +49,7 @@ class StackOverflowError(ValueError):
 
 
 @register_layer("nnpda", tiny={"input_size": 3, "num_states": 3, "stack_symbols": 2, "depth": 4})
+@refuses_removed_arguments
 class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
     """Third-order neural network pushdown automaton (Stogin et al. 2020 Definition 3.6).
 
@@ -75,12 +76,6 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             (``p+ > 1/2``) meets a full window (``‖K_{D−1}‖∞ > 1/2``).  Otherwise the bottom
             cell is dropped and ``trace`` reports ``overflow``.
         output: ``"state_and_reading"`` (default) or ``"state"``.
-        fused: one-hot sequences run through :func:`memrnn.ops.nnpda.nnpda_sequence` (the default:
-            a bucketed contraction with a hand-written backward on CPU, one Triton kernel launch
-            per sequence and direction on CUDA; ``strict`` and a learned ``H`` included);
-            ``False``: the step-by-step path under autograd (also inside
-            :func:`memrnn.reference_paths`).  Dense inputs always take that path.  Same numbers;
-            the fused backward is first order, so second derivatives need ``False``.
 
     Parameters (index order as in the paper: output, state ``j``, input ``k``, reading ``l``):
     ``weight_q`` ``(W_Q)_i^{jkl}`` ``[n, n, m1, m2+1]``, ``weight_push`` / ``weight_pop``
@@ -100,7 +95,6 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         one_hot_input: bool | None = None,
         strict: bool = False,
         output: Literal["state_and_reading", "state"] = "state_and_reading",
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -123,13 +117,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
             stack_symbols,
             depth,
         )
-        self.action, self.one_hot_input, self.strict, self.output, self.fused = (
-            action,
-            one_hot_input,
-            strict,
-            output,
-            fused,
-        )
+        self.action, self.one_hot_input, self.strict, self.output = action, one_hot_input, strict, output
         self.output_size = num_states + (stack_symbols + 1 if output == "state_and_reading" else 0)
         n, m1, L = num_states, input_size, stack_symbols + 1
         fk = {"device": device, "dtype": dtype}
@@ -153,7 +141,7 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
         return (
             f"{self.input_size}, num_states={self.num_states}, stack_symbols={self.stack_symbols}, "
             f"depth={self.depth}, sensitivity={float(self.sensitivity):g}, action={self.action!r}, "
-            f"one_hot_input={self.one_hot_input}, strict={self.strict}, output={self.output!r}, fused={self.fused}"
+            f"one_hot_input={self.one_hot_input}, strict={self.strict}, output={self.output!r}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> NNPDAState:
@@ -240,40 +228,33 @@ class NNPDA(SensitivityMixin, MemoryLayer[NNPDAState]):
     ) -> tuple[Tensor, NNPDAState]:
         """Fast path: the four weight tensors are concatenated once per call (not per step),
         one-hot ids are checked and extracted once, the recurrence runs in
-        :func:`memrnn.ops.nnpda.nnpda_sequence`, and ``strict`` costs one host sync at the end
-        rather than one per step."""
+        :func:`memrnn.ops.nnpda.nnpda_sequence` (bucketed contractions with a hand-written
+        first-order backward on CPU, Triton kernels on CUDA; ``strict`` and a learned ``H``
+        included), and ``strict`` costs one host sync at the end rather than one per step.  Dense
+        inputs run step by step under autograd; inside :func:`memrnn.reference_paths`, the loop
+        over ``step``."""
         state, mask = self.check_inputs(x, state, mask)
         if x.shape[1] == 0:
             return x.new_zeros(x.shape[0], 0, self.output_size), state
         weight = self.weight()
         flags: list[Tensor] = []
         ids = input_ids(x, mask, self.one_hot_input, type(self).__name__)
-        if ids is not None and self.fused:
-            return self._fused(weight, ids, state, mask)
         if ids is not None:
-            seq = ids[..., None]
+            return self._sequence(weight, ids, state, mask)
 
-            def split(v: Tensor) -> tuple[Tensor | None, Tensor | None]:
-                return None, v[:, 0]
-        else:
-            seq = x
-
-            def split(v: Tensor) -> tuple[Tensor | None, Tensor | None]:
-                return v, None
-
-        def step(v: Tensor, st: NNPDAState) -> tuple[Tensor, NNPDAState]:
-            y, new, diag = self._advance(weight, st, *split(v), diagnostics=False)
+        def step(v: Tensor, st: NNPDAState) -> tuple[Tensor, NNPDAState]:  # dense inputs
+            y, new, diag = self._advance(weight, st, v, None, diagnostics=False)
             if self.strict:
                 flags.append(diag["overflow"])
             return y, new
 
-        y, state, _ = self._loop(seq, state, mask, with_trace=False, step=step)
+        y, state, _ = self._loop(x, state, mask, with_trace=False, step=step)
         if self.strict:
             f = torch.stack(flags, 1)
             self._raise_overflow(f if mask is None else f & mask)
         return y, state
 
-    def _fused(
+    def _sequence(
         self, weight: Tensor, ids: Tensor, state: NNPDAState, mask: Tensor | None
     ) -> tuple[Tensor, NNPDAState]:
         """:func:`memrnn.ops.nnpda.nnpda_sequence` (every state of the sequence), then the

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.checks import exporting, finite_float, positive_int
+from memrnn.core.checks import exporting, finite_float, positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
 from memrnn.ops.buckets import final_by_length, masked_outputs
@@ -81,6 +81,7 @@ class SecondOrderState(NamedTuple):
 
 
 @register_layer("second_order", tiny={"input_size": 3, "hidden_size": 4})
+@refuses_removed_arguments
 class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
     """Second-order recurrent layer (Giles et al. 1990; Stogin et al. 2020 appendix A, equation 3).
 
@@ -97,10 +98,6 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
             else the dense contraction; ``True``: inputs must be one-hot (an error names the
             first row and step that is not), and no gradient flows to ``x``; ``False``: always
             dense.
-        fused: one-hot sequences run through :func:`memrnn.ops.second_order_rnn.second_order_sequence` (bucketed
-            contractions, hand-written backward; the default); ``False``: step by step under
-            autograd.  Same numbers either way; the fused backward is first order, so second
-            derivatives need ``False``.
 
     Parameters / buffers: ``weight`` ``W [n, n, m]`` (next unit, current unit, input, as
     ``W_i^{jk}`` of Definition A.3); ``bias`` ``[n]``; ``sensitivity``; ``start`` ``s^0 [n]``
@@ -115,7 +112,6 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         learn_sensitivity: bool = False,
         bias: bool = True,
         one_hot_input: bool | None = None,
-        fused: bool = True,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -124,7 +120,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         positive_int("input_size", input_size)
         positive_int("hidden_size", hidden_size)
         self.input_size, self.hidden_size, self.output_size = input_size, hidden_size, hidden_size
-        self.one_hot_input, self.fused = one_hot_input, fused
+        self.one_hot_input = one_hot_input
         fk = {"device": device, "dtype": dtype}
         self.weight = nn.Parameter(torch.empty(hidden_size, hidden_size, input_size, **fk))
         self.bias = nn.Parameter(torch.empty(hidden_size, **fk)) if bias else None
@@ -145,7 +141,7 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
         return (
             f"{self.input_size}, {self.hidden_size}, sensitivity={float(self.sensitivity):g}, "
             f"learn_sensitivity={isinstance(self.sensitivity, nn.Parameter)}, bias={self.bias is not None}, "
-            f"one_hot_input={self.one_hot_input}, fused={self.fused}"
+            f"one_hot_input={self.one_hot_input}"
         )
 
     def initial_state(self, batch_size: int, *, device=None, dtype=None) -> SecondOrderState:
@@ -172,21 +168,14 @@ class SecondOrderRNN(SensitivityMixin, MemoryLayer[SecondOrderState]):
     ) -> tuple[Tensor, SecondOrderState]:
         """Fast path for one-hot inputs: the ids are checked and extracted once for the whole
         sequence (one host sync), then :func:`memrnn.ops.second_order_rnn.second_order_sequence` runs
-        the recurrence (token buckets and a hand-written backward on CPU, Triton kernels on CUDA);
-        ``fused=False``: the indexed contraction step by step under autograd.  Dense inputs take
-        the reference loop."""
+        the recurrence (token buckets and a hand-written first-order backward on CPU, Triton kernels
+        on CUDA; the indexed contraction step by step under autograd where buckets do not pay or
+        inside :func:`memrnn.reference_paths`, which runs the loop over ``step``).  Dense inputs
+        take the reference loop."""
         state, mask = self.check_inputs(x, state, mask)
         ids = None if x.shape[1] == 0 else input_ids(x, mask, self.one_hot_input, type(self).__name__)
         if ids is None:
             return super().forward(x, state, mask)
-        if self.fused:
-            states = second_order_sequence(self.weight, self.bias, self.sensitivity, state.s, ids)
-            y, lengths = masked_outputs(states[:, 1:], mask)
-            return y, SecondOrderState(final_by_length(states, lengths))
-
-        def step(ids_t: Tensor, st: SecondOrderState) -> tuple[Tensor, SecondOrderState]:
-            s = self._advance(st, None, ids_t[:, 0])
-            return s, SecondOrderState(s)
-
-        y, state, _ = self._loop(ids[..., None], state, mask, with_trace=False, step=step)
-        return y, state
+        states = second_order_sequence(self.weight, self.bias, self.sensitivity, state.s, ids)
+        y, lengths = masked_outputs(states[:, 1:], mask)
+        return y, SecondOrderState(final_by_length(states, lengths))

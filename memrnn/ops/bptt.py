@@ -10,7 +10,7 @@ recurrences run over every step and the caller masks outputs and picks each row'
 with :func:`memrnn.ops.buckets.final_by_length` (right padding makes this exact).
 
 The backward passes are first order (``once_differentiable``: differentiating them again raises);
-the layers' ``fused=False`` runs the reference loop under autograd for second derivatives.
+inside :func:`memrnn.reference_paths` the layers run the reference loop under autograd, for second derivatives.
 
 The Functions live with their mechanism: :class:`memrnn.ops.lstm.cpu.LSTMSequence`,
 :class:`memrnn.ops.counter.cpu.CounterRNNSequence`, :class:`memrnn.ops.jordan.cpu.JordanSequence`,

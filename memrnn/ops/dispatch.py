@@ -11,9 +11,18 @@ Triton kernels (``"triton"``: one launch per sequence and direction).  :func:`ch
 * ``"native"`` for CPU tensors of float32 or float64 when the mechanism has a C++ time loop
   (:mod:`memrnn.ops.native`: the same hand-written BPTT as ``"cpu"``, its loops compiled) and it
   built (``MEMRNN_NATIVE=0`` turns it off);
-* ``"cpu"`` otherwise.
+* ``"cpu"`` otherwise (for the layers that wrap torch's own recurrent modules, ``LSTMLayer`` and
+  ``GRULayer``, that is torch's kernel: ATen on CPU, cuDNN on CUDA).
+``"bptt"`` is never picked unforced: it names a hand-written backpropagation through time in torch
+operations where a mechanism's ``"cpu"`` path is torch's own kernel (the GRU's
+:class:`memrnn.ops.gru.cpu.GRUSequence`); every other mechanism's hand-written backward is its
+``"cpu"`` path, which ``"bptt"`` then takes.
 An explicit ``impl`` wins; ``"triton"`` on CPU tensors needs Triton's interpreter
 (``TRITON_INTERPRET=1``, set before memrnn's kernels are first imported), as the tests use it.
+
+These are the only ways to choose: no layer takes an implementation flag (``fused=``/``bptt=`` were
+removed; :data:`memrnn.core.checks.REMOVED_ARGUMENTS`).  The heuristics that pick between exact
+paths by size live here, each with a name and a test (:func:`torch_rnn_chunk`).
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from memrnn.core.switch import forcing_reference, reference_paths
 from memrnn.ops.native import disabled as native_disabled
 from memrnn.ops.native import native_available
 
-IMPLS = ("reference", "cpu", "native", "triton")
+IMPLS = ("reference", "cpu", "native", "triton", "bptt")
 _FORCED = contextvars.ContextVar("memrnn_forced_impl", default=None)
 __all__ = [
     "IMPLS",
@@ -41,6 +50,7 @@ __all__ = [
     "interpreting",
     "native_available",
     "reference_paths",
+    "torch_rnn_chunk",
     "triton_available",
 ]
 
@@ -86,20 +96,28 @@ def choose(
     native_ok: bool = False,
     triton_dtypes: tuple[torch.dtype, ...] = TRITON_DTYPES,
     triton_default: bool = True,
+    bptt_ok: bool = False,
 ) -> str:
     """The implementation for inputs ``x`` (module docstring); ``native_ok``: the mechanism has a
-    C++ loop for these options; ``triton_dtypes``: the dtypes its kernels take on CUDA (the
+    C++ loop for these options; ``bptt_ok``: it has a ``"bptt"`` path besides its ``"cpu"`` one
+    (elsewhere a forced ``"bptt"`` runs ``"cpu"``, the same kind of path); ``triton_dtypes``: the dtypes its kernels take on CUDA (the
     nondeterministic stack's: float32 and float64); ``triton_default``: whether CUDA tensors go
     to the kernels unforced (False: only inside ``implementation("triton")``)."""
     if impl is None and _FORCED.get() is not None:
         impl = _FORCED.get()
-        if (impl == "triton" and not triton_ok) or (impl == "native" and not native_ok):
+        if (
+            (impl == "triton" and not triton_ok)
+            or (impl == "native" and not native_ok)
+            or (impl == "bptt" and not bptt_ok)
+        ):
             impl = "cpu"
     if impl is not None:
         if impl not in IMPLS:
             raise ValueError(f"unknown implementation {impl!r}; choose one of {', '.join(IMPLS)}")
         if impl == "native":
             _check_native(x, native_ok)
+        if impl == "bptt" and not bptt_ok:
+            raise ValueError("impl='bptt': this op's hand-written backward is its 'cpu' path; use 'cpu'")
         if impl == "triton":
             if not triton_available():
                 raise ValueError("impl='triton' needs Triton (pip install triton)")
@@ -121,6 +139,27 @@ def choose(
     if native_ok and _native_fits(x) and native_available():
         return "native"
     return "cpu"
+
+
+#: steps per call of torch's fused RNN kernels on CPU (:func:`torch_rnn_chunk`)
+TORCH_RNN_CHUNK = 256
+
+
+def torch_rnn_chunk(x: Tensor, *, bidirectional: bool = False) -> int | None:
+    """How many steps of ``x [B, T, n]`` each call of torch's fused RNN kernel (``nn.LSTM``,
+    ``nn.GRU``, as ``LSTMLayer``/``GRULayer`` run them) takes, the state carried between calls;
+    ``None``: the whole sequence in one call.
+
+    torch's CPU kernels slow down per step once a sequence's workspace outgrows the caches
+    (``nn.LSTM``, hidden 64, batch 64 on a 2-core CPU: 2.9x the time for 2x the steps from T 512 to
+    1024); chunks of :data:`TORCH_RNN_CHUNK` steps keep time linear in T
+    (``benchmarks/results/cpu-2core.md``) and change no number (``tests/layers/test_gated.py``).
+    CUDA takes one call (chunks of 256 ran T 1024 at 0.43-0.52x plain cuDNN on an H100), and so
+    does a bidirectional module (its backward direction needs the whole sequence) or a sequence
+    no longer than one chunk."""
+    if x.device.type != "cpu" or bidirectional or x.shape[1] <= TORCH_RNN_CHUNK:
+        return None
+    return TORCH_RNN_CHUNK
 
 
 def _native_fits(x: Tensor) -> bool:

@@ -226,3 +226,29 @@ def test_non_finite_hyper_parameters_are_refused_by_name(name, bad):
     for arg in args:
         with pytest.raises(ValueError, match=rf"^{arg}\b.*(finite|positive|must)"):
             create_layer(name, **{arg: bad})
+
+
+#: the layers whose implementation flags were removed (issue 66; StackRNN's ``fused`` goes with its
+#: own move), by registry name
+REMOVED_FLAG_LAYERS = ("elman", "jordan", "lstm", "gru", "relu_counter", "counter_lstm", "nnpda", "second_order",
+                       "hewitt_lstm", "hewitt_srnn")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", REMOVED_FLAG_LAYERS)
+@pytest.mark.parametrize(
+    ("flag", "replacement"), [("fused", "reference_paths"), ("bptt", "implementation\\('bptt'\\)")]
+)
+def test_removed_implementation_flags_are_refused_naming_the_replacement(name, flag, replacement):
+    """``fused=``/``bptt=`` chose an implementation per layer; the one switch replaced them
+    (:func:`memrnn.reference_paths`, ``implementation(...)``).  Given to the class or to
+    ``create_layer``, either raises a ``TypeError`` naming the flag, its replacement and the
+    checkpoint upgrade, not Python's bare "unexpected keyword"."""
+    from memrnn.core.registry import _REGISTRY
+
+    cls, tiny = _REGISTRY[name]
+    for build in (lambda: cls(**tiny, **{flag: False}), lambda: create_layer(name, **{flag: True})):
+        with pytest.raises(
+            TypeError, match=f"{cls.__name__}.*{flag}= was removed.*{replacement}.*memrnn.lit.upgrade"
+        ):
+            build()
+    cls(**tiny)  # and without it the layer builds

@@ -92,13 +92,13 @@ def test_create_layer_says_which_tiny_test_values_the_overrides_left_in_place():
 
 
 def test_create_layer_is_silent_for_the_tiny_layer_and_for_complete_overrides():
-    for name in ("superposition_lstm", "queue_elman", "nnpda", "lstm_reference"):
+    for name in ("superposition_lstm", "queue_elman", "nnpda", "lstm_2layer"):
         assert _warnings_of(name)[1] == []  # the tiny layer, as the interface suite builds it
         assert _warnings_of(name, dtype=torch.float64)[1] == []  # dtype/device choose no size
     assert _warnings_of("gru", input_size=8, hidden_size=32)[1] == []  # the README's example
     sizes = {"input_size": 8, "hidden_size": 16, "depth": 32, "width": None}
     assert _warnings_of("superposition_lstm", **sizes)[1] == []
-    # the variant's own choices (memory, controller, fused) are its name, not test sizes
+    # the variant's own choices (memory, controller) are its name, not test sizes
     assert _warnings_of("queue_elman", **sizes)[1] == []
     assert _warnings_of("stratification_lstm_reference", **sizes)[1] == []
 

@@ -3,11 +3,14 @@ initial state, learned sensitivity), with right padding, in float64 (to rounding
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from benchmarks.run import SavedBytes
+from memrnn import reference_paths
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers import NNPDA, CounterLSTM, GRULayer, JordanRNN, ReLUCounter, SecondOrderRNN
 from memrnn.layers.elman import JordanState
@@ -16,6 +19,7 @@ from memrnn.layers.nnpda import NNPDAState
 from memrnn.layers.second_order import SecondOrderState
 from memrnn.ops import bptt
 from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.dispatch import implementation
 from memrnn.ops.elman import elman_sequence
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
@@ -24,6 +28,19 @@ TOL = {torch.float64: 1e-10, torch.float32: 2e-4}
 def _loss(y, state):
     w = torch.linspace(-1, 1, y.shape[-1], dtype=y.dtype)
     return (y * w).sum() + sum((v**2).sum() for v in state)
+
+
+class Under(torch.nn.Module):
+    """``layer`` (the same module, so the same weights) run inside ``context()``: by default
+    :func:`memrnn.reference_paths`, the reference every fast path is compared with."""
+
+    def __init__(self, layer, context=reference_paths):
+        super().__init__()
+        self.layer, self.context = layer, context
+
+    def forward(self, *args):
+        with self.context():
+            return self.layer(*args)
 
 
 def _compare(fast, ref, x, state, mask, dtype):
@@ -77,10 +94,7 @@ def test_second_order_fused_equals_reference(dtype, learn):
     torch.manual_seed(0)
     B, T, m, n = 16, 9, 5, 7
     fast = SecondOrderRNN(m, n, sensitivity=2.0, learn_sensitivity=learn, dtype=dtype)
-    ref = SecondOrderRNN(
-        m, n, sensitivity=2.0, learn_sensitivity=learn, fused=False, one_hot_input=False, dtype=dtype
-    )
-    ref.load_state_dict(fast.state_dict())
+    ref = Under(fast)
     ids = torch.randint(0, m, (B, T))
     x = F.one_hot(ids, m).to(dtype)
     s0 = SecondOrderState(torch.rand(B, n, dtype=dtype, requires_grad=True))
@@ -99,8 +113,7 @@ def test_nnpda_fused_equals_reference(dtype, action, output):
     with torch.no_grad():
         for p in fast.parameters():
             p.uniform_(-0.3, 0.8)  # actions across the clamp's kinks and the sigmoid's range
-    ref = NNPDA(m1, n, m2, fused=False, one_hot_input=False, **kw)
-    ref.load_state_dict(fast.state_dict())
+    ref = Under(fast)
     x = F.one_hot(torch.randint(0, m1, (B, T)), m1).to(dtype)
     cells = torch.rand(B, D, m2, dtype=dtype) * (torch.rand(B, D, 1) > 0.4)  # exact zeros: ties
     state = NNPDAState(
@@ -133,23 +146,23 @@ def test_nnpda_fused_path_covers_strict_and_a_learned_sensitivity():
     with torch.no_grad():
         tiny.weight_push.fill_(1.0)
         tiny.weight_c.fill_(1.0)
+    dense = NNPDA(3, 4, 2, depth=2, strict=True, one_hot_input=False, dtype=torch.float64)
+    dense.load_state_dict(tiny.state_dict())  # the step-by-step loop of forward, flags per step
     messages = []
-    for fused in (True, False):
-        tiny.fused = fused
+    for layer in (tiny, dense):
         with pytest.raises(StackOverflowError) as e:
-            tiny(x)
+            layer(x)
         messages.append(str(e.value))
     assert messages[0] == messages[1] and "step t=" in messages[0]
     learned = {}
-    for fused in (True, False):
+    for fast in (True, False):
         torch.manual_seed(1)
-        layer = NNPDA(
-            3, 4, 2, depth=8, learn_sensitivity=True, action="sigmoid", fused=fused, dtype=torch.float64
-        )
-        out, state = layer(x, mask=_mask(8, 6))
+        layer = NNPDA(3, 4, 2, depth=8, learn_sensitivity=True, action="sigmoid", dtype=torch.float64)
+        with contextlib.nullcontext() if fast else reference_paths():
+            out, state = layer(x, mask=_mask(8, 6))
         (out.square().sum() + state.stack.sum()).backward()
-        learned[fused] = (out.detach(), layer.sensitivity.grad.clone(), layer.weight_q.grad.clone())
-        if fused:
+        learned[fast] = (out.detach(), layer.sensitivity.grad.clone(), layer.weight_q.grad.clone())
+        if fast:
             assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(out))
     for a, b in zip(learned[True], learned[False], strict=True):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
@@ -186,8 +199,7 @@ def test_counter_sequences_equal_reference(cls, kwargs, dtype, block, monkeypatc
         monkeypatch.setattr(bptt, "BLOCK", block)
     torch.manual_seed(0)
     fast = cls(3, 5, counters=2, dtype=dtype, **kwargs)
-    ref = cls(3, 5, counters=2, dtype=dtype, fused=False, **kwargs)
-    ref.load_state_dict(fast.state_dict())
+    ref = Under(fast)
     x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
     st = fast.initial_state(6, dtype=dtype)
     st = type(st)(*(torch.randn_like(v).abs().requires_grad_() for v in st))
@@ -198,13 +210,11 @@ def test_counter_sequences_equal_reference(cls, kwargs, dtype, block, monkeypatc
 @pytest.mark.parametrize(("cls", "kwargs"), COUNTER_CASES[::2])
 def test_counter_sequences_partial_graphs(cls, kwargs):
     """Only the outputs used, only the final state used, an input without gradient, T = 0, and
-    ``fused=False`` (the reference loop) give what the reference gives."""
+    the reference loop (inside ``reference_paths()``) give what the reference gives."""
     torch.manual_seed(1)
     dtype = torch.float64
     fast = cls(4, 3, counters=1, dtype=dtype, **kwargs)
-    ref = cls(4, 3, counters=1, dtype=dtype, fused=False, **kwargs)
-    ref.load_state_dict(fast.state_dict())
-    assert ref.fused is False and "fused=False" in repr(ref)
+    ref = Under(fast)
     x = torch.randn(5, 6, 4, dtype=dtype)
     for pick in (lambda y, s: y.sum(), lambda y, s: sum(v.sum() for v in s)):
         grads = [torch.autograd.grad(pick(*m(x)), list(m.parameters())) for m in (fast, ref)]
@@ -231,9 +241,8 @@ def test_jordan_sequence_equals_reference(activation, output_activation, dtype, 
         monkeypatch.setattr(bptt, "BLOCK", block)
     torch.manual_seed(0)
     kw = {"activation": activation, "output_activation": output_activation, "dtype": dtype}
-    fast, ref = JordanRNN(3, 5, 4, **kw), JordanRNN(3, 5, 4, fused=False, **kw)
-    ref.load_state_dict(fast.state_dict())
-    assert "fused=False" in repr(ref)
+    fast = JordanRNN(3, 5, 4, **kw)
+    ref = Under(fast)
     x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
     r0 = torch.rand(6, 4, dtype=dtype, requires_grad=True)
     for mask in (None, _mask(6, 7)):
@@ -263,42 +272,30 @@ def test_fused_paths_on_cuda_match_cpu():
         torch.testing.assert_close(g_gpu.cpu(), g_cpu, atol=1e-4, rtol=1e-4)
 
 
-def _fused_and_reference():
+def _fast_layers():
     x = F.one_hot(torch.randint(0, 3, (4, 5)), 3).double()
-    return [
-        (
-            SecondOrderRNN(3, 4, dtype=torch.float64),
-            SecondOrderRNN(3, 4, fused=False, dtype=torch.float64),
-            x,
-        ),
-        (
-            NNPDA(3, 4, 2, depth=6, dtype=torch.float64),
-            NNPDA(3, 4, 2, depth=6, fused=False, dtype=torch.float64),
-            x,
-        ),
-        (
-            CounterLSTM(3, 4, 2, dtype=torch.float64),
-            CounterLSTM(3, 4, 2, fused=False, dtype=torch.float64),
-            x,
-        ),
-        (
-            ReLUCounter(3, 4, 2, dtype=torch.float64),
-            ReLUCounter(3, 4, 2, fused=False, dtype=torch.float64),
-            x,
-        ),
-        (JordanRNN(3, 4, 5, dtype=torch.float64), JordanRNN(3, 4, 5, fused=False, dtype=torch.float64), x),
-    ]
+    f64 = {"dtype": torch.float64}
+    layers = (
+        SecondOrderRNN(3, 4, **f64),
+        NNPDA(3, 4, 2, depth=6, **f64),
+        CounterLSTM(3, 4, 2, **f64),
+        ReLUCounter(3, 4, 2, **f64),
+        JordanRNN(3, 4, 5, **f64),
+        GRULayer(3, 4, num_layers=2, **f64),
+    )
+    return [(layer, x) for layer in layers]
 
 
-@pytest.mark.parametrize("case", range(5))
-def test_double_backward_raises_on_fused_paths_and_works_with_fused_false(case):
+@pytest.mark.parametrize("case", range(6))
+def test_double_backward_raises_on_fast_paths_and_works_under_reference_paths(case):
     """The hand-written backward passes are first order (``once_differentiable``): a gradient
-    penalty through them raises torch's clear error, and ``fused=False`` (the reference loop under
-    autograd) is the documented way to get second derivatives."""
+    penalty through them raises torch's clear error, and :func:`memrnn.reference_paths` (the
+    reference loop under autograd) is the documented way to get second derivatives (for the GRU,
+    its hand-written BPTT ``implementation("bptt")`` against the reference)."""
     torch.manual_seed(0)
-    fast, ref, x = _fused_and_reference()[case]
-    ref.load_state_dict(fast.state_dict())
-    for model, ok in ((fast, False), (ref, True)):
+    layer, x = _fast_layers()[case]
+    fast = Under(layer, lambda: implementation("bptt")) if isinstance(layer, GRULayer) else layer
+    for model, ok in ((fast, False), (Under(layer), True)):
         params = [p for p in model.parameters() if p.requires_grad]
         grads = torch.autograd.grad(model(x)[0].square().sum(), params, create_graph=True)
         penalty = sum(g.square().sum() for g in grads)
@@ -312,17 +309,15 @@ def test_double_backward_raises_on_fused_paths_and_works_with_fused_false(case):
 
 @pytest.mark.parametrize(("num_layers", "bias", "block"), [(1, True, None), (2, True, 3), (2, False, 3)])
 def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
-    """GRULayer's CPU path (GRUSequence per layer) against the gate-level reference: outputs,
-    final state and gradients (input, initial state, parameters), padded and not, with the
-    backward's blocks split (3 steps) and without bias."""
+    """GRULayer's hand-written BPTT (GRUSequence per layer, ``implementation("bptt")``) against the
+    gate-level reference: outputs, final state and gradients (input, initial state, parameters),
+    padded and not, with the backward's blocks split (3 steps) and without bias."""
     if block is not None:
         monkeypatch.setattr(bptt, "BLOCK", block)
     torch.manual_seed(0)
     dtype = torch.float64
-    fast = GRULayer(3, 5, num_layers=num_layers, bias=bias, bptt=True, dtype=dtype)
-    assert "bptt=True" in repr(fast)
-    ref = GRULayer(3, 5, num_layers=num_layers, bias=bias, fused=False, dtype=dtype)
-    ref.load_state_dict(fast.state_dict())
+    layer = GRULayer(3, 5, num_layers=num_layers, bias=bias, dtype=dtype)
+    fast, ref = Under(layer, lambda: implementation("bptt")), Under(layer)
     x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
     h0 = torch.randn(6, num_layers, 5, dtype=dtype, requires_grad=True)
     for mask in (None, _mask(6, 7)):

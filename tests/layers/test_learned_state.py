@@ -16,20 +16,24 @@ import functools
 import pytest
 import torch
 
-from memrnn.core import MemoryLayer, state_leaves, state_map
+from memrnn.core import MemoryLayer, reference_paths, state_leaves, state_map
 from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer, StackRNN
+from memrnn.ops.dispatch import implementation
 from tests.conftest import assert_close_tree
+from tests.layers.under import under
 
 F64 = {"dtype": torch.float64}
 LEARNED = {"learned_initial_state": True}
 FACTORIES = {
     "lstm_2layer": functools.partial(LSTMLayer, 3, 4, num_layers=2, **LEARNED, **F64),
-    "lstm_reference": functools.partial(LSTMLayer, 3, 5, fused=False, **LEARNED, **F64),
+    "lstm_reference": functools.partial(under(LSTMLayer, reference_paths), 3, 5, **LEARNED, **F64),
     # FLaRe's LSTM: rau's LSTM(learned_hidden_state=True), one bias per gate
     "lstm_flare": functools.partial(LSTMLayer, 3, 4, num_layers=2, extra_bias=False, **LEARNED, **F64),
     "lstm_bidirectional": functools.partial(LSTMLayer, 3, 4, bidirectional=True, **LEARNED, **F64),
     "gru": functools.partial(GRULayer, 3, 5, **LEARNED, **F64),
-    "gru_bptt_2layer": functools.partial(GRULayer, 3, 4, num_layers=2, bptt=True, **LEARNED, **F64),
+    "gru_bptt_2layer": functools.partial(
+        under(GRULayer, lambda: implementation("bptt")), 3, 4, num_layers=2, **LEARNED, **F64
+    ),
     "elman": functools.partial(ElmanRNN, 3, 5, **LEARNED, **F64),
     "elman_relu_2layer": functools.partial(ElmanRNN, 3, 4, activation="relu", num_layers=2, **LEARNED, **F64),
     "superposition_lstm": functools.partial(

@@ -40,22 +40,24 @@ from memrnn.layers import (
     SecondOrderRNN,
     SecondOrderState,
     StackRNN,
-    gated,
 )
 from memrnn.lit import SequenceModule
+from memrnn.ops import dispatch
+from memrnn.ops.dispatch import implementation
+from tests.layers.under import under
 
 F64 = torch.float64
 
 #: the layers with torch twins: (name, memrnn constructor, torch class)
 TWINS = {
     "lstm": (LSTMLayer, nn.LSTM),
-    "lstm_reference": (lambda *a, **k: LSTMLayer(*a, fused=False, **k), nn.LSTM),
+    "lstm_reference": (under(LSTMLayer, reference_paths), nn.LSTM),
     "gru": (GRULayer, nn.GRU),
-    "gru_bptt": (lambda *a, **k: GRULayer(*a, bptt=True, **k), nn.GRU),
-    "gru_reference": (lambda *a, **k: GRULayer(*a, fused=False, **k), nn.GRU),
+    "gru_bptt": (under(GRULayer, lambda: implementation("bptt")), nn.GRU),
+    "gru_reference": (under(GRULayer, reference_paths), nn.GRU),
     "elman": (ElmanRNN, nn.RNN),
     "elman_relu": (lambda *a, **k: ElmanRNN(*a, activation="relu", **k), nn.RNN),
-    "elman_reference": (lambda *a, **k: ElmanRNN(*a, fused=False, **k), nn.RNN),
+    "elman_reference": (under(ElmanRNN, reference_paths), nn.RNN),
 }
 
 
@@ -116,7 +118,7 @@ def test_bidirectional_equals_torch_with_packed_sequences(name, num_layers, gen,
     equal ``nn.LSTM``/``nn.GRU``/``nn.RNN(bidirectional=True)`` run on ``pack_padded_sequence``:
     each row's backward direction starts at its own last real token.  The fused chunks are made
     4 steps long: a bidirectional layer must not be chunked."""
-    monkeypatch.setattr(gated, "FUSED_CHUNK", 4)
+    monkeypatch.setattr(dispatch, "TORCH_RNN_CHUNK", 4)
     layer, module = twin(name, num_layers, True)
     assert layer.output_size == 8
     lengths = torch.tensor([9, 4, 1, 6])

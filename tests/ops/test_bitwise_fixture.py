@@ -35,7 +35,16 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PATHS = ("default", "cpu", "reference")
 #: registered names that a recorded entry may lack (none today; a variant removed on purpose goes
 #: here with the reason)
-REMOVED: dict[str, str] = {}
+REMOVED: dict[str, str] = {
+    "lstm_reference": "set only fused=False (removed, issue 66): lstm under reference_paths() is its recorded "
+    "reference path; tests/layers run the LSTM under reference_paths()",
+    "gru_reference": "set only fused=False (removed, issue 66): gru under reference_paths() is its recorded "
+    "reference path; tests/layers run the GRU under reference_paths()",
+    "gru_bptt": "set only bptt=True (removed, issue 66): the hand-written BPTT is implementation('bptt'), "
+    "tested in tests/ops/test_gru.py and tests/layers against the reference",
+    "gru_bptt_2layer": "set only bptt=True (removed, issue 66): gru_2layer under implementation('bptt'), "
+    "tested in tests/ops/test_gru.py and tests/layers against the reference",
+}
 
 
 def _machine() -> str:

@@ -1,0 +1,123 @@
+"""The GRU by mechanism (``memrnn.ops.gru``): its reference loop is ``nn.GRU``'s equations (Cho et
+al. 2014 in torch's gate convention), and every implementation behind :func:`gru_sequence`
+(``"reference"``, ``"cpu"``: torch's kernel, ``"bptt"``: the hand-written backpropagation through
+time) gives the same outputs and gradients; the one switch picks among them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from memrnn import reference_paths
+from memrnn.layers import GRULayer
+from memrnn.ops.dispatch import choose, implementation
+from memrnn.ops.elman import elman_sequence
+from memrnn.ops.gru import gru_implementation, gru_reference, gru_sequence
+
+F64 = torch.float64
+
+
+def _weights(gen, n=3, H=4, bias=True):
+    w = [torch.randn(3 * H, n, generator=gen, dtype=F64), torch.randn(3 * H, H, generator=gen, dtype=F64)]
+    b = [torch.randn(3 * H, generator=gen, dtype=F64) for _ in range(2)] if bias else [None, None]
+    return [t.mul(0.5).requires_grad_() if t is not None else None for t in (w[0], b[0], w[1], b[1])]
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_reference_is_torchs_gru(bias, gen):
+    """``gru_reference`` equals ``nn.GRU`` (one layer, batch first) on the same weights: every
+    state, float64 to rounding."""
+    w_ih, b_ih, w_hh, b_hh = _weights(gen, bias=bias)
+    module = nn.GRU(3, 4, bias=bias, batch_first=True, dtype=F64)
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(w_ih)
+        module.weight_hh_l0.copy_(w_hh)
+        if bias:
+            module.bias_ih_l0.copy_(b_ih)
+            module.bias_hh_l0.copy_(b_hh)
+    x = torch.randn(2, 6, 3, generator=gen, dtype=F64)
+    h0 = torch.randn(2, 4, generator=gen, dtype=F64)
+    hs = gru_reference(x, w_ih, b_ih, w_hh, b_hh, h0)
+    y, h_n = module(x, h0[None])
+    assert hs.shape == (2, 7, 4) and torch.equal(hs[:, 0], h0)
+    torch.testing.assert_close(hs[:, 1:], y, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(hs[:, -1], h_n[0], atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize("impl", ["cpu", "bptt"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("steps", [0, 1, 70])  # 70: two blocks of the hand-written backward
+def test_every_implementation_equals_the_reference(impl, bias, steps, gen):
+    """Outputs and the gradients of the input, every weight and ``h0`` (an unused leaf's as zeros),
+    float64."""
+    weights = _weights(gen, bias=bias)
+    x = torch.randn(3, steps, 3, generator=gen, dtype=F64, requires_grad=True)
+    h0 = torch.randn(3, 4, generator=gen, dtype=F64, requires_grad=True)
+    w = torch.randn(3, steps + 1, 4, generator=gen, dtype=F64)
+    leaves = [x, *(t for t in weights if t is not None), h0]
+    out = []
+    for which in ("reference", impl):
+        hs = gru_sequence(x, *weights, h0, impl=which)
+        grads = torch.autograd.grad((hs * w).sum(), leaves, allow_unused=True)
+        out.append(
+            (hs, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves, strict=True)])
+        )
+    (a, ga), (b, gb) = out
+    torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-12)
+    for p, q in zip(gb, ga, strict=True):
+        torch.testing.assert_close(p, q, atol=1e-10, rtol=1e-10)
+
+
+def test_the_switch_picks_the_implementation():
+    """torch's kernel (``"cpu"``) by default, the reference inside ``reference_paths()``, the
+    hand-written BPTT only when asked; a forced ``"triton"``/``"native"`` runs torch's kernel,
+    given explicitly it is refused; elsewhere a forced ``"bptt"`` is the op's ``"cpu"`` path and an
+    explicit one is refused."""
+    x = torch.zeros(2, 3, 4)
+    assert gru_implementation(x) == "cpu"
+    with reference_paths():
+        assert gru_implementation(x) == "reference"
+    for forced, got in (("bptt", "bptt"), ("reference", "reference"), ("triton", "cpu"), ("native", "cpu")):
+        with implementation(forced):
+            assert gru_implementation(x) == got
+    with pytest.raises(ValueError, match="impl='triton': the GRU has no such implementation"):
+        gru_implementation(x, "triton")
+    with implementation("bptt"):
+        assert choose(x) == "cpu"
+    with pytest.raises(ValueError, match="impl='bptt'"):
+        elman_sequence(x, torch.zeros(4, 4), torch.zeros(2, 4), "tanh", torch.tanh, impl="bptt")
+    with pytest.raises(ValueError, match="both biases"):
+        gru_sequence(x, torch.zeros(12, 4), torch.zeros(12), torch.zeros(12, 4), None, torch.zeros(2, 4))
+
+
+def _has(t, name):
+    seen, todo = set(), [t.grad_fn]
+    while todo:
+        n = todo.pop()
+        if n is None or n in seen:
+            continue
+        seen.add(n)
+        if name in type(n).__name__:
+            return True
+        todo.extend(f for f, _ in n.next_functions)
+    return False
+
+
+def test_gru_layer_runs_what_the_switch_picks(gen):
+    """``GRULayer`` (formerly ``bptt=False``/``bptt=True``/``fused=False``): torch's kernel by
+    default, :class:`GRUSequence` per layer under ``implementation("bptt")``, the reference loop
+    under ``reference_paths()``; the same numbers to float64 rounding."""
+    layer = GRULayer(3, 4, num_layers=2, dtype=F64)
+    x = torch.randn(2, 5, 3, generator=gen, dtype=F64, requires_grad=True)
+    y, _ = layer(x)
+    assert not _has(y, "GRUSequence")
+    with implementation("bptt"):
+        y_bptt, _ = layer(x)
+        assert torch.equal(layer.outputs(x), y_bptt)
+    assert _has(y_bptt, "GRUSequence")
+    with reference_paths():
+        y_ref, _ = layer(x)
+    assert not _has(y_ref, "GRUSequence")
+    torch.testing.assert_close(y_bptt, y_ref, atol=1e-12, rtol=1e-12)
+    torch.testing.assert_close(y, y_ref, atol=1e-12, rtol=1e-12)
