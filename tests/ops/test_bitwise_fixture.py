@@ -35,7 +35,12 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PATHS = ("default", "cpu", "reference")
 #: registered names that a recorded entry may lack (none today; a variant removed on purpose goes
 #: here with the reason)
-REMOVED: dict[str, str] = {}
+REMOVED: dict[str, str] = {
+    "stratification_lstm_reference": (
+        "StackRNN's fused= is gone (issue 66: one implementation switch); it was stratification_lstm with "
+        "fused=False, the loop over step, which stratification_lstm's 'reference' path records"
+    ),
+}
 
 
 def _machine() -> str:
