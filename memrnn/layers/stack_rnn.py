@@ -81,14 +81,16 @@ def _refuse_bidirectional(controller: MemoryLayer) -> None:
         )
 
 
-def _call(factory: Any, what: str, *sizes: int) -> Any:
-    """``factory(*sizes)``, or a ValueError naming ``what`` when it is not callable."""
+def _call(factory: Any, what: str, *sizes: int, device=None, dtype=None) -> Any:
+    """``factory(*sizes)``, with the layer's ``device`` and ``dtype`` where they are given (as the
+    named shortcuts take them), or a ValueError naming ``what`` when it is not callable."""
     if not callable(factory):
         raise ValueError(
             f"{what} must be a name, a module or a class or callable of the sizes the layer gives, "
             f"got {factory!r}"
         )
-    return factory(*sizes)
+    fk = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
+    return factory(*sizes, **fk)
 
 
 @functools.cache
@@ -136,7 +138,8 @@ class StackRNN(MemoryLayer):
         controller: the controller, as a callable of ``(input_size + width, hidden_size)``
             returning a :class:`MemoryLayer` (:data:`ControllerFactory`: a layer class with its
             other arguments bound; in YAML ``class_path: memrnn.layers.LSTMLayer`` and ``init_args``
-            without the two sizes), or a built :class:`MemoryLayer` whose ``input_size`` is
+            without the two sizes; both callables also get ``device`` and ``dtype`` when the layer
+            is given them), or a built :class:`MemoryLayer` whose ``input_size`` is
             ``input_size + width`` and ``output_size`` is ``hidden_size`` (a counter, a
             second-order RNN, …).  Or a name, a shortcut built with ``controller_args``:
             ``"lstm"``, ``"elman"``, ``"gru"`` (the registry's :class:`LSTMLayer`,
@@ -223,7 +226,7 @@ class StackRNN(MemoryLayer):
                 f"{', '.join(given)} apply to a memory given by name; a memory given as a class, callable "
                 f"or module takes its own (init_args in YAML)"
             )
-        built = memory if isinstance(memory, Memory) else _call(memory, "memory", self.hidden_size)
+        built = memory if isinstance(memory, Memory) else _call(memory, "memory", self.hidden_size, **fk)
         if not isinstance(built, Memory):
             raise ValueError(
                 f"memory must be a memory name, a memrnn Memory or a callable of hidden_size returning one; "
@@ -258,7 +261,7 @@ class StackRNN(MemoryLayer):
             built = (
                 controller
                 if isinstance(controller, MemoryLayer)
-                else _call(controller, "controller", n_in, self.hidden_size)
+                else _call(controller, "controller", n_in, self.hidden_size, **fk)
             )
             if not isinstance(built, MemoryLayer):
                 raise ValueError(

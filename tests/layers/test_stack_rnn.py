@@ -506,3 +506,12 @@ def test_the_initial_state_takes_input_lengths_where_the_memory_reads_them(memor
             net.initial_state(2, input_lengths=torch.tensor([1, 2, 3]))
     else:
         assert_close_tree(state, net.initial_state(2), atol=0)
+
+
+def test_callables_get_the_layers_device_and_dtype():
+    """Given ``dtype`` (or ``device``), the layer passes it to the memory's and the controller's
+    callables as to the named ones; without, it passes none (a plain callable of the sizes works)."""
+    net = StackRNN(3, 4, SuperpositionStack, LSTMLayer, dtype=torch.float64)
+    assert {p.dtype for p in net.parameters()} == {torch.float64}
+    net = StackRNN(3, 4, lambda n: SuperpositionStack(n, width=2), lambda n, h: ElmanRNN(n, h))
+    assert net.width == 2 and net.controller.input_size == 5
