@@ -140,6 +140,8 @@ class Memory(nn.Module, ABC):
     State: ClassVar[type]
     #: names of the first ``len(actions)`` outputs of the head, in order
     actions: ClassVar[tuple[str, ...]]
+    #: whether the state holds each row's input length (:meth:`with_input_lengths`)
+    reads_input_lengths: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -216,6 +218,12 @@ class Memory(nn.Module, ABC):
 
     def check_state(self, state: NamedTuple) -> None:
         """Raise ``ValueError`` when ``state`` cannot be run (default: any state can)."""
+
+    def with_input_lengths(self, state: NamedTuple, input_lengths: Tensor) -> NamedTuple:
+        """``state`` with each row's input length ``input_lengths [B]`` (a transduction's input,
+        before its blanks) where the memory reads it (:attr:`reads_input_lengths`: the jump
+        tape); other memories return ``state`` as it is."""
+        return state
 
     @abstractmethod
     def read(self, state: NamedTuple) -> Tensor:
@@ -425,13 +433,14 @@ class JumpTape(Tape):
 
     ``L`` lives in the state (``jump [B]``, rounded to whole cells): ``jump`` (a constructor argument) for every row of the
     empty state, or −1 when it is None, and running a state with −1 raises until it is set:
-    ``state = layer.initial_state(B)._replace(jump=input_lengths)``, or
-    :class:`memrnn.lit.SequenceModule` with a data module whose batches carry ``input_lengths``
-    (``ChomskyDataModule``).  ``write_mlp`` as :class:`Tape`'s."""
+    ``state = layer.initial_state(B, input_lengths=input_lengths)`` (:class:`memrnn.layers.StackRNN`,
+    through :meth:`with_input_lengths`), or :class:`memrnn.lit.SequenceModule` with a data module
+    whose batches carry ``input_lengths`` (``ChomskyDataModule``).  ``write_mlp`` as :class:`Tape`'s."""
 
     kind = "tape_jump"
     State = JumpTapeState
     actions = ("stay", "left", "right", "jump_left", "jump_right")
+    reads_input_lengths = True
 
     def __init__(
         self,
@@ -464,8 +473,18 @@ class JumpTape(Tape):
             row = int(bad.nonzero()[0, 0])
             raise ValueError(
                 f"JumpTape: row {row} has jump {float(state.jump[row])}; each row needs its input length "
-                "(cells >= 0) in state.jump: layer.initial_state(B)._replace(jump=input_lengths)"
+                "(cells >= 0) in state.jump: layer.initial_state(B, input_lengths=input_lengths)"
             )
+
+    def with_input_lengths(self, state: JumpTapeState, input_lengths: Tensor) -> JumpTapeState:
+        """``state`` jumping by ``input_lengths [B]`` cells in each row (its ``jump``)."""
+        jump = state.jump
+        if input_lengths.shape != jump.shape:
+            raise ValueError(
+                f"input_lengths must hold one length per row, shape {tuple(jump.shape)}, got "
+                f"{tuple(input_lengths.shape)}"
+            )
+        return state._replace(jump=input_lengths.to(device=jump.device, dtype=jump.dtype))
 
     def update(self, state: JumpTapeState, actions: Tensor, value: Tensor) -> tuple[JumpTapeState, Tensor]:
         tape = tape_jump_step(state.tape, actions, value, state.jump)
@@ -775,7 +794,7 @@ class VectorNondeterministicStack(NondeterministicStack):
         return new, {**diag, "vector": actions[3].exp(), "overflow": overflow}
 
 
-#: the memories by name (``StackRNN(memory="…")``)
+#: the memories by name, the one table of ``StackRNN(memory="…")``'s shortcuts (each ``kind``)
 MEMORIES: dict[str, type[Memory]] = {
     m.kind: m
     for m in (

@@ -17,31 +17,80 @@ every memrnn state.
 from __future__ import annotations
 
 import functools
-from typing import Any, Literal, NamedTuple
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 from torch import Tensor
 
 from memrnn.core.checks import check_kwargs, positive_int
 from memrnn.core.layer import MemoryLayer
-from memrnn.core.registry import register_layer
+from memrnn.core.registry import layer_class, register_layer
 from memrnn.core.serialization import allow_in_checkpoints
-from memrnn.core.state import state_where
 from memrnn.layers.elman import ElmanRNN
-from memrnn.layers.gated import GRULayer, LSTMLayer, lstm_pointwise
+from memrnn.layers.gated import LSTMLayer, lstm_pointwise
 from memrnn.layers.memories import MEMORIES, Memory
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.ops.buckets import masked_outputs
-from memrnn.ops.dispatch import implementation
 from memrnn.ops.lstm import sigmoids_first
-from memrnn.ops.nondeterministic import NondeterministicRun, run_impl
+from memrnn.ops.nondeterministic.sequence import nondeterministic_sequence
 from memrnn.ops.stack_rnn import fused_kinds, stack_rnn_sequence
 
-#: the memories whose stack runs as one :class:`NondeterministicRun` on CPU
+#: the memories whose sequences run :func:`nondeterministic_sequence`
 _NONDETERMINISTIC = ("nondeterministic", "vector_nondeterministic")
 
-#: the controllers by name (``StackRNN(controller="…")``); any MemoryLayer instance works too
-CONTROLLERS: dict[str, type[MemoryLayer]] = {"lstm": LSTMLayer, "elman": ElmanRNN, "gru": GRULayer}
+#: ``memory(hidden_size) -> Memory``: a memory class with its other arguments bound (what
+#: LightningCLI gives for ``class_path``/``init_args``), called with the controller's output size
+MemoryFactory = Callable[[int], Memory]
+#: ``controller(input_size, hidden_size) -> MemoryLayer``: a layer class with its other arguments
+#: bound, called with ``StackRNN``'s ``input_size + width`` and ``hidden_size``
+ControllerFactory = Callable[[int, int], MemoryLayer]
+#: the memories' names (shortcuts of :data:`memrnn.layers.memories.MEMORIES`)
+MemoryName = Literal[
+    "superposition",
+    "stratification",
+    "queue",
+    "deque",
+    "tape",
+    "tape_jump",
+    "nondeterministic",
+    "vector_nondeterministic",
+]
+#: the controllers' names: shortcuts of the registry's layers (:func:`memrnn.core.layer_class`)
+ControllerName = Literal["lstm", "elman", "gru"]
+CONTROLLER_NAMES: tuple[str, ...] = get_args(ControllerName)
+
+
+def refuse_removed(owner: str, removed: dict[str, Any]) -> None:
+    """A clear error for arguments that are gone: ``fused=`` names its replacement (the one
+    implementation switch); any other unknown keyword is named."""
+    if "fused" in removed:
+        raise ValueError(
+            f"{owner}: fused= was removed: use memrnn.reference_paths() (the reference loop over step, "
+            f"which differentiates twice) or memrnn.ops.implementation(...) (one implementation of the ops)"
+        )
+    if removed:
+        raise TypeError(f"{owner} got unexpected keyword arguments {', '.join(sorted(removed))}")
+
+
+def _refuse_bidirectional(controller: MemoryLayer) -> None:
+    if getattr(controller, "bidirectional", False):
+        raise ValueError(
+            "a stack RNN's controller reads the memory it writes step by step; a bidirectional "
+            "controller cannot (it reads the whole sequence first): use bidirectional=False"
+        )
+
+
+def _call(factory: Any, what: str, *sizes: int, device=None, dtype=None) -> Any:
+    """``factory(*sizes)``, with the layer's ``device`` and ``dtype`` where they are given (as the
+    named shortcuts take them), or a ValueError naming ``what`` when it is not callable."""
+    if not callable(factory):
+        raise ValueError(
+            f"{what} must be a name, a module or a class or callable of the sizes the layer gives, "
+            f"got {factory!r}"
+        )
+    fk = {k: v for k, v in (("device", device), ("dtype", dtype)) if v is not None}
+    return factory(*sizes, **fk)
 
 
 @functools.cache
@@ -73,40 +122,53 @@ class StackRNN(MemoryLayer):
 
     Args:
         input_size: features of ``x_t``.
-        hidden_size: the controller's output size (its units; for a controller given as a
-            layer, its ``output_size``), which the memory's heads read.
-        memory: ``"superposition"`` (Joulin & Mikolov 2015), ``"stratification"`` (Grefenstette
-            et al. 2015), ``"queue"`` and ``"deque"`` (their neural queue and DeQue; the DeQue reads
-            both ends, ``2 · width`` units), ``"tape"`` (Delétang et al. 2023), ``"tape_jump"`` (the
-            same with their jumps by each row's input length, set in the state's ``jump``),
-            ``"nondeterministic"`` (DuSell & Chiang 2020, 2022), ``"vector_nondeterministic"``
-            (their vector RNS-RNN, 2023), or a
-            :class:`memrnn.layers.memories.Memory` whose ``hidden_size`` is the controller's.
-        controller: ``"lstm"``, ``"elman"``, ``"gru"``, or any :class:`MemoryLayer` whose
-            ``input_size`` is ``input_size + width`` and whose ``output_size`` is ``hidden_size``
-            (a counter, a second-order RNN, …).
-        width: units per memory cell (the reading's size but for the DeQue's two ends); None for
-            the memory's default (8, or ``states × symbols`` for the nondeterministic stack and
-            ``states × symbols × vector_size`` for the vector one, which fix it).
-        depth: cells of the stack, queue or tape (per end for the DeQue); start times kept by the nondeterministic
-            stack.  The stacks and the queue are windows of the papers' unbounded structures: exact while nothing is pushed out of the window (always
-            when ``depth ≥`` the sequence length); ``trace`` reports what each step drops
-            (``overflow``).
+        hidden_size: the controller's output size (its units), which the memory's heads read.
+        memory: the memory, as a callable of the controller's ``hidden_size`` returning a
+            :class:`memrnn.layers.memories.Memory` (:data:`MemoryFactory`: a memory class with its
+            other arguments bound; in YAML ``class_path: memrnn.layers.SuperpositionStack`` and
+            ``init_args`` without ``hidden_size``), or a built :class:`Memory` whose ``hidden_size``
+            is the controller's.  Or a name, a shortcut built with ``width``, ``depth`` and
+            ``memory_args`` from the one table of memories
+            (:data:`memrnn.layers.memories.MEMORIES`): ``"superposition"`` (Joulin & Mikolov
+            2015), ``"stratification"`` (Grefenstette et al. 2015), ``"queue"`` and ``"deque"``
+            (their neural queue and DeQue; the DeQue reads both ends, ``2 · width`` units),
+            ``"tape"`` (Delétang et al. 2023), ``"tape_jump"`` (the same with their jumps by each
+            row's input length: ``initial_state(B, input_lengths=…)``), ``"nondeterministic"``
+            (DuSell & Chiang 2020, 2022), ``"vector_nondeterministic"`` (their vector RNS-RNN, 2023).
+        controller: the controller, as a callable of ``(input_size + width, hidden_size)``
+            returning a :class:`MemoryLayer` (:data:`ControllerFactory`: a layer class with its
+            other arguments bound; in YAML ``class_path: memrnn.layers.LSTMLayer`` and ``init_args``
+            without the two sizes; both callables also get ``device`` and ``dtype`` when the layer
+            is given them), or a built :class:`MemoryLayer` whose ``input_size`` is
+            ``input_size + width`` and ``output_size`` is ``hidden_size`` (a counter, a
+            second-order RNN, …).  Or a name, a shortcut built with ``controller_args``:
+            ``"lstm"``, ``"elman"``, ``"gru"`` (the registry's :class:`LSTMLayer`,
+            :class:`ElmanRNN`, :class:`GRULayer`, :func:`memrnn.core.layer_class`).
+        width: units per memory cell of a memory given by name (the reading's size but for the
+            DeQue's two ends); None for the memory's default (8, or ``states × symbols`` for the
+            nondeterministic stack and ``states × symbols × vector_size`` for the vector one,
+            which fix it).
+        depth: cells of the stack, queue or tape of a memory given by name (per end for the
+            DeQue); start times kept by the nondeterministic stack.  The stacks and the queue
+            are windows of the papers' unbounded structures: exact while nothing is pushed out of
+            the window (always when ``depth ≥`` the sequence length); ``trace`` reports what each
+            step drops (``overflow``).
         output: ``"hidden"`` (``y_t = h_t``) or ``"hidden+reading"`` (``[h_t ; r_t]``, DuSell
             & Chiang's ``include_reading_in_output``).
         strict: ``forward`` and ``trace`` raise :class:`StackOverflowError`, naming the step and
             the batch row, when a real (unpadded) step drops any content out of the window.
-        fused: ``forward`` runs :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` (hand-written
-            backpropagation through time) when the controller is a one-layer LSTM or a tanh,
-            sigmoid or relu Elman RNN (on CUDA the stack RNN's two Triton kernels); the
-            nondeterministic stacks run as one :class:`memrnn.ops.nondeterministic.NondeterministicRun`
-            (C++ on CPU, Triton kernels on CUDA; first order) under any controller; otherwise, or
-            with ``False``, the loop over ``step``.  With ``False`` every op of that loop is
-            torch's own, so second derivatives work.  Same numbers.
-        memory_args, controller_args: extra arguments of the memory and controller built by name
-            (``push_activation``, ``write_mlp``, ``forget_bias``, ``activation``, …).  A tape's
-            ``write_mlp`` (Delétang et al.'s write MLP) runs on the fused CPU paths (Python and
-            C++); on CUDA, where the Triton kernels do not cover it, on the Python one.
+        memory_args, controller_args: the other arguments of a memory or controller given by
+            name (``push_activation``, ``write_mlp``, ``forget_bias``, ``activation``, …).
+
+    ``forward`` runs :func:`memrnn.ops.stack_rnn.stack_rnn_sequence` (hand-written
+    backpropagation through time; on CUDA the stack RNN's two Triton kernels) when the controller
+    is a one-layer LSTM or a tanh, sigmoid or relu Elman RNN with biases; the nondeterministic
+    stacks run :func:`memrnn.ops.nondeterministic.sequence.nondeterministic_sequence` (C++ on CPU,
+    Triton kernels on CUDA; first order) under any controller; otherwise the loop over ``step``.
+    Inside :func:`memrnn.reference_paths` it is always the loop over ``step``, every op of it
+    torch's own, so second derivatives work; same numbers.  A tape's ``write_mlp`` (Delétang et
+    al.'s write MLP) runs on the fused CPU paths (Python and C++); on CUDA, where the Triton
+    kernels do not cover it, on the Python one.
 
     ``trace`` reports the memory's actions (``push``, ``pop``, … each ``[B, T]``; the
     nondeterministic stack's log transition weights ``[B, T, QS, …]``), the pushed or written
@@ -117,101 +179,127 @@ class StackRNN(MemoryLayer):
         self,
         input_size: int,
         hidden_size: int,
-        memory: Literal[
-            "superposition",
-            "stratification",
-            "queue",
-            "deque",
-            "tape",
-            "tape_jump",
-            "nondeterministic",
-            "vector_nondeterministic",
-        ]
-        | Memory = "superposition",
-        controller: Literal["lstm", "elman", "gru"] | MemoryLayer = "lstm",
+        memory: MemoryName | MemoryFactory | Memory = "superposition",
+        controller: ControllerName | ControllerFactory | MemoryLayer = "lstm",
         width: int | None = None,
         depth: int = 32,
         output: Literal["hidden", "hidden+reading"] = "hidden",
         strict: bool = False,
-        fused: bool = True,
         memory_args: dict[str, Any] | None = None,
         controller_args: dict[str, Any] | None = None,
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        **removed: Any,
     ) -> None:
+        refuse_removed(type(self).__name__, removed)
         super().__init__()
         self.input_size = positive_int("input_size", input_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)
         fk = {"device": device, "dtype": dtype}
-        self.memory = self._build_memory(memory, hidden_size, width, depth, memory_args or {}, fk)
+        self.memory = self._build_memory(memory, width, depth, memory_args, fk)
         self.width = self.memory.reading_size
-        self.controller = self._build_controller(controller, controller_args or {}, fk)
+        self.controller = self._build_controller(controller, controller_args, fk)
         if output not in ("hidden", "hidden+reading"):
             raise ValueError(f"output must be 'hidden' or 'hidden+reading', got {output!r}")
         self.output = output
         self.output_size = hidden_size + (self.width if output == "hidden+reading" else 0)
-        self.strict, self.fused = bool(strict), bool(fused)
+        self.strict = bool(strict)
         self._controller_state = type(self.controller.initial_state(1))
         self.State = joint_state(self._controller_state, self.memory.State)
 
-    @staticmethod
-    def _build_memory(memory, hidden_size, width, depth, args, fk) -> Memory:
-        if isinstance(memory, Memory):
-            if memory.hidden_size != hidden_size:
+    def _build_memory(self, memory, width, depth, args, fk) -> Memory:
+        if isinstance(memory, str):
+            if memory not in MEMORIES:
                 raise ValueError(
-                    f"the memory reads hidden_size={memory.hidden_size} but the controller has "
-                    f"hidden_size={hidden_size}"
+                    f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)}, or pass a memory "
+                    f"class or callable of hidden_size"
                 )
-            return memory
-        if memory not in MEMORIES:
+            size = {} if width is None else {"width": width}
+            given = ("hidden_size", "depth", *size, *fk)
+            check_kwargs(f"memory_args of the {memory!r} memory", MEMORIES[memory], args or {}, given=given)
+            return MEMORIES[memory](self.hidden_size, depth=depth, **size, **(args or {}), **fk)
+        given = [f"{k}={v!r}" for k, v in (("width", width), ("memory_args", args)) if v is not None]
+        given += [f"depth={depth!r}"] if depth != 32 else []
+        if given:
             raise ValueError(
-                f"unknown memory {memory!r}; choose one of {', '.join(MEMORIES)} or pass a Memory"
+                f"{', '.join(given)} apply to a memory given by name; a memory given as a class, callable "
+                f"or module takes its own (init_args in YAML)"
             )
-        size = {} if width is None else {"width": width}
-        given = ("hidden_size", "depth", *size, *fk)
-        check_kwargs(f"memory_args of the {memory!r} memory", MEMORIES[memory], args, given=given)
-        return MEMORIES[memory](hidden_size, depth=depth, **size, **args, **fk)
-
-    def _build_controller(self, controller, args, fk) -> MemoryLayer:
-        built = self._new_controller(controller, args, fk)
-        if getattr(built, "bidirectional", False):
+        built = memory if isinstance(memory, Memory) else _call(memory, "memory", self.hidden_size, **fk)
+        if not isinstance(built, Memory):
             raise ValueError(
-                "a stack RNN's controller reads the memory it writes step by step; a bidirectional "
-                "controller cannot (it reads the whole sequence first): use bidirectional=False"
+                f"memory must be a memory name, a memrnn Memory or a callable of hidden_size returning one; "
+                f"{memory!r} gave {type(built).__name__}"
+            )
+        if built.hidden_size != self.hidden_size:
+            raise ValueError(
+                f"the memory reads hidden_size={built.hidden_size} but the controller has "
+                f"hidden_size={self.hidden_size}"
             )
         return built
 
-    def _new_controller(self, controller, args, fk) -> MemoryLayer:
+    def _build_controller(self, controller, args, fk) -> MemoryLayer:
         n_in = self.input_size + self.width
-        if isinstance(controller, MemoryLayer):
-            if controller.input_size != n_in or controller.output_size != self.hidden_size:
+        if isinstance(controller, str):
+            if controller not in CONTROLLER_NAMES:
+                raise ValueError(
+                    f"unknown controller {controller!r}; choose one of {', '.join(CONTROLLER_NAMES)}, or "
+                    f"pass a layer class or callable of (input_size, hidden_size)"
+                )
+            cls = layer_class(controller)
+            given = ("input_size", "hidden_size", *fk)
+            check_kwargs(f"controller_args of the {controller!r} controller", cls, args or {}, given=given)
+            built = cls(n_in, self.hidden_size, **(args or {}), **fk)
+            _refuse_bidirectional(built)
+        else:
+            if args is not None:
+                raise ValueError(
+                    f"controller_args={args!r} apply to a controller given by name; a controller given "
+                    f"as a class, callable or module takes its own (init_args in YAML)"
+                )
+            built = (
+                controller
+                if isinstance(controller, MemoryLayer)
+                else _call(controller, "controller", n_in, self.hidden_size, **fk)
+            )
+            if not isinstance(built, MemoryLayer):
+                raise ValueError(
+                    f"controller must be a controller name, a memrnn MemoryLayer or a callable of "
+                    f"(input_size, hidden_size) returning one; {controller!r} gave {type(built).__name__}"
+                )
+            _refuse_bidirectional(built)
+            if built.input_size != n_in or built.output_size != self.hidden_size:
                 raise ValueError(
                     f"the controller must read input_size + width = {self.input_size} + {self.width} "
                     f"= {n_in} features and output hidden_size={self.hidden_size}; it has "
-                    f"input_size={controller.input_size}, output_size={controller.output_size}"
+                    f"input_size={built.input_size}, output_size={built.output_size}"
                 )
-            return controller
-        if controller not in CONTROLLERS:
-            raise ValueError(
-                f"unknown controller {controller!r}; choose one of {', '.join(CONTROLLERS)} or pass a MemoryLayer"
-            )
-        given = ("input_size", "hidden_size", *fk)
-        check_kwargs(
-            f"controller_args of the {controller!r} controller", CONTROLLERS[controller], args, given=given
-        )
-        return CONTROLLERS[controller](n_in, self.hidden_size, **args, **fk)
+        return built
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, output={self.output!r}, strict={self.strict}, fused={self.fused}"
+        return f"{self.input_size}, {self.hidden_size}, output={self.output!r}, strict={self.strict}"
 
     # -- state -------------------------------------------------------------------------------
-    def initial_state(self, batch_size: int, *, device=None, dtype=None) -> NamedTuple:
-        """The controller's initial state and the empty memory, as one flat NamedTuple."""
+    def initial_state(
+        self, batch_size: int, *, device=None, dtype=None, input_lengths: Tensor | None = None
+    ) -> NamedTuple:
+        """The controller's initial state and the empty memory, as one flat NamedTuple.
+        ``input_lengths [B]``: each row's input length (a transduction's input, before its
+        blanks), which a memory that reads it keeps (:attr:`reads_input_lengths`: the jump tape
+        jumps by it); other memories ignore it."""
         fk = self._default_factory(device, dtype)
         c = self.controller.initial_state(batch_size, **fk)
         m = self.memory.initial_state(batch_size, **fk)
+        if input_lengths is not None:
+            m = self.memory.with_input_lengths(m, input_lengths)
         return self.State(*c, *m)
+
+    @property
+    def reads_input_lengths(self) -> bool:
+        """Whether the state holds each row's input length (``initial_state(B, input_lengths=…)``:
+        the jump tape), which :class:`memrnn.lit.SequenceModule` then gives it."""
+        return self.memory.reads_input_lengths
 
     def output_at(self, state: NamedTuple) -> Tensor:
         """The output ``[B, output_size]`` at ``state``: the controller's (its ``output_at``), with
@@ -310,87 +398,26 @@ class StackRNN(MemoryLayer):
             return sigmoids_first(w_ih), sigmoids_first(b_ih + b_hh), sigmoids_first(w_hh)
         return c.weight_ih, c.bias, c.weight_hh
 
-    @staticmethod
-    def _nondeterministic_run(x: Tensor) -> str | None:
-        """How the nondeterministic stack runs as one :class:`NondeterministicRun`: ``"native"``
-        (C++: CPU, float32/float64, the C++ ops built), ``"triton"`` (CUDA, float32/float64), or
-        None (the torch step: other dtypes, ``torch.compile``/``export``)."""
-        impl = run_impl(x)
-        return impl if impl in ("native", "triton") else None
-
     def _nondeterministic_forward(
         self, x: Tensor, state: NamedTuple | None, mask: Tensor | None, *, final: bool = True
     ):
-        """:meth:`forward` with a nondeterministic stack: the controller's steps in torch, the
-        stack's as one run (:class:`memrnn.ops.nondeterministic.NondeterministicRun`, in C++ on
-        CPU and in Triton kernels on CUDA, float32/float64; else
-        :meth:`_nondeterministic_torch_forward`): each column of inner weights written once, not
-        a ``[depth, depth]`` window copied and masked at every step; start times still log 0
-        skipped.  Equal to the reference loop (tests);
-        rows past their length run on and are ignored (outputs zero, final state at the length)."""
+        """:meth:`forward` with a nondeterministic stack:
+        :func:`memrnn.ops.nondeterministic.sequence.nondeterministic_sequence` with the
+        controller's steps (:meth:`_controller_steps`).  Equal to the reference loop (tests)."""
         state, mask = self.check_inputs(x, state, mask)
         cs, ms = self.split(state)
-        memory = self.memory
         B, T = x.shape[:2]
         if T == 0:  # nothing to run: the state as it came
             return x.new_zeros(B, 0, self.output_size), state
-        lengths = None if mask is None else mask.sum(1)
         if self.strict:
             taken = ms.steps.detach()[:, None] + torch.arange(T, device=x.device, dtype=ms.steps.dtype)
-            self._check_overflow((taken >= memory.depth).to(x.dtype), mask)
-        impl = self._nondeterministic_run(x)
-        if impl is None:
-            return self._nondeterministic_torch_forward(x, cs, ms, mask)
-        vector = memory.kind == "vector_nondeterministic"
-        zeta = ms.zeta if vector else None
-        run = NondeterministicRun(
-            ms.gamma, ms.alpha, T, states=memory.states, lengths=lengths, zeta=zeta, impl=impl
+            self._check_overflow((taken >= self.memory.depth).to(x.dtype), mask)
+        hidden = self.output == "hidden"
+        h, r, cs, ms = nondeterministic_sequence(
+            x, self._controller_steps(x, cs), cs, self.memory, ms, mask, readings=not hidden, final=final
         )
-        reading = memory.read(ms)
-        ys, etas = [], []
-        masks = mask.unbind(1) if mask is not None else [None] * T
-        step = self._controller_steps(x, cs)
-        for t, m_t in enumerate(masks):
-            h, new = step(t, reading, cs)
-            cs = new if m_t is None else state_where(m_t, new, cs)
-            out = run.step(*memory.transitions(h))
-            reading = memory.reading(out)
-            if vector:  # η is part of the vector stack's state
-                etas.append(out[1])
-            ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
-        y = torch.stack(ys, 1) if ys else x.new_zeros(B, 0, self.output_size)
-        y, _ = masked_outputs(y, mask)
-        if not final:  # outputs(): the [B, depth, depth, QS, QS] window is never built
-            return y, None
-        stack = run.final()  # (gamma, alpha[, zeta]), each row's after its own last step
-        if vector:  # and η after that step
-            etas = torch.stack(etas, 1)
-            stack += (etas[:, -1] if lengths is None else etas[torch.arange(B), (lengths - 1).clamp(min=0)],)
-        if lengths is not None:  # rows that took no step keep their state as it came, bit for bit
-            stack = state_where(lengths == 0, ms[1:], stack)
-        steps = ms.steps + (T if lengths is None else lengths.to(ms.steps.dtype))
-        return y, self.State(*cs, steps, *stack)
-
-    def _nondeterministic_torch_forward(self, x: Tensor, cs: NamedTuple, ms: NamedTuple, mask: Tensor | None):
-        """:meth:`_nondeterministic_forward` off the C++ run (CUDA, ``torch.compile``): the
-        memory's torch step after the controller's, rows past their length frozen; the
-        reference loop's numbers without its per-step diagnostics, and with
-        :meth:`_controller_steps`."""
-        memory = self.memory
-        reading = memory.read(ms)
-        ys = []
-        step = self._controller_steps(x, cs)
-        for t in range(x.shape[1]):
-            h, new = step(t, reading, cs)
-            new_ms, _ = memory.update(ms, memory.transitions(h))
-            if mask is None:
-                cs, ms = new, new_ms
-            else:
-                cs, ms = state_where(mask[:, t], new, cs), state_where(mask[:, t], new_ms, ms)
-            reading = memory.read(ms)
-            ys.append(h if self.output == "hidden" else torch.cat([h, reading], -1))
-        y, _ = masked_outputs(torch.stack(ys, 1), mask)
-        return y, self.State(*cs, *ms)
+        y = h if hidden else torch.cat([h, r], -1)
+        return y, (None if ms is None else self.State(*cs, *ms))
 
     def _controller_steps(self, x: Tensor, cs: NamedTuple, fused_cell: bool | None = None):
         """``step(t, reading, cs) -> (h_t, new controller state)``, the controller's step on
@@ -420,19 +447,16 @@ class StackRNN(MemoryLayer):
         return cell_step if fused_cell else gate_step
 
     def outputs(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None) -> Tensor:
-        """``forward(x, state, mask)[0]``; with the nondeterministic stack's C++ run, without
-        building the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an evaluation
-        batch of 256 at depth 104)."""
-        if self.fused and self.memory.kind in _NONDETERMINISTIC:
+        """``forward(x, state, mask)[0]``; with a nondeterministic stack's run, without building
+        the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an evaluation batch of 256
+        at depth 104)."""
+        if self.memory.kind in _NONDETERMINISTIC:
             return self._nondeterministic_forward(x, state, mask, final=False)[0]
         return super().outputs(x, state, mask)
 
     def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
-        """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``.  The fused path
-        (``fused=True`` and a covered controller) or the reference loop over ``step``."""
-        if not self.fused:  # the loop over step under autograd end to end (second derivatives)
-            with implementation("cpu"):
-                return super().forward(x, state, mask)
+        """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``: the fast path for
+        the memory and controller (class docstring), else the reference loop over ``step``."""
         if self.memory.kind in _NONDETERMINISTIC:
             return self._nondeterministic_forward(x, state, mask)
         kind = self._fusable()
@@ -497,9 +521,6 @@ register_layer(
     "superposition_lstm_reading",
     tiny={**_TINY, "memory": "superposition", "output": "hidden+reading"},
     cls=StackRNN,
-)
-register_layer(
-    "stratification_lstm_reference", tiny={**_TINY, "memory": "stratification", "fused": False}, cls=StackRNN
 )
 register_layer(
     "nondeterministic_lstm_ns",  # the NS-RNN of 2020: normalised transitions, reading over symbols

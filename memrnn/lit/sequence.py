@@ -486,8 +486,10 @@ class SequenceModule(L.LightningModule):
         self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
     ) -> Tensor:
         """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``.  ``input_lengths [B]`` (a
-        transduction's input, before the blanks) go into a layer state that has a ``jump`` field
-        (Delétang et al.'s Tape-RNN, :class:`memrnn.layers.memories.JumpTape`)."""
+        transduction's input, before the blanks) go into the initial state of a layer that reads
+        them (``layer.reads_input_lengths``; ``layer.initial_state(B, input_lengths=…)``: a
+        :class:`memrnn.layers.StackRNN` on Delétang et al.'s jump tape,
+        :class:`memrnn.layers.memories.JumpTape`); other layers ignore them."""
         if not isinstance(input_ids, Tensor):
             raise ValueError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
         if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
@@ -509,9 +511,10 @@ class SequenceModule(L.LightningModule):
         if self.input_dropout is not None:
             x = self.input_dropout(x)
         state = None
-        if input_lengths is not None and "jump" in getattr(getattr(self.layer, "State", None), "_fields", ()):
-            state = self.layer.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
-            state = state._replace(jump=input_lengths.to(device=x.device, dtype=state.jump.dtype))
+        if input_lengths is not None and getattr(self.layer, "reads_input_lengths", False):
+            state = self.layer.initial_state(
+                x.shape[0], device=x.device, dtype=x.dtype, input_lengths=input_lengths
+            )
         # the final state is not needed: layers may skip it (LSTMLayer/GRULayer skip packing)
         if self.initial_output:
             h = self._outputs_from_initial_state(x, state, mask)

@@ -6,6 +6,7 @@ backward's blocks, any controller, and clear errors."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 
@@ -14,7 +15,17 @@ import torch
 
 from memrnn.core import MemoryLayer, reference_paths, state_leaves, state_map
 from memrnn.data import ChomskyDataModule
-from memrnn.layers import ReLUCounter, StackOverflowError, StackRNN, SuperpositionStack
+from memrnn.layers import (
+    ElmanRNN,
+    GRULayer,
+    JumpTape,
+    LSTMLayer,
+    NondeterministicStack,
+    ReLUCounter,
+    StackOverflowError,
+    StackRNN,
+    SuperpositionStack,
+)
 from memrnn.lit import SequenceModule
 from memrnn.ops.deque import deque_reference
 from memrnn.ops.nondeterministic import nondeterministic_reference, vector_nondeterministic_reference
@@ -114,7 +125,8 @@ def test_sequence_module_gives_the_jump_tape_each_rows_input_length():
     )  # fmt: skip
     out = model.heads_out(batch["input"], batch["mask"], batch["input_lengths"])["generator"]
     x = model.embedding(batch["input"])
-    state = model.layer.initial_state(8)._replace(jump=batch["input_lengths"].float())
+    state = model.layer.initial_state(8, input_lengths=batch["input_lengths"])
+    assert state.jump.tolist() == batch["input_lengths"].float().tolist()
     want = model.heads["generator"](model.layer(x, state, batch["mask"])[0])
     torch.testing.assert_close(out, want)
     with pytest.raises(ValueError, match="each row needs its input length"):
@@ -154,23 +166,28 @@ def test_fast_path_over_long_padded_sequences_in_float32(memory, controller, gen
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
 
 
-@pytest.mark.parametrize("fused", [True, False])
-def test_strict_names_the_step_and_row_and_ignores_padding(fused, gen):
-    net = layer("superposition", depth=3, strict=True, fused=fused)
+#: the fast paths, and the reference loop over ``step`` (the one switch)
+PATHS = {"fast": contextlib.nullcontext, "reference": reference_paths}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_strict_names_the_step_and_row_and_ignores_padding(path, gen):
+    net = layer("superposition", depth=3, strict=True)
     x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
-    # depth 3: the fourth step pushes (softly) the first cell's content out
-    with pytest.raises(
-        StackOverflowError, match=r"SuperpositionStack of depth 3 dropped .* at step 3, batch row 0"
-    ):
-        net(x)
-    with pytest.raises(StackOverflowError, match="at step 3, batch row 0"):
-        net.trace(x)
-    # rows no longer than the window never drop anything, whatever the padded steps do
-    mask = torch.arange(8)[None] < torch.tensor([3, 2])[:, None]
-    y, _ = net(x, mask=mask)
-    assert y.shape == (2, 8, 6)
-    # and a deep enough window is exact
-    layer("superposition", depth=8, strict=True, fused=fused)(x)
+    with PATHS[path]():
+        # depth 3: the fourth step pushes (softly) the first cell's content out
+        with pytest.raises(
+            StackOverflowError, match=r"SuperpositionStack of depth 3 dropped .* at step 3, batch row 0"
+        ):
+            net(x)
+        with pytest.raises(StackOverflowError, match="at step 3, batch row 0"):
+            net.trace(x)
+        # rows no longer than the window never drop anything, whatever the padded steps do
+        mask = torch.arange(8)[None] < torch.tensor([3, 2])[:, None]
+        y, _ = net(x, mask=mask)
+        assert y.shape == (2, 8, 6)
+        # and a deep enough window is exact
+        layer("superposition", depth=8, strict=True)(x)
 
 
 def traced_pda(tr, B, T, Q, S):
@@ -238,23 +255,24 @@ def test_the_vector_nondeterministic_stack_is_its_papers_structure(bottom, gen):
 
 
 @pytest.mark.parametrize("memory", ["nondeterministic", "vector_nondeterministic"])
-@pytest.mark.parametrize("fused", [True, False])
-def test_the_nondeterministic_window_is_strict_about_time(fused, memory, gen):
+@pytest.mark.parametrize("path", PATHS)
+def test_the_nondeterministic_window_is_strict_about_time(path, memory, gen):
     """Depth d keeps start times d back: step d (0-based) is the first to drop runs, whatever the
     weights; rows of at most d real steps never do."""
     torch.manual_seed(0)
-    net = StackRNN(3, 6, memory, depth=3, strict=True, fused=fused).double()
+    net = StackRNN(3, 6, memory, depth=3, strict=True).double()
     x = torch.randn(2, 8, 3, generator=gen, dtype=torch.float64)
     name = type(net.memory).__name__
-    with pytest.raises(StackOverflowError, match=rf"{name} of depth 3 .* at step 3, batch row 0"):
-        net(x)
-    net(x, mask=torch.arange(8)[None] < torch.tensor([3, 2])[:, None])
-    tr = StackRNN(3, 6, memory, depth=3).double().trace(x)
-    assert tr["overflow"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
-    # chunks: the step count travels in the state
-    _, s = net(x[:, :2])
-    with pytest.raises(StackOverflowError, match="at step 1, batch row 0"):
-        net(x[:, 2:], s)
+    with PATHS[path]():
+        with pytest.raises(StackOverflowError, match=rf"{name} of depth 3 .* at step 3, batch row 0"):
+            net(x)
+        net(x, mask=torch.arange(8)[None] < torch.tensor([3, 2])[:, None])
+        tr = StackRNN(3, 6, memory, depth=3).double().trace(x)
+        assert tr["overflow"][0].tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
+        # chunks: the step count travels in the state
+        _, s = net(x[:, :2])
+        with pytest.raises(StackOverflowError, match="at step 1, batch row 0"):
+            net(x[:, 2:], s)
 
 
 def test_the_lstm_controllers_two_steps_agree(gen):
@@ -396,3 +414,104 @@ def test_a_stacked_controller_runs_its_own_steps(controller):
     torch.testing.assert_close(y, y_ref, rtol=0, atol=0)
     assert_close_tree(s, s_ref, atol=0)
     assert y.shape == (2, 6, 4)
+
+
+#: (memory by name, memory_args, the same memory as a callable of hidden_size)
+COMPOSED = {
+    "superposition": ({"push_activation": "identity"}, functools.partial(SuperpositionStack, width=2, depth=5,
+                                                                         push_activation="identity")),
+    "tape_jump": ({"write_mlp": [4]}, functools.partial(JumpTape, width=2, depth=5, write_mlp=[4])),
+    "nondeterministic": ({"states": 2, "symbols": 2},
+                         functools.partial(NondeterministicStack, depth=5, states=2, symbols=2)),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("memory", COMPOSED)
+@pytest.mark.parametrize("controller", ["lstm", "elman", "gru"])
+def test_memory_and_controller_given_as_callables_build_the_named_model(memory, controller):
+    """``StackRNN(memory=<callable of hidden_size>, controller=<callable of (input_size,
+    hidden_size)>)`` (what LightningCLI gives for ``class_path``/``init_args``) builds the model the
+    names build: the same modules, and with the same seed the same weights."""
+    args, factory = COMPOSED[memory]
+    width = None if memory == "nondeterministic" else 2
+    cls = {"lstm": LSTMLayer, "elman": ElmanRNN, "gru": GRULayer}[controller]
+    c_args = {"activation": "relu"} if controller == "elman" else {"forget_bias": 1.0}
+    c_args = {} if controller == "gru" else c_args
+    torch.manual_seed(3)
+    named = StackRNN(3, 6, memory, controller, width=width, depth=5, memory_args=args, controller_args=c_args)
+    torch.manual_seed(3)
+    composed = StackRNN(3, 6, factory, functools.partial(cls, **c_args))
+    assert type(composed.memory) is type(named.memory) and type(composed.controller) is cls
+    assert repr(composed) == repr(named)
+    a, b = named.state_dict(), composed.state_dict()
+    assert list(a) == list(b)
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    # the classes themselves are callables of the sizes: their defaults
+    torch.manual_seed(3)
+    by_class = StackRNN(3, 6, SuperpositionStack, cls)
+    torch.manual_seed(3)
+    by_name = StackRNN(3, 6, "superposition", controller)
+    assert repr(by_class) == repr(by_name)
+    assert all(torch.equal(p, q) for p, q in zip(by_class.parameters(), by_name.parameters(), strict=True))
+
+
+def test_composed_parts_are_checked_and_name_arguments_refused():
+    """The sizes a memory or controller built from a callable must fit, and the arguments of the
+    name shortcuts (width, depth, memory_args, controller_args) are refused with a callable."""
+    with pytest.raises(ValueError, match="width=4 apply to a memory given by name"):
+        StackRNN(3, 4, SuperpositionStack, width=4)
+    with pytest.raises(ValueError, match="depth=8 apply to a memory given by name"):
+        StackRNN(3, 4, functools.partial(SuperpositionStack, width=2), depth=8)
+    with pytest.raises(ValueError, match=r"memory_args=\{'push_activation': 'tanh'\} apply"):
+        StackRNN(3, 4, SuperpositionStack, memory_args={"push_activation": "tanh"})
+    with pytest.raises(ValueError, match=r"controller_args=.* apply to a controller given by name"):
+        StackRNN(3, 4, controller=LSTMLayer, controller_args={"forget_bias": 1.0})
+    with pytest.raises(ValueError, match=r"callable of hidden_size returning one; .* gave LSTMLayer"):
+        StackRNN(3, 4, lambda n: LSTMLayer(n, n))
+    with pytest.raises(
+        ValueError, match=r"callable of \(input_size, hidden_size\) returning one; .* gave Super"
+    ):
+        StackRNN(3, 4, controller=lambda n, h: SuperpositionStack(h))
+    with pytest.raises(ValueError, match="memory must be a name, a module or a class or callable"):
+        StackRNN(3, 4, 3)
+    with pytest.raises(ValueError, match="the memory reads hidden_size=5"):
+        StackRNN(3, 4, lambda n: SuperpositionStack(5))
+    with pytest.raises(ValueError, match="output hidden_size=4; it has input_size=11, output_size=7"):
+        StackRNN(3, 4, controller=lambda n, h: LSTMLayer(n, 7))
+    with pytest.raises(ValueError, match="bidirectional"):
+        StackRNN(3, 4, controller=functools.partial(LSTMLayer, bidirectional=True))
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_fused_is_refused_naming_the_one_switch(fused):
+    """``fused=`` is gone: the error names its replacements."""
+    with pytest.raises(ValueError, match=r"fused= was removed: use memrnn.reference_paths\(\).*memrnn.ops"):
+        StackRNN(3, 4, fused=fused)
+    with pytest.raises(TypeError, match="unexpected keyword arguments fuse"):
+        StackRNN(3, 4, fuse=True)
+
+
+@pytest.mark.parametrize("memory", ["superposition", "nondeterministic", "tape_jump"])
+def test_the_initial_state_takes_input_lengths_where_the_memory_reads_them(memory):
+    """``initial_state(B, input_lengths=…)`` puts each row's input length into a jump tape's state;
+    other memories ignore it (``reads_input_lengths``)."""
+    net = StackRNN(3, 4, memory, width=None if memory == "nondeterministic" else 2, depth=5)
+    lengths = torch.tensor([3, 0])
+    state = net.initial_state(2, input_lengths=lengths)
+    assert net.reads_input_lengths == (memory == "tape_jump")
+    if memory == "tape_jump":
+        assert state.jump.tolist() == [3.0, 0.0] and state.jump.dtype == torch.float32
+        with pytest.raises(ValueError, match=r"one length per row, shape \(2,\), got \(3,\)"):
+            net.initial_state(2, input_lengths=torch.tensor([1, 2, 3]))
+    else:
+        assert_close_tree(state, net.initial_state(2), atol=0)
+
+
+def test_callables_get_the_layers_device_and_dtype():
+    """Given ``dtype`` (or ``device``), the layer passes it to the memory's and the controller's
+    callables as to the named ones; without, it passes none (a plain callable of the sizes works)."""
+    net = StackRNN(3, 4, SuperpositionStack, LSTMLayer, dtype=torch.float64)
+    assert {p.dtype for p in net.parameters()} == {torch.float64}
+    net = StackRNN(3, 4, lambda n: SuperpositionStack(n, width=2), lambda n, h: ElmanRNN(n, h))
+    assert net.width == 2 and net.controller.input_size == 5

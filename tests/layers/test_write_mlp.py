@@ -12,7 +12,7 @@ import io
 import pytest
 import torch
 
-from memrnn.core import state_leaves
+from memrnn.core import reference_paths, state_leaves
 from memrnn.layers import StackRNN
 from memrnn.layers.memories import JumpTape, Tape
 from memrnn.ops.dispatch import implementation, native_available
@@ -39,10 +39,10 @@ def start(layer, B, gen, dtype=torch.float64):
 
 def run(layer, x, state, mask, weights, impl):
     """Outputs, final state and the gradients of a random loss over both: ``x``, the initial
-    state's leaves, then every parameter."""
+    state's leaves, then every parameter; ``impl="reference"``: the loop over ``step``."""
     x = x.clone().requires_grad_()
     state = type(state)(*(t.detach().clone().requires_grad_(t.requires_grad) for t in state))
-    with implementation(impl):
+    with reference_paths() if impl == "reference" else implementation(impl):
         y, final = layer(x, state, mask)
     loss = (y * weights[0]).sum() + sum(
         (t * w).sum() for t, w in zip(state_leaves(final), weights[1:], strict=True)
@@ -101,7 +101,7 @@ def test_write_mlp_layers_and_repr():
 def test_the_reference_step_writes_the_mlps_output(gen):
     """The traced written value is W_3 relu(W_2 relu(W_1 h + b_1) + b_2) + b_3 of the controller's
     output (write_activation identity), the actions a softmax of the head alone."""
-    layer = net("tape", "elman", fused=False)
+    layer = net("tape", "elman")
     x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
     tr = layer.trace(x)
     h = tr["output"]
@@ -133,7 +133,6 @@ def test_fused_paths_equal_the_reference_loop(memory, controller, impl, masked, 
     if impl == "native" and not native_available():
         pytest.skip("memrnn's C++ loops did not build here")
     layer = net(memory, controller)
-    ref = net(memory, controller, fused=False)
     B, T = 3, 9
     x = torch.randn(B, T, 3, generator=gen, dtype=torch.float64)
     mask = torch.arange(T)[None] < torch.tensor([9, 4, 0])[:, None] if masked else None
@@ -141,7 +140,7 @@ def test_fused_paths_equal_the_reference_loop(memory, controller, impl, masked, 
     y, final = layer(x, s0, mask)
     weights = [torch.randn(t.shape, generator=gen, dtype=torch.float64) for t in (y, *state_leaves(final))]
     y1, f1, g1 = run(layer, x, s0, mask, weights, impl)
-    y2, f2, g2 = run(ref, x, s0, mask, weights, "cpu")
+    y2, f2, g2 = run(layer, x, s0, mask, weights, "reference")
     close([y1, *state_leaves(f1)], [y2, *state_leaves(f2)], 1e-12)
     close(g1, g2, 1e-12)
     assert all(bool((g != 0).any()) for g in g1[-6:])  # the MLP's gradients are not trivially 0
@@ -154,10 +153,7 @@ def test_float32_over_the_backwards_blocks(controller, impl, gen):
     8/16/32-step blocks): the fused paths match the loop to float32 rounding."""
     if impl == "native" and not native_available():
         pytest.skip("memrnn's C++ loops did not build here")
-    layer, ref = (
-        net(controller=controller, dtype=torch.float32),
-        net(controller=controller, dtype=torch.float32, fused=False),
-    )
+    layer = net(controller=controller, dtype=torch.float32)
     B, T = 3, 70
     x = torch.randn(B, T, 3, generator=gen)
     mask = torch.arange(T)[None] < torch.tensor([70, 33, 5])[:, None]
@@ -165,7 +161,7 @@ def test_float32_over_the_backwards_blocks(controller, impl, gen):
     y, final = layer(x, s0, mask)
     weights = [torch.randn(t.shape, generator=gen) for t in (y, *state_leaves(final))]
     y1, f1, g1 = run(layer, x, s0, mask, weights, impl)
-    y2, f2, g2 = run(ref, x, s0, mask, weights, "cpu")
+    y2, f2, g2 = run(layer, x, s0, mask, weights, "reference")
     assert y1.dtype == torch.float32
     close([y1, *state_leaves(f1)], [y2, *state_leaves(f2)], 1e-5)
     close(g1, g2, 1e-4)
@@ -247,11 +243,13 @@ def test_triton_forced_runs_the_python_path(gen):
     """The Triton kernels have no write MLP: under ``implementation("triton")`` (and with
     ``impl="triton"``) a call with one runs the hand-written Python path (here on CPU, where the
     kernels could not run at all) and equals the reference."""
-    layer, ref = net("tape"), net("tape", fused=False)
+    layer = net("tape")
     x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
     with implementation("triton"):
         y, _ = layer(x)
-    torch.testing.assert_close(y, ref(x)[0], atol=1e-12, rtol=0)
+    with reference_paths():
+        want, _ = layer(x)
+    torch.testing.assert_close(y, want, atol=1e-12, rtol=0)
     s = layer.initial_state(2, dtype=torch.float64)
     w_in, b, w_rec = layer._fused_weights("lstm")
     mem = layer.memory

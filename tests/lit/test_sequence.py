@@ -577,3 +577,30 @@ trainer: {max_epochs: 1, logger: false, enable_progress_bar: false, enable_model
         torch.testing.assert_close(
             loaded.heads_out(batch["input"], batch["mask"])[key], value, atol=0, rtol=0
         )
+
+
+class _ReadsLengths(LSTMLayer):
+    """An LSTM whose initial state takes the rows' input lengths (as a StackRNN on a jump tape)."""
+
+    reads_input_lengths = True
+    seen: torch.Tensor | None = None
+
+    def initial_state(self, batch_size, *, device=None, dtype=None, input_lengths=None):
+        if input_lengths is not None:
+            self.seen = input_lengths
+        return super().initial_state(batch_size, device=device, dtype=dtype)
+
+
+def test_input_lengths_reach_a_layer_that_reads_them_through_its_initial_state():
+    """``encode(..., input_lengths)`` asks a layer with ``reads_input_lengths`` for
+    ``initial_state(B, input_lengths=…)`` (it does not look into the state's fields); a layer
+    without it runs from its own initial state."""
+    ids = torch.tensor([[1, 2, 3], [1, 2, 0]])
+    mask = ids != 0
+    lengths = torch.tensor([2, 1])
+    model = SequenceModule(functools.partial(_ReadsLengths, hidden_size=4), vocab_size=4, num_symbols=3)
+    h = model.encode(ids, mask, input_lengths=lengths)
+    assert model.layer.seen is lengths and h.shape == (2, 3, 4)
+    torch.testing.assert_close(h, model.encode(ids, mask))
+    plain = SequenceModule(functools.partial(LSTMLayer, hidden_size=4), vocab_size=4, num_symbols=3)
+    torch.testing.assert_close(plain.encode(ids, mask, input_lengths=lengths), plain.encode(ids, mask))

@@ -44,6 +44,10 @@ REMOVED: dict[str, str] = {
     "tested in tests/ops/test_gru.py and tests/layers against the reference",
     "gru_bptt_2layer": "set only bptt=True (removed, issue 66): gru_2layer under implementation('bptt'), "
     "tested in tests/ops/test_gru.py and tests/layers against the reference",
+    "stratification_lstm_reference": (
+        "StackRNN's fused= is gone (issue 66: one implementation switch); it was stratification_lstm with "
+        "fused=False, the loop over step, which stratification_lstm's 'reference' path records"
+    ),
 }
 
 

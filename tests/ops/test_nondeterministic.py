@@ -158,7 +158,7 @@ def test_log_zero_entries_take_no_gradient_and_give_no_nan():
 
 
 def test_log_matmul_has_second_derivatives():
-    """The torch step's log-semiring product (what ``fused=False`` differentiates twice)."""
+    """The torch step's log-semiring product (what ``reference_paths()`` differentiates twice)."""
     from memrnn.ops.nondeterministic import log_matmul
 
     a = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
@@ -280,7 +280,7 @@ def test_vector_readings_are_expectations_and_stay_finite_over_long_sequences():
 
 
 def test_step_has_second_derivatives():
-    """The torch step differentiates twice (``StackRNN(fused=False)``), log 0 entries included:
+    """The torch step differentiates twice (a ``StackRNN`` under ``reference_paths()``), log 0 entries included:
     ``torch.logaddexp`` gave nan there (its backward's ``1 / (1 + exp(b − a))`` overflows)."""
     gen = torch.Generator().manual_seed(6)
     B, Q, S, D = 1, 1, 2, 2
@@ -317,3 +317,51 @@ def test_vector_step_has_second_derivatives():
 def test_the_bottom_vector_has_the_shape_of_the_vectors():
     with pytest.raises(ValueError, match=r"bottom vector has shape \(3,\), expected \(2,\)"):
         vector_nondeterministic_initial(1, 2, 2, 2, 4, torch.zeros(3))
+
+
+# -- the sequence driver (a controller around the stack) --------------------------------------------
+
+
+@pytest.mark.parametrize("memory", ["nondeterministic", "vector_nondeterministic"])
+@pytest.mark.parametrize("impl", ["native", "cpu"])
+def test_the_sequence_driver_equals_the_layers_reference_loop(memory, impl):
+    """:func:`nondeterministic_sequence` (the run, or the torch step) around an Elman controller's
+    steps gives the reference loop's hidden states, readings, final states and gradients, rows of
+    lengths 5, 2 and 0 included; ``final=False`` builds no final stack."""
+    from memrnn.core import reference_paths, state_leaves
+    from memrnn.layers import StackRNN
+    from memrnn.ops.dispatch import native_available
+    from memrnn.ops.nondeterministic.sequence import nondeterministic_sequence
+
+    if impl == "native" and not native_available():
+        pytest.skip("memrnn's C++ loops did not build here")
+    gen = torch.Generator().manual_seed(4)
+    args = {"states": 2, "symbols": 2} | ({"vector_size": 2} if memory.startswith("vector") else {})
+    torch.manual_seed(0)
+    net = StackRNN(3, 5, memory, "elman", depth=3, output="hidden+reading", memory_args=args).double()
+    x = torch.randn(3, 5, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    mask = torch.arange(5)[None] < torch.tensor([5, 2, 0])[:, None]
+    cs, ms = net.split(net.initial_state(3, dtype=torch.float64))
+
+    def step(t, reading, cs):
+        return net.controller._unchecked_step(torch.cat([x[:, t], reading], -1), cs)
+
+    h, r, cs_end, ms_end = nondeterministic_sequence(
+        x, step, cs, net.memory, ms, mask, readings=True, impl=impl
+    )
+    with reference_paths():
+        y, final = net(x, mask=mask)
+    got = [torch.cat([h, r], -1), *cs_end, *ms_end]
+    want = [y, *state_leaves(final)]
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    w = [torch.randn(t.shape, generator=gen, dtype=torch.float64) for t in want]
+    loss = lambda ts: sum((t * u).sum() for t, u in zip(ts, w, strict=True))  # noqa: E731
+    params = [x, *net.parameters()]
+    for a, b in zip(
+        torch.autograd.grad(loss(got), params), torch.autograd.grad(loss(want), params), strict=True
+    ):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    h2, r2, _, none = nondeterministic_sequence(x, step, cs, net.memory, ms, mask, final=False, impl=impl)
+    assert r2 is None and none is None
+    torch.testing.assert_close(h2, h, atol=0, rtol=0)

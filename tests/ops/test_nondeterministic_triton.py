@@ -223,24 +223,24 @@ def test_the_dispatch_and_what_a_run_refuses(gen):
 
 
 @needs_triton
-def test_cuda_takes_the_triton_run_unless_it_is_switched_off(monkeypatch):
-    """CUDA tensors of the stack's dtypes go to the Triton run; with ``TRITON_RUN_BY_DEFAULT``
-    off, to the torch step unless the run is forced, the other kernels' dispatch unchanged (fake
-    CUDA tensors: no GPU needed)."""
+def test_cuda_takes_the_triton_run_and_only_the_one_switch_moves_it():
+    """CUDA tensors of the stack's dtypes go to the Triton run, others to the torch step; no module
+    flag (``TRITON_RUN_BY_DEFAULT`` is gone): only ``implementation(...)``, ``impl=`` and
+    ``reference_paths()`` choose (fake CUDA tensors: no GPU needed)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from memrnn.core import reference_paths
     from memrnn.ops import nondeterministic
-    from memrnn.ops.dispatch import choose
 
     with FakeTensorMode():
         x = torch.empty(2, 3, device="cuda", dtype=torch.float64)
-    assert nondeterministic.TRITON_RUN_BY_DEFAULT is True
+    assert not hasattr(nondeterministic, "TRITON_RUN_BY_DEFAULT")
     assert run_impl(x) == "triton" and run_impl(x.float()) == "triton" and run_impl(x.half()) == "cpu"
-    monkeypatch.setattr(nondeterministic, "TRITON_RUN_BY_DEFAULT", False)
-    assert run_impl(x) == "cpu" and run_impl(x.float()) == "cpu"
-    assert choose(x.float()) == "triton"  # Elman, LSTM, the stack RNNs' kernels
-    with implementation("triton"):
-        assert run_impl(x) == "triton"
+    assert run_impl(x, "cpu") == "cpu"
+    with implementation("cpu"):
+        assert run_impl(x) == "cpu"
+    with reference_paths():
+        assert run_impl(x) == "reference"
 
 
 @needs_triton

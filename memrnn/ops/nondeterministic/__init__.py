@@ -26,13 +26,13 @@ On CPU tensors of float32 and float64 the stack runs in C++ (``native_step.cpp``
 above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed term by term, batch
 last so that each loop over the batch vectorises, and start times that are still log 0 never
 computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
-``StackRNN`` runs its sequences this way; :func:`nondeterministic_step` on CPU is a run of one
-step.  On CUDA tensors of float32 and float64 the same run goes through Triton kernels
+``StackRNN`` runs its sequences this way (:mod:`memrnn.ops.nondeterministic.sequence`: the
+controller's steps around one run); :func:`nondeterministic_step` on CPU is a run of one step.  On
+CUDA tensors of float32 and float64 the same run goes through Triton kernels
 (:mod:`memrnn.ops.nondeterministic.triton`: the store batch first, three launches per step
-forward and six backward, where the torch step launches about a hundred; setting
-:data:`TRITON_RUN_BY_DEFAULT` off sends CUDA to the torch step).  :func:`run_impl` says which
-runs.  Both runs' backward is first order; ``impl="cpu"`` (or a ``StackRNN`` with
-``fused=False``) keeps the torch step, whose gradients differentiate again.
+forward and six backward, where the torch step launches about a hundred).  :func:`run_impl` says
+which runs.  Both runs' backward is first order; ``impl="cpu"`` (or
+:func:`memrnn.reference_paths`) keeps the torch step, whose gradients differentiate again.
 """
 
 from __future__ import annotations
@@ -87,29 +87,21 @@ def log_matmul(a: Tensor, b: Tensor) -> Tensor:
 
 #: the dtypes of the Triton run (log weights in half precision would not stay exact)
 TRITON_DTYPES = (torch.float32, torch.float64)
-#: whether CUDA tensors take the Triton run without ``implementation("triton")`` (off: the torch
-#: step, about 2.5× slower there, unless the run is forced).  On an H200 (Triton 3.6) the run's
-#: outputs, final states and every gradient were within torch's own float32 error of the float64
-#: reference (``python -m benchmarks.kernel_precision``; ``benchmarks/results/stack-rnn-h200.md``).
-#: The GPU test failures that had turned this off were the tests' own: they reused one input
-#: tensor's ``.grad`` across the runs they compared (``_leaf`` in
-#: ``tests/ops/test_nondeterministic_triton.py``).
-TRITON_RUN_BY_DEFAULT = True
 
 
 def run_impl(x: Tensor, impl: str | None = None) -> str:
     """Where a stack on tensors like ``x`` runs: ``"native"`` (a :class:`NondeterministicRun` in
-    C++: CPU, float32/float64), ``"triton"`` (a run in Triton kernels: CUDA, float32/float64,
-    unless :data:`TRITON_RUN_BY_DEFAULT` is off; CPU tensors under Triton's interpreter when
-    forced), or ``"cpu"`` (the torch step, any
-    device and dtype, differentiable twice; also under ``torch.compile``/``export``, where the
-    runs' ops have no fake kernels).  ``impl`` forces one (:func:`memrnn.ops.dispatch.choose`)."""
+    C++: CPU, float32/float64), ``"triton"`` (a run in Triton kernels: CUDA, float32/float64; CPU
+    tensors under Triton's interpreter when forced), or ``"cpu"`` (the torch step, any device and
+    dtype, differentiable twice; also under ``torch.compile``/``export``, where the runs' ops have
+    no fake kernels).  ``impl`` forces one, as do :func:`memrnn.ops.dispatch.implementation` and
+    :func:`memrnn.reference_paths` (:func:`memrnn.ops.dispatch.choose`).  CUDA takes the Triton run
+    unforced: on an H200 (Triton 3.6) its outputs, final states and every gradient were within
+    torch's own float32 error of the float64 reference (``python -m benchmarks.kernel_precision``;
+    ``benchmarks/results/stack-rnn-h200.md``), and the torch step is about 2.5× slower there."""
     if torch.compiler.is_compiling() and impl is None:
         return "cpu"
-    return choose(
-        x, impl, triton_ok=x.dtype in TRITON_DTYPES, native_ok=True, triton_dtypes=TRITON_DTYPES,
-        triton_default=TRITON_RUN_BY_DEFAULT,
-    )  # fmt: skip
+    return choose(x, impl, triton_ok=x.dtype in TRITON_DTYPES, native_ok=True, triton_dtypes=TRITON_DTYPES)
 
 
 #: the bottom-symbol behaviours (:func:`nondeterministic_initial`)
