@@ -148,14 +148,14 @@ def worker(task: str, seed: int, models: list[str], out: Path, extra: list[str],
 
 
 def task_language(task: str) -> tuple[Language, tuple[int, int]]:
-    """The task's language (``configs/dusell/lstm_<task>.yaml``'s) and its training window."""
+    """The task's language (its task file ``configs/dusell/_<task>.yaml``'s) and its training window."""
     import importlib
 
     import yaml
 
     from memrnn.data.presets import get_preset
 
-    spec = yaml.safe_load((CONFIGS / f"lstm_{task}.yaml").read_text())["data"]["init_args"]["language"]
+    spec = yaml.safe_load((CONFIGS / f"_{task}.yaml").read_text())["data"]["init_args"]["language"]
     module, _, name = spec["class_path"].rpartition(".")
     language = getattr(importlib.import_module(module), name)(**(spec.get("init_args") or {}))
     return language, get_preset("dusell").windows(language)[0]

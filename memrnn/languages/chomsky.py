@@ -40,7 +40,6 @@ registry, the alias included (:data:`TASK_ALIASES`).
 
 from __future__ import annotations
 
-import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -49,6 +48,15 @@ from typing import ClassVar
 import numpy as np
 
 from memrnn.languages.base import check_rng
+from memrnn.languages.definitions import (
+    binary_addition,
+    binary_multiplication,
+    bucket_sort,
+    cycle_position,
+    first_equals_last,
+    little_endian,
+    little_endian_value,
+)
 
 __all__ = [
     "CHOMSKY_TASKS",
@@ -162,8 +170,7 @@ class EvenPairs(TransductionTask):
         return _bits(rng, n)
 
     def transduce(self, x):
-        x = self.check_input(x)
-        return [sum(a != b for a, b in itertools.pairwise(x)) % 2]
+        return [int(not first_equals_last(self.check_input(x)))]  # odd: first and last differ
 
 
 class ParityCheck(TransductionTask):
@@ -190,7 +197,7 @@ class CycleNavigation(TransductionTask):
         return _bits(rng, n, 3)
 
     def transduce(self, x):
-        return [sum(t - 1 for t in self.check_input(x)) % 5]
+        return [cycle_position(t - 1 for t in self.check_input(x))]
 
 
 class ModularArithmetic(TransductionTask):
@@ -489,12 +496,6 @@ def _uniform_bits(rng: np.random.Generator, n: int) -> int:
             return v
 
 
-def _little_endian(v: int, width: int = 0) -> list[int]:
-    """``v`` in binary, least significant bit first, zero-padded to ``width`` (``[0]`` for 0 at
-    width 0, as Python's ``format(0, 'b')``)."""
-    return [int(b) for b in format(v, "b").zfill(width)[::-1]]
-
-
 class _BinaryOperation(TransductionTask):
     """Little-endian ``a`` and ``b`` joined by the operator token, their lengths split uniformly
     (``|a|`` in ``1..n−2``) and each uniform in ``1..2^len − 1``, zero-padded to its length; the
@@ -509,18 +510,15 @@ class _BinaryOperation(TransductionTask):
 
     def _draw(self, rng, n):
         if n <= 2:
-            return _little_endian(int(rng.integers(0, 2**n - 1)), n)
+            return little_endian(int(rng.integers(0, 2**n - 1)), n)
         la = int(rng.integers(1, n - 1))
         lb = n - 1 - la
         a, b = _uniform_bits(rng, la), _uniform_bits(rng, lb)
-        return [*_little_endian(a, la), 2, *_little_endian(b, lb)]
-
-    def _value(self, bits: Sequence[int]) -> int:
-        return sum(b << i for i, b in enumerate(bits))
+        return [*little_endian(a, la), 2, *little_endian(b, lb)]
 
     def _short(self, x: list[int]) -> list[int]:
         """The result of an input of at most 2 symbols with no operator."""
-        return _little_endian(self._value(x))
+        return little_endian(little_endian_value(x))
 
     def transduce(self, x):
         x = self.check_input(x)
@@ -533,7 +531,7 @@ class _BinaryOperation(TransductionTask):
             a, b = x[:i], x[i + 1 :]
             if 2 in b or not a or not b:
                 raise ValueError(f"{self.name}: not 'a {self.input_symbols[2]} b': {self.decode(x)}")
-            res = _little_endian(self._op(self._value(a), self._value(b)))
+            res = little_endian(self._op(little_endian_value(a), little_endian_value(b)))
         out = [*res, 2]
         n = self.output_length(len(x))
         if len(out) > n:
@@ -551,9 +549,7 @@ class BinaryAddition(_BinaryOperation):
     def output_length(self, n):
         return n + 1
 
-    @staticmethod
-    def _op(a, b):
-        return a + b
+    _op = staticmethod(binary_addition)
 
 
 class BinaryMultiplication(_BinaryOperation):
@@ -566,9 +562,7 @@ class BinaryMultiplication(_BinaryOperation):
     def output_length(self, n):
         return n
 
-    @staticmethod
-    def _op(a, b):
-        return a * b
+    _op = staticmethod(binary_multiplication)
 
     def _short(self, x):
         return [0] * (len(x) - 1)
@@ -607,7 +601,7 @@ class BucketSort(TransductionTask):
         return _bits(rng, n, 5)
 
     def transduce(self, x):
-        return sorted(self.check_input(x))
+        return list(bucket_sort(self.check_input(x)))
 
 
 #: every task by name, in the paper's order (regular, deterministic context-free, context-sensitive)

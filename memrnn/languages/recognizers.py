@@ -114,6 +114,13 @@ from typing import ClassVar
 import numpy as np
 
 from memrnn.languages.base import check_rng, check_window
+from memrnn.languages.definitions import (
+    binary_addition,
+    binary_multiplication,
+    bucket_sort,
+    little_endian,
+    little_endian_value,
+)
 
 __all__ = [
     "FLARE_LANGUAGES",
@@ -653,9 +660,7 @@ class BucketSort(_WordLanguage):
 
     name, level, alphabet, k = "bucket_sort", "CS", ("1", "2", "3", "4", "5", "#"), 5
 
-    @staticmethod
-    def transform(w: tuple[int, ...]) -> tuple[int, ...]:
-        return tuple(sorted(w))
+    transform = staticmethod(bucket_sort)
 
 
 class UnmarkedReversal(RecognitionLanguage):
@@ -713,20 +718,6 @@ class MissingDuplicate(RecognitionLanguage):
         return tuple(s)
 
 
-def _bits(x: int, width: int | None = None) -> list[int]:
-    """``x`` in binary, least significant bit first; at least one bit; zero-padded to ``width``."""
-    out = [int(c) for c in reversed(bin(x)[2:])]
-    if width is not None:
-        if len(out) > width:
-            raise ValueError(f"{x} does not fit in {width} bits")
-        out += [0] * (width - len(out))
-    return out
-
-
-def _value(bits: Sequence[int]) -> int:
-    return sum(b << i for i, b in enumerate(bits))
-
-
 def _split(rng: np.random.Generator, total: int, weights: tuple[float, ...]) -> list[int]:
     """``total`` split into ``len(weights)`` non-negative parts by a Dirichlet draw (floors of the
     scaled cumulative shares)."""
@@ -761,7 +752,7 @@ def _operands_then_result(
     out: list[set[int]] = []
     for bits, sep in zip(operands, separators, strict=True):
         out += [{0, 1}] + [{0, 1, sep} for _ in bits]
-    out += [{b} for b in _bits(z)]
+    out += [{b} for b in little_endian(z)]
     return out + [{0, eos} for _ in range(n + 1 - len(out))]
 
 
@@ -800,11 +791,15 @@ class _BinaryOperation(RecognitionLanguage):
 
     def _accepts(self, s: tuple[int, ...]) -> bool:
         parts = _parse_numbers(s, (2, 3))
-        return parts is not None and self.f(_value(parts[0]), _value(parts[1])) == _value(parts[2])
+        return parts is not None and self.f(
+            little_endian_value(parts[0]), little_endian_value(parts[1])
+        ) == little_endian_value(parts[2])
 
     def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
         x, y, _ = _parse_numbers(s, (2, 3))
-        return _operands_then_result([x, y], (2, 3), self.f(_value(x), _value(y)), len(s), self.eos)
+        return _operands_then_result(
+            [x, y], (2, 3), self.f(little_endian_value(x), little_endian_value(y)), len(s), self.eos
+        )
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 5:
@@ -817,10 +812,10 @@ class _BinaryOperation(RecognitionLanguage):
         x = uniform_int(rng, 0, 2**nx - 1 if x_cap is None else min(2**nx - 1, x_cap))
         cap = self.y_max(x, z_max)
         y = uniform_int(rng, 0, 2**ny - 1 if cap is None else min(2**ny - 1, cap))
-        ux, uy = _bits(x, nx), _bits(y, ny)
+        ux, uy = little_endian(x, nx), little_endian(y, ny)
         if rng.integers(2):
             ux, uy = uy, ux
-        return (*ux, 2, *uy, 3, *_bits(self.f(x, y), nz))
+        return (*ux, 2, *uy, 3, *little_endian(self.f(x, y), nz))
 
     @staticmethod
     def x_max(z_max: int) -> int | None:
@@ -833,9 +828,7 @@ class BinaryAddition(_BinaryOperation):
 
     name, alphabet, weights = "binary_addition", ("0", "1", "+", "="), (1.0, 1.0, 1.0)
 
-    @staticmethod
-    def f(x: int, y: int) -> int:
-        return x + y
+    f = staticmethod(binary_addition)
 
     @staticmethod
     def y_max(x: int, z_max: int) -> int | None:
@@ -847,9 +840,7 @@ class BinaryMultiplication(_BinaryOperation):
 
     name, alphabet, weights = "binary_multiplication", ("0", "1", "×", "="), (1.0, 1.0, 2.0)
 
-    @staticmethod
-    def f(x: int, y: int) -> int:
-        return x * y
+    f = staticmethod(binary_multiplication)
 
     @staticmethod
     def y_max(x: int, z_max: int) -> int | None:
@@ -896,11 +887,11 @@ class ComputeSqrt(RecognitionLanguage):
 
     def _accepts(self, s: tuple[int, ...]) -> bool:
         parts = _parse_numbers(s, (2,))
-        return parts is not None and self.root(_value(parts[0])) == _value(parts[1])
+        return parts is not None and self.root(little_endian_value(parts[0])) == little_endian_value(parts[1])
 
     def _next_symbols(self, s: tuple[int, ...], convention: str) -> list[set[int]]:
         x, _ = _parse_numbers(s, (2,))
-        return _operands_then_result([x], (2,), self.root(_value(x)), len(s), self.eos)
+        return _operands_then_result([x], (2,), self.root(little_endian_value(x)), len(s), self.eos)
 
     def _sample(self, rng: np.random.Generator, lo: int, hi: int) -> tuple[int, ...] | None:
         if hi < 3:
@@ -911,7 +902,7 @@ class ComputeSqrt(RecognitionLanguage):
             x = uniform_int(rng, 0, min(2**nx - 1, 2 ** (2 * nz) - 1))
             z = self.root(x)
             if z < 2**nz:
-                return (*_bits(x, nx), 2, *_bits(z, nz))
+                return (*little_endian(x, nx), 2, *little_endian(z, nz))
 
 
 #: name -> class, in the paper's order (regular, then deterministic context-free, context-free,

@@ -12,8 +12,9 @@ Beyond Lightning's own CLI it keeps runs apart and honest:
 * a run that does nothing (``limit_train_batches=0``, ``max_steps=0``, an empty split) ends
   with a warning;
 * an experiment config may name the config it overlays (``base: _base.yaml``, relative to
-  itself): ``--config overlay.yaml`` reads as ``--config _base.yaml --config overlay.yaml``
-  (:func:`expand_config_bases`), so the overlay's nested keys merge into the base's by
+  itself), or several (``base: [_ns.yaml, _dyck.yaml]``, merged in order, later wins):
+  ``--config overlay.yaml`` reads as ``--config _base.yaml --config overlay.yaml``
+  (:func:`expand_config_bases`, :func:`config_chain`), so the overlay's nested keys merge into the base's by
   jsonargparse's own rules for successive configs (``callbacks+:`` appends);
 * argument and config errors end with the one line that matters, instead of a 60-line usage;
 * third-party tips printed on every run are silenced, deliberately and by name
@@ -386,29 +387,49 @@ BASE_KEY = "base"
 
 def config_chain(path: str | Path) -> list[tuple[Path, dict[str, Any]]]:
     """The configs ``path`` is built from, outermost base first: ``[(path, its keys without
-    base), …]``.  A config names its base with a top-level ``base: <path relative to it>``;
-    a missing base, a cycle or a file that is not valid YAML is a ``ValueError`` naming the
-    files (and the line and column of a YAML error)."""
+    base), …]``, to be merged in this order (later wins).
+
+    A config names its base with a top-level ``base: <path relative to it>``, or several with
+    ``base: [<path>, …]`` (``base: [_ns.yaml, _dyck.yaml]``: a model file and a task file).
+    The chain is depth first, the bases in the order listed, each before the config naming
+    it; a file reached twice (two bases sharing ``_base.yaml``) keeps its first place only.
+    A missing base, a cycle, a base that is not a path or a list of paths, or a file that is not
+    valid YAML is a ``ValueError`` naming the files (and the line and column of a YAML error)."""
     chain: list[tuple[Path, dict[str, Any]]] = []
-    seen: list[Path] = []
-    current: Path | None = Path(path)
-    while current is not None:
+    placed: set[Path] = set()
+
+    def visit(current: Path, naming: list[Path]) -> None:
         current = current.resolve()
-        if current in seen:
-            raise ValueError(f"config bases form a cycle: {' -> '.join(str(p) for p in [*seen, current])}")
-        named = f" (the base named by {seen[-1]})" if seen else ""
+        if current in naming:
+            raise ValueError(f"config bases form a cycle: {' -> '.join(str(p) for p in [*naming, current])}")
+        if current in placed:
+            return
+        named = f" (the base named by {naming[-1]})" if naming else ""
         if not current.is_file():
             raise ValueError(f"config {current}{named}: no such file")
-        seen.append(current)
         keys = _read_yaml(current, named) or {}
         if not isinstance(keys, dict):
             raise ValueError(f"config {current} holds {type(keys).__name__}, not a mapping of keys")
-        base = keys.pop(BASE_KEY, None)
+        for base in _base_paths(current, keys.pop(BASE_KEY, None)):
+            visit(current.parent / base, [*naming, current])
+        placed.add(current)
         chain.append((current, keys))
-        if base is not None and not isinstance(base, str):
-            raise ValueError(f"config {current}: base must be a path, got {base!r}")
-        current = current.parent / base if base else None
-    return chain[::-1]
+
+    visit(Path(path), [])
+    return chain
+
+
+def _base_paths(config: Path, base: Any) -> list[str]:
+    """The paths a config's ``base:`` names: none, one (a string) or a list of them."""
+    if base is None:
+        return []
+    bases = [base] if isinstance(base, str) else base
+    if not isinstance(bases, list) or not bases or not all(isinstance(b, str) and b for b in bases):
+        raise ValueError(f"config {config}: base must be a path or a non-empty list of paths, got {base!r}")
+    twice = sorted({b for b in bases if bases.count(b) > 1})
+    if twice:
+        raise ValueError(f"config {config}: base names {', '.join(twice)} more than once")
+    return bases
 
 
 def _read_yaml(path: Path, named: str = "") -> Any:
@@ -463,7 +484,7 @@ def expand_config_bases(args: Sequence[str]) -> list[str]:
             continue
         (root, _), *overlays = chain
         out += ["--config", str(root)]
-        for _, keys in overlays:  # each named a base, so jsonargparse reads its keys as text
+        for _, keys in overlays:  # as YAML text: jsonargparse would reject their base keys
             if keys:
                 out += ["--config", yaml.safe_dump(keys, sort_keys=False)]
     return out
