@@ -1,6 +1,6 @@
 """The cost of the Tape-RNN's MLP write head (Delétang et al. 2023: ``write_mlp=(64, 64)``) on the
 jump tape, forward + backward, measured in one process: the C++ loop (``native``) and the Python
-loop (``cpu``) of the fused path, the reference loop over ``step`` (``StackRNN(fused=False)``), and
+loop (``cpu``) of the fused path, the reference loop over ``step`` (inside ``memrnn.reference_paths()``), and
 the tape without the MLP (``write_mlp=()``, native) as the baseline.
 
     python benchmarks/write_mlp.py [--repeats 7] [--threads 1] [--controllers lstm elman]
@@ -26,16 +26,17 @@ import time
 
 import torch
 
+from memrnn.core import reference_paths
 from memrnn.layers import StackRNN
 from memrnn.ops.dispatch import implementation
 from memrnn.ops.native import cpu_description
 
-#: (label, write_mlp, fused, implementation): the first row is the baseline of the ratios
+#: (label, write_mlp, implementation; "reference": the step loop): the first row is the baseline of the ratios
 ROWS = (
-    ("write_mlp=()", (), True, "native"),
-    ("write_mlp=(64, 64)", (64, 64), True, "native"),
-    ("write_mlp=(64, 64)", (64, 64), True, "cpu"),
-    ("write_mlp=(64, 64)", (64, 64), False, "cpu"),
+    ("write_mlp=()", (), "native"),
+    ("write_mlp=(64, 64)", (64, 64), "native"),
+    ("write_mlp=(64, 64)", (64, 64), "cpu"),
+    ("write_mlp=(64, 64)", (64, 64), "reference"),
 )
 
 
@@ -85,23 +86,23 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = []
     for controller in args.controllers:
         fns = []
-        for _, write_mlp, fused, impl in ROWS:
+        for _, write_mlp, impl in ROWS:
             torch.manual_seed(0)
             layer = StackRNN(
-                S, S, "tape_jump", controller, width=args.width, depth=args.depth, fused=fused,
+                S, S, "tape_jump", controller, width=args.width, depth=args.depth,
                 memory_args={"jump": T // 2, "write_mlp": write_mlp},
             )  # fmt: skip
 
             def run(layer=layer, impl=impl):
-                with implementation(impl):
+                with reference_paths() if impl == "reference" else implementation(impl):
                     y, _ = layer(x)
                     y.sum().backward()
 
             fns.append(run)
         times = medians(fns, args.repeats)
         base, loop = times[0][0], times[-1][0]
-        for (label, _, fused, impl), (t, c) in zip(ROWS, times, strict=True):
-            path = f"fused, {impl}" if fused else "step loop"
+        for (label, _, impl), (t, c) in zip(ROWS, times, strict=True):
+            path = "step loop" if impl == "reference" else f"fused, {impl}"
             out.append(
                 {
                     "controller": controller,

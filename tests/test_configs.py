@@ -155,7 +155,9 @@ def test_config_bases_missing_or_cyclic_are_named(tmp_path):
     with pytest.raises(ValueError, match=r"nowhere.yaml \(the base named by .*c.yaml\): no such file"):
         expand_config_bases(["fit", "--config", str(tmp_path / "c.yaml")])
     (tmp_path / "d.yaml").write_text("base: {x: y.yaml}\n")
-    with pytest.raises(ValueError, match=r"d.yaml: base must be a path or a non-empty list of paths, got \{'x'"):
+    with pytest.raises(
+        ValueError, match=r"d.yaml: base must be a path or a non-empty list of paths, got \{'x'"
+    ):
         config_chain(tmp_path / "d.yaml")
     out = run_train("fit", "--config", str(tmp_path / "c.yaml"), cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith("error: config ")

@@ -23,7 +23,7 @@ from typing import Any, Literal, NamedTuple, get_args
 import torch
 from torch import Tensor
 
-from memrnn.core.checks import check_kwargs, positive_int
+from memrnn.core.checks import check_kwargs, positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import layer_class, register_layer
 from memrnn.core.serialization import allow_in_checkpoints
@@ -59,18 +59,6 @@ MemoryName = Literal[
 #: the controllers' names: shortcuts of the registry's layers (:func:`memrnn.core.layer_class`)
 ControllerName = Literal["lstm", "elman", "gru"]
 CONTROLLER_NAMES: tuple[str, ...] = get_args(ControllerName)
-
-
-def refuse_removed(owner: str, removed: dict[str, Any]) -> None:
-    """A clear error for arguments that are gone: ``fused=`` names its replacement (the one
-    implementation switch); any other unknown keyword is named."""
-    if "fused" in removed:
-        raise ValueError(
-            f"{owner}: fused= was removed: use memrnn.reference_paths() (the reference loop over step, "
-            f"which differentiates twice) or memrnn.ops.implementation(...) (one implementation of the ops)"
-        )
-    if removed:
-        raise TypeError(f"{owner} got unexpected keyword arguments {', '.join(sorted(removed))}")
 
 
 def _refuse_bidirectional(controller: MemoryLayer) -> None:
@@ -117,6 +105,7 @@ def joint_state(controller_state: type, memory_state: type) -> type:
     return cls
 
 
+@refuses_removed_arguments
 class StackRNN(MemoryLayer):
     """A controller RNN with a differentiable memory (module docstring).
 
@@ -190,9 +179,7 @@ class StackRNN(MemoryLayer):
         *,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
-        **removed: Any,
     ) -> None:
-        refuse_removed(type(self).__name__, removed)
         super().__init__()
         self.input_size = positive_int("input_size", input_size)
         self.hidden_size = positive_int("hidden_size", hidden_size)

@@ -100,7 +100,7 @@ def test_create_layer_is_silent_for_the_tiny_layer_and_for_complete_overrides():
     assert _warnings_of("superposition_lstm", **sizes)[1] == []
     # the variant's own choices (memory, controller) are its name, not test sizes
     assert _warnings_of("queue_elman", **sizes)[1] == []
-    assert _warnings_of("stratification_lstm_reference", **sizes)[1] == []
+    assert _warnings_of("superposition_lstm_reading", **sizes)[1] == []
 
 
 def test_a_layer_without_step_cannot_be_built():

@@ -486,9 +486,11 @@ def test_composed_parts_are_checked_and_name_arguments_refused():
 @pytest.mark.parametrize("fused", [True, False])
 def test_fused_is_refused_naming_the_one_switch(fused):
     """``fused=`` is gone: the error names its replacements."""
-    with pytest.raises(ValueError, match=r"fused= was removed: use memrnn.reference_paths\(\).*memrnn.ops"):
+    with pytest.raises(
+        TypeError, match=r"StackRNN: fused= was removed: use memrnn.reference_paths\(\).*implementation"
+    ):
         StackRNN(3, 4, fused=fused)
-    with pytest.raises(TypeError, match="unexpected keyword arguments fuse"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'fuse'"):
         StackRNN(3, 4, fuse=True)
 
 

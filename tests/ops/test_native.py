@@ -5,10 +5,12 @@ middle length and 0), in float64 to rounding and in float32; then the dispatch's
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
-from memrnn.core import MemoryLayer, state_leaves
+from memrnn.core import MemoryLayer, reference_paths, state_leaves
 from memrnn.layers import StackRNN
 from memrnn.ops import native
 from memrnn.ops.dispatch import choose, implementation
@@ -289,16 +291,17 @@ def test_nondeterministic_layer_runs_native_on_cpu(gen):
     _assert_native_equals_cpu(net, x, None, None, w, atol=1e-11, rtol=0)
 
 
-def test_nondeterministic_layer_with_fused_false_has_second_derivatives(gen):
-    """``fused=False`` keeps the whole loop on torch's ops: a gradient penalty works (the C++ step
-    is first order and refuses it)."""
-    for fused, ok in ((False, True), (True, False)):
+def test_nondeterministic_layer_under_reference_paths_has_second_derivatives(gen):
+    """Under ``reference_paths()`` the whole loop stays on torch's ops: a gradient penalty works
+    (the default path's C++ step is first order and refuses it)."""
+    for reference, ok in ((True, True), (False, False)):
         torch.manual_seed(0)
-        net = StackRNN(3, 5, "nondeterministic", "lstm", depth=3, fused=fused,
+        net = StackRNN(3, 5, "nondeterministic", "lstm", depth=3,
                        memory_args={"states": 2, "symbols": 2}).double()  # fmt: skip
         x = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
         params = list(net.parameters())
-        grads = torch.autograd.grad(net(x)[0].square().sum(), params, create_graph=True)
+        with reference_paths() if reference else contextlib.nullcontext():
+            grads = torch.autograd.grad(net(x)[0].square().sum(), params, create_graph=True)
         penalty = sum(g.square().sum() for g in grads)
         if ok:
             penalty.backward()
