@@ -4,10 +4,10 @@ A recurrence whose step is a few small matrix products and a few hundred element
 spends most of its time, in Python, dispatching them one at a time; its C++ loop makes the same
 calls from C++, fuses the elementwise parts into plain loops, and gives the large products that do
 not lie on the recurrence (the input projection, the weight gradients) to a second thread when
-torch has one.  The sources live beside their mechanism (``memrnn/ops/stack_rnn/native.cpp``) and
-are compiled by :func:`torch.utils.cpp_extension.load` the first time a process needs them.  They
-use only ATen and ``TORCH_LIBRARY`` (no pybind11), so the build needs a C++ compiler and ninja,
-nothing else.
+torch has one.  The sources live beside their mechanism (``memrnn/ops/stack_rnn/native.cpp``, each
+memory's steps in its folder's ``native.h``, ``memrnn/ops/<memory>/native.h``) and are compiled by
+:func:`torch.utils.cpp_extension.load` the first time a process needs them.  They use only ATen and
+``TORCH_LIBRARY`` (no pybind11), so the build needs a C++ compiler and ninja, nothing else.
 
 One build per environment.  The build goes to a folder of its own under torch's extension
 directory (``TORCH_EXTENSIONS_DIR``, else torch's default, ``~/.cache/torch_extensions``), named
@@ -63,8 +63,10 @@ _SOURCES = (
     Path(__file__).parent / "stack_rnn" / "native.cpp",
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
 )
-#: the headers the sources include (the memories' codes, each memory's ``native.h``): part of the
-#: sources' digest, so that a change to one rebuilds
+#: the headers the sources include, never compiled on their own (the memories' codes, each memory's
+#: steps in its folder's ``native.h``, the helpers they share in ``stack_rnn/native_common.h``, the
+#: nondeterministic stack's in ``nondeterministic/native_common.h``): part of the sources' digest,
+#: so that a change to one rebuilds
 _HEADERS = tuple(sorted(Path(__file__).parent.rglob("*.h")))
 _LOCK = threading.Lock()
 __all__ = [

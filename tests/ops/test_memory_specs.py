@@ -4,6 +4,9 @@ other table of the fused paths derived from it."""
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
+from pathlib import Path
 
 import pytest
 
@@ -63,7 +66,8 @@ def test_adding_a_spec_is_what_a_new_memory_needs(monkeypatch) -> None:
     new = MemorySpec(
         name="my_stack", code=len(specs.SPECS), actions=("push", "pop"), action_activation="sigmoid",
         reads=1, fields=("values", "strengths", "reading"), value_activation="tanh", triton=False,
-        native=False, kernel=StratificationKernel,
+        native=False, kernel=StratificationKernel, step=specs.SPECS["stratification"].step,
+        read=specs.SPECS["stratification"].read,
     )  # fmt: skip
     monkeypatch.setitem(specs.SPECS, "my_stack", new)
     monkeypatch.setitem(specs.KERNELS, "my_stack", new.kernel)
@@ -71,3 +75,25 @@ def test_adding_a_spec_is_what_a_new_memory_needs(monkeypatch) -> None:
     assert "kMyStack = 6" in specs.memory_kinds_header()
     with pytest.raises(ValueError, match="unknown memory 'nope'"):
         specs.spec("nope")
+
+
+def test_each_native_memory_keeps_its_cpp_steps_in_its_folder() -> None:
+    """Each memory the C++ loops cover has its forward and backward steps in its kernel's folder
+    (``memrnn/ops/<memory>/native.h``; the queue's kernel, hence its steps, are the stratification
+    stack's), included by the shared loop (``stack_rnn/native.cpp``), which names no memory outside
+    its one switch on ``MemoryKind``."""
+    loop = (Path(specs.__file__).parent / "native.cpp").read_text()
+    for name, s in specs.SPECS.items():
+        if not s.native:
+            continue
+        header = Path(inspect.getfile(s.kernel)).parent / "native.h"
+        assert header.is_file(), f"{name}: no {header}"
+        text = header.read_text()
+        assert "static void forward(" in text and "static void backward(" in text, header
+        assert f'#include "{header.parent.name}/native.h"' in loop, header
+    start = loop.index("switch (static_cast<MemoryKind>(memory))")
+    switch = loop[start : loop.index("\n  }", start)]  # to the switch's closing brace
+    enumerators = [specs._enumerator(n) for n, s in specs.SPECS.items() if s.native]
+    assert all(f"case {e}:" in switch for e in enumerators)
+    outside = loop[:start] + loop[start + len(switch) :]
+    assert [e for e in enumerators if re.search(rf"\b{e}\b", outside)] == []

@@ -61,14 +61,23 @@ def test_the_build_name_changes_with_each_ingredient(monkeypatch, tmp_path):
     with open(copies[0], "a") as fh:
         fh.write("\n// an edit\n")
     names["sources"] = native.build_name(TUNED)
-    header = tmp_path / "stack_rnn" / "memory_kinds.h"  # the headers the sources include count too
-    header.parent.mkdir()
-    shutil.copy(native._HEADERS[0], header)
-    monkeypatch.setattr(native, "_HEADERS", (header, *native._HEADERS[1:]))
+    # the headers the sources include count too, each of them (the memories' codes, each memory's
+    # steps, the helpers they share), by folder and contents
+    keys = {f"{h.parent.name}/{h.name}" for h in native._HEADERS}
+    assert keys >= {"stack_rnn/memory_kinds.h", "stack_rnn/native_common.h", "superposition/native.h",
+                    "stratification/native.h", "tape/native.h", "deque/native.h",
+                    "nondeterministic/native_common.h"}  # fmt: skip
+    headers = []
+    for h in native._HEADERS:
+        (tmp_path / "h" / h.parent.name).mkdir(parents=True, exist_ok=True)
+        headers.append(Path(shutil.copy(h, tmp_path / "h" / h.parent.name / h.name)))
+    monkeypatch.setattr(native, "_HEADERS", tuple(headers))
     assert native.build_name(TUNED) == names["sources"]
-    with open(header, "a") as fh:
-        fh.write("\n// an edit\n")
-    names["headers"] = native.build_name(TUNED)
+    for h in headers:
+        text = h.read_text()
+        h.write_text(text + "\n// an edit\n")
+        names[f"header {h.parent.name}/{h.name}"] = native.build_name(TUNED)
+        h.write_text(text)
     assert len(set(names.values())) == len(names), names
 
 

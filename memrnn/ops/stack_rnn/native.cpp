@@ -22,21 +22,13 @@
 // ([T, H_l, B] each) and their pre-activations' gradients written into `mlp_g` by the backward
 // (the weights' gradients are products over all steps, made by the caller).
 //
-// Memories (the memory code, from their specs: memory_kinds.h):
-//   0 superposition (Joulin & Mikolov 2015): z's memory rows are cells 0..D-1 and a zero cell
-//     D ([D+1, m, B]); actions pop, no-op, push;
-//   1 stratification stack, 2 neural queue (Grefenstette et al. 2015): values slide in
-//     P [T+D, m, B] (the value pushed at step s at P[T-1-s]), strengths s [T+1, D, B], the
-//     reading in z's memory rows [m, B]; actions push, pop;
-//   3 tape (Deletang et al. 2023): z's memory rows are the D cells, the head's first
-//     ([D, m, B]); actions stay, left, right;
-//   4 their Tape-RNN's tape: the tape and two more actions, jump left and right by each row's
-//     own shift (`jumps` [B], int64, in 0..D-1);
-//   5 Grefenstette et al.'s DeQue: 2D slots bottom first, strengths S [T+1, 2D, B]; the bottom
-//     half's values slide in P [T+D, m, B] (pushed at the front, newest first, as the stack's),
-//     the top half's in P2 [T+D, m, B] (pushed at the back: step s's value at P2[D+s], oldest
-//     first); the reading [r_top ; r_bot] in z's memory rows [2m, B]; actions push and pop at
-//     the top, then at the bottom; the value [v_top ; v_bot].
+// Memories (the memory code, from their specs: memory_kinds.h), each in its own folder's native.h
+// with its layout, forward step and backward step (what they share: native_common.h):
+//   0 superposition (Joulin & Mikolov 2015): memrnn/ops/superposition/native.h;
+//   1 stratification stack, 2 neural queue (Grefenstette et al. 2015): ops/stratification/native.h;
+//   3 tape, 4 the Tape-RNN's jump tape (Deletang et al. 2023): ops/tape/native.h;
+//   5 Grefenstette et al.'s DeQue: ops/deque/native.h.
+// The loops call them through one switch on MemoryKind (with_memory below).
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
@@ -45,6 +37,11 @@
 #include <torch/library.h>
 
 #include "memory_kinds.h"
+#include "deque/native.h"
+#include "stack_rnn/native_common.h"
+#include "stratification/native.h"
+#include "superposition/native.h"
+#include "tape/native.h"
 
 #include <algorithm>
 #include <cmath>
@@ -52,17 +49,12 @@
 #include <future>
 #include <vector>
 
-// every loop over the batch is independent across b: let the compiler vectorise it
-#define MEMRNN_SIMD _Pragma("omp simd")
-#define MEMRNN_PRAGMA(x) _Pragma(#x)
-#define MEMRNN_SIMD_SUM(v) MEMRNN_PRAGMA(omp simd reduction(+ : v))
-
 namespace {
 
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
-// MemoryKind (kSuperposition, kStratification, kQueue, kTape, kTapeJump, kDeque): generated from
-// the memories' specs (memrnn/ops/stack_rnn/specs.py), the codes Python passes
+// MemoryKind: generated from the memories' specs (memrnn/ops/stack_rnn/specs.py), the codes
+// Python passes
 
 // The loops' products are too small to share between threads (a [4N, N+m] x [N+m, B] product
 // takes as long on two threads as on one, plus the pool's wake-up): they run on one.
@@ -148,110 +140,23 @@ void check_contiguous(const at::Tensor& t, const char* name) {
               " must be contiguous");
 }
 
-// covered(x) along the D rows of x [D, B] (memrnn.ops.stratification.covered): the inclusive
-// running sum in the structure's reading direction minus the element itself (newest first: a
-// stack sums from the top, a queue from the bottom).  `transpose` gives covered_transpose.
-template <typename T>
-void covered(const T* x, T* out, int64_t D, int64_t B, bool from_top, std::vector<T>& acc) {
-  std::fill(acc.begin(), acc.begin() + B, T(0));
-  for (int64_t n = 0; n < D; ++n) {
-    const int64_t i = from_top ? n : D - 1 - n;
-    const T* xi = x + i * B;
-    T* oi = out + i * B;
-    MEMRNN_SIMD
-    for (int64_t b = 0; b < B; ++b) {
-      acc[b] += xi[b];
-      oi[b] = acc[b] - xi[b];
-    }
+// The memory with code `memory` (memory_kinds.h), handed to f as a value of its type: the one
+// switch on MemoryKind, through which the loops reach each memory's traits and steps.
+template <typename F>
+decltype(auto) with_memory(int64_t memory, F&& f) {
+  switch (static_cast<MemoryKind>(memory)) {
+    case kSuperposition: return f(Superposition{});
+    case kStratification: return f(Stratification{});
+    case kQueue: return f(Queue{});
+    case kTape: return f(Tape{});
+    case kTapeJump: return f(TapeJump{});
+    case kDeque: return f(Deque{});
   }
+  TORCH_CHECK(false, "memrnn native stack RNN: unknown memory code ", memory);
 }
 
-// The strength-weighted reading of Grefenstette et al. (2015, eq. 3) over D cells: r += Σ_i w_i ⊙
-// val(i) with w_i = min(s_i, max(1 − covered_i, 0)).  `cov [D, B]` holds covered(s) and is
-// overwritten with the weights; val(i) points at cell i's values [m, B]; r [m, B].
-template <typename T, typename Val>
-void read_cells(const T* s, T* cov, int64_t D, int64_t m, int64_t B, Val val, T* r) {
-  for (int64_t i = 0; i < D; ++i) {
-    T* wi = cov + i * B;
-    MEMRNN_SIMD
-    for (int64_t b = 0; b < B; ++b) wi[b] = std::min(s[i * B + b], std::max(T(1) - wi[b], T(0)));
-    const T* vi = val(i);
-    for (int64_t j = 0; j < m; ++j) {
-      T* rj = r + j * B;
-      const T* vj = vi + j * B;
-      MEMRNN_SIMD
-      for (int64_t b = 0; b < B; ++b) rj[b] += wi[b] * vj[b];
-    }
-  }
-}
-
-// Its backward from gr = ∂L/∂r [m, B]: gs += ∂L/∂s through the min (½ at a tie, as autograd),
-// u [D, B] = ∂L/∂w through the max, to be passed back through covered's transpose and
-// subtracted; gval(i) += w_i ⊙ gr.  `cov` as in read_cells (holds the weights afterwards).
-template <typename T, typename Val, typename GVal>
-void read_cells_backward(const T* s, T* cov, int64_t D, int64_t m, int64_t B, Val val, GVal gval,
-                         const T* gr, T* gs, T* u) {
-  for (int64_t i = 0; i < D; ++i) {
-    const T* vi = val(i);
-    T* ui = u + i * B;
-    std::fill(ui, ui + B, T(0));
-    for (int64_t j = 0; j < m; ++j) {
-      const T* vj = vi + j * B;
-      const T* grj = gr + j * B;
-      MEMRNN_SIMD
-      for (int64_t b = 0; b < B; ++b) ui[b] += vj[b] * grj[b];  // ∂L/∂w
-    }
-    T* wi = cov + i * B;
-    MEMRNN_SIMD
-    for (int64_t b = 0; b < B; ++b) {
-      const T si = s[i * B + b];
-      const T a = T(1) - wi[b];
-      const T r = std::max(a, T(0));
-      const T da = si < r ? T(1) : (si == r ? T(0.5) : T(0));
-      gs[i * B + b] += ui[b] * da;
-      ui[b] *= a >= 0 ? T(1) - da : T(0);
-      wi[b] = std::min(si, r);
-    }
-    T* gvi = gval(i);
-    for (int64_t j = 0; j < m; ++j) {
-      T* gvj = gvi + j * B;
-      const T* grj = gr + j * B;
-      MEMRNN_SIMD
-      for (int64_t b = 0; b < B; ++b) gvj[b] += wi[b] * grj[b];
-    }
-  }
-}
-
-// n[b] = c0[b]·x0[b] + c1[b]·x1[b] + c2[b]·x2[b]: a cell of the superposition stack or the tape
-// from three cells and three per-row action weights (and the same map's transpose)
-template <typename T>
-inline void mix3(T* n, const T* x0, const T* c0, const T* x1, const T* c1, const T* x2, const T* c2,
-                 int64_t B) {
-  MEMRNN_SIMD
-  for (int64_t b = 0; b < B; ++b) {
-    T t = x0[b] * c0[b];
-    t += x1[b] * c1[b];
-    t += x2[b] * c2[b];
-    n[b] = t;
-  }
-}
-
-// out[j·B + b] = a[b] for j < m: a per-row action weight laid out as a cell of m units, so that
-// a loop over a whole cell (m·B contiguous values) vectorises even when B is small
-template <typename T>
-inline void tile(const T* a, T* out, int64_t m, int64_t B) {
-  for (int64_t j = 0; j < m; ++j) std::copy(a, a + B, out + j * B);
-}
-
-// out[r·B + b] += Σ_j su[r·m·B + j·B + b] for r < R: per-unit sums (R rows of cells) to per-row sums
-template <typename T>
-inline void sum_units(const T* su, int64_t R, int64_t m, int64_t B, T* out) {
-  for (int64_t r = 0; r < R; ++r)
-    for (int64_t j = 0; j < m; ++j) {
-      const T* xj = su + (r * m + j) * B;
-      MEMRNN_SIMD
-      for (int64_t b = 0; b < B; ++b) out[r * B + b] += xj[b];
-    }
+MemoryTraits traits_of(int64_t memory) {
+  return with_memory(memory, [](auto mem) { return decltype(mem)::kTraits; });
 }
 
 // An activation in place on `t`, whose `n` elements start at `p` (contiguous); tanh as
@@ -384,10 +289,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
   T* P2p = P2.defined() ? P2.data_ptr<T>() : nullptr;
   T* Sp = S.defined() ? S.data_ptr<T>() : nullptr;
+  const MemoryTraits mt = traits_of(memory);
   std::vector<T> acc(B), cov(D * B), W(std::max<int64_t>(D, 1) * m * B);
-  std::vector<T> dq(memory == kDeque ? 6 * D * B : 0);
+  std::vector<T> dq(mt.forward_rows * D * B);
   std::vector<T> cells(3 * m * B);  // the actions tiled over a cell
-  const bool from_top = memory == kStratification;
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
   int64_t next = 0;  // the block whose start is next
@@ -452,7 +357,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       for (int64_t b = 0; b < B; ++b) hr[b] += br;
     }
     T* as = Ap + s * k * B;
-    if (memory == kSuperposition || memory == kTape || memory == kTapeJump) {  // softmax over the k actions
+    if (mt.softmax) {  // softmax over the k actions
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T mx = hs[b];
@@ -473,125 +378,9 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     }
     activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
     const T* v = hs + k * B;  // [m, B]
-    T* ov = ovp + s * B;
-    if (memory == kSuperposition) {
-      const T* old = zp + s * Z * B + N * B;  // [D+1, m, B], cell D is zero
-      T* nw = zp + (s + 1) * Z * B + N * B;
-      const T* push = as + 2 * B;
-      const int64_t c = m * B;  // a cell
-      T* t_pop = cells.data();  // the actions tiled over a cell
-      T* t_noop = t_pop + c;
-      T* t_push = t_noop + c;
-      tile(as, t_pop, m, B);
-      tile(as + B, t_noop, m, B);
-      tile(push, t_push, m, B);
-      for (int64_t i = 0; i < D; ++i) {
-        const T* above = i == 0 ? v : old + (i - 1) * c;
-        mix3(nw + i * c, old + i * c, t_noop, above, t_push, old + (i + 1) * c, t_pop, c);
-      }
-      if (want_overflow) {
-        const T* last = old + (D - 1) * m * B;
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          T mx = 0;
-          for (int64_t j = 0; j < m; ++j) mx = std::max(mx, std::abs(last[j * B + b]));
-          ov[b] = push[b] * mx;
-        }
-      }
-    } else if (memory == kTape || memory == kTapeJump) {
-      const T* old = zp + s * Z * B + N * B;  // [D, m, B]
-      T* nw = zp + (s + 1) * Z * B + N * B;
-      const int64_t c = m * B;  // a cell
-      T* at = cells.data();  // stay, left, right tiled over a cell
-      for (int64_t r = 0; r < 3; ++r) tile(as + r * B, at + r * c, m, B);
-      std::copy(old, old + D * c, W.begin());
-      std::copy(v, v + c, W.begin());  // write into the head's cell
-      for (int64_t i = 0; i < D; ++i) {
-        const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
-        mix3(nw + i * c, W.data() + i * c, at, W.data() + ir * c, at + c, W.data() + il * c, at + 2 * c, c);
-        if (memory == kTapeJump) {  // new[i] += jump_left · W[i+L] + jump_right · W[i−L]
-          const T* jl = as + 3 * B;
-          const T* jr = as + 4 * B;
-          for (int64_t j = 0; j < m; ++j) {
-            T* n0 = nw + (i * m + j) * B;
-            for (int64_t b = 0; b < B; ++b) {
-              const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
-              n0[b] += W[(cl * m + j) * B + b] * jl[b];
-              n0[b] += W[(cr * m + j) * B + b] * jr[b];
-            }
-          }
-        }
-      }
-    } else if (memory == kDeque) {
-      const int64_t D2 = 2 * D;
-      const T* push_top = as;
-      const T* pop_top = as + B;
-      const T* push_bot = as + 2 * B;
-      const T* pop_bot = as + 3 * B;
-      const T* old = Sp + s * D2 * B;
-      T* nw = Sp + (s + 1) * D2 * B;
-      T* p1 = dq.data();
-      T* p2 = dq.data() + D2 * B;
-      T* cv = dq.data() + 2 * D2 * B;
-      // the top pop takes from the top (what lies above is covered first), then the bottom pop
-      covered(old, cv, D2, B, false, acc);
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const int64_t b = j % B;
-        p1[j] = std::max(old[j] - std::max(pop_top[b] - cv[j], T(0)), T(0));
-      }
-      covered(p1, cv, D2, B, true, acc);
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const int64_t b = j % B;
-        p2[j] = std::max(p1[j] - std::max(pop_bot[b] - cv[j], T(0)), T(0));
-      }
-      // the pushes: a new slot at each end; the two middle slots leave the window
-      std::copy(push_bot, push_bot + B, nw);
-      std::copy(p2, p2 + (D - 1) * B, nw + B);
-      std::copy(p2 + (D + 1) * B, p2 + D2 * B, nw + D * B);
-      std::copy(push_top, push_top + B, nw + (D2 - 1) * B);
-      if (want_overflow) {
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) ov[b] = p2[(D - 1) * B + b] + p2[D * B + b];
-      }
-      std::copy(v, v + m * B, P2p + (D + s) * m * B);
-      std::copy(v + m * B, v + 2 * m * B, Pp + (T_ - 1 - s) * m * B);
-      // the readings: the top reads from the top (covered: what lies above), the bottom from below
-      const T* bot = Pp + (T_ - 1 - s) * m * B;  // slots 0..D−1
-      const T* top = P2p + (s + 1) * m * B;      // slots D..2D−1
-      T* r = zp + (s + 1) * Z * B + N * B;
-      std::fill(r, r + 2 * m * B, T(0));
-      auto val = [&](int64_t i) { return i < D ? bot + i * m * B : top + (i - D) * m * B; };
-      for (int end = 0; end < 2; ++end) {
-        covered(nw, cv, D2, B, end == 1, acc);
-        read_cells(nw, cv, D2, m, B, val, r + end * m * B);
-      }
-    } else {  // stratification stack or neural queue
-      const T* push = as;
-      const T* pop = as + B;
-      const T* old = Sp + s * D * B;
-      T* nw = Sp + (s + 1) * D * B;
-      covered(old, cov.data(), D, B, from_top, acc);
-      // popped[i] = max(old[i] − max(pop − covered[i], 0), 0) moves down one cell
-      for (int64_t i = 0; i < D; ++i) {
-        T* dst = i + 1 < D ? nw + (i + 1) * B : nullptr;
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          const T p = std::max(old[i * B + b] - std::max(pop[b] - cov[i * B + b], T(0)), T(0));
-          if (dst) {
-            dst[b] = p;
-          } else if (want_overflow) {
-            ov[b] = p;  // what falls off the bottom of the window
-          }
-        }
-      }
-      std::copy(push, push + B, nw);
-      std::copy(v, v + m * B, Pp + (T_ - 1 - s) * m * B);
-      covered(nw, cov.data(), D, B, from_top, acc);
-      T* r = zp + (s + 1) * Z * B + N * B;  // [m, B]
-      std::fill(r, r + m * B, T(0));
-      const T* win = Pp + (T_ - 1 - s) * m * B;  // window of step s+1: P[T−s−1 : T−s−1+D]
-      read_cells(nw, cov.data(), D, m, B, [&](int64_t i) { return win + i * m * B; }, r);
-    }
+    const MemoryForward<T> step{s, T_, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
+                                acc.data(), cov.data(), W.data(), cells.data(), dq.data()};
+    with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
   }
 }
 
@@ -615,11 +404,12 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   }
   TORCH_CHECK(controller != kLSTM || (cs_.defined() && xs_.defined()),
               "memrnn native stack RNN: an LSTM controller needs cs and xs");
-  TORCH_CHECK(memory != kTapeJump || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
+  const MemoryTraits mt = traits_of(memory);
+  TORCH_CHECK(!mt.jumps || (jumps.has_value() && jumps->scalar_type() == at::kLong && jumps->is_contiguous()),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
-  TORCH_CHECK(memory != kDeque || (P2.has_value() && P2->is_contiguous()),
+  TORCH_CHECK(!mt.top_half || (P2.has_value() && P2->is_contiguous()),
               "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
-  TORCH_CHECK(memory == kSuperposition || memory == kTape || memory == kTapeJump || (P_.defined() && S_.defined()),
+  TORCH_CHECK(!mt.windows || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
   const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
@@ -630,21 +420,6 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
                            P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h);
   });
-}
-
-// Add `g [B, rows, cols]` (a final state's gradient, batch first) into `dst [rows·cols, B]` for
-// the rows b whose length is t.
-template <typename T>
-void add_final(const at::Tensor& g, T* dst, const int64_t* lens, int64_t t, int64_t B,
-               int64_t n, int64_t row = -1, int64_t offset = 0) {
-  if (!g.defined()) return;
-  const T* gp = g.data_ptr<T>() + offset;
-  if (row < 0) row = n;  // the source's row length: n unless a slice of longer rows
-  MEMRNN_SIMD
-  for (int64_t b = 0; b < B; ++b) {
-    if (lens[b] != t) continue;
-    for (int64_t j = 0; j < n; ++j) dst[j * B + b] += gp[b * row + j];
-  }
 }
 
 // dst[r, b] += y[b, s, r] for the outputs' gradient y [B, T, n] (any strides, e.g. expanded)
@@ -716,13 +491,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   const at::Tensor gzh = gz.narrow(0, 0, N);
   at::Tensor gh = at::empty_like(gzh);
   T* ghh = gh.data_ptr<T>();
-  const bool from_top = memory == kStratification;
-  // memory gradient state (cpu.py's kernels' start_backward buffers, updated in place):
-  // superposition gm = (gpp0, gpp1) [D+2, m, B] each (zero cell each side), alternating;
-  // tape gm = (g, scratch) [D, m, B], alternating (the caller reads gm[T % 2]);
-  // stratification gm = (gP [T+D, m, B], g [D, B]).
+  // the memory's gradient state gm: cpu.py's kernels' start_backward buffers, updated in place
+  // (each memory's native.h says what they hold)
+  const MemoryTraits mt = traits_of(memory);
   std::vector<T> acc(B), c1(D * B), c2(D * B), c3(D * B), c4(D * B), sums(5 * B);
-  std::vector<T> dq(memory == kDeque ? 16 * D * B : 0);
+  std::vector<T> dq(mt.backward_rows * D * B);
   std::vector<T> cells(6 * m * B);  // actions tiled over a cell, their gradients per unit
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
   // product each over the block's n·B columns
@@ -746,235 +519,24 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     bool ends = false;
     for (int64_t b = 0; b < B; ++b) ends = ends || lens[b] == t;
     const int64_t cur = (T_ - 1 - s) % 2;  // the alternating buffers' current one
-    if (ends) {
-      add_final<T>(g_hT, gzp, lens, t, B, N);
-      if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
-      if (memory == kSuperposition) {
-        add_final<T>(gfin[0], gm[cur].data_ptr<T>() + m * B, lens, t, B, D * m);
-      } else if (memory == kTape || memory == kTapeJump) {
-        add_final<T>(gfin[0], gm[cur].data_ptr<T>(), lens, t, B, D * m);
-      } else if (memory == kDeque) {  // values [B, 2D, m]: each half into its own buffer
-        add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m, 2 * D * m, 0);
-        add_final<T>(gfin[0], gm[1].data_ptr<T>() + t * m * B, lens, t, B, D * m, 2 * D * m, D * m);
-        add_final<T>(gfin[1], gm[2].data_ptr<T>(), lens, t, B, 2 * D);
-        add_final<T>(gfin[2], gzr, lens, t, B, 2 * m);
-      } else {
-        add_final<T>(gfin[0], gm[0].data_ptr<T>() + (T_ - t) * m * B, lens, t, B, D * m);
-        add_final<T>(gfin[1], gm[1].data_ptr<T>(), lens, t, B, D);
-        add_final<T>(gfin[2], gzr, lens, t, B, m);
-      }
-    }
     const T* hs = hp + s * K * B;
     const T* as = Ap + s * k * B;
     const T* v = hs + k * B;
     T* gas = gAp + s * k * B;
     T* gh_s = ghp + s * K * B;
     T* gv = gh_s + k * B;
-    // -- the memory's backward: ∂L/∂actions into gas, ∂L/∂v into gv, the state gradient moves
-    if (memory == kSuperposition) {
-      T* gc = gm[cur].data_ptr<T>() + m * B;  // ∂L/∂S_{s+1}[i] at gc + i·m·B, i = −1..D
-      T* gn = gm[1 - cur].data_ptr<T>() + m * B;
-      const T* old = zp + s * Z * B + N * B;
-      const T* push = as + 2 * B;
-      const int64_t c = m * B;  // a cell
-      T* t_pop = cells.data();  // the actions tiled over a cell
-      T* t_noop = t_pop + c;
-      T* t_push = t_noop + c;
-      T* su = t_push + c;  // the actions' gradients summed over the cells, per unit: pop, no-op, push
-      tile(as, t_pop, m, B);
-      tile(as + B, t_noop, m, B);
-      tile(push, t_push, m, B);
-      std::fill(su, su + 3 * c, T(0));
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < c; ++j) gc[j] += gzr[j];
-      for (int64_t i = 0; i < D; ++i) {
-        const T* o0 = old + i * c;
-        const T* gu = gc + (i - 1) * c;
-        const T* g0 = gc + i * c;
-        const T* gd = gc + (i + 1) * c;
-        MEMRNN_SIMD
-        for (int64_t j = 0; j < c; ++j) {
-          su[j] += gu[j] * o0[j];
-          su[c + j] += g0[j] * o0[j];
-          su[2 * c + j] += gd[j] * o0[j];
-        }
-        mix3(gn + i * c, g0, t_noop, gd, t_push, gu, t_pop, c);
-      }
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < c; ++j) {
-        su[2 * c + j] += gc[j] * v[j];
-        gv[j] = gc[j] * t_push[j];
-      }
-      std::fill(gas, gas + 3 * B, T(0));
-      sum_units(su, 3, m, B, gas);
-    } else if (memory == kTape || memory == kTapeJump) {
-      T* g = gm[cur].data_ptr<T>();  // ∂L/∂S_{s+1} [D, m, B]
-      T* gn = gm[1 - cur].data_ptr<T>();
-      const T* old = zp + s * Z * B + N * B;
-      const int64_t c = m * B;  // a cell
-      T* at = cells.data();       // stay, left, right tiled over a cell
-      T* su = at + 3 * c;         // their gradients summed over the cells, per unit
-      for (int64_t r = 0; r < 3; ++r) tile(as + r * B, at + r * c, m, B);
-      std::fill(su, su + 3 * c, T(0));
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < c; ++j) g[j] += gzr[j];
-      std::fill(sums.begin(), sums.end(), T(0));
-      T* sp = sums.data();
-      for (int64_t i = 0; i < D; ++i) {
-        const int64_t ir = (i + 1) % D, il = (i + D - 1) % D;
-        // W = the written tape: v in the head's cell 0, the old tape elsewhere
-        const T* w0 = i == 0 ? v : old + i * c;
-        const T* wr = ir == 0 ? v : old + ir * c;
-        const T* wl = il == 0 ? v : old + il * c;
-        const T* g0 = g + i * c;
-        MEMRNN_SIMD
-        for (int64_t j = 0; j < c; ++j) {
-          su[j] += g0[j] * w0[j];
-          su[c + j] += g0[j] * wr[j];
-          su[2 * c + j] += g0[j] * wl[j];
-        }
-        // g[i−1] feeds W[i] through a left move, g[i+1] through a right one
-        mix3(gn + i * c, g0, at, g + il * c, at + c, g + ir * c, at + 2 * c, c);
-        if (memory == kTapeJump) {  // the jumps' transposes: gathers the other way
-          const T* jl = as + 3 * B;
-          const T* jr = as + 4 * B;
-          for (int64_t j = 0; j < m; ++j) {
-            T* n0 = gn + (i * m + j) * B;
-            const T* g0j = g0 + j * B;
-            for (int64_t b = 0; b < B; ++b) {
-              const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
-              const T* wcl = cl == 0 ? v + j * B : old + (cl * m + j) * B;
-              const T* wcr = cr == 0 ? v + j * B : old + (cr * m + j) * B;
-              sp[3 * B + b] += g0j[b] * wcl[b];
-              sp[4 * B + b] += g0j[b] * wcr[b];
-              n0[b] += jl[b] * g[(cr * m + j) * B + b];  // W[i] fed new[i−L] through a left jump
-              n0[b] += jr[b] * g[(cl * m + j) * B + b];
-            }
-          }
-        }
-      }
-      sum_units(su, 3, m, B, sp);
-      std::copy(sp, sp + k * B, gas);
-      std::copy(gn, gn + m * B, gv);
-      std::fill(gn, gn + m * B, T(0));
-    } else if (memory == kDeque) {
-      const int64_t D2 = 2 * D;
-      T* gPb = gm[0].data_ptr<T>();
-      T* gPt = gm[1].data_ptr<T>();
-      T* g = gm[2].data_ptr<T>();  // ∂L/∂S_{s+1} [2D, B], becomes ∂L/∂S_s
-      const T* old = Sp + s * D2 * B;
-      const T* nw = Sp + t * D2 * B;
-      const T* pop_top = as + B;
-      const T* pop_bot = as + 3 * B;
-      T* top1 = dq.data();  // the forward's pre-activations, recomputed
-      T* top2 = top1 + D2 * B;
-      T* bot1 = top2 + D2 * B;
-      T* bot2 = bot1 + D2 * B;
-      T* cv = bot2 + D2 * B;
-      T* gn = cv + D2 * B;
-      T* u = gn + D2 * B;
-      T* px = u + D2 * B;  // the first pop's result, then each pop's gradient in turn
-      covered(old, cv, D2, B, false, acc);
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const int64_t b = j % B;
-        top1[j] = pop_top[b] - cv[j];
-        top2[j] = old[j] - std::max(top1[j], T(0));
-        px[j] = std::max(top2[j], T(0));  // p1
-      }
-      covered(px, cv, D2, B, true, acc);
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const int64_t b = j % B;
-        bot1[j] = pop_bot[b] - cv[j];
-        bot2[j] = px[j] - std::max(bot1[j], T(0));
-      }
-      // the readings: into the values (each half's window) and the strengths
-      const T* bot = Pp + (T_ - t) * m * B;
-      const T* top = P2p + t * m * B;
-      T* gbot = gPb + (T_ - t) * m * B;
-      T* gtop = gPt + t * m * B;
-      std::copy(g, g + D2 * B, gn);
-      auto val = [&](int64_t i) { return i < D ? bot + i * m * B : top + (i - D) * m * B; };
-      auto gval = [&](int64_t i) { return i < D ? gbot + i * m * B : gtop + (i - D) * m * B; };
-      for (int end = 0; end < 2; ++end) {
-        covered(nw, cv, D2, B, end == 1, acc);
-        read_cells_backward(nw, cv, D2, m, B, val, gval, gzr + end * m * B, gn, u);
-        covered(u, cv, D2, B, end == 0, acc);  // the transpose of covered
-        for (int64_t j = 0; j < D2 * B; ++j) gn[j] -= cv[j];
-      }
-      // the pushes, then the shift that dropped slots D−1 and D
-      std::copy(gn + (D2 - 1) * B, gn + D2 * B, gas);   // push_top
-      std::copy(gn, gn + B, gas + 2 * B);                // push_bot
-      T* gp2 = u;
-      std::copy(gn + B, gn + D * B, gp2);
-      std::fill(gp2 + (D - 1) * B, gp2 + (D + 1) * B, T(0));
-      std::copy(gn + D * B, gn + (D2 - 1) * B, gp2 + (D + 1) * B);
-      // the bottom pop, then the top pop (undone in reverse)
-      T* gpop_bot = gas + 3 * B;
-      T* gpop_top = gas + B;
-      std::fill(gpop_bot, gpop_bot + B, T(0));
-      std::fill(gpop_top, gpop_top + B, T(0));
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const T gb2 = bot2[j] >= 0 ? gp2[j] : T(0);
-        const T gb1 = bot1[j] >= 0 ? -gb2 : T(0);
-        gpop_bot[j % B] += gb1;
-        px[j] = gb1;
-        gn[j] = gb2;
-      }
-      covered(px, cv, D2, B, false, acc);  // covered(·, stack)ᵀ
-      for (int64_t j = 0; j < D2 * B; ++j) {
-        const T gp1 = gn[j] - cv[j];
-        const T gc2 = top2[j] >= 0 ? gp1 : T(0);
-        const T gc1 = top1[j] >= 0 ? -gc2 : T(0);
-        gpop_top[j % B] += gc1;
-        px[j] = gc1;
-        gn[j] = gc2;
-      }
-      covered(px, cv, D2, B, true, acc);  // covered(·, queue)ᵀ
-      for (int64_t j = 0; j < D2 * B; ++j) g[j] = gn[j] - cv[j];
-      std::copy(gPt + (D + s) * m * B, gPt + (D + s + 1) * m * B, gv);
-      std::copy(gPb + (T_ - 1 - s) * m * B, gPb + (T_ - s) * m * B, gv + m * B);
-    } else {
-      T* gP = gm[0].data_ptr<T>();
-      T* g = gm[1].data_ptr<T>();  // ∂L/∂s_{s+1} [D, B], becomes ∂L/∂s_s
-      const T* old = Sp + s * D * B;
-      const T* nw = Sp + t * D * B;
-      const T* pop = as + B;
-      const T* win = Pp + (T_ - t) * m * B;  // step t's window, [D, m, B]
-      T* gwin = gP + (T_ - t) * m * B;
-      // the reading: c3 = g_new before the covered term, c4 = what goes back through it
-      covered(nw, c1.data(), D, B, from_top, acc);
-      std::copy(g, g + D * B, c3.begin());
-      read_cells_backward(nw, c1.data(), D, m, B, [&](int64_t i) { return win + i * m * B; },
-                          [&](int64_t i) { return gwin + i * m * B; }, gzr, c3.data(), c4.data());
-      covered(c4.data(), c1.data(), D, B, !from_top, acc);  // covered_transpose
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < D * B; ++j) c3[j] -= c1[j];  // c3 = g_new
-      std::copy(c3.begin(), c3.begin() + B, gas);  // push
-      covered(old, c1.data(), D, B, from_top, acc);
-      // the pop: a1 = pop − covered(old), a2 = old − max(a1, 0); c4 = g_a1 (= −∂L/∂a1), c2 = g_a2
-      T* gpop = gas + B;
-      std::fill(gpop, gpop + B, T(0));
-      for (int64_t i = 0; i < D; ++i) {
-        MEMRNN_SIMD
-        for (int64_t b = 0; b < B; ++b) {
-          const int64_t ib = i * B + b;
-          const T a1 = pop[b] - c1[ib];
-          const T a2 = old[ib] - std::max(a1, T(0));
-          const T ga2 = i + 1 < D && a2 >= 0 ? c3[ib + B] : T(0);
-          const T ga1 = a1 >= 0 ? ga2 : T(0);
-          c2[ib] = ga2;
-          c4[ib] = ga1;
-          gpop[b] -= ga1;
-        }
-      }
-      covered(c4.data(), c1.data(), D, B, !from_top, acc);
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < D * B; ++j) g[j] = c2[j] + c1[j];
-      const T* gvs = gP + (T_ - 1 - s) * m * B;
-      std::copy(gvs, gvs + m * B, gv);
+    const MemoryBackward<T> step{s, t, T_, B, N, Z, k, D, m, cur, as, v, zp, Pp, P2p, Sp, jp, gm, gas, gv, gzr,
+                                 acc.data(), c1.data(), c2.data(), c3.data(), c4.data(), sums.data(),
+                                 cells.data(), dq.data()};
+    if (ends) {
+      add_final<T>(g_hT, gzp, lens, t, B, N);
+      if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
+      with_memory(memory, [&](auto mem) { decltype(mem)::template add_final_grads<T>(step, gfin, lens); });
     }
+    // -- the memory's backward: ∂L/∂actions into gas, ∂L/∂v into gv, the state gradient moves
+    with_memory(memory, [&](auto mem) { decltype(mem)::template backward<T>(step); });
     // -- the actions' and the value's activations
-    if (memory == kSuperposition || memory == kTape || memory == kTapeJump) {
+    if (mt.softmax) {
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T tot = 0;
@@ -1084,10 +646,11 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   }
   for (const auto& t : gm) check_contiguous(t, "gm");
   TORCH_CHECK(lens.scalar_type() == at::kLong, "memrnn native stack RNN: lens must be int64");
-  TORCH_CHECK(memory != kTapeJump || (jumps.has_value() && jumps->scalar_type() == at::kLong),
+  const MemoryTraits mt = traits_of(memory);
+  TORCH_CHECK(!mt.jumps || (jumps.has_value() && jumps->scalar_type() == at::kLong),
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
-  TORCH_CHECK(gm.size() == (memory == kDeque ? 3u : 2u),
-              "memrnn native stack RNN: ", memory == kDeque ? 3 : 2, " gradient buffers expected");
+  TORCH_CHECK(static_cast<int64_t>(gm.size()) == mt.grad_buffers,
+              "memrnn native stack RNN: ", mt.grad_buffers, " gradient buffers expected");
   const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
   check_mlp(d, mlp_w, nullptr, mlp_h, "mlp_h");
   check_mlp(d, mlp_w, nullptr, mlp_g, "mlp_g");
