@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = results.write(args.to or suite.out / "results")
         text = results.table()
         if args.by_length or args.by_epoch or args.last:
-            from memrnn.suite import tables
+            import memrnn.suite.tables as tables
 
             if args.by_length:
                 text += "\ntest/ce_gap by string length (median / max over runs (runs)):\n\n"

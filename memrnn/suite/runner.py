@@ -412,11 +412,10 @@ def run_cells(suite: Suite, cells: Sequence[Cell], extra: Sequence[str] = (), *,
     for cell in cells:
         if cell_status(suite, cell) == "done":
             continue
-        pid = running_elsewhere(suite, cell)
+        pid = live_owner(suite.cell_dir(cell))  # a failed cell's stamp too: another runner retries it
         if pid is not None:
             _say(f"[suite {suite.name}] {cell.name}: running in process {pid}; not started again")
             continue
-        (suite.cell_dir(cell) / "result.json").unlink(missing_ok=True)
         try:
             result = run_cell(suite, cell, extra, resume=resume, shared=shared)
             _say(f"[suite {suite.name}] {cell.name}: {suite.metric} = {result['score']:.6g}")
