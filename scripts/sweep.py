@@ -1,36 +1,47 @@
-"""Run one config over several seeds and report the median and the max of chosen metrics.
+"""Run one config over several seeds and report the median and the max of chosen metrics, as a
+one-architecture suite of ``memrnn.suite``.
 
-    python scripts/sweep.py --config configs/weiss/lstm_anbn.yaml --seeds 0 1 2 \
+    python scripts/sweep.py --config configs/weiss/lstm_anbn.yaml --seeds 0 1 2 \\
         --metric val/accept_end --metric counting/first_failure [-- any train.py overrides]
 
-Each seed runs ``train.py fit`` in its own process with ``--seed_everything=S`` and
-``--data.init_args.seed=S``, logging under ``<out>/<config stem>/seed<S>``; the metrics are read
-back from the run's W&B file (offline or online runs both keep one locally).  Prints one row per
-seed, then median and max; exits non-zero if a run fails.
+A thin wrapper: it writes ``<out>/<config stem>.suite.yaml`` (the config as the one architecture,
+one task, the seeds; each cell ``train.py fit`` then ``test`` with ``--seed_everything=S`` and
+``--data.init_args.seed=S``, in ``<out>/<config stem>/config/seed<S>``), prints the equivalent
+commands and runs them:
+
+    python -m memrnn.suite run OUT/STEM.suite.yaml -- …
+    python -m memrnn.suite collect OUT/STEM.suite.yaml --last METRIC …
+
+``collect --last`` reads each metric's last logged value back from the run's W&B file and prints
+one row per seed, then their median and max (then the suite's table of ``test/loss``); a
+finished seed is not run again.  Exits non-zero if a run fails.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: the suite commands import this checkout's memrnn wherever they are run from
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
-from memrnn.lit.wandb_files import read_offline_run  # noqa: E402
 
-
-def last_values(run_file: Path, metrics: list[str]) -> dict[str, float]:
-    run = read_offline_run(run_file, wait=30)
-    out: dict[str, float] = {}
-    for row in run["history"]:
-        for m in metrics:
-            if m in row and isinstance(row[m], int | float):
-                out[m] = float(row[m])
-    return out
+def suite_file(config: Path, seeds: list[int], out: Path) -> Path:
+    """Write the suite of ``config`` over ``seeds`` under ``out``; its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{config.stem}.suite.yaml"
+    suite = {"name": config.stem, "defaults": str(ROOT / "configs" / "defaults.yaml"),
+             "architectures": {config.stem: str(config.resolve())}, "tasks": {"config": {}},
+             "seeds": seeds, "metric": "test/loss", "mode": "min", "out": str(out.resolve())}  # fmt: skip
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,39 +51,19 @@ def main(argv: list[str] | None = None) -> int:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1 :]
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--config", required=True)
+    p.add_argument("--config", required=True, type=Path)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--metric", action="append", required=True, help="a logged key; repeat for several")
-    p.add_argument("--out", default="runs/sweep")
+    p.add_argument("--out", default="runs/sweep", type=Path)
     args = p.parse_args(argv)
-    stem = Path(args.config).stem
-    rows = {}
-    for seed in args.seeds:
-        save = Path(args.out) / stem / f"seed{seed}"
-        cmd = [sys.executable, str(ROOT / "train.py"), "fit", "--config", args.config,
-               f"--seed_everything={seed}", f"--data.init_args.seed={seed}",
-               f"--trainer.logger.init_args.save_dir={save}", *extra]  # fmt: skip
-        print(f"[sweep] seed {seed}: {' '.join(cmd[1:])}", flush=True)
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode != 0:
-            print(done.stdout[-2000:], done.stderr[-4000:], sep="\n", file=sys.stderr)
-            print(f"[sweep] seed {seed} failed (exit {done.returncode})", file=sys.stderr)
-            return done.returncode
-        run_files = sorted(save.glob("wandb/*run-*/run-*.wandb"), key=lambda f: f.stat().st_mtime)
-        if not run_files:
-            print(f"[sweep] seed {seed}: no W&B run file under {save}", file=sys.stderr)
-            return 1
-        rows[seed] = last_values(run_files[-1], args.metric)
-    width = max(len(m) for m in args.metric)
-    print("\n" + f"{'seed':>6}  " + "  ".join(f"{m:>{width}}" for m in args.metric))
-    for seed, vals in rows.items():
-        print(f"{seed:>6}  " + "  ".join(f"{vals.get(m, float('nan')):>{width}.4g}" for m in args.metric))
-    for name, fn in (("median", statistics.median), ("max", max)):
-        cells = []
-        for m in args.metric:
-            vals = [v[m] for v in rows.values() if m in v]
-            cells.append(f"{fn(vals):>{width}.4g}" if vals else f"{'n/a':>{width}}")
-        print(f"{name:>6}  " + "  ".join(cells))
+    suite = str(suite_file(args.config, args.seeds, args.out))
+    cmds = [[sys.executable, "-m", "memrnn.suite", "run", suite, *(["--", *extra] if extra else [])],
+            [sys.executable, "-m", "memrnn.suite", "collect", suite, *(a for m in args.metric for a in ("--last", m))]]  # fmt: skip
+    for cmd in cmds:
+        print("[sweep] " + shlex.join(["python", *cmd[1:]]), flush=True)
+        code = subprocess.run(cmd, env=ENV).returncode
+        if code:
+            return code
     return 0
 
 

@@ -15,7 +15,8 @@ suite gives it (``collect --exclude-overrides`` leaves it out of the table).  ``
 --select-on val/ce_gap --select-mode min`` tabulates, per architecture and task, the test score of
 the run with the best validation metric (DuSell & Chiang's ``print_best.py``) instead of the mean,
 median and best over runs; a suite's ``select`` makes that its default (``--select-on none``
-undoes it).
+undoes it).  ``collect --by-length``, ``--by-epoch`` and ``--last KEY`` add the tables of
+:mod:`memrnn.suite.tables` (``scripts/dusell_table.py`` and ``scripts/sweep.py`` run these).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from memrnn.suite.runner import (
     interrupted_checkpoint,
     off_suite,
     run_cell,
+    run_cells,
     run_local,
     running_elsewhere,
 )
@@ -100,7 +102,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--threads", type=int, default=1, help="torch threads per cell (default 1)")
     q.add_argument("--fresh", action="store_true", help=FRESH)
     q = add("cell", "run one cell in this process")
-    q.add_argument("--cell", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0")
+    q.add_argument("--cell", nargs="+", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0; "
+                   "several of one task, lr and seed run on one shared data module")  # fmt: skip
     q.add_argument("--index", type=int, help="the cell's index in `list`")
     q.add_argument("--arch")
     q.add_argument("--task")
@@ -119,6 +122,7 @@ def parser() -> argparse.ArgumentParser:
     q = add("sweep", "write a W&B sweep configuration of the suite's grid")
     q.add_argument("--config", type=Path, help="where to write it (default: <out>/sweep.yaml)")
     q = add("collect", "the results table, per-length curves and plot of the finished cells")
+    _filters(q)
     q.add_argument("--wandb", metavar="ENTITY/PROJECT/SWEEP_ID", help="read a W&B sweep's runs instead")
     q.add_argument("--to", type=Path, help="where to write them (default: <out>/results)")
     q.add_argument("--partial", action="store_true", help="exit 0 even if some cells are not done")
@@ -129,6 +133,14 @@ def parser() -> argparse.ArgumentParser:
                    help="tabulate per architecture and task the test score of the run with the best "
                    "value of this validation metric (e.g. val/ce_gap; `none`: mean / median / best over "
                    "runs); default: the suite's `select`")  # fmt: skip
+    q.add_argument("--by-length", action="store_true",
+                   help="also each task's test ce_gap by string length beside the length floor")  # fmt: skip
+    q.add_argument("--by-epoch", action="store_true",
+                   help="also each run's validation metric by epoch (the suite's select metric, else "
+                   "val/<its test metric>) and the epoch its test read")  # fmt: skip
+    q.add_argument("--last", action="append", default=[], metavar="KEY",
+                   help="also each run's last logged value of KEY (from its W&B run file; repeat) and "
+                   "their median and max")  # fmt: skip
     q.add_argument("--select-mode", choices=("min", "max"),
                    help="whether the lowest (min) or highest (max) --select-on value is best")  # fmt: skip
     return p
@@ -163,9 +175,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.command == "cell":
+        if args.cell is not None and len(args.cell) > 1:
+            try:
+                group = [suite.cell(name) for name in args.cell]
+                if args.force:
+                    for c in group:
+                        (suite.cell_dir(c) / "result.json").unlink(missing_ok=True)
+                return 1 if run_cells(suite, group, extra, resume=not (args.fresh or args.force)) else 0
+            except (KeyError, ValueError) as e:
+                print(f"error: {e.args[0]}", file=sys.stderr)
+                return 2
         try:
             if args.cell is not None:
-                cell = suite.cell(args.cell)
+                cell = suite.cell(args.cell[0])
             elif args.index is not None:
                 cells = suite.cells()
                 if not 0 <= args.index < len(cells):
@@ -250,6 +272,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     # collect
+    try:
+        suite = suite.subset(arch=args.arch, task=args.task, seed=args.seed, lr=args.lr)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
     select: dict[str, str] | str | None = "suite"
     if args.select_on is not None and args.select_on != "none" and args.select_mode is None:
         print("error: --select-on needs --select-mode min or max (which value is best)", file=sys.stderr)
@@ -267,10 +294,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             results = collect(suite, exclude_overrides=args.exclude_overrides, select=select)
         paths = results.write(args.to or suite.out / "results")
+        text = results.table()
+        if args.by_length or args.by_epoch or args.last:
+            import memrnn.suite.tables as tables
+
+            if args.by_length:
+                text += "\ntest/ce_gap by string length (median / max over runs (runs)):\n\n"
+                text += tables.by_length(results) + "\n"
+            if args.by_epoch:
+                text += f"\n{tables.epoch_metric(suite)} by epoch:\n\n" + tables.by_epoch(results) + "\n"
+            if args.last:
+                text += "\n" + tables.last_logged(results, args.last) + "\n"
+            paths["table"].write_text(text)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(results.table())
+    print(text)
     print(f"written: {', '.join(str(p) for p in paths.values())}")
     return 0 if args.partial or not results.missing else 1
 

@@ -42,7 +42,7 @@ from memrnn.suite.runner import TESTED_PREFIX, cell_status, off_suite
 
 if TYPE_CHECKING:  # matplotlib and memrnn.lit (Lightning) are imported when a table is made
     from matplotlib.figure import Figure
-from memrnn.suite.spec import Suite, check_select
+from memrnn.suite.spec import Cell, Suite, check_select
 
 #: the per-length curve tabulated when the suite's metric does not name one
 CURVE_ORDER = ("acc", "ce_gap", "accept_end", "next_set_sequence")
@@ -136,7 +136,7 @@ class Results:
 
     def summary(self) -> dict[tuple[str, str], dict[str, Any]]:
         """Per (architecture, task): ``mean``, ``median``, ``best`` (max, or min when the suite's
-        mode is ``min``), ``n`` runs, and the ``best_lr`` whose median over seeds is best; with a
+        mode is ``min``), ``max``, ``min``, ``n`` runs, and the ``best_lr`` whose median over seeds is best; with a
         selection, also ``selected`` (the chosen run's cell), ``selected_score`` (its test score)
         and ``selected_val`` (its validation metric)."""
         pick = max if self.suite.mode == "max" else min
@@ -152,6 +152,8 @@ class Results:
                 "mean": statistics.fmean(scores),
                 "median": statistics.median(scores),
                 "best": pick(scores),
+                "max": max(scores),
+                "min": min(scores),
                 "n": len(scores),
                 "off_suite": sum(bool(r.get("off_suite")) for r in rows),
                 "best_lr": best_lr,
@@ -167,8 +169,11 @@ class Results:
         """A markdown table, tasks by architectures: ``mean / median / best (n)`` of the suite's
         metric over seeds and learning rates or, with a selection, ``score (lr…/seed…: val; n)``
         (the selected run's test score, the run, its validation metric), with the parameter counts
-        under the header and the rule in the first line; ``(n, k*)`` where k of the n runs ran
-        with other arguments than the suite's (named in a note under the table)."""
+        under the header (none when no run recorded them: results of the former
+        ``scripts/dusell_table.py``) and the rule in the first line; ``(n, k*)`` where k of the n
+        runs ran with other arguments than the suite's (named in a note under the table).  The
+        suite's ``stats`` say which statistics a cell shows, ``labels`` name the rows and columns,
+        and ``floor`` adds a ``length floor`` column (:func:`memrnn.suite.tables.task_floor`)."""
         s = self.suite
         best = "max" if s.mode == "max" else "min"
         summ = self.summary()
@@ -183,37 +188,42 @@ class Results:
             )
         over = "seeds" + (" and learning rates" if s.lrs else "")
         if self.select is None:
-            rule = f"`{s.metric}`: mean / median / {best} over {over} (runs)"
+            shown = " / ".join(best if x == "best" else x for x in s.stats)
+            rule = f"`{s.metric}`: {shown} over {over} (runs)"
         else:
             sel, lowest = self.select["metric"], "lowest" if self.select["mode"] == "min" else "highest"
             rule = (
                 f"`{s.metric}` of the run with the {lowest} `{sel}` over {over} (selection on validation, "
                 f"as DuSell & Chiang's print_best.py), with that run and its `{sel}` (runs)"
             )
+        floor = ["length floor"] if s.floor else []
+        counted = any(p != "—" for p in params)
         lines = [
-            rule + "; parameters under each architecture (a range where the tasks' vocabularies differ)",
+            rule + ("; parameters under each architecture (a range where the tasks' vocabularies differ)"
+                    if counted else ""),
             "",
-            "| task | " + " | ".join(archs) + " |",
-            "|---" * (len(archs) + 1) + "|",
-            "| *parameters* | " + " | ".join(params) + " |",
-        ]
+            "| task | " + " | ".join(floor + [s.label("arch", a) for a in archs]) + " |",
+            "|---" * (len(archs) + 1 + len(floor)) + "|",
+        ] + (["| *parameters* | " + " | ".join(["—"] * len(floor) + params) + " |"] if counted else [])  # fmt: skip
+        if s.floor:
+            from memrnn.suite.tables import task_floor
+
+            floors = {t: task_floor(s, t) for t in s.tasks}
         for task in s.tasks:
-            cells = []
+            cells = [] if not s.floor else ["—" if floors[task] is None else f"{floors[task]:.3f}"]
             for a in archs:
                 v = summ.get((a, task))
                 marked = f", {v['off_suite']}*" if v and v["off_suite"] else ""
                 if not v:
                     cells.append("—")
                 elif self.select is None:
-                    cells.append(
-                        f"{_num(v['mean'])} / {_num(v['median'])} / {_num(v['best'])} ({v['n']}{marked})"
-                    )
+                    cells.append(" / ".join(_num(v[x]) for x in s.stats) + f" ({v['n']}{marked})")
                 else:
                     run = v["selected"].split("/", 2)[2]  # the cell's lr/seed part
                     cells.append(
                         f"{_num(v['selected_score'])} ({run}: {_num(v['selected_val'])}; {v['n']}{marked})"
                     )
-            lines.append(f"| {task} | " + " | ".join(cells) + " |")
+            lines.append(f"| {s.label('task', task)} | " + " | ".join(cells) + " |")
         by_difference: dict[str, list[str]] = defaultdict(list)
         for r in self.rows:
             if r.get("off_suite"):
@@ -351,6 +361,23 @@ class Results:
         return fig
 
 
+def read_result(suite: Suite, cell: Cell) -> dict[str, Any]:
+    """A done cell's ``result.json``; one the former ``scripts/dusell_table.py`` wrote (in a folder
+    of the suite's ``folder`` pattern, ``<model>_<task>/seed<S>``) read as a suite's: its
+    ``test_ce_gap`` is the ``score`` (and ``metrics``), ``val_ce_gap_by_epoch`` the
+    ``val_by_epoch`` of ``val/ce_gap``, and ``checkpoint_epoch`` (from 1) the ``val_epoch`` (from 0)."""
+    result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
+    if "score" not in result and "test_ce_gap" in result:
+        if suite.metric != "test/ce_gap":
+            raise ValueError(f"{suite.cell_dir(cell)}: a result of scripts/dusell_table.py has test/ce_gap, "
+                             f"not the suite's metric {suite.metric!r}")  # fmt: skip
+        tested = result.get("checkpoint_epoch")
+        result = {**result, "score": result["test_ce_gap"], "metrics": {"test/ce_gap": result["test_ce_gap"]},
+                  "val_by_epoch": {"val/ce_gap": result.get("val_ce_gap_by_epoch") or []},
+                  "val_epoch": None if tested is None else tested - 1}  # fmt: skip
+    return result
+
+
 def collect(
     suite: Suite, *, exclude_overrides: bool = False, select: dict[str, str] | str | None = "suite"
 ) -> Results:
@@ -366,7 +393,7 @@ def collect(
         if status != "done":
             missing[cell.name] = status
             continue
-        result = json.loads((suite.cell_dir(cell) / "result.json").read_text())
+        result = read_result(suite, cell)
         differs = off_suite(suite, cell, result)
         if differs and exclude_overrides:
             missing[cell.name] = "other arguments: " + "; ".join(differs)

@@ -213,7 +213,14 @@ def off_suite(suite: Suite, cell: Cell, result: dict[str, Any]) -> list[str]:
     --trainer.max_steps=2000)"``, ``"without --k=v"`` (the suite now adds one), or a parameter
     budget.  Results written before ``overrides`` was recorded are read from their ``args``."""
     expected = suite_args(suite, cell)
-    if "overrides" in result and "suite_args" in result:
+    if "suite_args" not in result and "args" not in result and "test_ce_gap" in result:
+        # the former scripts/dusell_table.py's: its config and seed, then its overrides, unordered
+        config = _comparable(["--config", str(suite.architectures[cell.arch].config_for(cell.task))], suite)
+        script = [*config, f"--seed_everything={cell.seed}", f"--data.init_args.seed={cell.seed}"]
+        script += result.get("overrides") or []
+        overrides, ran = [], [a for a in expected if a in script] + [a for a in script if a not in expected]
+        result = {**result, "budget": suite.budget if suite.architectures[cell.arch].budget_key else None}
+    elif "overrides" in result and "suite_args" in result:
         overrides, ran = list(result["overrides"]), list(result["suite_args"])
     else:  # an older result: its args are the suite's, the budget's size, then the overrides
         ran = _comparable(result.get("args") or [], suite)
@@ -243,7 +250,14 @@ def off_suite(suite: Suite, cell: Cell, result: dict[str, Any]) -> list[str]:
     return out
 
 
-def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: bool = True) -> dict[str, Any]:
+def run_cell(
+    suite: Suite,
+    cell: Cell,
+    extra: Sequence[str] = (),
+    *,
+    resume: bool = True,
+    shared: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Train ``cell`` (``trainer.fit``), test the checkpoint with the best monitored value (the
     last weights without checkpointing), and write ``result.json`` into the cell's folder:
     the cell's coordinates, ``metrics`` (every scalar the test logged), ``curves`` (the test's
@@ -266,6 +280,12 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     continues from its latest epoch (:func:`interrupted_checkpoint`; the same W&B run, folder and
     best-checkpoint tracking), unless the suite now gives it another model (then it starts again,
     with a warning naming the difference).
+
+    ``shared``: a dict that the cells of one (task, lr, seed) pass along (:func:`run_cells`): the
+    first sets up its data module there, the others train on it after checking that their
+    config resolves to the same ``data`` section (``ValueError`` naming both cells otherwise).
+    The result then also keeps ``val_by_epoch`` (``{val metric: [epoch 1, 2, …]}``, ``None`` for
+    an epoch that logged none).
 
     Runs in this process (one cell, one W&B run); DDP ranks each call it, rank 0 writes."""
     import wandb
@@ -297,17 +317,27 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             sized = fit_budget(suite, cell, defaults, extra)
             args = [*suite.cli_args(cell), *suite.architectures[cell.arch].sized(sized), *extra]
         cli = build_cli(args, run=False, default_config_files=defaults, continue_from=last)
-        trainer, model = cli.trainer, cli.model
+        trainer, model, data = cli.trainer, cli.model, cli.datamodule
+        if shared is not None:
+            section = cli.config.data.as_dict()
+            if not shared:
+                data.setup("fit")
+                data.setup("test")
+                shared.update(data=data, section=section, cell=cell.name)
+            elif section != shared["section"]:
+                raise ValueError(f"{cell.name}: its config resolves to another data section than "
+                                 f"{shared['cell']}'s; cells that share data must draw the same")  # fmt: skip
+            data = shared["data"]
         record = ValidationRecord()
         trainer.callbacks.insert(0, record)
         if cli.continue_from is not None:
             _say(f"[suite {suite.name}] {cell.name}: continuing from {cli.continue_from}")
-        trainer.fit(model, datamodule=cli.datamodule, ckpt_path=cli.continue_from)
+        trainer.fit(model, datamodule=data, ckpt_path=cli.continue_from)
         ckpt = trainer.checkpoint_callback
         # the checkpoint with the best validation (default), or the final weights ("last": the
         # protocol of a paper that has no validation, Delétang et al.'s)
         best = ckpt.best_model_path if ckpt is not None and suite.test_checkpoint == "best" else ""
-        (tested,) = trainer.test(model, datamodule=cli.datamodule, ckpt_path=best or None)
+        (tested,) = trainer.test(model, datamodule=data, ckpt_path=best or None)
         curves = model.length_curves("test") if hasattr(model, "length_curves") else {}
         best_score = ckpt.best_model_score if ckpt is not None else None
         validated = record.tested(ckpt, best)
@@ -337,6 +367,7 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
             "data_seed": suite.data_seed_of(cell),
             "val_metrics": val_metrics,
             "val_epoch": None if validated is None else validated["epoch"],
+            "val_by_epoch": by_epoch(record.epochs),
         }
         if trainer.is_global_zero:
             if result["score"] is None:
@@ -355,6 +386,43 @@ def run_cell(suite: Suite, cell: Cell, extra: Sequence[str] = (), *, resume: boo
     finally:
         if wandb.run is not None:
             wandb.finish(exit_code=failed)
+
+
+def by_epoch(epochs: Sequence[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """``{val metric: [its value at epoch 1, 2, …]}`` from a :class:`ValidationRecord`'s epochs
+    (an epoch validated again after an interruption: the later value; ``None``: none logged)."""
+    merged: dict[str, dict[int, float]] = {}
+    for e in epochs:
+        for k, v in e["metrics"].items():
+            if k.startswith("val/"):
+                merged.setdefault(k, {})[int(e["epoch"])] = v
+    return {k: [v.get(i) for i in range(max(v) + 1)] for k, v in merged.items()}
+
+
+def run_cells(suite: Suite, cells: Sequence[Cell], extra: Sequence[str] = (), *, resume: bool = True) -> int:
+    """Run ``cells`` (of one task, learning rate and seed) in this process on one shared data
+    module (:func:`run_cell`'s ``shared``; the suite's ``share_data``), skipping those done and
+    those a live process of this machine is running (:func:`running_elsewhere`); a failing cell
+    is reported and the next one runs.  Returns how many failed."""
+    keys = {(c.task, c.lr, c.seed) for c in cells}
+    if len(keys) > 1:
+        raise ValueError(f"cells that share data need one task, lr and seed; got {sorted(map(str, keys))}")
+    shared: dict[str, Any] = {}
+    failed = 0
+    for cell in cells:
+        if cell_status(suite, cell) == "done":
+            continue
+        pid = live_owner(suite.cell_dir(cell))  # a failed cell's stamp too: another runner retries it
+        if pid is not None:
+            _say(f"[suite {suite.name}] {cell.name}: running in process {pid}; not started again")
+            continue
+        try:
+            result = run_cell(suite, cell, extra, resume=resume, shared=shared)
+            _say(f"[suite {suite.name}] {cell.name}: {suite.metric} = {result['score']:.6g}")
+        except Exception:
+            failed += 1
+            _say(f"[suite {suite.name}] {cell.name} FAILED:\n{traceback.format_exc()}")
+    return failed
 
 
 def _parameters(args: Sequence[str], defaults: Sequence[Path]) -> int:
@@ -414,7 +482,9 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
 
-def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str], fresh: bool = False) -> list[str]:
+def _cell_command(
+    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], fresh: bool = False
+) -> list[str]:
     cmd = [
         sys.executable,
         "-m",
@@ -422,7 +492,7 @@ def _cell_command(suite: Suite, cell: Cell, extra: Sequence[str], fresh: bool = 
         "cell",
         str(suite.path),
         "--cell",
-        cell.name,
+        *(c.name for c in cells),
         "--out",
         str(suite.out),
         *(["--fresh"] if fresh else []),
@@ -441,7 +511,8 @@ def run_local(
     fresh: bool = False,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
-    a time, each ``python -m memrnn.suite cell …`` with ``threads`` torch threads (and glibc's heap
+    a time (with the suite's ``share_data``, one process per task, lr and seed, its log named for its
+    architectures: :func:`run_cells`), each ``python -m memrnn.suite cell …`` with ``threads`` torch threads (and glibc's heap
     kept: :func:`worker_env`) and its output
     in ``<out>/logs/<cell name>.log``.  Returns ``{cell name: status}`` for the cells it ran, in the
     suite's order
@@ -453,55 +524,71 @@ def run_local(
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
     order = [c.name for c in todo]
+    groups: list[list[Cell]] = []  # one process each: a cell, or with share_data a (task, lr, seed)
+    if suite.share_data:
+        by_key: dict[tuple[str, float | None, int], list[Cell]] = {}
+        for c in todo:
+            by_key.setdefault((c.task, c.lr, c.seed), []).append(c)
+        groups = list(by_key.values())
+    else:
+        groups = [[c] for c in todo]
     env = worker_env(threads)
-    running: list[tuple[Cell, subprocess.Popen, Path, float]] = []
+    running: list[tuple[list[Cell], subprocess.Popen, Path, float]] = []
     report: dict[str, str] = {}
-    log(f"[suite {suite.name}] {len(todo)} cell(s) to run, {jobs} at a time")
+    unit = "process(es) of a task, lr and seed sharing data" if suite.share_data else "cell(s)"
+    log(f"[suite {suite.name}] {len(todo)} cell(s) to run in {len(groups)} {unit}, {jobs} at a time")
     previous = None
     if threading.current_thread() is threading.main_thread():
         # SIGTERM (kill, SLURM's time limit) would end this process without its `finally`,
         # leaving its cells running as orphans: turn it into an exit that stops them first
         previous = signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
-        while todo or running:
-            while todo and len(running) < jobs:
-                cell = todo.pop(0)
-                if cell_status(suite, cell) == "done":  # another runner finished it meanwhile
-                    log(f"[suite {suite.name}] {cell.name}: done by another runner")
-                    report[cell.name] = "done"
+        while groups or running:
+            while groups and len(running) < jobs:
+                group, start = groups.pop(0), []
+                for cell in group:
+                    if cell_status(suite, cell) == "done":  # another runner finished it meanwhile
+                        log(f"[suite {suite.name}] {cell.name}: done by another runner")
+                        report[cell.name] = "done"
+                    elif (pid := running_elsewhere(suite, cell)) is not None:
+                        log(f"[suite {suite.name}] {cell.name}: running in process {pid}; not started again")
+                        report[cell.name] = f"running in process {pid}"
+                    else:
+                        start.append(cell)
+                if not start:
                     continue
-                pid = running_elsewhere(suite, cell)
-                if pid is not None:
-                    log(f"[suite {suite.name}] {cell.name}: running in process {pid}; not started again")
-                    report[cell.name] = f"running in process {pid}"
-                    continue
-                path = suite.out / "logs" / f"{cell.name.replace('/', '_')}.log"
+                name = start[0].name if len(start) == 1 else "-".join(c.arch for c in start) + "/" + (
+                    start[0].name.split("/", 1)[1])  # fmt: skip
+                path = suite.out / "logs" / f"{name.replace('/', '_')}.log"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:
                     proc = subprocess.Popen(
-                        _cell_command(suite, cell, extra, fresh), stdout=fh, stderr=subprocess.STDOUT, env=env
+                        _cell_command(suite, start, extra, fresh),
+                        stdout=fh,
+                        stderr=subprocess.STDOUT,
+                        env=env,
                     )
-                running.append((cell, proc, path, time.perf_counter()))
-                log(f"[suite {suite.name}] start {cell.name} (log {path})")
+                running.append((start, proc, path, time.perf_counter()))
+                log(f"[suite {suite.name}] start {', '.join(c.name for c in start)} (log {path})")
             time.sleep(0.2)
             for item in list(running):
-                cell, proc, path, t0 = item
+                group, proc, path, t0 = item
                 if proc.poll() is None:
                     continue
                 running.remove(item)
-                if proc.returncode == 0 and cell_status(suite, cell) == "done":
-                    report[cell.name] = "done"
-                    score = json.loads((suite.cell_dir(cell) / "result.json").read_text())["score"]
-                    log(
-                        f"[suite {suite.name}] {cell.name}: {suite.metric} {score:.4g} ({time.perf_counter() - t0:.0f} s)"
-                    )
-                else:
-                    report[cell.name] = f"failed (exit {proc.returncode}; log {path})"
-                    tail = path.read_text(errors="replace").strip().splitlines()[-5:]
-                    log(
-                        f"[suite {suite.name}] {cell.name}: FAILED (exit {proc.returncode}; log {path})\n    "
-                        + "\n    ".join(tail)
-                    )
+                for cell in group:
+                    if cell_status(suite, cell) == "done":
+                        report[cell.name] = "done"
+                        score = json.loads((suite.cell_dir(cell) / "result.json").read_text())["score"]
+                        log(f"[suite {suite.name}] {cell.name}: {suite.metric} {score:.4g} "
+                            f"({time.perf_counter() - t0:.0f} s)")  # fmt: skip
+                    else:
+                        report[cell.name] = f"failed (exit {proc.returncode}; log {path})"
+                        tail = path.read_text(errors="replace").strip().splitlines()[-5:]
+                        log(
+                            f"[suite {suite.name}] {cell.name}: FAILED (exit {proc.returncode}; log {path})\n    "
+                            + "\n    ".join(tail)
+                        )
     finally:
         for _, proc, _, _ in running:
             proc.terminate()

@@ -23,6 +23,11 @@ A suite is a YAML file (``configs/suites/*.yaml``)::
     sample:                                # optional: hyper-parameters drawn per cell (a trial)
       model.init_args.lr: {loguniform: [1.0e-4, 1.0e-2]}
     slurm: {time: "04:00:00", cpus-per-task: 1}   # #SBATCH options of the array job
+    folder: "{arch}_{task}/seed{seed}"     # optional: each cell's folder under `out` (default: its name)
+    share_data: true                       # optional: the architectures of a (task, lr, seed) share data
+    labels: {arch: {lstm: LSTM}, task: {reverse_string: Reverse}}   # optional: names the tables print
+    stats: [median, max, min]              # optional: what a table cell shows (default: mean, median, best)
+    floor: true                            # optional: a length-floor column (memrnn.languages.length_floor)
 
 An architecture's config path may contain ``{task}``: each task's cells then start from the
 config with the task's name in its place, and every one of them must exist
@@ -64,6 +69,23 @@ run to test; without it, the mean, median and best test score over them
 (:class:`memrnn.suite.collect.Results`).  ``python -m memrnn.suite collect --select-on`` gives or
 overrides it.
 
+``folder`` is the pattern of a cell's folder under ``out`` (fields ``{arch}``, ``{task}``,
+``{seed}`` and, with ``lrs``, ``{lr}``); ``configs/suites/dusell.yaml`` keeps the layout of the
+former ``scripts/dusell_table.py`` (``<model>_<task>/seed<S>``), so that its committed results
+(``benchmarks/results/dusell``) are collected as they are.
+
+With ``share_data``, ``run`` starts one process per (task, learning rate, seed) that trains the
+cells of every architecture on one data module, built (and its test strings scored: an exact
+inside pass per string for DuSell & Chiang's languages) once; every architecture's config must
+resolve to the same ``data`` section, else its cell fails naming both
+(:func:`memrnn.suite.runner.run_cells`).
+
+``labels`` (``{arch: {name: label}, task: {name: label}}``), ``stats`` (which of ``mean``,
+``median``, ``best``, ``max``, ``min`` a table cell shows, in order; DuSell & Chiang's table as
+memrnn reports it: ``[median, max, min]``) and ``floor`` (a column of each task's length floor on
+its training lengths: :func:`memrnn.languages.length_floor`, the gap a model of the training
+distribution has there) shape ``collect``'s table (:class:`memrnn.suite.collect.Results`).
+
 Paths are relative to the suite file.  A cell's command line is, in this order: ``--config``
 of its architecture, the suite's ``args``, the task's, the architecture's, the drawn ones, then the
 seed (``--seed_everything``, and ``--data.init_args.seed``: ``data_seed`` when given), the learning
@@ -74,6 +96,7 @@ folder under the suite's ``out``.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -86,7 +109,9 @@ import yaml
 #: the keys a suite file may have
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
               "args", "metric", "mode", "out", "slurm", "budget", "sample", "select",
-              "data_seed", "test_checkpoint")  # fmt: skip
+              "data_seed", "test_checkpoint", "folder", "share_data", "labels", "stats", "floor")  # fmt: skip
+#: the statistics over runs a table cell may show (``stats``)
+STATS = ("mean", "median", "best", "max", "min")
 #: the distributions ``sample`` draws from, and what each takes
 DISTRIBUTIONS = {"loguniform": "[low, high], 0 < low < high", "uniform": "[low, high], low < high",
                  "int_uniform": "[low, high] integers, low <= high", "choice": "a non-empty list"}  # fmt: skip
@@ -243,6 +268,16 @@ class Suite:
     data_seed: int | None = None
     #: the weights a cell tests: ``"best"`` (validation) or ``"last"`` (module docstring)
     test_checkpoint: str = "best"
+    #: a cell's folder under ``out``, a pattern of ``{arch} {task} {lr} {seed}`` (None: its name)
+    folder: str | None = None
+    #: the architectures of one (task, lr, seed) train in one process on one data module
+    share_data: bool = False
+    #: ``{"arch": {name: label}, "task": {name: label}}``: what the tables print
+    labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: what a table cell shows over runs, in order (:data:`STATS`)
+    stats: tuple[str, ...] = ("mean", "median", "best")
+    #: a column of each task's length floor in the table
+    floor: bool = False
 
     @classmethod
     def load(cls, path: str | Path, *, out: str | Path | None = None) -> Suite:
@@ -339,6 +374,33 @@ class Suite:
         test_checkpoint = raw.get("test_checkpoint", "best")
         if test_checkpoint not in ("best", "last"):
             raise ValueError(f"{path}: 'test_checkpoint' must be 'best' or 'last', got {test_checkpoint!r}")
+        folder = raw.get("folder")
+        if folder is not None:
+            needs = ["arch", "task", "seed", *(["lr"] if lrs else [])]
+            try:
+                names = {f: f"<{f}>" for f in ("arch", "task", "seed", "lr")}
+                filled = str(folder).format(**names)
+            except (KeyError, IndexError, ValueError) as e:
+                raise ValueError(f"{path}: 'folder' may name only {{arch}}, {{task}}, {{seed}}, {{lr}}: "
+                                 f"{folder!r} ({e!r})") from None  # fmt: skip
+            lacking = [f for f in needs if f"<{f}>" not in filled]
+            if lacking or not isinstance(folder, str) or folder.startswith("/"):
+                raise ValueError(f"{path}: 'folder' {folder!r} must be a relative pattern with "
+                                 f"{', '.join('{' + f + '}' for f in needs)}")  # fmt: skip
+        labels = raw.get("labels") or {}
+        if (
+            not isinstance(labels, dict)
+            or set(labels) - {"arch", "task"}
+            or not all(isinstance(v, dict) for v in labels.values())
+        ):
+            raise ValueError(f"{path}: 'labels' must be {{arch: {{name: label}}, task: {{name: label}}}}, "
+                             f"got {labels!r}")  # fmt: skip
+        stats = raw.get("stats", ["mean", "median", "best"])
+        if not isinstance(stats, list) or not stats or any(x not in STATS for x in stats):
+            raise ValueError(f"{path}: 'stats' must be a non-empty list of {list(STATS)}, got {stats!r}")
+        for key in ("share_data", "floor"):
+            if not isinstance(raw.get(key, False), bool):
+                raise ValueError(f"{path}: {key!r} must be true or false, got {raw[key]!r}")
         slurm = raw.get("slurm") or {}
         if not isinstance(slurm, dict):
             raise ValueError(f"{path}: 'slurm' must be a mapping of #SBATCH options, got {slurm!r}")
@@ -367,6 +429,11 @@ class Suite:
             select=select,
             data_seed=data_seed,
             test_checkpoint=test_checkpoint,
+            folder=folder,
+            share_data=bool(raw.get("share_data", False)),
+            labels={k: {str(a): str(b) for a, b in v.items()} for k, v in labels.items()},
+            stats=tuple(stats),
+            floor=bool(raw.get("floor", False)),
         )
 
     def cells(self) -> list[Cell]:
@@ -402,8 +469,33 @@ class Suite:
         raise AssertionError("unreachable: every coordinate was checked")  # pragma: no cover
 
     def cell_dir(self, cell: Cell) -> Path:
-        """The cell's folder: ``<out>/<cell name>``."""
-        return self.out / cell.name
+        """The cell's folder: ``<out>/<cell name>``, or ``<out>/<folder>`` with the suite's
+        ``folder`` pattern filled in."""
+        if self.folder is None:
+            return self.out / cell.name
+        lr = "" if cell.lr is None else f"{cell.lr:g}"
+        return self.out / self.folder.format(arch=cell.arch, task=cell.task, seed=cell.seed, lr=lr)
+
+    def subset(self, **wanted: Any) -> Suite:
+        """This suite with only the given ``arch``, ``task``, ``seed`` and ``lr`` values (lists;
+        None or empty: all), e.g. to collect part of it; an unknown value raises ``KeyError``."""
+        parts = {"arch": self.architectures, "task": self.tasks, "seed": self.seeds, "lr": self.lrs}
+        for key, values in wanted.items():
+            bad = [v for v in values or [] if v not in parts[key]]
+            if bad:
+                raise KeyError(f"suite {self.name!r} has no {key} {bad}; it has {list(parts[key])}")
+        keep = {k: wanted.get(k) or list(v) for k, v in parts.items()}
+        return dataclasses.replace(
+            self,
+            architectures={k: v for k, v in self.architectures.items() if k in keep["arch"]},
+            tasks={k: v for k, v in self.tasks.items() if k in keep["task"]},
+            seeds=[s for s in self.seeds if s in keep["seed"]],
+            lrs=[x for x in self.lrs if x in keep["lr"]],
+        )
+
+    def label(self, kind: str, name: str) -> str:
+        """What the tables print for architecture (``kind="arch"``) or task ``name``."""
+        return self.labels.get(kind, {}).get(name, name)
 
     def sampled(self, cell: Cell) -> dict[str, Any]:
         """The values ``sample`` draws for ``cell`` (module docstring): always the same for the
