@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
+from memrnn.ops.stack_rnn import reference
 from memrnn.ops.stack_rnn.cpu import StackRNNSequence
 from memrnn.ops.stack_rnn.specs import KERNELS, MEMORIES, NATIVE_MEMORIES, SPECS, TRITON_MEMORIES
 
@@ -77,9 +78,7 @@ def stack_rnn_sequence(
     if impl == "triton" and mlp:  # asked for by name: the kernels have no value MLP
         impl = "cpu"
     if impl == "reference":
-        from memrnn.ops.stack_rnn import reference  # looked up at the call: tests spy on it
-
-        return reference.stack_rnn_reference(
+        return reference.stack_rnn_reference(  # looked up at the call: tests spy on it
             x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
             memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow, value_mlp=mlp,
         )  # fmt: skip
