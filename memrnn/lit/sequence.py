@@ -13,108 +13,46 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
-from torchmetrics.classification import MulticlassAccuracy
-from torchmetrics.text import Perplexity
+from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from memrnn.core.checks import finite_float, positive_int
+from memrnn.core.checks import finite_float
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX, LanguageDataModule, bos_inputs
 from memrnn.lit.init import check_init, dusell_init_, flare_init_, haiku_init_, hewitt_init_
 from memrnn.lit.metrics import (
-    AcceptorAccuracy,
-    BracketClosingAccuracy,
-    CrossEntropyGap,
-    NextSetAccuracy,
     PerLengthStats,
 )
+from memrnn.lit.objectives import (
+    LOSS_REDUCTIONS,
+    NEEDS,
+    OBJECTIVES,
+    READOUT_ACTIVATIONS,
+    LRSchedulerCallable,
+    TiedReadout,
+    acceptor_end_logits,
+    check_bool,
+    check_initial_output,
+    check_layer_factory,
+    check_objectives,
+    check_optimizer,
+    check_tie,
+    curve_stats,
+    embedding_width,
+    make_metrics,
+)
 
-#: ``Callable[[Optimizer], scheduler]``: in YAML a ``class_path`` of ``torch.optim.lr_scheduler``
-LRSchedulerCallable = Callable[[Optimizer], LRScheduler | ReduceLROnPlateau]
-OBJECTIVES = ("generator", "next_set", "acceptor_end", "acceptor_prefix")
-#: ``readout_activation``: applied to the layer's outputs before every head
-READOUT_ACTIVATIONS = {"identity": lambda h: h, "relu": F.relu}
-#: ``loss_reduction``: how the generator's and next-set's per-position losses make one number
-LOSS_REDUCTIONS = ("token", "string", "sum_per_string")
-#: batch keys each objective needs (from FormalLanguageDataModule / AcceptorDataModule)
-NEEDS = {
-    "generator": ("target",),
-    "next_set": ("next_set",),
-    "acceptor_end": ("label", "lengths"),
-    "acceptor_prefix": ("prefix_label",),
-}
-
-
-def acceptor_end_logits(logits: Tensor, lengths: Tensor) -> Tensor:
-    """``logits [B, T]`` read at each sequence's own last position ``lengths − 1`` -> ``[B]``
-    (never the padded end)."""
-    return logits.gather(1, (lengths - 1).clamp_min(0)[:, None].to(logits.device))[:, 0]
-
-
-def _check_objectives(objectives: Mapping[str, float] | None) -> dict[str, float]:
-    """The objectives with their coefficients (default the generator alone); unknown names and
-    non-positive coefficients raise."""
-    objectives = dict(objectives or {"generator": 1.0})
-    for name, coef in objectives.items():
-        if name not in OBJECTIVES:
-            raise ValueError(f"unknown objective {name!r}; choose from {', '.join(OBJECTIVES)}")
-        if not coef > 0:
-            raise ValueError(f"objective {name!r} needs a positive coefficient, got {coef}")
-    return objectives
-
-
-def _check_layer_factory(layer: Any) -> None:
-    """A clear error for a ``layer`` that is not a callable of the input size: a module instance
-    (``nn.LSTM(…)``, a built ``LSTMLayer``) is callable, but calling it with an int crashes deep
-    in torch."""
-    if isinstance(layer, nn.Module) or not callable(layer):
-        what = f"an {type(layer).__name__} instance" if isinstance(layer, nn.Module) else repr(layer)
-        raise ValueError(
-            f"layer must be a callable of the input size returning a memrnn MemoryLayer, e.g. "
-            f"functools.partial(memrnn.layers.LSTMLayer, hidden_size=64) (in YAML a class_path with "
-            f"init_args that omit input_size); got {what}"
-        )
-
-
-def _embedding_width(embedding: str, embedding_dim: int | None, vocab_size: int) -> int:
-    """The layer's input size: ``vocab_size`` for one-hot tokens, else ``embedding_dim`` (16)."""
-    if embedding not in ("learned", "one_hot"):
-        raise ValueError(f"unknown embedding {embedding!r}; choose 'learned' or 'one_hot'")
-    if embedding == "one_hot":
-        if embedding_dim not in (None, vocab_size):
-            raise ValueError(
-                f"embedding='one_hot' feeds vocab_size={vocab_size} features; embedding_dim="
-                f"{embedding_dim} would be ignored (leave it out)"
-            )
-        return vocab_size
-    return positive_int("embedding_dim", 16 if embedding_dim is None else embedding_dim)
-
-
-def _check_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return value
-
-
-class TiedReadout(nn.Module):
-    """The generator's readout tied to the input embedding, without a bias: ``logits = h ·
-    E[:num_symbols]ᵀ`` for the embedding matrix ``E [vocab_size, D]`` (``weight`` *is*
-    ``embedding.weight``, one parameter), as FLaRe's language-modelling head (rau's
-    ``TiedLinear``: ``linear(x, embeddings[:output_size])``).  The output ids are the first
-    ``num_symbols`` input ids (the symbols and ``END``; ``BOS``, the last input id, has no output)."""
-
-    def __init__(self, embedding: nn.Embedding, num_symbols: int) -> None:
-        super().__init__()
-        self.weight = embedding.weight
-        self.in_features, self.out_features = embedding.weight.shape[1], num_symbols
-        self.bias = None
-
-    def forward(self, h: Tensor) -> Tensor:
-        """``h [..., D]`` -> logits ``[..., num_symbols]``."""
-        return F.linear(h, self.weight[: self.out_features])
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias=False, tied"
+#: the module, and the names of :mod:`memrnn.lit.objectives` it has always offered
+__all__ = [
+    "LOSS_REDUCTIONS",
+    "NEEDS",
+    "OBJECTIVES",
+    "READOUT_ACTIVATIONS",
+    "LRSchedulerCallable",
+    "SequenceModule",
+    "TiedReadout",
+    "acceptor_end_logits",
+    "check_optimizer",
+]
 
 
 class SequenceModule(L.LightningModule):
@@ -245,8 +183,8 @@ class SequenceModule(L.LightningModule):
         restart_optimizer_on_decay: bool = False,
     ) -> None:
         super().__init__()
-        objectives = _check_objectives(objectives)
-        _check_layer_factory(layer)
+        objectives = check_objectives(objectives)
+        check_layer_factory(layer)
         if readout_activation not in READOUT_ACTIVATIONS:
             raise ValueError(
                 f"readout_activation must be one of {', '.join(map(repr, READOUT_ACTIVATIONS))}, "
@@ -257,11 +195,9 @@ class SequenceModule(L.LightningModule):
             raise ValueError(
                 f"loss_reduction must be one of {', '.join(map(repr, LOSS_REDUCTIONS))}, got {loss_reduction!r}"
             )
-        self.initial_output = _check_bool("initial_output", initial_output)
-        self.tie_embeddings = _check_bool("tie_embeddings", tie_embeddings)
-        self.restart_optimizer_on_decay = _check_bool(
-            "restart_optimizer_on_decay", restart_optimizer_on_decay
-        )
+        self.initial_output = check_bool("initial_output", initial_output)
+        self.tie_embeddings = check_bool("tie_embeddings", tie_embeddings)
+        self.restart_optimizer_on_decay = check_bool("restart_optimizer_on_decay", restart_optimizer_on_decay)
         dropout = finite_float("dropout", dropout)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
@@ -275,7 +211,7 @@ class SequenceModule(L.LightningModule):
         # (Delétang et al.'s cycle navigation: 3 input symbols, 5 outputs) may predict more classes
         if num_symbols < 1 or vocab_size < 1:
             raise ValueError(f"need num_symbols >= 1 and vocab_size >= 1, got {num_symbols=} {vocab_size=}")
-        embedding_dim = _embedding_width(embedding, embedding_dim, vocab_size)
+        embedding_dim = embedding_width(embedding, embedding_dim, vocab_size)
         check_optimizer(optimizer, optimizer_args)
         if lr_scheduler is not None and not callable(lr_scheduler):
             raise ValueError(f"lr_scheduler must be a callable of the optimizer, got {lr_scheduler!r}")
@@ -308,17 +244,32 @@ class SequenceModule(L.LightningModule):
                 f"targets are about; objectives {sorted(objectives)} need a unidirectional layer"
             )
         if self.initial_output:
-            self._check_initial_output()
+            check_initial_output(self.layer)
         #: FLaRe's dropout before and after the layer (``dropout``), or None
         self.input_dropout = nn.Dropout(dropout) if dropout else None
         self.output_dropout = nn.Dropout(dropout) if dropout else None
         if self.tie_embeddings:
-            self._check_tie(embedding, embedding_dim)
+            check_tie(
+                self.objectives,
+                embedding,
+                embedding_dim,
+                self.layer.output_size,
+                self.num_symbols,
+                self.vocab_size,
+            )
         self.heads = self._make_heads(self.layer.output_size)
         self._initialize(init, init_scale)
         for split in ("val", "test"):
-            setattr(self, f"{split}_metrics", self._make_metrics(bracket_types))
-            setattr(self, f"{split}_by_length", PerLengthStats(self._curve_stats(), max_length=max_length))
+            setattr(
+                self,
+                f"{split}_metrics",
+                make_metrics(self.objectives, self.num_symbols, bracket_types, "acceptor" in self.heads),
+            )
+            setattr(
+                self,
+                f"{split}_by_length",
+                PerLengthStats(curve_stats(self.objectives), max_length=max_length),
+            )
         #: per-length curves of the last validation/test epoch (``length_curves()``'s output)
         self.curves: dict[str, dict[str, list[float]]] = {}
 
@@ -334,42 +285,6 @@ class SequenceModule(L.LightningModule):
             raise ValueError(
                 f"{type(dm).__name__}'s generator targets are the next inputs, which a bidirectional layer "
                 "reads: use a unidirectional layer to model the language"
-            )
-
-    def _check_initial_output(self) -> None:
-        """A clear error, at construction, for a layer without an output at its initial state."""
-        name = type(self.layer).__name__
-        if not callable(getattr(self.layer, "output_at", None)):
-            raise ValueError(
-                f"initial_output=True reads the first position from the layer's output at its initial "
-                f"state, but {name} has no output_at(state); LSTMLayer, GRULayer, ElmanRNN and a StackRNN "
-                f"over one of them have it"
-            )
-        try:
-            self.layer.output_at(self.layer.initial_state(1))
-        except ValueError as err:
-            raise ValueError(
-                f"initial_output=True needs the layer's output at its initial state: {err}"
-            ) from None
-
-    def _check_tie(self, embedding: str, embedding_dim: int) -> None:
-        """The conditions of ``tie_embeddings`` (FLaRe ties its language-modelling head only)."""
-        if "generator" not in self.objectives:
-            raise ValueError(
-                f"tie_embeddings=True ties the generator's readout to the input embedding (FLaRe's "
-                f"language-modelling head), but the objectives ({', '.join(self.objectives)}) have no generator"
-            )
-        if embedding != "learned":
-            raise ValueError(f"tie_embeddings=True needs a learned embedding, got embedding={embedding!r}")
-        if embedding_dim != self.layer.output_size:
-            raise ValueError(
-                f"tie_embeddings=True reads the layer's outputs with the embedding matrix, so embedding_dim "
-                f"must equal the layer's output_size={self.layer.output_size}, got embedding_dim={embedding_dim}"
-            )
-        if self.num_symbols > self.vocab_size:
-            raise ValueError(
-                f"tie_embeddings=True reads the {self.num_symbols} output ids from the embedding's first rows, "
-                f"but it has vocab_size={self.vocab_size}"
             )
 
     def _initialize(self, init: str, scale: float | None) -> None:
@@ -410,31 +325,6 @@ class SequenceModule(L.LightningModule):
         if {"acceptor_end", "acceptor_prefix"} & set(self.objectives):
             heads["acceptor"] = nn.Linear(hidden, 1)
         return heads
-
-    def _make_metrics(self, bracket_types: int | None) -> nn.ModuleDict:
-        """The torchmetrics of one evaluation split, for the objectives trained."""
-        metrics = nn.ModuleDict()
-        if "generator" in self.objectives:
-            metrics["acc"] = MulticlassAccuracy(self.num_symbols, average="micro", ignore_index=IGNORE_INDEX)
-            metrics["ppl"] = Perplexity(ignore_index=IGNORE_INDEX)
-            metrics["gap"] = CrossEntropyGap()
-            if bracket_types is not None:
-                metrics["closing"] = BracketClosingAccuracy(bracket_types)
-        if "next_set" in self.objectives:
-            metrics["next_set"] = NextSetAccuracy()
-        if "acceptor" in self.heads:
-            metrics["accept"] = AcceptorAccuracy()
-        return metrics
-
-    def _curve_stats(self) -> tuple[str, ...]:
-        names = []
-        if "generator" in self.objectives:
-            names += ["nll", "nll_exact", "tokens", "correct"]
-        if "next_set" in self.objectives:
-            names += ["next_set_ok", "next_set_rows"]
-        if {"acceptor_end", "acceptor_prefix"} & set(self.objectives):
-            names += ["accept_ok"]
-        return tuple(names)
 
     def length_curves(self, split: str) -> dict[str, list[float]]:
         """Per string length (``END`` counted for generators, symbols + 1 for acceptors):
@@ -689,7 +579,7 @@ class SequenceModule(L.LightningModule):
         getattr(self, f"{split}_by_length").update(self._per_string(batch, out), lengths)
 
     def _per_string(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> Tensor:
-        """``[B, S]`` statistics of each string for the per-length curves (``_curve_stats``)."""
+        """``[B, S]`` statistics of each string for the per-length curves (:func:`memrnn.lit.objectives.curve_stats`)."""
         mask = batch["mask"]
         cols = []
         if "generator" in self.objectives:
@@ -790,22 +680,3 @@ class SequenceModule(L.LightningModule):
         )
         if self.restart_optimizer_on_decay and lowered:
             optimizer.state.clear()
-
-
-def check_optimizer(optimizer: type[Optimizer], optimizer_args: Mapping[str, Any] | None) -> None:
-    """A clear error for an optimizer that is not a ``torch.optim.Optimizer`` class, or for
-    ``optimizer_args`` that repeat the module's own ``lr``/``weight_decay``."""
-    if isinstance(optimizer, str):
-        raise ValueError(
-            f"optimizer={optimizer!r}: give the class (in YAML its import path, e.g. torch.optim.Adam); "
-            "a checkpoint written before memrnn took classes converts with "
-            "`python -m memrnn.lit.upgrade <checkpoint>`"
-        )
-    if not (isinstance(optimizer, type) and issubclass(optimizer, Optimizer)):
-        raise ValueError(f"optimizer must be a torch.optim.Optimizer class, got {optimizer!r}")
-    both = sorted(set(optimizer_args or {}) & {"lr", "weight_decay", "params"})
-    if both:
-        raise ValueError(
-            f"optimizer_args sets {both}; lr and weight_decay are the module's own arguments "
-            f"(model.init_args.{both[0]})"
-        )

@@ -20,6 +20,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+# the choice between the buckets and the reference loop is a dispatch heuristic; its former home
+# keeps the name for the ops that import it from here
+from memrnn.ops.dispatch import use_buckets as use_buckets
+
 
 class TokenBuckets:
     """Bucket slots of the ids ``[B, T]`` (values in ``[0, m)``, checked by the caller).
@@ -86,12 +90,6 @@ def grouped_weight_grad(ids: Tensor, v: Tensor, g: Tensor, num_symbols: int) -> 
         if len(vk):
             torch.mm(vk.t(), gk, out=out[k])
     return out
-
-
-def use_buckets(buckets: TokenBuckets, batch: int) -> bool:
-    """Buckets beat gathering ``B`` weight slices unless the vocabulary is large and sparse
-    (``m·c`` slots against ``B`` rows; :mod:`memrnn.ops.buckets`)."""
-    return buckets.num_symbols * buckets.capacity <= 4 * max(batch, 1)
 
 
 def masked_outputs(y: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor | None]:

@@ -22,7 +22,7 @@ An explicit ``impl`` wins; ``"triton"`` on CPU tensors needs Triton's interprete
 
 These are the only ways to choose: no layer takes an implementation flag (``fused=``/``bptt=`` were
 removed; :data:`memrnn.core.checks.REMOVED_ARGUMENTS`).  The heuristics that pick between exact
-paths by size live here, each with a name and a test (:func:`torch_rnn_chunk`).
+paths by size live here, each with a name and a test (:func:`torch_rnn_chunk`, :func:`use_buckets`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import contextvars
 import functools
 import os
 from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -52,6 +53,7 @@ __all__ = [
     "reference_paths",
     "torch_rnn_chunk",
     "triton_available",
+    "use_buckets",
 ]
 
 
@@ -160,6 +162,26 @@ def torch_rnn_chunk(x: Tensor, *, bidirectional: bool = False) -> int | None:
     if x.device.type != "cpu" or bidirectional or x.shape[1] <= TORCH_RNN_CHUNK:
         return None
     return TORCH_RNN_CHUNK
+
+
+#: the bucket slots per batch row up to which :func:`use_buckets` takes the buckets
+BUCKET_SLOTS_PER_ROW = 4
+
+
+class BucketSizes(Protocol):
+    """What :func:`use_buckets` reads of a :class:`memrnn.ops.buckets.TokenBuckets`."""
+
+    num_symbols: int
+    capacity: int
+
+
+def use_buckets(buckets: BucketSizes, batch: int) -> bool:
+    """Whether the second-order RNN's and the nnPDA's ``"cpu"`` paths run their bucketed
+    Functions (:mod:`memrnn.ops.buckets`) rather than their reference loops: buckets beat
+    gathering ``B`` weight slices unless the vocabulary is large and sparse (``m·c`` slots, ``m``
+    symbols of at most ``c`` rows each, against :data:`BUCKET_SLOTS_PER_ROW` per row of the
+    ``batch``, a batch of 0 counted as 1).  Both paths are exact."""
+    return buckets.num_symbols * buckets.capacity <= BUCKET_SLOTS_PER_ROW * max(batch, 1)
 
 
 def _native_fits(x: Tensor) -> bool:

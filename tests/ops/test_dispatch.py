@@ -1,0 +1,40 @@
+"""The size heuristics of :mod:`memrnn.ops.dispatch` that choose between exact paths."""
+
+from __future__ import annotations
+
+import torch
+
+from memrnn.ops import buckets, dispatch
+from memrnn.ops.buckets import TokenBuckets
+
+
+def test_use_buckets_on_token_buckets():
+    """``m·c`` bucket slots (``m`` symbols, ``c`` the largest bucket) against
+    ``BUCKET_SLOTS_PER_ROW = 4`` per row: buckets at the boundary, the reference loop one symbol
+    past it."""
+    assert dispatch.BUCKET_SLOTS_PER_ROW == 4
+    balanced = torch.arange(8).remainder(4).repeat(5, 1).t()  # [8, 5]: 2 rows per symbol
+    assert TokenBuckets(balanced, 4).capacity == 2 and dispatch.use_buckets(TokenBuckets(balanced, 4), 8)
+    same = torch.zeros(8, 5, dtype=torch.long)  # every row reads symbol 0: c = 8
+    assert TokenBuckets(same, 4).capacity == 8
+    assert dispatch.use_buckets(TokenBuckets(same, 4), 8)  # 4·8 = 32 = 4·8
+    assert not dispatch.use_buckets(TokenBuckets(same, 5), 8)  # 5·8 = 40 > 32
+
+
+def test_use_buckets_boundaries():
+    """The rule itself on exact sizes: ``m·c <= 4·max(B, 1)``."""
+
+    class Sizes:
+        def __init__(self, num_symbols: int, capacity: int) -> None:
+            self.num_symbols, self.capacity = num_symbols, capacity
+
+    assert dispatch.use_buckets(Sizes(8, 4), 8)  # 32 = 4·8
+    assert not dispatch.use_buckets(Sizes(11, 3), 8)  # 33 > 32
+    assert dispatch.use_buckets(Sizes(4, 1), 0)  # an empty batch counts as one row: 4 = 4·1
+    assert not dispatch.use_buckets(Sizes(5, 1), 0)
+    assert dispatch.use_buckets(Sizes(1, 64), 16) and not dispatch.use_buckets(Sizes(1, 65), 16)
+
+
+def test_use_buckets_keeps_its_former_import_path():
+    """The second-order RNN and the nnPDA import it from :mod:`memrnn.ops.buckets`."""
+    assert buckets.use_buckets is dispatch.use_buckets
