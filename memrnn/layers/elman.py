@@ -19,7 +19,7 @@ from memrnn.core.activations import ACTIVATIONS, HIDDEN_ACTIVATIONS, resolve_act
 from memrnn.core.checks import positive_int, refuses_removed_arguments
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.registry import register_layer
-from memrnn.layers.gated import (
+from memrnn.layers.stacking import (
     bidirectional_loop,
     check_dropout,
     check_flag,

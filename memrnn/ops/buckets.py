@@ -22,7 +22,6 @@ from torch import Tensor
 
 # the choice between the buckets and the reference loop is a dispatch heuristic; its former home
 # keeps the name for the ops that import it from here
-from memrnn.ops.dispatch import use_buckets as use_buckets
 
 
 class TokenBuckets:

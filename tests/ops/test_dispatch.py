@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from memrnn.ops import buckets, dispatch
+from memrnn.ops import dispatch
 from memrnn.ops.buckets import TokenBuckets
 
 
@@ -33,8 +33,3 @@ def test_use_buckets_boundaries():
     assert dispatch.use_buckets(Sizes(4, 1), 0)  # an empty batch counts as one row: 4 = 4·1
     assert not dispatch.use_buckets(Sizes(5, 1), 0)
     assert dispatch.use_buckets(Sizes(1, 64), 16) and not dispatch.use_buckets(Sizes(1, 65), 16)
-
-
-def test_use_buckets_keeps_its_former_import_path():
-    """The second-order RNN and the nnPDA import it from :mod:`memrnn.ops.buckets`."""
-    assert buckets.use_buckets is dispatch.use_buckets

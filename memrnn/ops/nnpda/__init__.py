@@ -8,8 +8,8 @@ from typing import Literal
 
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets, use_buckets
-from memrnn.ops.dispatch import choose
+from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.dispatch import choose, use_buckets
 from memrnn.ops.nnpda.cpu import NNPDASequence
 from memrnn.ops.nnpda.reference import ACTIONS, activate_actions, nnpda_reference, nnpda_step
 
@@ -37,7 +37,7 @@ def nnpda_sequence(
             (:func:`memrnn.ops.nnpda.reference.activate_actions`).
         impl: ``None`` picks by device and dtype (:func:`memrnn.ops.dispatch.choose`): the Triton
             kernels on CUDA for float32/bfloat16/float16; on CPU the bucketed Function where
-            buckets pay (:func:`memrnn.ops.buckets.use_buckets`), else the reference loop.  Or
+            buckets pay (:func:`memrnn.ops.dispatch.use_buckets`), else the reference loop.  Or
             ``"reference"``, ``"cpu"``, ``"triton"`` (CPU tensors only under ``TRITON_INTERPRET=1``).
 
     Returns:

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets, use_buckets
-from memrnn.ops.dispatch import choose
+from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.dispatch import choose, use_buckets
 from memrnn.ops.second_order_rnn.cpu import SecondOrderSequence
 from memrnn.ops.tensor import second_order
 
@@ -40,7 +40,7 @@ def second_order_sequence(
     """``weight W [N, N, M]`` (next unit, current unit, symbol), ``bias [N]`` or None, the
     sensitivity ``H`` (a 0-d tensor, learned or not), ``s0 [B, N]``, ``ids [B, T]`` (checked by the
     caller) -> states ``[B, T+1, N]``.  ``impl`` as :func:`memrnn.ops.elman.elman_sequence`; on CPU
-    the bucketed Function where buckets pay (:func:`memrnn.ops.buckets.use_buckets`), else the
+    the bucketed Function where buckets pay (:func:`memrnn.ops.dispatch.use_buckets`), else the
     indexed loop; the kernels take vocabularies up to 32 symbols."""
     impl = choose(s0, impl, triton_ok=weight.shape[2] <= 32)
     if impl == "triton":
