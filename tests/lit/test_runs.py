@@ -281,7 +281,7 @@ def test_config_errors_end_with_the_line_that_matters(tmp_path, capsys):
     err = cli_error(["fit", "--config", str(bad)], capsys)
     assert last_line(err) == (
         "error: memrnn.layers.LSTMLayer has no argument 'hiden_size' (did you mean 'hidden_size'?); its "
-        "arguments: input_size, hidden_size, num_layers, bias, fused, forget_bias, dropout, bidirectional, "
+        "arguments: input_size, hidden_size, num_layers, bias, forget_bias, dropout, bidirectional, "
         "learned_initial_state, extra_bias, device, dtype"
     )
     assert "usage:" not in err and len(err.splitlines()) < 20

@@ -36,6 +36,8 @@ LAYERS = BASE_LAYERS + [
     f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
 ]
 CPU_IMPLS = ("default", "cpu", "native")
+#: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)
+GRU_LAYERS = [n for n in BASE_LAYERS if layer_class(n).__name__ == "GRULayer"]
 needs_triton = pytest.mark.skipif(
     not triton_available() or (not torch.cuda.is_available() and not interpreting()),
     reason="needs Triton and a GPU or TRITON_INTERPRET=1",
@@ -153,6 +155,12 @@ def test_layer_backward_twice_gives_the_same_gradients(name, impl):
     """Every registered layer, float64, padded, from a random state, under each CPU path."""
     _needs_native(impl)
     _check_layer_backward_twice(name, impl, torch.float64)
+
+
+@pytest.mark.parametrize("name", GRU_LAYERS)
+def test_the_grus_hand_written_bptt_backward_twice_gives_the_same_gradients(name):
+    """The GRU's hand-written BPTT (``implementation("bptt")``; the default runs torch's kernel)."""
+    _check_layer_backward_twice(name, "bptt", torch.float64)
 
 
 @pytest.mark.parametrize("impl", ["cpu", "native"])
@@ -380,15 +388,15 @@ def _hand_written_functions() -> set[str]:
 
 
 def test_every_hand_written_function_is_covered():
-    """The layers under ``"cpu"`` and ``"native"`` run every hand-written Function but the Triton
-    ones, and :data:`TRITON_CASES` names every Triton one: a new Function without a layer or a
-    case here fails this test."""
+    """The layers under ``"cpu"`` and ``"native"`` (and the GRUs under ``"bptt"``) run every
+    hand-written Function but the Triton ones, and :data:`TRITON_CASES` names every Triton one: a
+    new Function without a layer or a case here fails this test."""
     _needs_native("native")
     functions = _hand_written_functions()
     triton_functions = {f for f in functions if f.rsplit(".", 2)[-2] == "triton"}
     seen = set()
     for name in LAYERS:
-        for impl in ("cpu", "native"):
+        for impl in ("cpu", "native", *(("bptt",) if name in GRU_LAYERS else ())):
             layer, x, s0, mask = _make(name)
             with implementation(impl):
                 y, s = layer(x, s0, mask=mask)
