@@ -215,7 +215,6 @@ def _rec_matvec(
 def _rec_matvec_t(
     acc, g_ptr, stride_g, rows, rmask, w_ptr, stride_wj, stride_wk, gate, k, kmask, J,
     BLOCK_J: tl.constexpr, NUM_J: tl.constexpr, NQ: tl.constexpr, PRECISION: tl.constexpr,
-    tiles=(), FIRST: tl.constexpr = 0, PRELOAD: tl.constexpr = False,
 ):  # fmt: skip
     """The backward's transposed product of :func:`_rec_matvec` for one block of input units
     ``k``: ``acc + Σ_q g[:, q·gate + j] W[q·gate + j, k]`` over ``j < J``, ``acc`` ``[BLOCK_B,
@@ -225,18 +224,15 @@ def _rec_matvec_t(
     ``g [B, NQ·gate]``: row ``b`` at ``g_ptr + b·stride_g`` (unit stride); ``W[j, k]`` at ``w_ptr
     + j·stride_wj + k·stride_wk``.  The sum runs over ``NUM_J`` blocks of ``BLOCK_J`` units of
     ``j`` in order and, within a block, the gates in order, each a ``tl.dot`` of the float32 tiles
-    ``g[rows, q·gate + j]`` and ``W[q·gate + j, k]`` with ``input_precision=PRECISION``.
-    ``PRELOAD``: the weight tiles are taken from ``tiles`` (float32 ``[BLOCK_J, BLOCK_K]``, block
-    ``jb``'s gate ``q`` at ``tiles[FIRST + jb · NQ + q]``)."""
+    ``g[rows, q·gate + j]`` and ``W[q·gate + j, k]`` with ``input_precision=PRECISION``.  (The
+    stack RNN's backward with preloaded weights keeps its own loop: each gate's gradient loaded once
+    for every block of ``k``, which spills less there.)"""
     jcols = tl.arange(0, BLOCK_J)
     for jb in tl.static_range(NUM_J):
         j = jb * BLOCK_J + jcols
         jmask = j < J
         for q in tl.static_range(NQ):
             gq = _load_tile(g_ptr + q * gate, rows, rmask, j, jmask, stride_g, 1)
-            if PRELOAD:
-                w = tiles[FIRST + jb * NQ + q]
-            else:
-                w = _load_tile(w_ptr + q * gate * stride_wj, j, jmask, k, kmask, stride_wj, stride_wk)
+            w = _load_tile(w_ptr + q * gate * stride_wj, j, jmask, k, kmask, stride_wj, stride_wk)
             acc += tl.dot(gq, w, input_precision=PRECISION)
     return acc

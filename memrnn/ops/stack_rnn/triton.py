@@ -376,21 +376,47 @@ def _stack_bwd(
                 tl.store(ob, (gh * _act_grad(a, CODE)).to(ty), mask=m2)
         tl.debug_barrier()
         # C. ∂z_t = ∂L/∂[h_t ; r_t] from outside plus ga_{t+1} W_z (ga's columns and W_z's rows of
-        # gate q: q·N + j; block kb's preloaded tiles from (kb · NUM_N) · NQ)
-        for kb in tl.static_range(NUM_K):
-            k = kb * BLOCK_K + kcols
-            kmask = k < NZ
-            m2 = rmask[:, None] & kmask[None, :]
-            if HAS_GZ:
-                acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
-                acc = acc.to(tl.float32)
-            else:
-                acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
-            acc = _rec_matvec_t(
-                acc, ga_ptr + t * B * G, G, rows, rmask, wz_ptr, NZ, 1, N, k, kmask, N, BLOCK_N, NUM_N, NQ,
-                STACK_DOT_PRECISION, wzs, kb * NUM_N * NQ, PRELOAD,
-            )  # fmt: skip
-            tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], acc, mask=m2)
+        # gate q: q·N + j)
+        if PRELOAD:  # each gate's gradient loaded once, its product with every block of W_z after
+            accs = ()
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                m2 = rmask[:, None] & (k < NZ)[None, :]
+                if HAS_GZ:
+                    acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
+                    acc = acc.to(tl.float32)
+                else:
+                    acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
+                accs = accs + (acc,)  # noqa: RUF005
+            for jb in tl.static_range(NUM_N):
+                j = jb * BLOCK_N + cols
+                ab = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
+                for q in tl.static_range(NQ):
+                    ga = tl.load(ab + q * N, mask=rmask[:, None] & (j < N)[None, :], other=0.0).to(tl.float32)
+                    summed = ()
+                    for kb in tl.static_range(NUM_K):
+                        w = wzs[(kb * NUM_N + jb) * NQ + q]
+                        summed = summed + (accs[kb] + tl.dot(ga, w, input_precision=STACK_DOT_PRECISION),)  # noqa: RUF005
+                    accs = summed
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                m2 = rmask[:, None] & (k < NZ)[None, :]
+                tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], accs[kb], mask=m2)
+        else:
+            for kb in tl.static_range(NUM_K):
+                k = kb * BLOCK_K + kcols
+                kmask = k < NZ
+                m2 = rmask[:, None] & kmask[None, :]
+                if HAS_GZ:
+                    acc = tl.load(gzx_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
+                    acc = acc.to(tl.float32)
+                else:
+                    acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
+                acc = _rec_matvec_t(
+                    acc, ga_ptr + t * B * G, G, rows, rmask, wz_ptr, NZ, 1, N, k, kmask, N, BLOCK_N, NUM_N, NQ,
+                    STACK_DOT_PRECISION,
+                )  # fmt: skip
+                tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
 
