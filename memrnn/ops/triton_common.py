@@ -159,3 +159,80 @@ def _scan(x, carry, REV: tl.constexpr):
     exclusive = carry[:, None] + tl.cumsum(x, 1, reverse=REV) - x
     first = (tl.arange(0, x.shape[1]) == 0)[None, :]
     return exclusive, tl.sum(tl.where(first, x + carry[:, None], x), 1)
+
+
+# -- the recurrent products of the ``tl.dot`` kernels (Elman, Jordan, counters, LSTM, second-order,
+# the stack RNN's controller and head) ---------------------------------------------------------------
+@triton.jit
+def _load_tile(ptr, r, rmask, c, cmask, stride_r, stride_c):
+    """The float32 tile ``[len(r), len(c)]`` of element ``(r, c)`` at ``ptr + r·stride_r +
+    c·stride_c``, zero outside ``rmask ⊗ cmask``: a tile of a state (``r`` the rows of the batch,
+    ``c`` its units), of a weight matrix ``W[j, k]`` (``r = j``, ``c = k``), or of its transpose
+    (``r = k``, ``c = j``, the strides swapped: the right operand of ``x Wᵀ``)."""
+    v = tl.load(
+        ptr + r[:, None] * stride_r + c[None, :] * stride_c, mask=rmask[:, None] & cmask[None, :], other=0.0
+    )
+    return v.to(tl.float32)
+
+
+@triton.jit
+def _rec_matvec(
+    accs, x_ptr, stride_x, rows, rmask, w_ptr, stride_wj, stride_wk, gate_rows, j, jmask, K,
+    BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, PRECISION: tl.constexpr,
+    tiles=(), FIRST: tl.constexpr = 0, PRELOAD: tl.constexpr = False,
+):  # fmt: skip
+    """The recurrent product of one block of output units ``j`` for one tile of rows: ``accs[q] +
+    x W[q·gate_rows + j, :]ᵀ`` for each accumulator ``accs[q]`` ``[BLOCK_B, BLOCK_J]`` float32 (a
+    tuple: one, or the LSTM's four gates, whose weight rows are ``gate_rows`` apart).
+
+    ``x [B, K]`` is the previous state, row ``b`` at ``x_ptr + b·stride_x`` (unit stride); ``W``
+    the recurrent weight matrix, ``W[j, k]`` at ``w_ptr + j·stride_wj + k·stride_wk``; ``rows``
+    ``[BLOCK_B]`` and ``j`` ``[BLOCK_J]`` index the tile with masks ``rmask`` and ``jmask``.  The
+    sum runs over ``NUM_K`` blocks of ``BLOCK_K`` units of ``k`` in order, each block a ``tl.dot``
+    of the float32 tiles ``x[rows, k]`` and ``W[j, k]ᵀ`` with ``input_precision=PRECISION`` added
+    to each accumulator in turn (``q`` in order), so that a block's ``x`` tile is loaded once for
+    every gate.  ``PRELOAD``: the weight tiles are not loaded but taken from ``tiles`` (float32
+    ``[BLOCK_K, BLOCK_J]``, ``W[q·gate_rows + j, k]ᵀ`` of block ``kb`` at ``tiles[FIRST + kb ·
+    len(accs) + q]``)."""
+    NQ: tl.constexpr = len(accs)
+    kcols = tl.arange(0, BLOCK_K)
+    for kb in tl.static_range(NUM_K):
+        k = kb * BLOCK_K + kcols
+        kmask = k < K
+        x = _load_tile(x_ptr, rows, rmask, k, kmask, stride_x, 1)
+        summed = ()
+        for q in tl.static_range(NQ):
+            if PRELOAD:
+                wt = tiles[FIRST + kb * NQ + q]
+            else:
+                wt = _load_tile(w_ptr + q * gate_rows * stride_wj, k, kmask, j, jmask, stride_wk, stride_wj)
+            summed = summed + (accs[q] + tl.dot(x, wt, input_precision=PRECISION),)  # noqa: RUF005
+        accs = summed
+    return accs
+
+
+@triton.jit
+def _rec_matvec_t(
+    acc, g_ptr, stride_g, rows, rmask, w_ptr, stride_wj, stride_wk, gate, k, kmask, J,
+    BLOCK_J: tl.constexpr, NUM_J: tl.constexpr, NQ: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
+    """The backward's transposed product of :func:`_rec_matvec` for one block of input units
+    ``k``: ``acc + Σ_q g[:, q·gate + j] W[q·gate + j, k]`` over ``j < J``, ``acc`` ``[BLOCK_B,
+    BLOCK_K]`` float32 (``∂L/∂x`` from the outputs' gradients ``g``; ``NQ`` gates, the LSTM's 4,
+    ``gate`` apart in both ``g``'s columns and ``W``'s rows).
+
+    ``g [B, NQ·gate]``: row ``b`` at ``g_ptr + b·stride_g`` (unit stride); ``W[j, k]`` at ``w_ptr
+    + j·stride_wj + k·stride_wk``.  The sum runs over ``NUM_J`` blocks of ``BLOCK_J`` units of
+    ``j`` in order and, within a block, the gates in order, each a ``tl.dot`` of the float32 tiles
+    ``g[rows, q·gate + j]`` and ``W[q·gate + j, k]`` with ``input_precision=PRECISION``.  (The
+    stack RNN's backward with preloaded weights keeps its own loop: each gate's gradient loaded once
+    for every block of ``k``, which spills less there.)"""
+    jcols = tl.arange(0, BLOCK_J)
+    for jb in tl.static_range(NUM_J):
+        j = jb * BLOCK_J + jcols
+        jmask = j < J
+        for q in tl.static_range(NQ):
+            gq = _load_tile(g_ptr + q * gate, rows, rmask, j, jmask, stride_g, 1)
+            w = _load_tile(w_ptr + q * gate * stride_wj, j, jmask, k, kmask, stride_wj, stride_wk)
+            acc += tl.dot(gq, w, input_precision=PRECISION)
+    return acc

@@ -25,6 +25,8 @@ from memrnn.ops.triton_common import (
     DOT_WARPS,
     _act,
     _act_grad,
+    _rec_matvec,
+    _rec_matvec_t,
     _seed_slot,
     unit_blocks,
 )
@@ -51,16 +53,9 @@ def _counter_fwd(
             acc = tl.load(pre_ptr + t * B * G + rows[:, None] * G + j[None, :], mask=m2, other=0.0).to(
                 tl.float32
             )
-            for kb in tl.static_range(NUM_N):
-                k = kb * BLOCK + cols
-                kmask = k < N
-                r = tl.load(
-                    r_prev + rows[:, None] * N + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0
-                )
-                wt = tl.load(
-                    w_ptr + j[None, :] * N + k[:, None], mask=kmask[:, None] & jmask[None, :], other=0.0
-                )
-                acc += tl.dot(r.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
+            acc = _rec_matvec(
+                (acc,), r_prev, N, rows, rmask, w_ptr, N, 1, 0, j, jmask, N, BLOCK, NUM_N, DOT_PRECISION
+            )[0]
             tl.store(
                 a_ptr + t * B * G + rows[:, None] * G + j[None, :], acc.to(a_ptr.dtype.element_ty), mask=m2
             )
@@ -142,18 +137,10 @@ def _counter_bwd(
             )
             # e_t = e_{t−1} + …: ∂L/∂e_t passes to e_{t−1}
             acc += tl.load(cur + rows[:, None] * N + k[None, :], mask=m2 & (k[None, :] >= H), other=0.0)
-            for jb in tl.static_range(NUM_G):
-                j = jb * BLOCK + cols
-                jmask = j < G
-                ga = tl.load(
-                    ga_ptr + t * B * G + rows[:, None] * G + j[None, :],
-                    mask=rmask[:, None] & jmask[None, :],
-                    other=0.0,
-                )
-                w = tl.load(
-                    w_ptr + j[:, None] * N + k[None, :], mask=jmask[:, None] & kmask[None, :], other=0.0
-                )
-                acc += tl.dot(ga.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
+            acc = _rec_matvec_t(
+                acc, ga_ptr + t * B * G, G, rows, rmask, w_ptr, N, 1, 0, k, kmask, G, BLOCK, NUM_G, 1,
+                DOT_PRECISION,
+            )  # fmt: skip
             tl.store(nxt + rows[:, None] * N + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 

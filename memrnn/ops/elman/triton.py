@@ -35,6 +35,8 @@ from memrnn.ops.triton_common import (
     DOT_WARPS,
     _act,
     _act_grad,
+    _rec_matvec,
+    _rec_matvec_t,
     _seed_slot,
     unit_blocks,
 )
@@ -59,17 +61,9 @@ def _elman_fwd(
             acc = tl.load(pre_ptr + t * B * H + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(
                 tl.float32
             )
-            for kb in tl.static_range(NUM_H):
-                k = kb * BLOCK_H + cols
-                kmask = k < H
-                h = tl.load(
-                    h_prev + rows[:, None] * H + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0
-                )
-                # wt[k, j] = U[j, k]
-                wt = tl.load(
-                    w_ptr + j[None, :] * H + k[:, None], mask=kmask[:, None] & jmask[None, :], other=0.0
-                )
-                acc += tl.dot(h.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
+            acc = _rec_matvec(
+                (acc,), h_prev, H, rows, rmask, w_ptr, H, 1, 0, j, jmask, H, BLOCK_H, NUM_H, DOT_PRECISION
+            )[0]
             a = _act(acc, CODE)
             if leak != 1.0:
                 own = tl.load(h_prev + rows[:, None] * H + j[None, :], mask=m2, other=0.0).to(tl.float32)
@@ -122,18 +116,10 @@ def _elman_bwd(
             )
             if leak != 1.0:
                 acc += (1.0 - leak) * tl.load(cur + rows[:, None] * H + k[None, :], mask=m2, other=0.0)
-            for jb in tl.static_range(NUM_H):
-                j = jb * BLOCK_H + cols
-                jmask = j < H
-                gz = tl.load(
-                    gz_ptr + t * B * H + rows[:, None] * H + j[None, :],
-                    mask=rmask[:, None] & jmask[None, :],
-                    other=0.0,
-                )
-                w = tl.load(
-                    w_ptr + j[:, None] * H + k[None, :], mask=jmask[:, None] & kmask[None, :], other=0.0
-                )
-                acc += tl.dot(gz.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
+            acc = _rec_matvec_t(
+                acc, gz_ptr + t * B * H, H, rows, rmask, w_ptr, H, 1, 0, k, kmask, H, BLOCK_H, NUM_H, 1,
+                DOT_PRECISION,
+            )  # fmt: skip
             tl.store(nxt + rows[:, None] * H + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 

@@ -19,7 +19,16 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, CODES, DOT_PRECISION, DOT_WARPS, _act, _act_grad, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    CODES,
+    DOT_PRECISION,
+    DOT_WARPS,
+    _act,
+    _act_grad,
+    _load_tile,
+    unit_blocks,
+)
 
 #: the largest feedback size the kernels keep in registers (larger ones take the CPU path)
 MAX_FEEDBACK = 128
@@ -60,13 +69,13 @@ def _jordan_fwd(
             m2 = rmask[:, None] & jmask[None, :]
             off = t * B * H + rows[:, None] * H + j[None, :]
             a = tl.load(pre_ptr + off, mask=m2, other=0.0).to(tl.float32)
-            ut = tl.load(u_ptr + j[None, :] * F + f[:, None], mask=fmask[:, None] & jmask[None, :], other=0.0)
-            a += tl.dot(r, ut.to(tl.float32), input_precision=DOT_PRECISION)
+            ut = _load_tile(u_ptr, f, fmask, j, jmask, 1, F)  # ut[f, j] = U[j, f]
+            a += tl.dot(r, ut, input_precision=DOT_PRECISION)
             h = tl.where(m2, _act(a, CODE), 0.0)
             tl.store(acts_ptr + off, a.to(acts_ptr.dtype.element_ty), mask=m2)
             tl.store(hs_ptr + off, h.to(hs_ptr.dtype.element_ty), mask=m2)
-            et = tl.load(e_ptr + f[None, :] * H + j[:, None], mask=jmask[:, None] & fmask[None, :], other=0.0)
-            o += tl.dot(h, et.to(tl.float32), input_precision=DOT_PRECISION)
+            et = _load_tile(e_ptr, j, jmask, f, fmask, 1, H)  # et[j, f] = E[f, j]
+            o += tl.dot(h, et, input_precision=DOT_PRECISION)
         r = tl.where(rf, _out_act(o, fmask[None, :], OUT), 0.0)
         tl.store(
             outs_ptr + t * B * F + rows[:, None] * F + f[None, :], o.to(outs_ptr.dtype.element_ty), mask=rf
@@ -110,14 +119,14 @@ def _jordan_bwd(
             jmask = j < H
             m2 = rmask[:, None] & jmask[None, :]
             off = t * B * H + rows[:, None] * H + j[None, :]
-            e = tl.load(e_ptr + f[:, None] * H + j[None, :], mask=fmask[:, None] & jmask[None, :], other=0.0)
+            e = _load_tile(e_ptr, f, fmask, j, jmask, H, 1)
             g_h = tl.load(ghs_ptr + off, mask=m2, other=0.0).to(tl.float32)
-            g_h += tl.dot(go, e.to(tl.float32), input_precision=DOT_PRECISION)
+            g_h += tl.dot(go, e, input_precision=DOT_PRECISION)
             a = tl.load(acts_ptr + off, mask=m2, other=0.0).to(tl.float32)
             ga = tl.where(m2, g_h * _act_grad(a, CODE), 0.0)
             tl.store(ga_ptr + off, ga.to(ga_ptr.dtype.element_ty), mask=m2)
-            u = tl.load(u_ptr + j[:, None] * F + f[None, :], mask=jmask[:, None] & fmask[None, :], other=0.0)
-            g_next += tl.dot(ga, u.to(tl.float32), input_precision=DOT_PRECISION)
+            u = _load_tile(u_ptr, j, jmask, f, fmask, F, 1)
+            g_next += tl.dot(ga, u, input_precision=DOT_PRECISION)
         g_r = g_next
     tl.store(gr0_ptr + rows[:, None] * F + f[None, :], g_r.to(gr0_ptr.dtype.element_ty), mask=rf)
 

@@ -19,7 +19,17 @@ import triton.language as tl
 from torch import Tensor
 
 from memrnn.ops.autograd import first_order
-from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _seed_slot, _sig, _tanh, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    DOT_PRECISION,
+    DOT_WARPS,
+    _rec_matvec,
+    _rec_matvec_t,
+    _seed_slot,
+    _sig,
+    _tanh,
+    unit_blocks,
+)
 
 
 @triton.jit
@@ -44,31 +54,11 @@ def _lstm_fwd(
             a_i = tl.load(base + N, mask=m2, other=0.0).to(tl.float32)
             a_f = tl.load(base + 2 * N, mask=m2, other=0.0).to(tl.float32)
             a_g = tl.load(base + 3 * N, mask=m2, other=0.0).to(tl.float32)
-            for kb in tl.static_range(NUM_N):
-                k = kb * BLOCK_N + cols
-                kmask = k < N
-                h = tl.load(
-                    h_prev + rows[:, None] * N + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0
-                )
-                h = h.to(tl.float32)
-                wm = kmask[:, None] & jmask[None, :]
-                wt = w_ptr + j[None, :] * N + k[:, None]  # wt[k, j] = W_rec[q·N + j, k]
-                a_o += tl.dot(
-                    h, tl.load(wt, mask=wm, other=0.0).to(tl.float32), input_precision=DOT_PRECISION
-                )
-                a_i += tl.dot(
-                    h, tl.load(wt + N * N, mask=wm, other=0.0).to(tl.float32), input_precision=DOT_PRECISION
-                )
-                a_f += tl.dot(
-                    h,
-                    tl.load(wt + 2 * N * N, mask=wm, other=0.0).to(tl.float32),
-                    input_precision=DOT_PRECISION,
-                )
-                a_g += tl.dot(
-                    h,
-                    tl.load(wt + 3 * N * N, mask=wm, other=0.0).to(tl.float32),
-                    input_precision=DOT_PRECISION,
-                )
+            # gate q's rows of W_rec: q·N + j
+            a_o, a_i, a_f, a_g = _rec_matvec(
+                (a_o, a_i, a_f, a_g), h_prev, N, rows, rmask, w_ptr, N, 1, N, j, jmask, N, BLOCK_N, NUM_N,
+                DOT_PRECISION,
+            )  # fmt: skip
             o, i, f, g = _sig(a_o), _sig(a_i), _sig(a_f), _tanh(a_g)
             c_prev = tl.load(cs_ptr + t * B * N + rows[:, None] * N + j[None, :], mask=m2, other=0.0).to(
                 tl.float32
@@ -139,17 +129,11 @@ def _lstm_bwd(
             acc = tl.load(ghs_ptr + t * B * N + rows[:, None] * N + k[None, :], mask=m2, other=0.0).to(
                 tl.float32
             )
-            for jb in tl.static_range(NUM_N):
-                j = jb * BLOCK_N + cols
-                jmask = j < N
-                am = rmask[:, None] & jmask[None, :]
-                wm = jmask[:, None] & kmask[None, :]
-                ab = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
-                wb = w_ptr + j[:, None] * N + k[None, :]  # W_rec[q·N + j, k]
-                for q in tl.static_range(4):
-                    ga = tl.load(ab + q * N, mask=am, other=0.0).to(tl.float32)
-                    w = tl.load(wb + q * N * N, mask=wm, other=0.0).to(tl.float32)
-                    acc += tl.dot(ga, w, input_precision=DOT_PRECISION)
+            # ga's columns and W_rec's rows of gate q: q·N + j
+            acc = _rec_matvec_t(
+                acc, ga_ptr + t * B * G, G, rows, rmask, w_ptr, N, 1, N, k, kmask, N, BLOCK_N, NUM_N, 4,
+                DOT_PRECISION,
+            )  # fmt: skip
             tl.store(gh_ptr + nxt * B * N + rows[:, None] * N + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 

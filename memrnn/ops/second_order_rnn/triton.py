@@ -18,7 +18,15 @@ from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import grouped_weight_grad
-from memrnn.ops.triton_common import BLOCK_B, DOT_PRECISION, DOT_WARPS, _seed_slot, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    DOT_PRECISION,
+    DOT_WARPS,
+    _rec_matvec,
+    _rec_matvec_t,
+    _seed_slot,
+    unit_blocks,
+)
 
 #: the largest vocabulary the kernels handle (one ``tl.dot`` per symbol and step)
 MAX_SYMBOLS = 32
@@ -44,22 +52,11 @@ def _so_fwd(
             m2 = rmask[:, None] & imask[None, :]
             acc = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
             for sym in range(M):
-                part = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
-                for jb in tl.static_range(NUM_N):
-                    j = jb * BLOCK_N + cols
-                    jmask = j < N
-                    s = tl.load(
-                        s_prev + rows[:, None] * N + j[None, :],
-                        mask=rmask[:, None] & jmask[None, :],
-                        other=0.0,
-                    )
-                    # wt[j, i] = W[i, j, sym]
-                    wt = tl.load(
-                        w_ptr + (i[None, :] * N + j[:, None]) * M + sym,
-                        mask=jmask[:, None] & imask[None, :],
-                        other=0.0,
-                    )
-                    part += tl.dot(s.to(tl.float32), wt.to(tl.float32), input_precision=DOT_PRECISION)
+                # the symbol's slice W[i, j, sym]: W_sym[i, j] at (i·N + j)·M + sym
+                part = _rec_matvec(
+                    (tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32),), s_prev, N, rows, rmask, w_ptr + sym,
+                    N * M, M, 0, i, imask, N, BLOCK_N, NUM_N, DOT_PRECISION,
+                )[0]  # fmt: skip
                 acc += tl.where((ids == sym)[:, None], part, 0.0)
             if HAS_BIAS:
                 acc += tl.load(b_ptr + i, mask=imask, other=0.0).to(tl.float32)[None, :]
@@ -104,21 +101,10 @@ def _so_bwd(
                 tl.float32
             )
             for sym in range(M):
-                part = tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32)
-                for ib in tl.static_range(NUM_N):
-                    i = ib * BLOCK_N + cols
-                    imask = i < N
-                    gu = tl.load(
-                        gu_ptr + t * B * N + rows[:, None] * N + i[None, :],
-                        mask=rmask[:, None] & imask[None, :],
-                        other=0.0,
-                    )
-                    w = tl.load(
-                        w_ptr + (i[:, None] * N + j[None, :]) * M + sym,
-                        mask=imask[:, None] & jmask[None, :],
-                        other=0.0,
-                    )
-                    part += tl.dot(gu.to(tl.float32), w.to(tl.float32), input_precision=DOT_PRECISION)
+                part = _rec_matvec_t(
+                    tl.zeros((BLOCK_B, BLOCK_N), dtype=tl.float32), gu_ptr + t * B * N, N, rows, rmask,
+                    w_ptr + sym, N * M, M, 0, j, jmask, N, BLOCK_N, NUM_N, 1, DOT_PRECISION,
+                )  # fmt: skip
                 acc += tl.where((ids == sym)[:, None], part * sens, 0.0)
             tl.store(nxt + rows[:, None] * N + j[None, :], acc, mask=m2)
         tl.debug_barrier()

@@ -43,7 +43,18 @@ from memrnn.ops.stack_rnn.specs import SPECS
 from memrnn.ops.stratification.triton import _strat_step, _strat_step_grad
 from memrnn.ops.superposition.triton import _superposition_step, _superposition_step_grad
 from memrnn.ops.tape.triton import _tape_step, _tape_step_grad
-from memrnn.ops.triton_common import BLOCK_B, CODES, _act, _act_grad, _sig, _tanh, unit_blocks
+from memrnn.ops.triton_common import (
+    BLOCK_B,
+    CODES,
+    _act,
+    _act_grad,
+    _load_tile,
+    _rec_matvec,
+    _rec_matvec_t,
+    _sig,
+    _tanh,
+    unit_blocks,
+)
 
 #: flattened stack cells per chunk of the stack phases
 BLOCK_F = 128
@@ -132,15 +143,12 @@ def _stack_fwd(
             pj = jb * BLOCK_N + cols
             for kb in tl.static_range(NUM_K):
                 pk = kb * BLOCK_K + kcols
-                pwm = (pk < NZ)[:, None] & (pj < N)[None, :]
-                for q in tl.static_range(NQ):
-                    pwt = wz_ptr + (q * N + pj[None, :]) * NZ + pk[:, None]
-                    wzs = wzs + (tl.load(pwt, mask=pwm, other=0.0).to(tl.float32),)  # noqa: RUF005
+                for q in tl.static_range(NQ):  # W_z[q·N + j, k]ᵀ
+                    pwt = _load_tile(wz_ptr + q * N * NZ, pk, pk < NZ, pj, pj < N, 1, NZ)
+                    wzs = wzs + (pwt,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
         for kb in tl.static_range(NUM_N):
             pk = kb * BLOCK_N + cols
-            pwm = (pk < N)[:, None] & (hcols < KH)[None, :]
-            pwt = tl.load(wh_ptr + hcols[None, :] * N + pk[:, None], mask=pwm, other=0.0).to(tl.float32)
-            whs = whs + (pwt,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
+            whs = whs + (_load_tile(wh_ptr, pk, pk < N, hcols, hcols < KH, 1, N),)  # noqa: RUF005
     for t in range(T):
         # 1. the controller
         z_prev = zs_ptr + t * B * NZ
@@ -154,31 +162,17 @@ def _stack_fwd(
                 a1 = tl.load(base + N, mask=m2, other=0.0).to(tl.float32)
                 a2 = tl.load(base + 2 * N, mask=m2, other=0.0).to(tl.float32)
                 a3 = tl.load(base + 3 * N, mask=m2, other=0.0).to(tl.float32)
-            for kb in tl.static_range(NUM_K):
-                k = kb * BLOCK_K + kcols
-                kmask = k < NZ
-                z = tl.load(
-                    z_prev + rows[:, None] * NZ + k[None, :], mask=rmask[:, None] & kmask[None, :], other=0.0
-                ).to(tl.float32)
-                wm = kmask[:, None] & jmask[None, :]
-                wt = wz_ptr + j[None, :] * NZ + k[:, None]  # wt[k, j] = W_z[q·N + j, k]
-                if PRELOAD:
-                    w0 = wzs[(jb * NUM_K + kb) * NQ]  # this block's first tile
-                else:
-                    w0 = tl.load(wt, mask=wm, other=0.0).to(tl.float32)
-                a0 += tl.dot(z, w0, input_precision=STACK_DOT_PRECISION)
-                if LSTM:
-                    if PRELOAD:
-                        w1 = wzs[(jb * NUM_K + kb) * NQ + 1]
-                        w2 = wzs[(jb * NUM_K + kb) * NQ + 2]
-                        w3 = wzs[(jb * NUM_K + kb) * NQ + 3]
-                    else:
-                        w1 = tl.load(wt + N * NZ, mask=wm, other=0.0).to(tl.float32)
-                        w2 = tl.load(wt + 2 * N * NZ, mask=wm, other=0.0).to(tl.float32)
-                        w3 = tl.load(wt + 3 * N * NZ, mask=wm, other=0.0).to(tl.float32)
-                    a1 += tl.dot(z, w1, input_precision=STACK_DOT_PRECISION)
-                    a2 += tl.dot(z, w2, input_precision=STACK_DOT_PRECISION)
-                    a3 += tl.dot(z, w3, input_precision=STACK_DOT_PRECISION)
+            # gate q's rows of W_z: q·N + j; this block's preloaded tiles from (jb · NUM_K) · NQ
+            if LSTM:
+                a0, a1, a2, a3 = _rec_matvec(
+                    (a0, a1, a2, a3), z_prev, NZ, rows, rmask, wz_ptr, NZ, 1, N, j, jmask, NZ, BLOCK_K, NUM_K,
+                    STACK_DOT_PRECISION, wzs, jb * NUM_K * NQ, PRELOAD,
+                )  # fmt: skip
+            else:
+                a0 = _rec_matvec(
+                    (a0,), z_prev, NZ, rows, rmask, wz_ptr, NZ, 1, N, j, jmask, NZ, BLOCK_K, NUM_K,
+                    STACK_DOT_PRECISION, wzs, jb * NUM_K * NQ, PRELOAD,
+                )[0]  # fmt: skip
             gb = gates_ptr + t * B * G + rows[:, None] * G + j[None, :]
             ty = gates_ptr.dtype.element_ty
             if LSTM:
@@ -207,25 +201,14 @@ def _stack_fwd(
             tl.zeros((BLOCK_B, BLOCK_KH), dtype=tl.float32)
             + tl.load(bh_ptr + hcols, mask=hmask, other=0.0).to(tl.float32)[None, :]
         )
-        for kb in tl.static_range(NUM_N):
-            k = kb * BLOCK_N + cols
-            kmask = k < N
-            h = tl.load(
-                zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + k[None, :],
-                mask=rmask[:, None] & kmask[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            if PRELOAD:
-                wt = whs[kb]
-            else:
-                wt = tl.load(  # wt[k, q] = W_head[q, k]
-                    wh_ptr + hcols[None, :] * N + k[:, None], mask=kmask[:, None] & hmask[None, :], other=0.0
-                ).to(tl.float32)
-            # an explicit IEEE product: Triton 3.6 rewrote the sum of broadcast products that stood
-            # here into a TF32 dot (inputs rounded to 10 significand bits: 2e-4 to 1e-3 of each
-            # tensor's largest value on an H200, against 2e-7 for torch's float32;
-            # ``python -m benchmarks.kernel_precision``)
-            acc += tl.dot(h, wt, input_precision=STACK_DOT_PRECISION)
+        # h_t W_headᵀ as explicit IEEE products: Triton 3.6 rewrote the sum of broadcast products
+        # that stood here into a TF32 dot (inputs rounded to 10 significand bits: 2e-4 to 1e-3 of
+        # each tensor's largest value on an H200, against 2e-7 for torch's float32;
+        # ``python -m benchmarks.kernel_precision``)
+        acc = _rec_matvec(
+            (acc,), zs_ptr + (t + 1) * B * NZ, NZ, rows, rmask, wh_ptr, N, 1, 0, hcols, hmask, N,
+            BLOCK_N, NUM_N, STACK_DOT_PRECISION, whs, 0, PRELOAD,
+        )[0]  # fmt: skip
         # softmax over the three (the jump tape: five) actions (``==`` chains: Triton's constexpr selects)
         if MEM == SUPERPOSITION or MEM == TAPE or MEM == TAPE_JUMP:  # noqa: SIM109
             is_act = (hcols < (5 if MEM == TAPE_JUMP else 3))[None, :]
@@ -317,17 +300,14 @@ def _stack_bwd(
     if PRELOAD:
         for jb in tl.static_range(NUM_N):
             pj = jb * BLOCK_N + cols
-            pwm = hmask[:, None] & (pj < N)[None, :]
-            pwt = tl.load(wh_ptr + hcols[:, None] * N + pj[None, :], mask=pwm, other=0.0).to(tl.float32)
-            whs = whs + (pwt,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
+            whs = whs + (_load_tile(wh_ptr, hcols, hmask, pj, pj < N, N, 1),)  # noqa: RUF005
         for kb in tl.static_range(NUM_K):
             pk = kb * BLOCK_K + kcols
             for jb in tl.static_range(NUM_N):
                 pj = jb * BLOCK_N + cols
-                pwm = (pj < N)[:, None] & (pk < NZ)[None, :]
-                for q in tl.static_range(NQ):
-                    pwb = wz_ptr + (q * N + pj[:, None]) * NZ + pk[None, :]
-                    wzs = wzs + (tl.load(pwb, mask=pwm, other=0.0).to(tl.float32),)  # noqa: RUF005
+                for q in tl.static_range(NQ):  # W_z[q·N + j, k]
+                    pwb = _load_tile(wz_ptr + q * N * NZ, pj, pj < N, pk, pk < NZ, NZ, 1)
+                    wzs = wzs + (pwb,)  # noqa: RUF005 (Triton's tuples: no starred unpacking)
     for step in range(T):
         t = T - 1 - step
         cur, nxt = (t + 1) % 2, t % 2
@@ -363,12 +343,10 @@ def _stack_bwd(
             j = jb * BLOCK_N + cols
             jmask = j < N
             m2 = rmask[:, None] & jmask[None, :]
-            if PRELOAD:
+            if PRELOAD:  # noqa: SIM108 (a constexpr branch: whs is empty without PRELOAD)
                 w = whs[jb]
             else:
-                w = tl.load(
-                    wh_ptr + hcols[:, None] * N + j[None, :], mask=hmask[:, None] & jmask[None, :], other=0.0
-                ).to(tl.float32)
+                w = _load_tile(wh_ptr, hcols, hmask, j, jmask, N, 1)
             gh = tl.load(gz_ptr + cur * B * NZ + rows[:, None] * NZ + j[None, :], mask=m2, other=0.0)
             gh += tl.dot(ghd, w, input_precision=STACK_DOT_PRECISION)
             gb = gates_ptr + t * B * G + rows[:, None] * G + j[None, :]
@@ -397,7 +375,8 @@ def _stack_bwd(
                 a = tl.load(gb, mask=m2, other=0.0).to(tl.float32)
                 tl.store(ob, (gh * _act_grad(a, CODE)).to(ty), mask=m2)
         tl.debug_barrier()
-        # C. ∂z_t = ∂L/∂[h_t ; r_t] from outside plus ga_{t+1} W_z
+        # C. ∂z_t = ∂L/∂[h_t ; r_t] from outside plus ga_{t+1} W_z (ga's columns and W_z's rows of
+        # gate q: q·N + j)
         if PRELOAD:  # each gate's gradient loaded once, its product with every block of W_z after
             accs = ()
             for kb in tl.static_range(NUM_K):
@@ -433,17 +412,10 @@ def _stack_bwd(
                     acc = acc.to(tl.float32)
                 else:
                     acc = tl.zeros((BLOCK_B, BLOCK_K), dtype=tl.float32)
-                for jb in tl.static_range(NUM_N):
-                    j = jb * BLOCK_N + cols
-                    jmask = j < N
-                    am = rmask[:, None] & jmask[None, :]
-                    wm = jmask[:, None] & kmask[None, :]
-                    ab = ga_ptr + t * B * G + rows[:, None] * G + j[None, :]
-                    wb = wz_ptr + j[:, None] * NZ + k[None, :]  # W_z[q·N + j, k]
-                    for q in tl.static_range(NQ):
-                        ga = tl.load(ab + q * N, mask=am, other=0.0).to(tl.float32)
-                        w = tl.load(wb + q * N * NZ, mask=wm, other=0.0).to(tl.float32)
-                        acc += tl.dot(ga, w, input_precision=STACK_DOT_PRECISION)
+                acc = _rec_matvec_t(
+                    acc, ga_ptr + t * B * G, G, rows, rmask, wz_ptr, NZ, 1, N, k, kmask, N, BLOCK_N, NUM_N, NQ,
+                    STACK_DOT_PRECISION,
+                )  # fmt: skip
                 tl.store(gz_ptr + nxt * B * NZ + rows[:, None] * NZ + k[None, :], acc, mask=m2)
         tl.debug_barrier()
 
