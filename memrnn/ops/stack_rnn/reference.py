@@ -11,10 +11,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from memrnn.core.activations import ACTIVATIONS
 from memrnn.ops.buckets import final_by_length
 from memrnn.ops.stack_rnn.specs import spec as memory_spec
-
-_ACTIVATIONS = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "relu": torch.relu, "identity": lambda v: v}
 
 
 def stack_rnn_reference(
@@ -43,8 +42,8 @@ def stack_rnn_reference(
     k = spec.n_actions
     B, T, _ = x.shape
     lstm = controller == "lstm"
-    act = _ACTIVATIONS[activation] if not lstm else None
-    value_act = _ACTIVATIONS[value_activation]
+    act = ACTIVATIONS[activation] if not lstm else None
+    value_act = ACTIVATIONS[value_activation]
     h, c, state = h0, c0, tuple(memory0)
     reading = spec.read(state)
     hs, rs, cs, states, lost = [], [], [c0], [state], []
