@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from memrnn.ops import stack_rnn
 from memrnn.ops.memory import MemorySpec
@@ -97,3 +98,23 @@ def test_each_native_memory_keeps_its_cpp_steps_in_its_folder() -> None:
     assert all(f"case {e}:" in switch for e in enumerators)
     outside = loop[:start] + loop[start + len(switch) :]
     assert [e for e in enumerators if re.search(rf"\b{e}\b", outside)] == []
+
+
+def test_the_layers_memories_take_their_names_actions_and_defaults_from_the_specs() -> None:
+    """Each fused memory's layer class (:data:`memrnn.layers.memories.MEMORIES`) is declared with
+    its spec: its kind, actions, action activation and the default of its value activation are the
+    spec's, and its state's fields are the spec's fields."""
+    from memrnn.layers.memories import MEMORIES
+
+    for name, s in specs.SPECS.items():
+        cls = MEMORIES[name]
+        assert (cls.kind, cls.actions, cls.action_activation) == (s.name, s.actions, s.action_activation)
+        assert cls.State._fields == s.fields, name
+        value_param = list(inspect.signature(cls).parameters.values())[3]  # hidden, width, depth, value
+        assert value_param.name.endswith("_activation") and value_param.default == s.value_activation, name
+        layer = cls(4, width=2, depth=3)
+        acts, _ = layer.heads(torch.randn(5, 4, generator=torch.Generator().manual_seed(0)))
+        if s.action_activation == "softmax":
+            assert torch.allclose(acts.sum(-1), torch.ones(5)), name
+        else:
+            assert ((acts > 0) & (acts < 1)).all() and not torch.allclose(acts.sum(-1), torch.ones(5)), name

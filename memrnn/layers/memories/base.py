@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS, resolve_activation
 from memrnn.core.checks import positive_int
+from memrnn.ops.memory import MemorySpec
 
 #: what a pushed or written vector may pass through
 VALUE_ACTIVATIONS = ("sigmoid", "tanh", "identity")
@@ -53,8 +54,18 @@ class Memory(nn.Module, ABC):
     State: ClassVar[type]
     #: names of the first ``len(actions)`` outputs of the head, in order
     actions: ClassVar[tuple[str, ...]]
+    #: ``"softmax"`` over the actions or a ``"sigmoid"`` each
+    action_activation: ClassVar[str] = "softmax"
     #: whether the state holds each row's input length (:meth:`with_input_lengths`)
     reads_input_lengths: ClassVar[bool] = False
+
+    def __init_subclass__(cls, spec: MemorySpec | None = None, **kwargs) -> None:
+        """``class M(Memory, spec=...)``: a memory of the fused paths takes its ``kind``,
+        ``actions`` and ``action_activation`` from its :class:`~memrnn.ops.memory.MemorySpec`
+        (``memrnn/ops/<memory>/spec.py``), the one table of them."""
+        super().__init_subclass__(**kwargs)
+        if spec is not None:
+            cls.kind, cls.actions, cls.action_activation = spec.name, spec.actions, spec.action_activation
 
     def __init__(
         self,
@@ -121,9 +132,8 @@ class Memory(nn.Module, ABC):
             return None
         return tuple((layer.weight, layer.bias) for layer in self.value_mlp)
 
-    @staticmethod
-    def _action_fn(a: Tensor) -> Tensor:
-        return torch.softmax(a, -1)
+    def _action_fn(self, a: Tensor) -> Tensor:
+        return torch.softmax(a, -1) if self.action_activation == "softmax" else torch.sigmoid(a)
 
     @abstractmethod
     def initial_state(self, batch_size: int, *, device: torch.device | str, dtype: torch.dtype) -> NamedTuple:

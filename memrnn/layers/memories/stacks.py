@@ -11,6 +11,7 @@ from torch import Tensor
 
 from memrnn.layers.memories.base import Memory
 from memrnn.ops.deque import deque_step
+from memrnn.ops.stack_rnn.specs import SPECS
 from memrnn.ops.stratification import stratification_step
 from memrnn.ops.superposition import superposition_step
 
@@ -39,7 +40,7 @@ class DequeState(NamedTuple):
     reading: Tensor
 
 
-class SuperpositionStack(Memory):
+class SuperpositionStack(Memory, spec=SPECS["superposition"]):
     """The superposition stack of Joulin & Mikolov (2015, section 3.1, equations 5–6), ``depth``
     cells of ``width`` units, top first.
 
@@ -48,12 +49,15 @@ class SuperpositionStack(Memory):
     ``identity`` as Delétang et al.'s Stack-RNN, or ``tanh``).  Reads the top cell.
     """
 
-    kind = "superposition"
     State = SuperpositionState
-    actions = ("push", "pop", "noop")
 
     def __init__(
-        self, hidden_size: int, width: int = 8, depth: int = 32, push_activation: str = "sigmoid", **factory
+        self,
+        hidden_size: int,
+        width: int = 8,
+        depth: int = 32,
+        push_activation: str = SPECS["superposition"].value_activation,
+        **factory,
     ) -> None:
         super().__init__(hidden_size, width, depth, push_activation, **factory)
 
@@ -70,7 +74,7 @@ class SuperpositionStack(Memory):
         return SuperpositionState(stack), overflow
 
 
-class StratificationStack(Memory):
+class StratificationStack(Memory, spec=SPECS["stratification"]):
     """The stratification stack of Grefenstette et al. (2015, equations 1–3): ``depth`` elements
     of ``width`` units with strengths, newest first; the pop and the reading are cumulative sums
     over the strengths.
@@ -79,20 +83,19 @@ class StratificationStack(Memory):
     ``tanh(·)`` (``value_activation``).  Reads the strength-weighted top (a mix of at most one
     unit of strength)."""
 
-    kind = "stratification"
     State = StratificationState
-    actions = ("push", "pop")
     #: ``"stack"`` (pop and read the newest) or ``"queue"`` (the oldest)
     order: ClassVar[str] = "stack"
 
     def __init__(
-        self, hidden_size: int, width: int = 8, depth: int = 32, value_activation: str = "tanh", **factory
+        self,
+        hidden_size: int,
+        width: int = 8,
+        depth: int = 32,
+        value_activation: str = SPECS["stratification"].value_activation,
+        **factory,
     ) -> None:
         super().__init__(hidden_size, width, depth, value_activation, **factory)
-
-    @staticmethod
-    def _action_fn(a: Tensor) -> Tensor:
-        return torch.sigmoid(a)
 
     def initial_state(self, batch_size: int, *, device, dtype) -> StratificationState:
         z = torch.zeros(batch_size, self.depth, self.width, device=device, dtype=dtype)
@@ -111,15 +114,14 @@ class StratificationStack(Memory):
         return StratificationState(values, strengths, reading), overflow
 
 
-class NeuralQueue(StratificationStack):
+class NeuralQueue(StratificationStack, spec=SPECS["queue"]):
     """The neural queue of Grefenstette et al. (2015, section 3.2): the stratification stack's
     elements and heads, popped and read from the oldest end."""
 
-    kind = "queue"
     order = "queue"
 
 
-class NeuralDeque(Memory):
+class NeuralDeque(Memory, spec=SPECS["deque"]):
     """The neural DeQue of Grefenstette et al. (2015, section 3.3): the stratification stack's
     elements with strengths, pushed, popped and read at both ends (:mod:`memrnn.ops.deque`);
     ``depth`` elements per end, ``width`` units each.
@@ -128,12 +130,15 @@ class NeuralDeque(Memory):
     pop strengths ``u_top``, ``u_bot`` (``σ``), values ``v_top``, ``v_bot`` (``tanh``,
     ``value_activation``).  Reads both ends: ``[r_top, r_bot]``, ``2 · width`` units."""
 
-    kind = "deque"
     State = DequeState
-    actions = ("push_top", "pop_top", "push_bot", "pop_bot")
 
     def __init__(
-        self, hidden_size: int, width: int = 8, depth: int = 32, value_activation: str = "tanh", **factory
+        self,
+        hidden_size: int,
+        width: int = 8,
+        depth: int = 32,
+        value_activation: str = SPECS["deque"].value_activation,
+        **factory,
     ) -> None:
         super().__init__(hidden_size, width, depth, value_activation, **factory)
 
@@ -143,10 +148,6 @@ class NeuralDeque(Memory):
     @property
     def reading_size(self) -> int:
         return 2 * self.width
-
-    @staticmethod
-    def _action_fn(a: Tensor) -> Tensor:
-        return torch.sigmoid(a)
 
     def initial_state(self, batch_size: int, *, device, dtype) -> DequeState:
         z = torch.zeros(batch_size, 2 * self.depth, self.width, device=device, dtype=dtype)

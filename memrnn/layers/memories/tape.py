@@ -11,6 +11,7 @@ from torch import Tensor
 
 from memrnn.core.checks import exporting
 from memrnn.layers.memories.base import Memory, mlp_sizes
+from memrnn.ops.stack_rnn.specs import SPECS
 from memrnn.ops.tape import tape_jump_step, tape_step
 
 
@@ -28,7 +29,7 @@ class JumpTapeState(NamedTuple):
     tape: Tensor
 
 
-class Tape(Memory):
+class Tape(Memory, spec=SPECS["tape"]):
     """The tape of Delétang et al.'s (2023) Tape-RNN: ``depth`` circular cells of ``width``
     units; each step writes ``W_w h + b_w`` (``write_activation``) into the head's cell and moves by
     ``softmax(W_a h + b_a)`` over stay, left and right (:mod:`memrnn.ops.tape`).  Reads the head's
@@ -40,16 +41,14 @@ class Tape(Memory):
     64) → ReLU → Linear(64, width)``; the actions keep their own linear head); ``()``, the
     default, writes ``W_w h + b_w``.  The layers are ``value_mlp`` (:class:`Memory`)."""
 
-    kind = "tape"
     State = TapeState
-    actions = ("stay", "left", "right")
 
     def __init__(
         self,
         hidden_size: int,
         width: int = 8,
         depth: int = 32,
-        write_activation: str = "identity",
+        write_activation: str = SPECS["tape"].value_activation,
         write_mlp: Sequence[int] = (),
         **factory,
     ) -> None:
@@ -80,7 +79,7 @@ class Tape(Memory):
         return TapeState(tape_step(state.tape, actions, value)), value.new_zeros(value.shape[0])
 
 
-class JumpTape(Tape):
+class JumpTape(Tape, spec=SPECS["tape_jump"]):
     """The tape of Delétang et al.'s (2023) Tape-RNN with its two jumps (the authors'
     ``TapeInputLengthJumpCore``): each step writes into the head's cell and moves by
     ``softmax(W_a h + b_a)`` over stay, left, right, and a jump left or right by the row's input
@@ -92,9 +91,7 @@ class JumpTape(Tape):
     through :meth:`with_input_lengths`), or :class:`memrnn.lit.SequenceModule` with a data module
     whose batches carry ``input_lengths`` (``ChomskyDataModule``).  ``write_mlp`` as :class:`Tape`'s."""
 
-    kind = "tape_jump"
     State = JumpTapeState
-    actions = ("stay", "left", "right", "jump_left", "jump_right")
     reads_input_lengths = True
 
     def __init__(
@@ -102,7 +99,7 @@ class JumpTape(Tape):
         hidden_size: int,
         width: int = 8,
         depth: int = 32,
-        write_activation: str = "identity",
+        write_activation: str = SPECS["tape_jump"].value_activation,
         jump: int | None = None,
         write_mlp: Sequence[int] = (),
         **factory,
