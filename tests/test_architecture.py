@@ -44,6 +44,7 @@ FLOORS = {
     "layers": 2,
     "data": 2,
     "constructions": 3,
+    "members": 3,
     "analysis": 4,
     "rsm": 4,
     "lit": 5,

@@ -5,11 +5,13 @@ controller-and-counters LSTM): the reference loop, the CPU fast path
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
 from memrnn.ops.lstm.cpu import LSTMSequence
+from memrnn.ops.lstm.members import LSTMMemberSequence, lstm_member_reference
 from memrnn.ops.lstm.reference import lstm_reference
 
 
@@ -27,7 +29,15 @@ def lstm_sequence(
     """``x [B, T, n]``, ``w_in [4N, n]``, ``b [4N]``, ``w_rec [4N, N]`` (gate order ``o, i, f, g``),
     ``h0``, ``c0`` ``[B, N]`` -> ``hs``, ``cs`` ``[B, T+1, N]``; units past ``tanh_units`` expose
     the cell itself (:mod:`memrnn.ops.lstm.reference`).  ``impl`` as
-    :func:`memrnn.ops.elman.elman_sequence`."""
+    :func:`memrnn.ops.elman.elman_sequence`.
+
+    Members (M runs as one model, ``docs/design.md``): every argument with a leading member
+    dimension, ``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``,
+    ``c0`` ``[M, B, N]`` -> ``[M, B, T+1, N]``, member ``m`` exactly the call on its ``[m]`` slices:
+    the reference loops over the members, the CPU path batches its products over them
+    (:class:`memrnn.ops.lstm.members.LSTMMemberSequence`), the GPU kernels run once per member."""
+    if w_rec.dim() == 3:
+        return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
     impl = choose(x, impl)
     if impl == "reference":
         return lstm_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
@@ -38,10 +48,29 @@ def lstm_sequence(
     return lstm_triton(F.linear(x, w_in, b), w_rec, h0, c0, tanh_units)
 
 
+def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
+    M = w_rec.shape[0]
+    for name, t, dims in (("x", x, 4), ("w_in", w_in, 3), ("b", b, 2), ("h0", h0, 3), ("c0", c0, 3)):
+        if t.dim() != dims or t.shape[0] != M:
+            raise ValueError(
+                f"with members every argument has the member dimension first: w_rec is {tuple(w_rec.shape)} "
+                f"(M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
+            )
+    impl = choose(x, impl)
+    if impl == "reference":
+        return lstm_member_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl == "cpu":
+        return LSTMMemberSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+    from memrnn.ops.lstm.triton import lstm_triton
+
+    runs = [lstm_triton(F.linear(x[m], w_in[m], b[m]), w_rec[m], h0[m], c0[m], tanh_units) for m in range(M)]
+    return tuple(torch.stack(r) for r in zip(*runs, strict=True))
+
+
 def sigmoids_first(w: Tensor) -> Tensor:
     """Gate blocks of ``w [4N, ...]`` (or ``[4N]``) from torch's order ``i, f, g, o`` to the fast
     paths' ``o, i, f, g`` (the three sigmoids first, one contiguous block)."""
     return w.view(4, w.shape[0] // 4, *w.shape[1:])[[3, 0, 1, 2]].reshape(w.shape)
 
 
-__all__ = ["lstm_reference", "lstm_sequence", "sigmoids_first"]
+__all__ = ["lstm_member_reference", "lstm_reference", "lstm_sequence", "sigmoids_first"]

@@ -1,0 +1,189 @@
+"""M runs of one recurrent layer as one module: :class:`MemberLayer` (``docs/design.md``,
+"Members").
+
+Every parameter and buffer carries a leading member dimension ``[M, ...]``; inputs are ``[M, B,
+T, input_size]``, outputs ``[M, B, T, output_size]`` and every field of a state ``[M, B, ...]``.
+Member ``m`` computes exactly what the layer built with member ``m``'s weights computes alone
+(the tests hold it to rounding, gradients and training included).  A layer class with a *member
+path* (:data:`MEMBER_PATHS`: its op batched over the members, e.g. the LSTM's) runs all members
+in one pass; every other layer runs a loop over its members (each member through the layer's own
+``forward`` on its slices of the stacked parameters), correct for every registered layer, and
+:attr:`MemberLayer.member_path` names which it is."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memrnn.core.layer import MemoryLayer
+from memrnn.core.state import state_leaves, state_map, state_zip
+from memrnn.members.stacking import member_view, stack_modules, unstack_module
+
+
+@dataclass(frozen=True)
+class MemberPath:
+    """A layer class's pass over all members at once.
+
+    ``why_not(layer)``: None when the path covers this layer (its options, training mode), else
+    the reason, which :attr:`MemberLayer.member_path` reports.  ``run(layer, x, state, mask)``:
+    ``layer`` the stacked module, ``x [M, B, T, n]``, ``state`` the members' stacked state
+    ``[M, B, ...]``, ``mask [M, B, T]`` or None -> ``(outputs [M, B, T, out], final state)``."""
+
+    name: str
+    why_not: Callable[[nn.Module], str | None]
+    run: Callable[[nn.Module, Tensor, Any, Tensor | None], tuple[Tensor, Any]]
+
+
+#: the member paths by layer class (exact class: a subclass may compute otherwise)
+MEMBER_PATHS: dict[type, MemberPath] = {}
+
+
+def register_member_path(cls: type, path: MemberPath) -> None:
+    """Give layer class ``cls`` a pass over all members at once."""
+    MEMBER_PATHS[cls] = path
+
+
+class MemberLayer(nn.Module):
+    """M members of one :class:`~memrnn.core.layer.MemoryLayer`, trained as one model.
+
+    ``layers``: M layers of one type and structure (each built with its own initial weights,
+    e.g. under its own seed: :meth:`build`).  Their parameters and buffers are stacked into
+    ``self.layer``, a module of the layers' structure whose every tensor is ``[M, ...]`` (a
+    checkpoint's keys are the single layer's; :meth:`member` gives member ``m`` back as an
+    ordinary layer).  The members share nothing: the gradient of the sum of the members' losses
+    is each member's own gradient, in its slice.
+    """
+
+    def __init__(self, layers: Sequence[MemoryLayer]) -> None:
+        super().__init__()
+        layers = list(layers)
+        bad = [type(layer).__name__ for layer in layers if not isinstance(layer, MemoryLayer)]
+        if bad:
+            raise ValueError(f"MemberLayer stacks memrnn MemoryLayers, got {bad[0]}")
+        self.members = len(layers)
+        self.layer = stack_modules(layers)
+        self.input_size, self.output_size = layers[0].input_size, layers[0].output_size
+
+    @classmethod
+    def build(cls, factory: Callable[[], MemoryLayer], seeds: Sequence[int]) -> MemberLayer:
+        """One member per seed: member ``m`` is ``factory()`` built after
+        ``torch.manual_seed(seeds[m])`` (the global generator is restored afterwards), so it has
+        the initial weights of the single run with that seed."""
+        if isinstance(seeds, int) or not len(seeds):
+            raise ValueError(f"seeds must be a non-empty sequence of ints, one per member, got {seeds!r}")
+        layers = []
+        with torch.random.fork_rng(devices=[]):
+            for seed in seeds:
+                torch.manual_seed(int(seed))
+                layers.append(factory())
+        return cls(layers)
+
+    def extra_repr(self) -> str:
+        return f"members={self.members}, path={self.member_path!r}"
+
+    @property
+    def member_path(self) -> str:
+        """How a forward runs: the member path's name, or ``"loop (…)"`` over the members with the
+        reason none applies."""
+        path = MEMBER_PATHS.get(type(self.layer))
+        if path is None:
+            return f"loop (no member path for {type(self.layer).__name__})"
+        reason = path.why_not(self.layer)
+        return path.name if reason is None else f"loop ({reason})"
+
+    def member(self, m: int) -> MemoryLayer:
+        """Member ``m`` as an ordinary layer (detached copies of its weights): its ``state_dict``
+        loads into the layer class built with the same arguments."""
+        return unstack_module(self.layer, self._index(m))
+
+    def _index(self, m: int) -> int:
+        if isinstance(m, bool) or not isinstance(m, int) or not -self.members <= m < self.members:
+            raise ValueError(
+                f"member {m!r} does not exist; this MemberLayer has members 0..{self.members - 1}"
+            )
+        return m % self.members
+
+    def initial_state(
+        self, batch_size: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    ) -> Any:
+        """Each member's initial state, stacked: every field ``[M, batch_size, ...]``."""
+        states = []
+        for m in range(self.members):
+            with member_view(self.layer, m) as layer:
+                states.append(layer.initial_state(batch_size, device=device, dtype=dtype))
+        return state_zip(lambda *ts: torch.stack(ts), *states)
+
+    def _check(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Any, Tensor | None]:
+        name = f"MemberLayer({type(self.layer).__name__})"
+        if not isinstance(x, Tensor) or x.dim() != 4 or x.shape[0] != self.members:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(
+                f"{name} takes inputs [members, batch, time, input_size] = [{self.members}, B, T, "
+                f"{self.input_size}], got {got}"
+            )
+        if state is not None:
+            for t in state_leaves(state):
+                if t.shape[0] != self.members:
+                    raise ValueError(
+                        f"{name}: every field of a state has the members first ({self.members}), got a field "
+                        f"of shape {tuple(t.shape)}"
+                    )
+        if mask is not None:
+            M, B, T = x.shape[:3]
+            if not isinstance(mask, Tensor) or tuple(mask.shape) not in ((B, T), (M, B, T)):
+                got = tuple(mask.shape) if isinstance(mask, Tensor) else type(mask).__name__
+                raise ValueError(
+                    f"{name}: mask must be [batch, time] = {(B, T)} (shared by the members) or [members, "
+                    f"batch, time] = {(M, B, T)}, got {got}"
+                )
+            if mask.dim() == 2:
+                mask = mask.expand(M, B, T)
+        return state, mask
+
+    def forward(self, x: Tensor, state: Any = None, mask: Tensor | None = None) -> tuple[Tensor, Any]:
+        """``x [M, B, T, input_size]``, ``state`` (each field ``[M, B, ...]``, or None: each
+        member's initial state), ``mask [B, T]`` or ``[M, B, T]`` (right padding) ->
+        ``(outputs [M, B, T, output_size], final state [M, B, ...])``."""
+        state, mask = self._check(x, state, mask)
+        if self._batched():
+            return self._run_path(x, state, mask)
+        return self._loop(x, state, mask, outputs_only=False)
+
+    def _batched(self) -> bool:
+        path = MEMBER_PATHS.get(type(self.layer))
+        return path is not None and path.why_not(self.layer) is None
+
+    def _run_path(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
+        if state is None:
+            state = self.initial_state(x.shape[1], device=x.device, dtype=x.dtype)
+        if mask is not None and bool(mask.all()):
+            mask = None
+        return MEMBER_PATHS[type(self.layer)].run(self.layer, x, state, mask)
+
+    def outputs(self, x: Tensor, state: Any = None, mask: Tensor | None = None) -> Tensor:
+        """``forward``'s outputs ``[M, B, T, output_size]`` without the final state (each member
+        through its layer's ``outputs``, which may skip work the final state needs)."""
+        state, mask = self._check(x, state, mask)
+        if self._batched():
+            return self._run_path(x, state, mask)[0]
+        return self._loop(x, state, mask, outputs_only=True)
+
+    def _loop(self, x: Tensor, state: Any, mask: Tensor | None, *, outputs_only: bool):
+        """The fallback: each member through the layer's own methods on its slices."""
+        ys, finals = [], []
+        for m in range(self.members):
+            state_m = None if state is None else state_map(lambda t, m=m: t[m], state)
+            mask_m = None if mask is None else mask[m]
+            with member_view(self.layer, m) as layer:
+                if outputs_only:
+                    ys.append(layer.outputs(x[m], state_m, mask_m))
+                else:
+                    y, final = layer(x[m], state_m, mask_m)
+                    ys.append(y)
+                    finals.append(final)
+        y = torch.stack(ys)
+        return y if outputs_only else (y, state_zip(lambda *ts: torch.stack(ts), *finals))

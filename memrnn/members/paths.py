@@ -1,0 +1,73 @@
+"""Member paths: layers whose op runs all members in one pass (:data:`memrnn.members.layer.MEMBER_PATHS`).
+
+* :class:`memrnn.layers.LSTMLayer` (unidirectional, no dropout between layers in training): its
+  ``nn.LSTM`` weights per member in the op's gate order, through
+  :func:`memrnn.ops.lstm.lstm_sequence` with the member dimension (the CPU path batches every
+  product over the members; one layer after another)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from memrnn.layers import LSTMLayer
+from memrnn.layers.gated import LSTMState
+from memrnn.members.layer import MemberPath, register_member_path
+from memrnn.ops.lstm import lstm_sequence
+
+
+def _sigmoids_first(w: Tensor) -> Tensor:
+    """Gate blocks of ``w [M, 4N, ...]`` from torch's ``i, f, g, o`` to the op's ``o, i, f, g``."""
+    M, G = w.shape[:2]
+    return w.view(M, 4, G // 4, *w.shape[2:])[:, [3, 0, 1, 2]].reshape(w.shape)
+
+
+def _lengths_final(states: Tensor, lengths: Tensor | None) -> Tensor:
+    """``states [M, B, T+1, N]`` -> each row's state after its last real step ``[M, B, N]``."""
+    if lengths is None:
+        return states[:, :, -1]
+    idx = lengths[..., None, None].expand(-1, -1, 1, states.shape[-1])
+    return states.gather(2, idx)[:, :, 0]
+
+
+def _lstm_why_not(layer: nn.Module) -> str | None:
+    if layer.bidirectional:
+        return "bidirectional"
+    if layer.training and layer.dropout:
+        return "dropout between layers in training"
+    return None
+
+
+def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, LSTMState]:
+    M = x.shape[0]
+    dtype = layer.rnn.weight_ih_l0.dtype
+    if x.dtype != dtype:
+        raise ValueError(f"MemberLayer(LSTMLayer): inputs are {x.dtype} but the layer is {dtype}")
+    lengths = None if mask is None else mask.sum(-1)
+    rnn, H = layer.rnn, layer.hidden_size
+    hs_out, cs_out, h_in = [], [], x
+    for lay in range(layer.num_layers):
+        w_ih, w_hh = getattr(rnn, f"weight_ih_l{lay}"), getattr(rnn, f"weight_hh_l{lay}")
+        if rnn.bias:
+            b = getattr(rnn, f"bias_ih_l{lay}") + getattr(rnn, f"bias_hh_l{lay}")
+        else:
+            b = w_ih.new_zeros(M, 4 * H)
+        hs, cs = lstm_sequence(
+            h_in,
+            _sigmoids_first(w_ih),
+            _sigmoids_first(b),
+            _sigmoids_first(w_hh),
+            state.h[:, :, lay],
+            state.c[:, :, lay],
+            H,
+        )
+        hs_out.append(_lengths_final(hs, lengths))
+        cs_out.append(_lengths_final(cs, lengths))
+        h_in = hs[:, :, 1:]
+    y = h_in if mask is None else h_in * mask[..., None].to(h_in.dtype)
+    return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
+
+
+register_member_path(LSTMLayer, MemberPath("lstm_sequence (members batched)", _lstm_why_not, _lstm_run))

@@ -1,0 +1,215 @@
+"""Members of one layer (:class:`memrnn.members.MemberLayer`): member ``m`` computes exactly what
+the layer built with member ``m``'s weights computes alone, for every registered layer, on the
+member path and on the loop over members."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+from memrnn.core import create_layer, list_layers, state_leaves, state_map
+from memrnn.core.switch import reference_paths
+from memrnn.layers import ElmanRNN, LSTMLayer
+from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
+
+M, B, T = 2, 3, 5
+LENGTHS = torch.tensor([5, 3, 1])
+
+
+def _build(name: str, dtype: torch.dtype) -> MemberLayer:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the registry's tiny values
+        return MemberLayer.build(lambda: create_layer(name).to(dtype), seeds=range(M)).to(dtype)
+
+
+def _perturbed(state, gen):
+    return state_map(
+        lambda t: (
+            (t.detach() + 0.3 * torch.randn(t.shape, generator=gen, dtype=t.dtype)).requires_grad_()
+            if t.is_floating_point()
+            else t
+        ),
+        state,
+    )
+
+
+def _run(layer, x, state, mask, weights_gen):
+    """outputs, the final state's float fields, and the gradients of a random projection of both
+    w.r.t. x, the state's float fields and the parameters."""
+    y, final = layer(x, state, mask=mask)
+    leaves = [t for t in state_leaves(final) if t.is_floating_point()]
+    loss = (y * torch.randn(y.shape, generator=weights_gen, dtype=y.dtype)).sum()
+    for t in leaves:
+        loss = loss + (t * torch.randn(t.shape, generator=weights_gen, dtype=t.dtype)).sum()
+    inputs = [x, *(t for t in state_leaves(state) if t.requires_grad)]
+    params = [p for p in layer.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(loss, inputs + params, allow_unused=True)
+    return y, leaves, grads
+
+
+@pytest.mark.parametrize("name", list_layers())
+def test_each_member_is_its_single_layer(name):
+    """Every registered layer, float64, with right padding and a given state: the members' outputs,
+    final states and the gradients of inputs, states and parameters equal each member's layer run
+    alone (:meth:`MemberLayer.member`) to 1e-12."""
+    dtype = torch.float64
+    members = _build(name, dtype)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(M, B, T, members.input_size, generator=gen, dtype=dtype, requires_grad=True)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    state = _perturbed(members.initial_state(B, dtype=dtype), gen)
+    y, finals, grads = _run(members, x, state, mask, torch.Generator().manual_seed(1))
+    n_in = 1 + sum(t.requires_grad for t in state_leaves(state))
+    param_grads = grads[n_in:]
+    w_gen = torch.Generator().manual_seed(1)
+    # the same random projection, member by member: draw the members' weights as the stacked run did
+    proj_y = torch.randn(y.shape, generator=w_gen, dtype=dtype)
+    proj_f = [torch.randn(t.shape, generator=w_gen, dtype=dtype) for t in finals]
+    for m in range(M):
+        single = members.member(m)
+        x_m = x.detach()[m].clone().requires_grad_()
+        state_m = state_map(lambda t, m=m: t.detach()[m].clone().requires_grad_(t.requires_grad), state)
+        y_m, final_m = single(x_m, state_m, mask=mask)
+        leaves_m = [t for t in state_leaves(final_m) if t.is_floating_point()]
+        torch.testing.assert_close(y_m, y[m], atol=1e-12, rtol=0)
+        for a, b in zip(leaves_m, finals, strict=True):
+            torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
+        loss = (y_m * proj_y[m]).sum() + sum((t * p[m]).sum() for t, p in zip(leaves_m, proj_f, strict=True))
+        ins = [x_m, *(t for t in state_leaves(state_m) if t.requires_grad)]
+        params = [p for p in single.parameters() if p.requires_grad]
+        got = torch.autograd.grad(loss, ins + params, allow_unused=True)
+        for i, (a, b) in enumerate(zip(got[:n_in], grads[:n_in], strict=True)):
+            assert (a is None) == (b is None), i
+            if a is not None:
+                torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
+        for a, b in zip(got[n_in:], param_grads, strict=True):
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"num_layers": 2}, {"extra_bias": False, "learned_initial_state": True}]
+)
+def test_the_lstm_member_path_equals_the_loop_and_the_reference(kwargs, dtype):
+    """The LSTM's member path (its op batched over the members) against the loop over the members
+    (``nn.LSTM`` each) and under :func:`memrnn.reference_paths`."""
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layers.append(LSTMLayer(4, 6, **kwargs).to(dtype))
+    members = MemberLayer(layers)
+    assert members.member_path == "lstm_sequence (members batched)"
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, B, T, 4, generator=gen, dtype=dtype, requires_grad=True)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    runs = {}
+    for how in ("path", "loop", "reference"):
+        if how == "loop":
+            y, final = members._loop(x, None, mask.expand(3, B, T), outputs_only=False)
+        elif how == "reference":
+            with reference_paths():
+                y, final = members(x, mask=mask)
+        else:
+            y, final = members(x, mask=mask)
+        loss = (y * y.detach().cos()).sum() + (final.h * 2).sum() + (final.c * 3).sum()
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
+    for how in ("loop", "reference"):
+        for a, b in zip(runs["path"], runs[how], strict=True):
+            torch.testing.assert_close(a, b, **tol)
+    assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+
+
+def test_the_loop_is_named_where_no_member_path_applies():
+    torch.manual_seed(0)
+    members = MemberLayer([ElmanRNN(3, 4), ElmanRNN(3, 4)])
+    assert members.member_path == "loop (no member path for ElmanRNN)"
+    bi = MemberLayer([LSTMLayer(3, 4, bidirectional=True) for _ in range(2)])
+    assert bi.member_path == "loop (bidirectional)"
+    drop = MemberLayer([LSTMLayer(3, 4, num_layers=2, dropout=0.5) for _ in range(2)])
+    assert drop.member_path == "loop (dropout between layers in training)"
+    assert drop.eval().member_path == "lstm_sequence (members batched)"
+
+
+def test_build_gives_each_member_its_seeds_weights_and_restores_the_generator():
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+    members = MemberLayer.build(lambda: LSTMLayer(3, 4), seeds=[7, 11])
+    assert torch.equal(torch.random.get_rng_state(), before)
+    for m, seed in enumerate([7, 11]):
+        torch.manual_seed(seed)
+        single = LSTMLayer(3, 4)
+        got = members.member(m).state_dict()
+        assert got.keys() == single.state_dict().keys()
+        assert all(torch.equal(got[k], v) for k, v in single.state_dict().items())
+
+
+def test_state_dict_round_trip_and_one_member_as_an_ordinary_layer():
+    members = MemberLayer.build(lambda: LSTMLayer(3, 4, num_layers=2), seeds=[0, 1, 2])
+    sd = members.state_dict()
+    assert sd["layer.rnn.weight_ih_l0"].shape == (3, 16, 3)  # the single layer's keys, members first
+    other = MemberLayer.build(lambda: LSTMLayer(3, 4, num_layers=2), seeds=[5, 6, 7])
+    other.load_state_dict(sd)
+    x = torch.randn(3, 2, 4, 3, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(other(x)[0], members(x)[0])
+    plain = LSTMLayer(3, 4, num_layers=2)
+    plain.load_state_dict(members.member(1).state_dict())
+    torch.testing.assert_close(plain(x[1])[0], members(x)[0][1], atol=1e-6, rtol=1e-5)
+
+
+def test_bad_inputs_are_named():
+    members = MemberLayer.build(lambda: LSTMLayer(3, 4), seeds=[0, 1])
+    with pytest.raises(
+        ValueError, match=r"inputs \[members, batch, time, input_size\] = \[2, B, T, 3\], got \(3, 5, 3\)"
+    ):
+        members(torch.zeros(3, 5, 3))
+    with pytest.raises(ValueError, match=r"mask must be \[batch, time\] = \(2, 5\)"):
+        members(torch.zeros(2, 2, 5, 3), mask=torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="has the members first"):
+        members(torch.zeros(2, 2, 5, 3), state=members.initial_state(2)._replace(h=torch.zeros(3, 2, 1, 4)))
+    with pytest.raises(ValueError, match=r"member 2 does not exist; this MemberLayer has members 0..1"):
+        members.member(2)
+    with pytest.raises(ValueError, match="member 1 differs from member 0"):
+        MemberLayer([LSTMLayer(3, 4), LSTMLayer(3, 5)])
+    with pytest.raises(ValueError, match="seeds must be a non-empty sequence"):
+        MemberLayer.build(lambda: LSTMLayer(3, 4), seeds=3)
+
+
+def test_member_view_computes_as_the_member_and_carries_gradients():
+    torch.manual_seed(0)
+    lins = [nn.Linear(3, 2) for _ in range(3)]
+    stacked = stack_modules(lins)
+    x = torch.randn(4, 3)
+    with member_view(stacked, 1) as one:
+        y = one(x)
+    torch.testing.assert_close(y, lins[1](x))
+    y.sum().backward()
+    assert stacked.weight.grad[0].abs().sum() == 0 and stacked.weight.grad[1].abs().sum() > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_embedding_and_heads_are_each_members_modules(dtype):
+    torch.manual_seed(0)
+    embs = [nn.Embedding(7, 5).to(dtype) for _ in range(3)]
+    heads = [nn.Linear(5, 4).to(dtype) for _ in range(3)]
+    emb, head = MemberEmbedding.from_modules(embs), MemberLinear.from_modules(heads)
+    ids = torch.randint(0, 7, (2, 6), generator=torch.Generator().manual_seed(1))
+    own = torch.randint(0, 7, (3, 2, 6), generator=torch.Generator().manual_seed(2))
+    out, out_own = head(emb(ids)), head(emb(own, per_member=True))
+    for m in range(3):
+        torch.testing.assert_close(out[m], heads[m](embs[m](ids)), atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(out_own[m], heads[m](embs[m](own[m])), atol=1e-6, rtol=1e-6)
+        assert torch.equal(emb.member(m).weight, embs[m].weight) and torch.equal(
+            head.member(m).weight, heads[m].weight
+        )
+    with pytest.raises(ValueError, match=r"unknown token id 7; the embedding has ids 0\.\.6"):
+        emb(torch.tensor([[7]]))
+    with pytest.raises(ValueError, match=r"MemberLinear takes \[members, ..., in\] = \[3, ..., 5\]"):
+        head(torch.zeros(2, 4, 5, dtype=dtype))
+    frozen = MemberEmbedding.from_modules([nn.Embedding.from_pretrained(torch.eye(4)) for _ in range(2)])
+    assert not list(frozen.parameters()) and torch.equal(frozen(torch.tensor([2]))[1, 0], torch.eye(4)[2])
