@@ -14,24 +14,8 @@ from memrnn.core import MemoryLayer, reference_paths, state_leaves
 from memrnn.layers import StackRNN
 from memrnn.ops import native
 from memrnn.ops.dispatch import choose, implementation
-from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, stack_rnn_sequence
 
 pytestmark = pytest.mark.skipif(not native.native_available(), reason="no C++ compiler here")
-
-# (controller, controller activation, memory options): every code path of native.cpp
-CASES = [
-    ("lstm", None, {}),
-    ("elman", "tanh", {}),
-    ("elman", "sigmoid", {}),
-    ("elman", "relu", {}),
-]
-
-
-def _layer(memory, controller, activation, dtype, depth=5, **kw):
-    torch.manual_seed(3)
-    if activation is not None:
-        kw["controller_args"] = {"activation": activation}
-    return StackRNN(4, 7, memory, controller, width=3, depth=depth, **kw).to(dtype)
 
 
 def _jumps(net, B, dtype):
@@ -69,74 +53,6 @@ def _assert_native_equals_cpu(net, x, state, mask, w, **tol):
     out_c, g_c = _run(net, x, state, mask, w, "cpu")
     for a, b in zip([*out_n, *g_n], [*out_c, *g_c], strict=True):
         torch.testing.assert_close(a, b, **tol)
-
-
-@pytest.mark.parametrize("memory", _NATIVE_MEMORIES)
-@pytest.mark.parametrize(("controller", "activation", "opts"), CASES)
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_native_loops_equal_python_loops_and_reference(memory, controller, activation, opts, dtype, gen):
-    net = _layer(memory, controller, activation, dtype, **opts)
-    B, T = 3, 13
-    x = torch.randn(B, T, 4, generator=gen, dtype=dtype)
-    mask = torch.arange(T)[None] < torch.tensor([T, 6, 0])[:, None]
-    w = torch.randn(B, T, net.output_size, generator=gen, dtype=dtype)
-    state = type(net.initial_state(B, dtype=dtype))(
-        *(
-            torch.randn(t.shape, generator=gen, dtype=dtype).abs() * 0.3
-            for t in net.initial_state(B, dtype=dtype)
-        )
-    )  # a non-zero initial state: its gradient flows through the whole sequence
-    if memory == "tape_jump":
-        state = state._replace(jump=_jumps(net, B, dtype).jump)
-    tol = {"atol": 1e-11, "rtol": 0} if dtype == torch.float64 else {"atol": 1e-5, "rtol": 1e-4}
-    out_n, g_n = _run(net, x, state, mask, w, "native")
-    for other in ("cpu", "reference"):
-        out_o, g_o = _run(net, x, state, mask, w, other)
-        for a, b in zip(out_n, out_o, strict=True):
-            torch.testing.assert_close(a, b, **tol)
-        for a, b in zip(g_n, g_o, strict=True):
-            torch.testing.assert_close(a, b, **tol)
-
-
-@pytest.mark.parametrize("memory", _NATIVE_MEMORIES)
-def test_value_activations_and_the_overflow(memory, gen):
-    """Each value activation the memories accept, and the overflow a small window reports."""
-    for value in ("sigmoid", "tanh", "identity"):
-        key = {
-            "superposition": "push_activation",
-            "tape": "write_activation",
-            "tape_jump": "write_activation",
-        }.get(memory, "value_activation")
-        net = _layer(memory, "lstm", None, torch.float64, depth=2, memory_args={key: value})
-        x = torch.randn(2, 9, 4, generator=gen, dtype=torch.float64)
-        w = torch.randn(2, 9, net.output_size, generator=gen, dtype=torch.float64)
-        _assert_native_equals_cpu(net, x, None, None, w, atol=1e-12, rtol=0)
-        ov_n, ov_c = (_overflow(net, x, impl) for impl in ("native", "cpu"))
-        if memory in ("superposition", "stratification"):  # a window of 2 overflows in 9 steps
-            assert float(ov_n.abs().sum()) > 0
-        torch.testing.assert_close(ov_n, ov_c, atol=1e-12, rtol=0)
-
-
-def _overflow(net, x, impl):
-    """What each step drops out of the layer's window ``[B, T]`` (the strict mode's input)."""
-    w_in, b, w_rec = net._fused_weights("lstm")
-    s = _jumps(net, x.shape[0], x.dtype) or net.initial_state(x.shape[0], dtype=x.dtype)
-    *_, overflow = stack_rnn_sequence(
-        x, w_in, b, w_rec, net.memory.head.weight, net.memory.head.bias, s.h[:, 0], s.c[:, 0],
-        tuple(net.split(s)[1]), controller="lstm", activation="tanh", memory=net.memory.kind,
-        value_activation=net.memory.value_activation, overflow=True, impl=impl,
-    )  # fmt: skip
-    return overflow.detach()
-
-
-def test_long_sequences_in_float32(gen):
-    """T = 300 with rows of three lengths: no drift between the two loops."""
-    for memory in _NATIVE_MEMORIES:
-        net = _layer(memory, "lstm", None, torch.float32, depth=20)
-        x = torch.randn(4, 300, 4, generator=gen)
-        mask = torch.arange(300)[None] < torch.tensor([300, 211, 17, 1])[:, None]
-        w = torch.randn(4, 300, net.output_size, generator=gen)
-        _assert_native_equals_cpu(net, x, None, mask, w, atol=1e-4, rtol=1e-4)
 
 
 def test_the_dispatch_picks_native_on_cpu_and_names_what_it_cannot_do(monkeypatch):
