@@ -7,8 +7,9 @@
 #   bash scripts/gpu_checks.sh OUTDIR [tests] [precision] [stack] [breakdown] [nondeterministic] [compile]   (default: all)
 #
 #   tests             the Triton kernels compiled on the GPU against the reference loops
-#                     (tests/ops/test_triton_kernels.py, tests/ops/test_nondeterministic_triton.py,
-#                     tests/ops/test_nnpda.py, then the gpu-marked layer tests; JOBS workers): tests.txt
+#                     (the tests/ops/test_<mechanism>.py of every mechanism with a kernel, their CPU
+#                     paths' tests too, and tests/ops/test_kernels.py, then the gpu-marked layer tests;
+#                     JOBS workers): tests.txt
 #   precision         every kernel's float32 error against its float64 reference loop, beside
 #                     torch's own float32 error (benchmarks/kernel_precision.py): precision.md
 #   stack             the stack RNNs' two kernels against cuDNN's nn.LSTM (issue 23's cell: batch
@@ -54,7 +55,9 @@ for part in $PARTS; do
       {
         rc=0
         "$PY" -m pytest -q -p no:cacheprovider -m "gpu or not slow" -o addopts="" "${XDIST[@]}" \
-          tests/ops/test_triton_kernels.py tests/ops/test_nondeterministic_triton.py tests/ops/test_nnpda.py || rc=1
+          tests/ops/test_kernels.py tests/ops/test_stack_rnn.py tests/ops/test_nnpda.py tests/ops/test_nondeterministic.py \
+          tests/ops/test_{elman,lstm,counter,jordan,second_order_rnn}.py \
+          tests/ops/test_{superposition,stratification,queue,tape,deque}.py || rc=1
         "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="" "${XDIST[@]}" \
           tests/layers/test_fast_paths.py tests/core/test_interface.py tests/core/test_checks.py \
           tests/rsm/test_machine.py || rc=1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from memrnn.ops import dispatch
 from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.dispatch import choose, implementation
+from tests.ops.backends import needs_native
 
 
 def test_use_buckets_on_token_buckets():
@@ -33,3 +36,22 @@ def test_use_buckets_boundaries():
     assert dispatch.use_buckets(Sizes(4, 1), 0)  # an empty batch counts as one row: 4 = 4·1
     assert not dispatch.use_buckets(Sizes(5, 1), 0)
     assert dispatch.use_buckets(Sizes(1, 64), 16) and not dispatch.use_buckets(Sizes(1, 65), 16)
+
+
+@needs_native
+def test_the_dispatch_picks_native_on_cpu_and_names_what_it_cannot_do(monkeypatch):
+    x32 = torch.zeros(2, 3, 4)
+    assert choose(x32, native_ok=True) == "native"
+    assert choose(x32.double(), native_ok=True) == "native"
+    assert choose(x32) == "cpu"  # a mechanism without C++ loops
+    assert choose(x32.half(), native_ok=True) == "cpu"
+    with implementation("native"):
+        assert choose(x32) == "cpu"  # forced, but this op has none: its Python loop
+    with pytest.raises(ValueError, match="impl='native': this op has no C\\+\\+ loop"):
+        choose(x32, "native")
+    with pytest.raises(ValueError, match=r"CPU tensors of float32 or float64, got cpu torch\.float16"):
+        choose(x32.half(), "native", native_ok=True)
+    monkeypatch.setenv("MEMRNN_NATIVE", "0")
+    assert choose(x32, native_ok=True) == "cpu"
+    with pytest.raises(ValueError, match=r"C\+\+ loops are off here \(MEMRNN_NATIVE=0\)"):
+        choose(x32, "native", native_ok=True)

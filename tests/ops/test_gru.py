@@ -11,9 +11,12 @@ from torch import nn
 
 from memrnn import reference_paths
 from memrnn.layers import GRULayer
+from memrnn.layers.gated import GRUState
+from memrnn.ops import bptt
 from memrnn.ops.dispatch import choose, implementation
 from memrnn.ops.elman import elman_sequence
 from memrnn.ops.gru import gru_implementation, gru_reference, gru_sequence
+from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 F64 = torch.float64
 
@@ -121,3 +124,20 @@ def test_gru_layer_runs_what_the_switch_picks(gen):
     assert not _has(y_ref, "GRUSequence")
     torch.testing.assert_close(y_bptt, y_ref, atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(y, y_ref, atol=1e-12, rtol=1e-12)
+
+
+@pytest.mark.parametrize(("num_layers", "bias", "block"), [(1, True, None), (2, True, 3), (2, False, 3)])
+def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
+    """GRULayer's hand-written BPTT (GRUSequence per layer, ``implementation("bptt")``) against the
+    gate-level reference: outputs, final state and gradients (input, initial state, parameters),
+    padded and not, with the backward's blocks split (3 steps) and without bias."""
+    if block is not None:
+        monkeypatch.setattr(bptt, "BLOCK", block)
+    torch.manual_seed(0)
+    dtype = torch.float64
+    layer = GRULayer(3, 5, num_layers=num_layers, bias=bias, dtype=dtype)
+    fast, ref = Under(layer, lambda: implementation("bptt")), Under(layer)
+    x = torch.randn(6, 7, 3, dtype=dtype, requires_grad=True)
+    h0 = torch.randn(6, num_layers, 5, dtype=dtype, requires_grad=True)
+    for mask in (None, random_mask(6, 7)):
+        compare_layers(fast, ref, x, GRUState(h0), mask, dtype)

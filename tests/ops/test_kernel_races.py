@@ -13,7 +13,7 @@ import triton.language as tl
 from memrnn.core import create_layer, state_leaves, state_map
 from memrnn.ops.dispatch import implementation, interpreting, triton_available
 from tests.ops.race_check import detect_races, poisoned_empties, reversed_programs
-from tests.ops.test_triton_kernels import LAYERS_WITH_KERNELS
+from tests.ops.test_kernels import LAYERS_WITH_KERNELS
 
 needs_interpreter = pytest.mark.skipif(
     not triton_available() or not interpreting(), reason="needs Triton's interpreter (TRITON_INTERPRET=1)"

@@ -1,7 +1,9 @@
 """Where memrnn's C++ loops are built and what a build says (``memrnn.ops.native``): one folder per
 everything that changes the binary, so that two environments on one machine never rebuild each
-other's build, and one announcement on stderr when, and only when, a build runs.  No test here
-compiles anything (``cpp_extension.load`` is replaced), so they run without a compiler too."""
+other's build, and one announcement on stderr when, and only when, a build runs.  The tests of the
+build's name and announcement compile nothing (``cpp_extension.load`` is replaced), so they run
+without a compiler too; those of a failed build's fallback, the CPU description and the flags
+need the C++ loops built here."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import torch
 from torch.utils import cpp_extension
 
 from memrnn.ops import native
+from memrnn.ops.dispatch import choose
+from tests.ops.backends import needs_native
 
 TUNED = ["-O3", "-fopenmp-simd", "-fno-trapping-math", "-march=native"]
 PORTABLE = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
@@ -133,3 +137,48 @@ def test_a_failed_tuned_build_falls_back_with_one_announcement(fake_builds, caps
     err = capsys.readouterr().err
     assert [c["flags"] for c in calls] == [TUNED, PORTABLE]  # the tuned build failed, the portable one ran
     assert err.count("building memrnn's C++ loops") == 1 and f"({calls[1]['folder']})" in err
+
+
+@needs_native
+def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
+    """No compiler: one RuntimeWarning naming the cause, then the Python loops."""
+    from torch.utils import cpp_extension
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(cpp_extension, "load", broken)
+    native._build.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not build its C\\+\\+ loops .*Ninja is required"):
+            assert native.load() is None
+        assert choose(torch.zeros(2, 3, 4), native_ok=True) == "cpu"
+    finally:
+        native._build.cache_clear()
+    monkeypatch.undo()
+    assert native.native_available()
+
+
+@needs_native
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("fpu sse2 avx avx2 fma avx512f avx512bw", "Xeon, AVX-512"), ("fpu sse2 avx avx2 fma", "Xeon, AVX2"),
+     ("fp asimd", "Xeon, NEON"), ("fpu sse2", "Xeon, no vector extension read")],
+)  # fmt: skip
+def test_the_cpu_description_names_the_widest_vector_extension(monkeypatch, flags, expected):
+    """What the benchmarks print beside CPU timings: the C++ loops' speed depends on it."""
+    monkeypatch.setattr(native, "_cpuinfo", lambda: ("Xeon", flags))
+    assert native.cpu_description() == expected
+    monkeypatch.undo()
+    name, _ = native._cpuinfo()
+    assert native.cpu_description().count(", ") >= 1 and (
+        not name or native.cpu_description().startswith(name)
+    )
+
+
+@needs_native
+def test_the_build_flags_let_the_selects_vectorise():
+    """Every flag set tried keeps ``-fno-trapping-math``: without it GCC leaves the nondeterministic
+    stack's log-sum-exp loops scalar on CPUs without AVX-512 (2-4.5x slower,
+    ``benchmarks/results/nondeterministic-cpu-2core.md``)."""
+    assert native._flags() and all("-fno-trapping-math" in f and "-O3" in f for f in native._flags())

@@ -2,16 +2,24 @@
 Triton kernels (under ``TRITON_INTERPRET=1`` on CPU, compiled on a GPU) equal the reference loop
 in every state, ``p+`` and every gradient (weights, a learned sensitivity, the initial state), for
 every action, T = 0 and 1, one row and several, windows of several cells, float32 and bfloat16
-storage; and the reference loop itself equals the paper's worked values."""
+storage; the reference loop itself equals the paper's worked values; and the layer's fused path
+(``NNPDA``) equals its reference loop, ``strict`` mode and a learned sensitivity included."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
+import torch.nn.functional as F
 
+from memrnn import reference_paths
+from memrnn.layers import NNPDA
+from memrnn.layers.nnpda import NNPDAState
 from memrnn.ops.dispatch import interpreting, triton_available
 from memrnn.ops.nnpda import nnpda_reference, nnpda_sequence
 from memrnn.ops.stack import h_sigmoid
+from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(
@@ -142,3 +150,81 @@ def test_reference_is_definition_3_6_by_hand():
 def test_unknown_action_is_named():
     with pytest.raises(ValueError, match="unknown action 'relu'"):
         nnpda_sequence(*make_inputs(torch.float64), "relu")
+
+
+# -- the layer: its fused path against the reference loop ------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
+@pytest.mark.parametrize("output", ["state_and_reading", "state"])
+def test_nnpda_fused_equals_reference(dtype, action, output):
+    torch.manual_seed(0)
+    B, T, m1, n, m2, D = 24, 8, 3, 4, 2, 5
+    kw = {"depth": D, "sensitivity": 3.0, "action": action, "output": output, "dtype": dtype}
+    fast = NNPDA(m1, n, m2, **kw)
+    with torch.no_grad():
+        for p in fast.parameters():
+            p.uniform_(-0.3, 0.8)  # actions across the clamp's kinks and the sigmoid's range
+    ref = Under(fast)
+    x = F.one_hot(torch.randint(0, m1, (B, T)), m1).to(dtype)
+    cells = torch.rand(B, D, m2, dtype=dtype) * (torch.rand(B, D, 1) > 0.4)  # exact zeros: ties
+    state = NNPDAState(
+        torch.rand(B, n, dtype=dtype).requires_grad_(),
+        cells.requires_grad_(),
+        torch.zeros(B, m2, dtype=dtype, requires_grad=True),
+    )
+    compare_layers(fast, ref, x, state, random_mask(B, T), dtype)
+    compare_layers(fast, ref, x, state, None, dtype)
+
+
+def test_nnpda_fused_path_covers_strict_and_a_learned_sensitivity():
+    """Fused for one-hot input, also with ``strict`` (overflow checked at the end, raising at the
+    same step and row as the reference loop) and a learned ``H`` (its gradient equal to the
+    reference loop's in float64)."""
+    from memrnn.layers import StackOverflowError
+
+    torch.manual_seed(0)
+    x = F.one_hot(torch.randint(0, 3, (8, 6)), 3).double()
+    fast = NNPDA(3, 4, 2, depth=8, dtype=torch.float64)
+    y, _ = fast(x)
+    assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(y))
+    strict = NNPDA(3, 4, 2, depth=8, strict=True, dtype=torch.float64)
+    strict.load_state_dict(fast.state_dict())
+    ys = strict(x)[0]
+    torch.testing.assert_close(ys, y)
+    assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(ys))
+    # a window of 2 cells overflows: both paths name the same step and row
+    tiny = NNPDA(3, 4, 2, depth=2, strict=True, dtype=torch.float64)
+    with torch.no_grad():
+        tiny.weight_push.fill_(1.0)
+        tiny.weight_c.fill_(1.0)
+    dense = NNPDA(3, 4, 2, depth=2, strict=True, one_hot_input=False, dtype=torch.float64)
+    dense.load_state_dict(tiny.state_dict())  # the step-by-step loop of forward, flags per step
+    messages = []
+    for layer in (tiny, dense):
+        with pytest.raises(StackOverflowError) as e:
+            layer(x)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1] and "step t=" in messages[0]
+    learned = {}
+    for fast in (True, False):
+        torch.manual_seed(1)
+        layer = NNPDA(3, 4, 2, depth=8, learn_sensitivity=True, action="sigmoid", dtype=torch.float64)
+        with contextlib.nullcontext() if fast else reference_paths():
+            out, state = layer(x, mask=random_mask(8, 6))
+        (out.square().sum() + state.stack.sum()).backward()
+        learned[fast] = (out.detach(), layer.sensitivity.grad.clone(), layer.weight_q.grad.clone())
+        if fast:
+            assert any("NNPDASequence" in type(n).__name__ for n in _graph_nodes(out))
+    for a, b in zip(learned[True], learned[False], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
+def _graph_nodes(t):
+    seen, todo = [], [t.grad_fn]
+    while todo:
+        n = todo.pop()
+        if n is None or n in seen:
+            continue
+        seen.append(n)
+        todo.extend(f for f, _ in n.next_functions)
+    return seen

@@ -1,0 +1,60 @@
+"""Where each backend's tests run, and the Triton kernels' comparison with their references: the
+skip marks (``needs_triton``: Triton and a GPU or its interpreter, ``TRITON_INTERPRET=1``, set by
+``tests/conftest.py`` when there is no GPU; ``needs_native``: memrnn's C++ loops built here), the
+device the kernels run on, and :func:`assert_kernel_matches` (a kernel against its mechanism's
+float64 reference loop: outputs and every gradient), shared by the ``tests/ops/test_<mechanism>.py``
+files."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memrnn.ops import native
+from memrnn.ops.dispatch import interpreting, triton_available
+
+needs_triton = pytest.mark.skipif(
+    not triton_available() or (not torch.cuda.is_available() and not interpreting()),
+    reason="needs Triton (pip install triton) and a GPU or TRITON_INTERPRET=1",
+)
+
+
+needs_native = pytest.mark.skipif(not native.native_available(), reason="no C++ compiler here")
+
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# (T, B, size): one step and none, a partial tile, and several blocks of units with two tiles
+SHAPES = [(1, 3, 5), (0, 3, 5), (5, 19, 70)]
+
+
+def grads_of(fn, inputs, weights):
+    """``fn(*inputs)`` (a tensor or a tuple) and the gradients of ``Σ out·weight`` for every input
+    that requires grad."""
+    out = fn(*inputs)
+    outs = out if isinstance(out, tuple) else (out,)
+    loss = sum((o.float() * w).sum() for o, w in zip(outs, weights, strict=True))
+    need = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    grads = torch.autograd.grad(loss, need, allow_unused=True) if need and loss.requires_grad else []
+    return outs, grads
+
+
+def assert_kernel_matches(fn, make_inputs, out_shapes, atol, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(0)
+    weights = [torch.randn(s, generator=gen).to(DEVICE) for s in out_shapes]
+    ref_out, ref_grads = grads_of(lambda *a: fn(*a, impl="reference"), make_inputs(torch.float64), weights)
+    out, gr = grads_of(lambda *a: fn(*a, impl="triton"), make_inputs(dtype), weights)
+    for a, b in zip(out, ref_out, strict=True):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.double(), b, atol=atol, rtol=atol)
+    for a, b in zip(gr, ref_grads, strict=True):
+        if b is None:
+            assert a is None or a.numel() == 0 or float(a.abs().max()) == 0
+        else:
+            torch.testing.assert_close(a.double(), b, atol=atol * 10, rtol=atol * 10)
+
+
+def randn(*shape, dtype, seed, scale=1.0, grad=True):
+    g = torch.Generator().manual_seed(seed)
+    return (
+        (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(DEVICE, dtype).requires_grad_(grad)
+    )
