@@ -14,7 +14,7 @@ inside :func:`memrnn.reference_paths` the layers run the reference loop under au
 
 The Functions live with their mechanism: :class:`memrnn.ops.lstm.cpu.LSTMSequence`,
 :class:`memrnn.ops.counter.cpu.CounterRNNSequence`, :class:`memrnn.ops.jordan.cpu.JordanSequence`,
-:class:`memrnn.ops.gru.cpu.GRUSequence` (and :mod:`memrnn.ops.elman.cpu`).  All are checked against the layers' reference ``step`` loops in ``tests/layers/test_fast_paths.py``
+:class:`memrnn.ops.gru.cpu.GRUSequence` (and :mod:`memrnn.ops.elman.cpu`).  All are checked against the layers' reference ``step`` loops in each mechanism's ``tests/ops/test_<mechanism>.py``
 (outputs, final states and all gradients, float64 to rounding, float32, right padding).
 """
 

@@ -24,7 +24,7 @@ class NNPDASequence(torch.autograd.Function):
     tie split precomputed for all steps), ``∂W`` once per sequence; ``∂H`` (a learned sensitivity) as
     the sum over every ``h_H`` of its input's gradient times ``u − 1/2``.  Also returns ``p+`` of
     every step ``[B, T]`` (not differentiable) for ``strict``.  Equal to the reference loop
-    (``tests/ops/test_nnpda.py``, ``tests/layers/test_fast_paths.py``)."""
+    (``tests/ops/test_nnpda.py``)."""
 
     @staticmethod
     def forward(ctx, weight, sensitivity, q0, stack0, tail0, buckets, action):  # type: ignore[override]

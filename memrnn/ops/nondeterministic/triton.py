@@ -41,7 +41,7 @@ term's backward ``o'``) take as many offsets per iteration as fit a tile of :dat
 elements, folded into the axis they reduce, so that a program keeps that many independent loads
 in flight instead of one chain of ``L`` dependent iterations.  Every log-sum-exp is exact (the
 maximum of its own terms first); padded lanes hold ``−∞`` and drop out.  Float32 and float64.  Tested against the C++ run and the torch step under Triton's
-interpreter (``tests/ops/test_nondeterministic_triton.py``).
+interpreter (``tests/ops/test_nondeterministic.py``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ class SecondOrderSequence(torch.autograd.Function):
     Forward: ``S [B, T+1, n]`` (``S[:, 0] = s^0``), ``S[:, t+1] = h_H(S[:, t] W[·,·,k_t] + b)``, each
     step one bucketed ``bmm`` (:class:`memrnn.ops.buckets.TokenBuckets`) and no autograd graph.
     Backward: one bucketed ``bmm`` per step for ``∂/∂s^t``; ``∂W``, ``∂b`` and ``∂H`` once per
-    sequence.  Equal to the reference loop (``tests/layers/test_fast_paths.py``)."""
+    sequence.  Equal to the reference loop (``tests/ops/test_second_order_rnn.py``)."""
 
     @staticmethod
     def forward(ctx, weight, bias, sensitivity, s0, buckets):  # type: ignore[override]
