@@ -137,6 +137,7 @@ class MemberOptimizer(Optimizer):
             raise ValueError(f"members must be a positive int, got {members!r}")
         self.members = members
         self.frozen = torch.zeros(members, dtype=torch.bool)
+        self._summaries: dict[tuple[int, str], tuple[Tensor, int, float]] = {}
         for name in PER_MEMBER:
             member_values(name, defaults[name], members)  # the error names the optimizer's argument
         super().__init__(params, defaults)
@@ -203,7 +204,13 @@ class MemberOptimizer(Optimizer):
                 raise ValueError(
                     f"param group {index}'s member_{key} must be a tensor of {self.members} values, got {values!r}"
                 )
-            if group[key] != _summary(values):
+            cached = self._summaries.get((index, key))
+            if cached is not None and cached[0] is values and cached[1] == values._version:
+                summary = cached[2]
+            else:  # (a tensor's _version counts its in-place changes)
+                summary = _summary(values)
+                self._summaries[(index, key)] = (values, values._version, summary)
+            if group[key] != summary:
                 raise ValueError(
                     f"param group {index}'s {key} was set to {group[key]!r}, but a {type(self).__name__}'s {key} "
                     f"is per member (member_{key} = {values.tolist()}); set it with set_{key}(...), or schedule "
@@ -264,17 +271,32 @@ class MemberOptimizer(Optimizer):
             states = [self._state(p, group) for p in params]
             saved = self._save(params, states, frozen) if any_frozen else None
             steps = [s["step"] for s in states]
-            for (device, dtype), idx in _buckets(params).items():
+            # the step counts taken so far: [P, M] (a float32 [M] per parameter, as torch's
+            # scalars); [M] when every parameter has taken the same steps (the coefficients are
+            # then shared); a float when every member too (the usual case: nothing ever frozen)
+            step = torch.stack([s if s.device.type == "cpu" else s.cpu() for s in steps])
+            first = step[0, 0]
+            if bool((step == first).all()):
+                step = float(first)
+            elif bool((step == step[0]).all()):
+                step = step[0]
+            buckets = _buckets(params)
+            for (device, dtype), idx in buckets.items():
                 self._update(
                     group,
                     [params[i] for i in idx],
                     [states[i] for i in idx],
-                    [steps[i] for i in idx],
+                    step
+                    if not isinstance(step, Tensor) or step.dim() == 1 or len(buckets) == 1
+                    else step[idx],
                     device,
                     dtype,
                 )
-            for s in steps:
-                s.add_(active.to(s.device))
+            if all(s.device.type == "cpu" for s in steps):
+                torch._foreach_add_(steps, [active] * len(steps))
+            else:
+                for s in steps:
+                    s.add_(active.to(s.device))
             if saved is not None:
                 self._restore(params, states, frozen, saved)
         return loss
@@ -289,13 +311,22 @@ class MemberOptimizer(Optimizer):
         return state
 
     def _save(self, params: list[Tensor], states: list[dict[str, Tensor]], frozen: Tensor) -> list[Tensor]:
-        return [t[frozen.to(t.device)].clone() for t in self._frozen_tensors(params, states)]
+        index: dict[torch.device, Tensor] = {}
+        saved = []
+        for t in self._frozen_tensors(params, states):
+            if t.device not in index:
+                index[t.device] = frozen.nonzero().reshape(-1).to(t.device)
+            saved.append(t.index_select(0, index[t.device]))
+        return saved
 
     def _restore(
         self, params: list[Tensor], states: list[dict[str, Tensor]], frozen: Tensor, saved: list[Tensor]
     ) -> None:
+        index: dict[torch.device, Tensor] = {}
         for t, old in zip(self._frozen_tensors(params, states), saved, strict=True):
-            t[frozen.to(t.device)] = old
+            if t.device not in index:
+                index[t.device] = frozen.nonzero().reshape(-1).to(t.device)
+            t.index_copy_(0, index[t.device], old)
 
     def _frozen_tensors(self, params: list[Tensor], states: list[dict[str, Tensor]]) -> list[Tensor]:
         # the step counts are advanced by the active mask, never for a frozen member
@@ -306,16 +337,27 @@ class MemberOptimizer(Optimizer):
         group: dict[str, Any],
         params: list[Tensor],
         states: list[dict[str, Tensor]],
-        steps: list[Tensor],
+        steps: float | Tensor,
         device: torch.device,
         dtype: torch.dtype,
     ) -> None:
+        """Update ``params`` (all on ``device`` in ``dtype``) of the members, frozen ones included
+        (:meth:`step` restores those); ``steps``: the steps taken so far, a float (the same for
+        every parameter and member), ``[M]`` (the same for every parameter) or ``[P, M]``."""
         raise NotImplementedError
 
     @staticmethod
     def _coefficients(rows: list[Tensor], params: list[Tensor], device: torch.device, dtype: torch.dtype):
-        """Per-member coefficients ``rows`` (each ``[P, M]`` or ``[M]`` float64 CPU) as, for each
-        row, one ``[M, 1, ...]`` view per parameter, on ``device`` in ``dtype`` (one copy)."""
+        """Per-member coefficients ``rows`` (each ``[M]``, or ``[P, M]`` for parameters that took
+        different numbers of steps; float64 CPU) as, for each row, one ``[M, 1, ...]`` view per
+        parameter, on ``device`` in ``dtype`` (one copy for all)."""
+        if all(r.dim() == 1 for r in rows):
+            stacked = torch.stack(rows).to(device, dtype, non_blocking=True)  # [K, M]
+            by_dim: dict[int, list[Tensor]] = {}
+            for p in params:
+                if p.dim() not in by_dim:
+                    by_dim[p.dim()] = [_broadcast(row, p) for row in stacked]
+            return [[by_dim[p.dim()][k] for p in params] for k in range(len(rows))]
         P = len(params)
         stacked = torch.stack([r.expand(P, r.shape[-1]) for r in rows]).to(device, dtype, non_blocking=True)
         return [[_broadcast(stacked[k, i], p) for i, p in enumerate(params)] for k in range(len(rows))]
@@ -404,26 +446,32 @@ class MemberAdam(MemberOptimizer):
         grads = [p.grad for p in params]
         exp_avgs = [s["exp_avg"] for s in states]
         exp_avg_sqs = [s["exp_avg_sq"] for s in states]
-        # the step each member is about to take (frozen members' results are discarded)
-        step = torch.stack(steps).to(torch.float64) + 1  # [P, M]
         lr, wd = group["member_lr"], group["member_weight_decay"]
-        bias_correction1 = 1 - torch.pow(beta1, step)
-        bias_correction2_sqrt = (1 - torch.pow(beta2, step)).sqrt()
-        rows = [-(lr / bias_correction1), bias_correction2_sqrt]
+        # the step each member is about to take (frozen members' results are discarded)
+        if isinstance(steps, float):  # every member at the same step: torch's Python-float bias corrections
+            step = steps + 1
+            bias_correction1 = 1 - beta1**step
+            bias_correction2_sqrt = (1 - beta2**step) ** 0.5
+            rows = [lr / -bias_correction1]
+        else:
+            step = steps.to(torch.float64) + 1  # [M] or [P, M]
+            bias_correction1 = 1 - torch.pow(beta1, step)
+            bias_correction2_sqrt = (1 - torch.pow(beta2, step)).sqrt()
+            rows = [lr / -bias_correction1, bias_correction2_sqrt]
         decay = bool((wd != 0).any())
         if decay:
             rows.append(1 - lr * wd if self._decoupled else wd)
         coef = self._coefficients(rows, params, device, dtype)
         if decay:
             if self._decoupled:
-                torch._foreach_mul_(params, coef[2])
+                torch._foreach_mul_(params, coef[-1])
             else:
-                grads = torch._foreach_addcmul(grads, params, coef[2])
+                grads = torch._foreach_addcmul(grads, params, coef[-1])
         torch._foreach_lerp_(exp_avgs, grads, 1 - beta1)
         torch._foreach_mul_(exp_avg_sqs, beta2)
         torch._foreach_addcmul_(exp_avg_sqs, grads, grads, 1 - beta2)
         denom = torch._foreach_sqrt(exp_avg_sqs)
-        torch._foreach_div_(denom, coef[1])
+        torch._foreach_div_(denom, bias_correction2_sqrt if isinstance(steps, float) else coef[1])
         torch._foreach_add_(denom, group["eps"])
         update = torch._foreach_div(exp_avgs, denom)
         torch._foreach_addcmul_(params, update, coef[0])
@@ -507,10 +555,11 @@ class MemberSGD(MemberOptimizer):
         decay = bool((wd != 0).any())
         if decay:
             rows.append(wd)
-        if momentum != 0:
+        uniform = isinstance(steps, float)  # every member at the same step
+        if momentum != 0 and not uniform:
             # torch's first step sets the buffer to the gradient: buffer * 0 + gradient * 1
             # (float64 throughout: torch.where of Python floats would round them to float32)
-            later = (torch.stack(steps) != 0).to(torch.float64)  # [P, M]
+            later = (steps != 0).to(torch.float64)  # [M] or [P, M]
             rows.append(later * momentum)
             rows.append(1 + later * -dampening)
         coef = self._coefficients(rows, params, device, dtype)
@@ -518,8 +567,14 @@ class MemberSGD(MemberOptimizer):
             grads = torch._foreach_addcmul(grads, params, coef[1])
         if momentum != 0:
             bufs = [s["momentum_buffer"] for s in states]
-            torch._foreach_mul_(bufs, coef[-2])
-            torch._foreach_addcmul_(bufs, grads, coef[-1])
+            if uniform and steps == 0:  # torch's first step: the buffer is the gradient
+                torch._foreach_copy_(bufs, grads)
+            elif uniform:
+                torch._foreach_mul_(bufs, momentum)
+                torch._foreach_add_(bufs, grads, alpha=1 - dampening)
+            else:
+                torch._foreach_mul_(bufs, coef[-2])
+                torch._foreach_addcmul_(bufs, grads, coef[-1])
             grads = torch._foreach_add(grads, bufs, alpha=momentum) if group["nesterov"] else bufs
         torch._foreach_addcmul_(params, grads, coef[0])
 

@@ -225,27 +225,35 @@ def test_reset_state_restarts_a_members_adam(gen):
 
 def test_parameter_without_gradient_is_skipped_as_torch_does(gen):
     """A parameter whose grad is None is not updated and its step count does not advance (torch
-    skips it); clipping skips it too."""
+    skips it), here parameter 1 always and parameter 2 every other step (the parameters' step
+    counts then differ); clipping skips them too."""
     dtype = torch.float64
     params = _params(gen, dtype)
     singles = [_alone(params, m) for m in range(M)]
     opt = MemberAdamW(params, M, lr=LRS, weight_decay=WDS)
     refs = [torch.optim.AdamW(singles[m], lr=LRS[m], weight_decay=WDS[m]) for m in range(M)]
     before = params[1].detach().clone()
-    for _ in range(10):
+    for t in range(10):
         grads = [torch.randn(s, generator=gen, dtype=dtype) for s in SHAPES]
-        for i, (p, g) in enumerate(zip(params, grads, strict=True)):
-            p.grad = None if i == 1 else g.clone()
+        grads[1] = None
+        if t % 2:
+            grads[2] = None
+        for p, g in zip(params, grads, strict=True):
+            p.grad = None if g is None else g.clone()
         norms = clip_grad_norm_per_member_(params, [0.5, 1.0, 2.0], M)
         opt.step()
         for m in range(M):
-            for i, (q, g) in enumerate(zip(singles[m], grads, strict=True)):
-                q.grad = None if i == 1 else g[m].clone()
+            for q, g in zip(singles[m], grads, strict=True):
+                q.grad = None if g is None else g[m].clone()
             torch.testing.assert_close(
                 norms[m], torch.nn.utils.clip_grad_norm_(singles[m], [0.5, 1.0, 2.0][m]), atol=1e-12, rtol=0
             )
             refs[m].step()
     assert torch.equal(params[1], before) and params[1] not in opt.state
+    assert (
+        opt.state[params[2]]["step"].tolist() == [5.0] * M
+        and opt.state[params[0]]["step"].tolist() == [10.0] * M
+    )
     _assert_members_equal(params, singles, ATOL[dtype], "grad None")
 
 
