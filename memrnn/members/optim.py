@@ -363,6 +363,14 @@ class MemberOptimizer(Optimizer):
         return [[_broadcast(stacked[k, i], p) for i, p in enumerate(params)] for k in range(len(rows))]
 
     # -- state dicts ----------------------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        # torch's keeps only defaults, state and param groups: a deepcopy or pickle would lose M
+        return {**super().__getstate__(), "members": self.members, "frozen": self.frozen}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._summaries = {}
+
     def state_dict(self) -> dict[str, Any]:
         """torch's state dict (the per-member step counts ``[M]`` under ``"step"``, the moments
         ``[M, ...]``), with copies of the per-member hyperparameters, the frozen mask and M."""

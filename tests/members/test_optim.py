@@ -365,6 +365,20 @@ def test_state_dict_round_trip_continues_bitwise(gen):
     assert torch.equal(opt.param_groups[0]["member_lr"], opt2.param_groups[0]["member_lr"])
 
 
+def test_deepcopy_keeps_the_members_and_frozen_mask(gen):
+    """torch's ``Optimizer.__getstate__`` keeps only defaults, state and param groups."""
+    params = _params(gen, torch.float64)
+    opt = MemberSGD(params, M, lr=LRS, momentum=0.5)
+    opt.freeze(0)
+    twin = copy.deepcopy(opt)
+    assert twin.members == M and twin.frozen.tolist() == [True, False, False]
+    for p in twin.param_groups[0]["params"]:
+        p.grad = torch.ones_like(p)
+    twin.step()  # steps the copies of the parameters
+    assert torch.equal(twin.param_groups[0]["params"][1][0], params[1][0])
+    assert not torch.equal(twin.param_groups[0]["params"][1][1], params[1][1])
+
+
 def test_state_dict_is_a_snapshot_of_the_learning_rates(gen):
     opt = MemberAdam(_params(gen, torch.float32), M, lr=LRS)
     sd = opt.state_dict()
