@@ -137,7 +137,7 @@ class MemberOptimizer(Optimizer):
             raise ValueError(f"members must be a positive int, got {members!r}")
         self.members = members
         self.frozen = torch.zeros(members, dtype=torch.bool)
-        self._summaries: dict[tuple[int, str], tuple[Tensor, int, float]] = {}
+        self._summaries: dict[str, tuple[Tensor, int, Any]] = {}
         for name in PER_MEMBER:
             member_values(name, defaults[name], members)  # the error names the optimizer's argument
         super().__init__(params, defaults)
@@ -197,6 +197,24 @@ class MemberOptimizer(Optimizer):
             g[f"member_{key}"] = values.clone()
             g[key] = _summary(values)
 
+    def _memo(self, name: str, values: Tensor, fn: Callable[[Tensor], Any]) -> Any:
+        """``fn(values)``, recomputed only when ``values`` is another tensor or was changed in
+        place (a tensor's ``_version`` counts its in-place changes): the step's per-member
+        bookkeeping costs no tensor op in the usual step."""
+        cached = self._summaries.get(name)
+        if cached is not None and cached[0] is values and cached[1] == values._version:
+            return cached[2]
+        result = fn(values)
+        self._summaries[name] = (values, values._version, result)
+        return result
+
+    def _frozen_summary(self, frozen: Tensor) -> tuple[bool, bool, Tensor]:
+        if not (
+            isinstance(frozen, Tensor) and frozen.dtype == torch.bool and frozen.shape == (self.members,)
+        ):
+            raise ValueError(f"frozen must be a bool tensor of shape ({self.members},), got {frozen!r}")
+        return bool(frozen.all()), bool(frozen.any()), (~frozen).to(torch.float32)
+
     def _check_summaries(self, index: int, group: dict[str, Any]) -> None:
         for key in PER_MEMBER:
             values = group[f"member_{key}"]
@@ -204,12 +222,11 @@ class MemberOptimizer(Optimizer):
                 raise ValueError(
                     f"param group {index}'s member_{key} must be a tensor of {self.members} values, got {values!r}"
                 )
-            cached = self._summaries.get((index, key))
-            if cached is not None and cached[0] is values and cached[1] == values._version:
-                summary = cached[2]
-            else:  # (a tensor's _version counts its in-place changes)
-                summary = _summary(values)
-                self._summaries[(index, key)] = (values, values._version, summary)
+            name = f"{index}/{key}"
+            old = self._summaries.get(name)
+            summary = self._memo(name, values, _summary)
+            if group[key] != summary and old is not None and old[0] is values and group[key] == old[2]:
+                group[key] = summary  # member_{key} was changed in place: the summary follows
             if group[key] != summary:
                 raise ValueError(
                     f"param group {index}'s {key} was set to {group[key]!r}, but a {type(self).__name__}'s {key} "
@@ -252,10 +269,9 @@ class MemberOptimizer(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         frozen = self.frozen
-        if bool(frozen.all()):
+        all_frozen, any_frozen, active = self._memo("frozen", frozen, self._frozen_summary)
+        if all_frozen:
             return loss
-        any_frozen = bool(frozen.any())
-        active = (~frozen).to(torch.float32)
         for index, group in enumerate(self.param_groups):
             self._check_summaries(index, group)
             params = [p for p in group["params"] if p.grad is not None]
@@ -466,7 +482,7 @@ class MemberAdam(MemberOptimizer):
             bias_correction1 = 1 - torch.pow(beta1, step)
             bias_correction2_sqrt = (1 - torch.pow(beta2, step)).sqrt()
             rows = [lr / -bias_correction1, bias_correction2_sqrt]
-        decay = bool((wd != 0).any())
+        decay = self._memo(f"decay/{id(group)}", wd, lambda wd: bool((wd != 0).any()))
         if decay:
             rows.append(1 - lr * wd if self._decoupled else wd)
         coef = self._coefficients(rows, params, device, dtype)
@@ -560,7 +576,7 @@ class MemberSGD(MemberOptimizer):
         grads = [p.grad for p in params]
         lr, wd = group["member_lr"], group["member_weight_decay"]
         rows = [-lr]
-        decay = bool((wd != 0).any())
+        decay = self._memo(f"decay/{id(group)}", wd, lambda wd: bool((wd != 0).any()))
         if decay:
             rows.append(wd)
         uniform = isinstance(steps, float)  # every member at the same step

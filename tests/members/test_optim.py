@@ -199,6 +199,37 @@ def test_sgd_momentum_member_frozen_from_the_start_takes_torchs_first_step(gen):
     _assert_members_equal([p[0:1] for p in params], [alone], ATOL[dtype], "late start")
 
 
+def test_frozen_mask_changed_in_place_is_seen(gen):
+    """``optimizer.frozen[m] = True`` freezes as ``freeze(m)`` does (the step's cached
+    bookkeeping follows in-place changes of the mask and of ``member_weight_decay``)."""
+    params = _params(gen, torch.float64)
+    opt = MemberAdam(params, M, lr=LRS)
+    for p in params:
+        p.grad = torch.ones_like(p)
+    opt.step()
+    opt.frozen[0] = True
+    before = [p.detach().clone() for p in params]
+    opt.step()
+    assert all(
+        torch.equal(p[0], q[0]) and not torch.equal(p[1], q[1]) for p, q in zip(params, before, strict=True)
+    )
+    opt.param_groups[0]["member_weight_decay"][1] = 1.0  # in place: decay now on for member 1
+    alone = _alone(params, 1)
+    ref = torch.optim.Adam(alone, lr=LRS[1], weight_decay=1.0)
+    ref.load_state_dict(
+        {
+            "state": {i: {k: v[1].clone() for k, v in opt.state[p].items()} for i, p in enumerate(params)},
+            "param_groups": [{**ref.state_dict()["param_groups"][0]}],
+        }
+    )
+    for q in alone:
+        q.grad = torch.ones_like(q)
+    opt.step()
+    ref.step()
+    _assert_members_equal([p[1:2] for p in params], [alone], 1e-12, "decay switched on in place")
+    assert opt.param_groups[0]["weight_decay"] == pytest.approx(1 / 3)  # the summary followed
+
+
 def test_reset_state_restarts_a_members_adam(gen):
     """``reset_state(m)`` empties member m's moments and step count: it continues as a new torch
     Adam (a restart on decay, Hewitt et al. 2020); the other members are untouched."""
@@ -447,6 +478,12 @@ def test_errors_name_the_bad_value(gen):
         opt.set_lr([0.1] * 4)
     with pytest.raises(ValueError, match=r"member 3 does not exist: there are 3 members"):
         opt.freeze(3)
+    opt.frozen = torch.zeros(2, dtype=torch.bool)
+    with pytest.raises(
+        ValueError, match=r"frozen must be a bool tensor of shape \(3,\), got tensor\(\[False, False\]\)"
+    ):
+        opt.step()
+    opt.frozen = torch.zeros(M, dtype=torch.bool)
     with pytest.raises(ValueError, match=r"members=4; this one has 3"):
         opt.load_state_dict(MemberAdam([torch.zeros(4, 2, requires_grad=True)], 4).state_dict())
     with pytest.raises(ValueError, match=r"parameter 0 has shape \(2, 2\); clip_grad_norm_per_member_ needs"):
