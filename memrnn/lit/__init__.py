@@ -15,6 +15,7 @@ from memrnn.lit.callbacks import (
     TraceComparison,
 )
 from memrnn.lit.loggers import WandbLogger
+from memrnn.lit.members import MemberSequenceModule
 from memrnn.lit.metrics import (
     AcceptorAccuracy,
     BracketClosingAccuracy,
@@ -38,6 +39,7 @@ __all__ = [
     "LearningRateMonitor",
     "LengthCurves",
     "LinearProbe",
+    "MemberSequenceModule",
     "ModelCheckpoint",
     "ModelComparison",
     "NextSetAccuracy",

@@ -36,9 +36,10 @@ NEEDS = {
 
 
 def acceptor_end_logits(logits: Tensor, lengths: Tensor) -> Tensor:
-    """``logits [B, T]`` read at each sequence's own last position ``lengths − 1`` -> ``[B]``
-    (never the padded end)."""
-    return logits.gather(1, (lengths - 1).clamp_min(0)[:, None].to(logits.device))[:, 0]
+    """``logits [..., B, T]`` read at each sequence's own last position ``lengths − 1`` ->
+    ``[..., B]`` (never the padded end; leading dimensions: members)."""
+    index = (lengths - 1).clamp_min(0)[:, None].to(logits.device)
+    return logits.gather(-1, index.expand(*logits.shape[:-1], 1))[..., 0]
 
 
 def check_objectives(objectives: Mapping[str, float] | None) -> dict[str, float]:

@@ -336,6 +336,31 @@ class SequenceModule(L.LightningModule):
         metric = getattr(self, f"{split}_by_length")
         if not metric.update_called:
             return
+        out = self.curves_from(metric)
+        self.curves[split] = out
+        # Delétang et al.'s (2023) score: the mean over lengths of the per-length accuracy (every
+        # length weighs the same, however many strings it has)
+        for name, mean in self.curve_means(out).items():
+            self.log(f"{split}/{name}_mean_over_lengths", torch.tensor(mean, dtype=torch.float32))
+            if name == "acc" and self.num_symbols > 1:
+                # Grazzi et al.'s (2025) scaled accuracy, chance = 1 / num_symbols
+                chance = 1.0 / self.num_symbols
+                scaled = (mean - chance) / (1.0 - chance)
+                self.log(f"{split}/acc_scaled_mean_over_lengths", torch.tensor(scaled, dtype=torch.float32))
+
+    @staticmethod
+    def curve_means(curves: Mapping[str, list[float]]) -> dict[str, float]:
+        """Delétang et al.'s (2023) score of each accuracy curve: its mean over the lengths."""
+        return {
+            name: sum(curves[name]) / len(curves[name])
+            for name in ("acc", "accept_end", "next_set_sequence")
+            if curves.get(name)
+        }
+
+    @staticmethod
+    def curves_from(metric: PerLengthStats) -> dict[str, list[float]]:
+        """The per-length curves (:meth:`length_curves`) of an evaluation's ``PerLengthStats``,
+        which is then reset."""
         sums, counts = (t.cpu() for t in metric.compute())
         metric.reset()
         seen = torch.nonzero(counts).flatten()
@@ -351,20 +376,7 @@ class SequenceModule(L.LightningModule):
             out["next_set_sequence"] = (col["next_set_ok"] / col["next_set_rows"].clamp_min(1)).tolist()
         if "accept_ok" in col:
             out["accept_end"] = (col["accept_ok"] / counts[seen]).tolist()
-        self.curves[split] = out
-        # Delétang et al.'s (2023) score: the mean over lengths of the per-length accuracy (every
-        # length weighs the same, however many strings it has)
-        for name in ("acc", "accept_end", "next_set_sequence"):
-            if out.get(name):
-                mean = sum(out[name]) / len(out[name])
-                self.log(f"{split}/{name}_mean_over_lengths", torch.tensor(mean, dtype=torch.float32))
-                if name == "acc" and self.num_symbols > 1:
-                    # Grazzi et al.'s (2025) scaled accuracy, chance = 1 / num_symbols
-                    chance = 1.0 / self.num_symbols
-                    scaled = (mean - chance) / (1.0 - chance)
-                    self.log(
-                        f"{split}/acc_scaled_mean_over_lengths", torch.tensor(scaled, dtype=torch.float32)
-                    )
+        return out
 
     @property
     def readout(self) -> nn.Linear:
@@ -467,7 +479,9 @@ class SequenceModule(L.LightningModule):
 
     def losses(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> dict[str, Tensor]:
         """Each objective's mean loss on ``batch`` (the generator's over ``loss_target`` when the
-        batch has it, else over ``target``)."""
+        batch has it, else over ``target``).  Logits with leading dimensions (``[M, B, T, V]``:
+        members, :class:`memrnn.lit.members.MemberSequenceModule`) give each loss per member
+        (``[M]``)."""
         mask = batch["mask"]
         losses = {}
         for name in self.objectives:
@@ -480,37 +494,44 @@ class SequenceModule(L.LightningModule):
             if name == "generator":
                 # the loss positions (a transduction's every output position), else the scored ones
                 target = batch.get("loss_target", batch["target"])
+                logits = out["generator"]
+                lead = logits.shape[:-3]
                 per = F.cross_entropy(
-                    out["generator"].transpose(1, 2), target, ignore_index=IGNORE_INDEX, reduction="none"
-                )
+                    logits.reshape(-1, *logits.shape[-2:]).transpose(1, 2),
+                    target.expand(*lead, *target.shape).reshape(-1, target.shape[-1]),
+                    ignore_index=IGNORE_INDEX,
+                    reduction="none",
+                ).view(*lead, *target.shape)
                 losses[name] = self._reduce(per, target != IGNORE_INDEX)
             elif name == "next_set":
-                per = F.binary_cross_entropy_with_logits(
-                    out["next_set"], batch["next_set"].to(out["next_set"].dtype), reduction="none"
-                ).mean(-1)
+                logits = out["next_set"]
+                target = batch["next_set"].to(logits.dtype).expand(logits.shape)
+                per = F.binary_cross_entropy_with_logits(logits, target, reduction="none").mean(-1)
                 losses[name] = self._reduce(per, batch.get("next_set_mask", mask))
             elif name == "acceptor_end":
                 last = acceptor_end_logits(out["acceptor"], batch["lengths"])
-                losses[name] = F.binary_cross_entropy_with_logits(last, batch["label"].to(last.dtype))
+                label = batch["label"].to(last.dtype).expand(last.shape)
+                losses[name] = F.binary_cross_entropy_with_logits(last, label, reduction="none").mean(-1)
             else:
-                per = F.binary_cross_entropy_with_logits(
-                    out["acceptor"], batch["prefix_label"].to(out["acceptor"].dtype), reduction="none"
-                )
-                losses[name] = (per * mask).sum() / mask.sum().clamp_min(1)
+                logits = out["acceptor"]
+                label = batch["prefix_label"].to(logits.dtype).expand(logits.shape)
+                per = F.binary_cross_entropy_with_logits(logits, label, reduction="none")
+                losses[name] = (per * mask).sum((-2, -1)) / mask.sum().clamp_min(1)
         return losses
 
     def _reduce(self, per: Tensor, scored: Tensor) -> Tensor:
-        """The mean of the losses ``per [B, T]`` at the ``scored [B, T]`` positions, over all of
-        them (``loss_reduction="token"``), or per string (its mean, ``"string"``, or its sum,
-        ``"sum_per_string"``), then over the strings with any."""
+        """The mean of the losses ``per [..., B, T]`` at the ``scored [B, T]`` positions, over all
+        of them (``loss_reduction="token"``), or per string (its mean, ``"string"``, or its sum,
+        ``"sum_per_string"``), then over the strings that have any; leading dimensions (members)
+        stay."""
         per = per * scored
         if self.loss_reduction == "token":
-            return per.sum() / scored.sum().clamp_min(1)
+            return per.sum((-2, -1)) / scored.sum().clamp_min(1)
         counts = scored.sum(1)
         rows = counts > 0
         if self.loss_reduction == "sum_per_string":
-            return per.sum(1)[rows].sum() / rows.sum().clamp_min(1)
-        return (per.sum(1)[rows] / counts[rows]).sum() / rows.sum().clamp_min(1)
+            return per.sum(-1)[..., rows].sum(-1) / rows.sum().clamp_min(1)
+        return (per.sum(-1)[..., rows] / counts[rows]).sum(-1) / rows.sum().clamp_min(1)
 
     def _total(self, losses: Mapping[str, Tensor]) -> Tensor:
         return sum(self.objectives[k] * v for k, v in losses.items())

@@ -11,6 +11,9 @@ batches) to rounding.
   members where the layer has a member path, else a loop over them; ``member_path`` says which).
 * :class:`MemberEmbedding`, :class:`MemberLinear`: the token embedding ``[M, V, E]`` and the
   heads ``[M, out, in]``.
+* :class:`MemberAdam`, :class:`MemberAdamW`, :class:`MemberSGD`, :func:`clip_grad_norm_per_member_`,
+  :class:`MemberScheduler`: optimisation per member (learning rate, weight decay, clipping,
+  schedules, frozen members), each member exactly torch's optimizer on it alone.
 * :func:`stack_modules`, :func:`unstack_module`, :func:`member_view`: stacking any modules and
   reading one member back out.
 """
@@ -18,14 +21,28 @@ batches) to rounding.
 from memrnn.members import paths as _paths  # noqa: F401  (registers the member paths)
 from memrnn.members.layer import MEMBER_PATHS, MemberLayer, MemberPath, register_member_path
 from memrnn.members.modules import MemberEmbedding, MemberLinear
+from memrnn.members.optim import (
+    MemberAdam,
+    MemberAdamW,
+    MemberOptimizer,
+    MemberSGD,
+    clip_grad_norm_per_member_,
+)
+from memrnn.members.schedule import MemberScheduler
 from memrnn.members.stacking import member_view, stack_modules, unstack_module
 
 __all__ = [
     "MEMBER_PATHS",
+    "MemberAdam",
+    "MemberAdamW",
     "MemberEmbedding",
     "MemberLayer",
     "MemberLinear",
+    "MemberOptimizer",
     "MemberPath",
+    "MemberSGD",
+    "MemberScheduler",
+    "clip_grad_norm_per_member_",
     "member_view",
     "register_member_path",
     "stack_modules",

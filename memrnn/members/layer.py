@@ -108,14 +108,33 @@ class MemberLayer(nn.Module):
         return m % self.members
 
     def initial_state(
-        self, batch_size: int, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
     ) -> Any:
-        """Each member's initial state, stacked: every field ``[M, batch_size, ...]``."""
+        """Each member's initial state, stacked: every field ``[M, batch_size, ...]`` (``kwargs``,
+        e.g. a jump tape's ``input_lengths [B]``, go to every member's ``initial_state``)."""
         states = []
         for m in range(self.members):
             with member_view(self.layer, m) as layer:
-                states.append(layer.initial_state(batch_size, device=device, dtype=dtype))
+                states.append(layer.initial_state(batch_size, device=device, dtype=dtype, **kwargs))
         return state_zip(lambda *ts: torch.stack(ts), *states)
+
+    @property
+    def reads_input_lengths(self) -> bool:
+        """Whether the members' state holds each row's input length (the layer's flag)."""
+        return bool(getattr(self.layer, "reads_input_lengths", False))
+
+    def output_at(self, state: Any) -> Tensor:
+        """Each member's ``output_at`` its slice of ``state``: ``[M, B, output_size]``."""
+        outs = []
+        for m in range(self.members):
+            with member_view(self.layer, m) as layer:
+                outs.append(layer.output_at(state_map(lambda t, m=m: t[m], state)))
+        return torch.stack(outs)
 
     def _check(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Any, Tensor | None]:
         name = f"MemberLayer({type(self.layer).__name__})"

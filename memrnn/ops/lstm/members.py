@@ -41,8 +41,10 @@ class LSTMMemberSequence(torch.autograd.Function):
         N = w_rec.shape[2]
         u = tanh_units
         ctx.set_materialize_grads(False)
-        # [T, M, 4N, B]: every step's input projection in one batched product
-        acts = torch.matmul(w_in[None], x.permute(2, 0, 3, 1)).add_(b[None, :, :, None])
+        # [T, M, 4N, B]: every step's input projection in one product per member
+        n_in = x.shape[3]
+        proj = torch.baddbmm(b[:, :, None], w_in, x.permute(0, 3, 2, 1).reshape(M, n_in, T * B))
+        acts = proj.view(M, 4 * N, T, B).permute(2, 0, 1, 3).contiguous()
         hs = x.new_empty(T + 1, M, N, B)
         cs = x.new_empty(T + 1, M, N, B)
         xs = x.new_empty(T, M, N, B)
@@ -85,8 +87,8 @@ class LSTMMemberSequence(torch.autograd.Function):
         grad_w_rec = w_rec.new_zeros(M, G, N)
         grad_w_in = w_in.new_zeros(w_in.shape) if need_w else None
         grad_b = w_in.new_zeros(M, G) if need_b else None
-        grad_xt = x.new_empty(T, M, x.shape[3], B) if need_x else None
-        x_t = x.permute(2, 0, 1, 3)  # [T, M, B, n]
+        n_in = x.shape[3]
+        grad_xt = x.new_empty(T, M, n_in, B) if need_x else None
         for lo, hi in blocks(T):
             o, i, f, g = acts[lo:hi].view(hi - lo, M, 4, N, B).unbind(2)
             xb = xs[lo:hi]
@@ -105,13 +107,16 @@ class LSTMMemberSequence(torch.autograd.Function):
                 torch.mul(kc_[j], g_c[:, None], out=gac_[s])
                 g_c = g_c * f_[j] if gcs is None else torch.addcmul(gcs[s], g_c, f_[j])
                 g_h = torch.bmm(w_rec_t, ga_[s]) if ghs is None else torch.baddbmm(ghs[s], w_rec_t, ga_[s])
-            gb = ga[lo:hi].view(hi - lo, M, G, B)
-            grad_w_rec += torch.matmul(gb, hs[lo:hi].transpose(2, 3)).sum(0)
+            # the block's share of the weight and input gradients: one product per member over
+            # the block's steps and rows ([M, G, steps·B])
+            L = hi - lo
+            gb = ga[lo:hi].view(L, M, G, B).permute(1, 2, 0, 3).reshape(M, G, L * B)
+            grad_w_rec.baddbmm_(gb, hs[lo:hi].permute(1, 0, 3, 2).reshape(M, L * B, N))
             if grad_w_in is not None:
-                grad_w_in += torch.matmul(gb, x_t[lo:hi]).sum(0)
+                grad_w_in.baddbmm_(gb, x[:, :, lo:hi].transpose(1, 2).reshape(M, L * B, n_in))
             if grad_b is not None:
-                grad_b += gb.sum((0, 3))
+                grad_b += gb.sum(2)
             if grad_xt is not None:
-                torch.matmul(w_in.transpose(1, 2)[None], gb, out=grad_xt[lo:hi])
+                grad_xt[lo:hi] = torch.bmm(w_in.transpose(1, 2), gb).view(M, n_in, L, B).permute(2, 0, 1, 3)
         grad_x = None if grad_xt is None else grad_xt.permute(1, 3, 0, 2)
         return grad_x, grad_w_in, grad_b, grad_w_rec, g_h.transpose(1, 2), g_c.transpose(1, 2), None

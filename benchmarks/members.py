@@ -1,0 +1,169 @@
+"""Seed-steps per second of M members trained as one model in one process
+(:class:`memrnn.lit.members.MemberSequenceModule`) against M sequential runs of the same job
+through the same module and trainer, and against K single runs in K parallel processes.
+
+    python -m benchmarks.members                                   # CPU, the three jobs below
+    python -m benchmarks.members --jobs default --members 1 10     # one job, two sizes
+    python -m benchmarks.members --device cuda --out benchmarks/results/members-h200.md
+
+Jobs (each its config's model and batches; gradient clipping as configured):
+
+* ``default``: ``train.py``'s default job (``configs/dyck/lstm_k2_m3.yaml``: a 16-unit LSTM
+  language model on Dyck-(2,3), batch 16);
+* ``deletang``: Delétang et al.'s (2023) Stack-RNN cell on reverse string
+  (``configs/chomsky/stack_rnn.yaml``: ReLU controller of 256 units, superposition stack 30×8,
+  batch 128);
+* ``dusell``: DuSell & Chiang's LSTM-20 cell on marked reversal (``configs/dusell/lstm_marked_reversal.yaml``:
+  batch 10, lengths 40–80).
+
+Rows: ``sequential`` (one single run's steps/s: M runs one after another give the same seed-steps/s),
+``K processes`` (K single runs at once, each with ``torch.set_num_threads(1)``, K = the cores:
+their summed steps/s), and ``members M`` (one process: M × steps/s).  The in-process rows run
+``--threads`` torch threads (default 1, as each parallel process: on a loaded 2-core machine two
+threads of one small model spin against each other).  Every row runs the same
+batches, after ``--warmup`` steps, under a bare ``lightning.Trainer`` (no logger, no callbacks, no
+validation, no learning-rate schedule), so the ratios measure one step of each: ``x seq`` and ``x procs`` are the members'
+seed-steps/s over the sequential and the parallel rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.train_loop import StepTimer
+from memrnn.lit.cli import build_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+JOBS = {
+    "default": ["--config", "configs/dyck/lstm_k2_m3.yaml"],
+    "deletang": ["--config", "configs/chomsky/stack_rnn.yaml", "--data.init_args.task=reverse_string"],
+    "dusell": ["--config", "configs/dusell/lstm_marked_reversal.yaml"],
+}
+
+
+def build(job: str, members: int | None, device: str):
+    """The job's module (a :class:`MemberSequenceModule` of seeds 0..M−1 when ``members``), its
+    training batches and gradient clipping."""
+    # no schedule: the rows run no validation, which a plateau schedule reads
+    extra = ["--trainer.logger=false", f"--trainer.accelerator={device}", "--model.init_args.lr_scheduler=null"]
+    if members is not None:
+        extra += [
+            "--model.class_path=memrnn.lit.members.MemberSequenceModule",
+            f"--model.init_args.seeds={list(range(members))}",
+        ]
+    cli = build_cli(["--config", str(ROOT / "configs/defaults.yaml"), *JOBS[job], *extra], run=False)
+    return cli.model, cli.datamodule, cli.trainer.gradient_clip_val
+
+
+def seconds_per_step(module, batches: list[dict], clip: float | None, warmup: int, device: str) -> float:
+    timer = StepTimer(warmup)
+    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = L.Trainer(
+            accelerator=device, devices=1, max_epochs=1, logger=False, callbacks=[timer],
+            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+            limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp, gradient_clip_val=clip,
+        )  # fmt: skip
+        trainer.fit(module, train_dataloaders=loader)
+    return timer.seconds / max(timer.steps, 1)
+
+
+def batches_of(datamodule, n: int, device: str) -> list[dict]:
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    out = []
+    for batch in datamodule.train_dataloader():
+        out.append({k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in batch.items()})
+        if len(out) == n:
+            break
+    return out
+
+
+def single_rate(job: str, n: int, warmup: int, device: str) -> float:
+    module, dm, clip = build(job, None, device)
+    return 1.0 / seconds_per_step(module, batches_of(dm, n, device), clip, warmup, device)
+
+
+def parallel_rate(job: str, n: int, warmup: int, processes: int) -> float:
+    """K single runs at once, one thread each: their summed steps/s."""
+    cmd = [
+        sys.executable,
+        "-m",
+        "benchmarks.members",
+        "--single",
+        job,
+        "--batches",
+        str(n),
+        "--warmup",
+        str(warmup),
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [
+        subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        for _ in range(processes)
+    ]
+    rates = [json.loads(p.communicate()[0].strip().splitlines()[-1])["steps_per_s"] for p in procs]
+    return sum(rates)
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    ap.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8, 10, 16, 32])
+    ap.add_argument("--batches", type=int, default=60, help="training batches per row (after the warm-up)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="K of the parallel row")
+    ap.add_argument("--out", help="write the tables (markdown) here too")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads of the in-process rows")
+    ap.add_argument("--single", choices=list(JOBS), help=argparse.SUPPRESS)  # a parallel row's worker
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    n = args.batches + args.warmup
+    if args.single:
+        torch.set_num_threads(1)
+        print(json.dumps({"steps_per_s": single_rate(args.single, n, args.warmup, args.device)}))
+        return []
+    rows, lines = [], []
+    for job in args.jobs:
+        seq = single_rate(job, n, args.warmup, args.device)
+        par = parallel_rate(job, n, args.warmup, args.processes) if args.device == "cpu" else float("nan")
+        lines += [f"\n### {job}\n", f"sequential: {seq:.1f} seed-steps/s; {args.processes} processes: {par:.1f}\n",
+                  "| members | s/step | seed-steps/s | x seq | x procs |", "|---|---|---|---|---|"]  # fmt: skip
+        print("\n".join(lines[-4:]), flush=True)
+        for m in args.members:
+            module, dm, clip = build(job, m, args.device)
+            sec = seconds_per_step(module, batches_of(dm, n, args.device), clip, args.warmup, args.device)
+            rate = m / sec
+            row = {"job": job, "members": m, "s_per_step": sec, "seed_steps_per_s": rate,
+                   "x_sequential": rate / seq, "x_processes": rate / par}  # fmt: skip
+            rows.append(row)
+            lines.append(f"| {m} | {sec * 1000:.1f} ms | {rate:.1f} | {rate / seq:.2f} | {rate / par:.2f} |")
+            print(lines[-1], flush=True)
+    if args.out:
+        head = (
+            f"# Members in one process: seed-steps/s\n\n`python -m benchmarks.members {' '.join(argv or sys.argv[1:])}` "
+            f"on {args.device} ({os.cpu_count()} cores), torch {torch.__version__}, {time.strftime('%Y-%m-%d')}.\n"
+        )
+        Path(args.out).write_text(head + "\n".join(lines) + "\n")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+""":class:`memrnn.lit.members.MemberSequenceModule` under Lightning: each member of a fit equals
+its single run (same seed's initial weights, its learning rate, the same batches) with the
+Trainer's gradient clipping and a plateau schedule per member; a member written out is an
+ordinary :class:`SequenceModule` checkpoint; per-member early stopping keeps the best weights."""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+from memrnn.data import FormalLanguageDataModule
+from memrnn.languages import DyckKM
+from memrnn.layers import ElmanRNN, LSTMLayer
+from memrnn.lit import SequenceModule
+from memrnn.lit.cli import build_cli
+from memrnn.lit.members import MemberSequenceModule, write_member_checkpoint
+from memrnn.members.optim import MemberAdam
+
+MEMBERS = [{"seed": 0, "lr": 0.01}, {"seed": 1, "lr": 0.003}, {"seed": 2, "lr": 0.03}]
+
+
+def _data() -> FormalLanguageDataModule:
+    return FormalLanguageDataModule(
+        language=DyckKM(k=2, m=3),
+        train_size=64,
+        val_size=32,
+        test_size=16,
+        batch_size=16,
+        eval_batch_size=16,
+        seed=0,
+    )
+
+
+def _kwargs(layer) -> dict:
+    dm = _data()
+    plateau = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0, threshold=0.02)
+    return {"layer": layer, "vocab_size": dm.vocab_size, "num_symbols": dm.num_symbols, "embedding_dim": 6,
+            "lr_scheduler": plateau}  # fmt: skip
+
+
+def _fit(module, tmp_path, epochs=3):
+    trainer = L.Trainer(
+        max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, gradient_clip_val=1.0, default_root_dir=tmp_path, num_sanity_val_steps=0,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(module, _data())
+    return trainer
+
+
+@pytest.mark.parametrize(
+    "layer", [functools.partial(LSTMLayer, hidden_size=8), functools.partial(ElmanRNN, hidden_size=8)]
+)
+def test_each_member_of_a_fit_is_its_single_run(layer, tmp_path):
+    members = MemberSequenceModule(members=MEMBERS, **_kwargs(layer))
+    trainer = _fit(members, tmp_path)
+    member_lrs = trainer.optimizers[0].param_groups[0]["member_lr"]
+    assert isinstance(trainer.optimizers[0], MemberAdam)
+    for m, row in enumerate(MEMBERS):
+        torch.manual_seed(row["seed"])
+        single = SequenceModule(lr=row["lr"], **_kwargs(layer))
+        single_trainer = _fit(single, tmp_path)
+        got = members.member_module(m).state_dict()
+        for key, value in single.state_dict().items():
+            torch.testing.assert_close(
+                got[key], value, atol=1e-5, rtol=1e-5, msg=lambda s, k=key: f"{k}: {s}"
+            )
+        assert member_lrs[m].item() == single_trainer.optimizers[0].param_groups[0]["lr"]
+    assert (
+        member_lrs < torch.tensor([r["lr"] for r in MEMBERS], dtype=member_lrs.dtype)
+    ).any()  # some halved
+
+
+def test_a_member_is_written_as_an_ordinary_checkpoint(tmp_path):
+    members = MemberSequenceModule(seeds=[3, 4], **_kwargs(functools.partial(LSTMLayer, hidden_size=8)))
+    trainer = _fit(members, tmp_path, epochs=1)
+    trainer.save_checkpoint(tmp_path / "members.ckpt")
+    write_member_checkpoint(str(tmp_path / "members.ckpt"), 1, str(tmp_path / "one.ckpt"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        single = SequenceModule.load_from_checkpoint(tmp_path / "one.ckpt")
+        back = MemberSequenceModule.load_from_checkpoint(tmp_path / "members.ckpt")
+    dm = _data()
+    dm.setup("fit")
+    batch = next(iter(dm.val_dataloader()))
+    members.eval(), single.eval(), back.eval()
+    with torch.no_grad():
+        want = members.heads_out(batch["input"], batch["mask"])["generator"]
+        torch.testing.assert_close(
+            single.heads_out(batch["input"], batch["mask"])["generator"], want[1], atol=1e-5, rtol=1e-5
+        )
+        assert torch.equal(back.heads_out(batch["input"], batch["mask"])["generator"], want)
+    assert back.member_rows == members.member_rows and back.members == 2
+
+
+def test_early_stopping_per_member_freezes_and_keeps_the_best(tmp_path):
+    members = MemberSequenceModule(
+        seeds=[0, 1], stop_patience=0, **_kwargs(functools.partial(LSTMLayer, hidden_size=8))
+    )
+    members._val_batches = [(torch.tensor([1.0, 2.0]), 4)]
+    members._end_validation()
+    first = {k: v.clone() for k, v in members.state_dict().items() if k.startswith("embedding")}
+    with torch.no_grad():
+        members.embedding.weight.add_(1.0)
+    members._val_batches = [(torch.tensor([0.5, 3.0]), 4)]  # member 0 improves, member 1 does not
+    members._end_validation()
+    assert members.stopped.tolist() == [False, True]
+    assert members.best_loss.tolist() == [0.5, 2.0]
+    members.restore_best()
+    assert torch.equal(
+        members.embedding.weight[0], first["embedding.weight"][0] + 1.0
+    )  # its best: the new one
+    assert torch.equal(members.embedding.weight[1], first["embedding.weight"][1])  # its best: the first
+
+
+def test_the_cli_builds_members_from_a_single_runs_config():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cli = build_cli(
+            ["--config", "configs/dyck/lstm_k2_m3.yaml", "--model.class_path=memrnn.lit.members.MemberSequenceModule",
+             "--model.init_args.seeds=[0,1]", "--model.init_args.lrs=[0.01,0.001]", "--trainer.logger=false"],
+            run=False,
+        )  # fmt: skip
+    assert cli.model.members == 4 and cli.model.layer.member_path == "lstm_sequence (members batched)"
+    assert [(r["seed"], r["lr"]) for r in cli.model.member_rows] == [
+        (0, 0.01),
+        (0, 0.001),
+        (1, 0.01),
+        (1, 0.001),
+    ]
+
+
+def test_bad_member_settings_are_named():
+    kw = _kwargs(functools.partial(LSTMLayer, hidden_size=8))
+    with pytest.raises(ValueError, match=r"member 0 sets \['momentum'\]"):
+        MemberSequenceModule(members=[{"seed": 0, "momentum": 0.9}], **kw)
+    with pytest.raises(ValueError, match="member 1 has no seed"):
+        MemberSequenceModule(members=[{"seed": 0}, {"lr": 0.1}], **kw)
+    with pytest.raises(ValueError, match="not both"):
+        MemberSequenceModule(members=[{"seed": 0}], seeds=[1], **kw)
+    with pytest.raises(ValueError, match="tie_embeddings is not available with members"):
+        MemberSequenceModule(seeds=[0], **{**kw, "tie_embeddings": True, "embedding_dim": 8})
+    with pytest.raises(ValueError, match="member 5 does not exist"):
+        MemberSequenceModule(seeds=[0, 1], **kw).member_module(5)
