@@ -128,11 +128,12 @@ def render() -> dict[str, str]:
 
 def entries() -> set[str]:
     """The dotted paths the committed pages document (their ``::: path`` lines)."""
-    return {
+    found = {
         m.group(1) or m.group(2)
         for p in API.glob("*.md")
         for m in ENTRY.finditer(p.read_text(encoding="utf-8"))
     }
+    return found - set(packages())  # a page's own ``::: package`` directive shows the package's docstring
 
 
 def main() -> None:
