@@ -115,12 +115,7 @@ def render() -> dict[str, str]:
         if constants:
             lines += ["## Constants\n"]
             for n in constants:
-                lines += [
-                    f"### `{n}` {{ #{pkg}.{n} }}\n",
-                    "```python",
-                    f"{n} = {_short_repr(getattr(mod, n))}",
-                    "```\n",
-                ]
+                lines += [f"### `{n}` {{ #{pkg}.{n} }}\n", f"`{n} = {_short_repr(getattr(mod, n))}`\n"]
         pages[page_name(pkg)] = "\n".join(lines)
     pages["index.md"] = "\n".join(index) + "\n"
     return pages
