@@ -60,8 +60,9 @@ def _curve(cell_seed: Path) -> dict[int, float]:
 def dusell_by_length() -> bytes:
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(DUSELL_TASKS), figsize=(18, 3.8), sharey=False)
-    for ax, (task, (title, k)) in zip(axes, DUSELL_TASKS.items(), strict=True):
+    fig, grid = plt.subplots(2, 3, figsize=(12, 7.5))
+    axes = grid.flat
+    for ax, (task, (title, k)) in zip(axes, DUSELL_TASKS.items(), strict=False):
         for model, label in DUSELL_MODELS.items():
             seeds = sorted((RESULTS / "dusell" / f"{model}_{task}").glob("seed*"))
             curves = [_curve(s) for s in seeds if (s / "result.json").exists()]
@@ -75,9 +76,13 @@ def dusell_by_length() -> bytes:
         ax.set_title(title)
         ax.set_xlabel("test length (END counted)")
         ax.set_yscale("log")
-    axes[0].set_ylabel("test gap, nats/token (median over 3 seeds)")
-    axes[-1].legend(fontsize=8)
+    for ax in grid[:, 0]:
+        ax.set_ylabel("test gap, nats/token (median of 3 seeds)")
+    handles, labels = grid[0, 0].get_legend_handles_labels()
+    grid[1, 2].axis("off")
+    grid[1, 2].legend(handles, labels, loc="center")
     fig.suptitle("DuSell & Chiang's CFL table, 20 epochs on the 2-core CPU: the gap per test length")
+    fig.tight_layout()
     return _png(fig)
 
 
@@ -92,14 +97,14 @@ def speed_ratios() -> bytes:
     rows = [
         r
         for r in _rows(RESULTS / "cpu-2core-throughput.csv")
-        if (r["state"], r["batch"], r["T"]) == ("64", "64", "256")
+        if (r["size"], r["batch"], r["T"]) == ("64", "64", "256")
     ]
     rows.sort(key=lambda r: float(r["fwdbwd_ratio"]))
     fig, ax = plt.subplots(figsize=(7, 0.28 * len(rows) + 1.2))
     ax.barh([r["layer"] for r in rows], [float(r["fwdbwd_ratio"]) for r in rows], color="tab:blue")
     ax.axvline(1.0, color="k", lw=1)
     ax.axvline(0.5, color="0.5", lw=0.8, ls="--")
-    ax.set_xlabel("forward+backward tokens/s ÷ nn.LSTM's (state 64, batch 64, T 256)")
+    ax.set_xlabel("forward+backward tokens/s ÷ nn.LSTM's (size 64, batch 64, T 256)")
     ax.set_title("python -m benchmarks on the 2-core CPU")
     return _png(fig)
 
