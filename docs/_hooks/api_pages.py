@@ -7,8 +7,8 @@ package's ``__all__`` exports) is internal.  Each public object is documented on
 the shallowest package that exports it (``memrnn.create_layer``, not ``memrnn.core.create_layer``);
 a deeper page that exports it too links there.
 
-``python docs/_hooks/api_pages.py`` writes ``docs/api/*.md`` from these rules (run it after adding
-a public name, and commit the pages); ``tests/docs/test_site.py`` checks that the committed pages
+``python docs/_hooks/api_pages.py`` writes ``docs/api/*.md`` from these rules and the API section of
+``mkdocs.yml``'s nav (run it after adding a public name, and commit both); ``tests/docs/test_site.py`` checks that the committed pages
 hold an entry for every public object and that the built site has an anchor for each."""
 
 from __future__ import annotations
@@ -70,7 +70,10 @@ def _is_constant(obj: object) -> bool:
 
 
 def _short_repr(obj: object, limit: int = 300) -> str:
-    text = repr(obj)
+    """The value as the page shows it: its repr, a long dict by its keys, no memory addresses."""
+    text = re.sub(r" at 0x[0-9a-f]+", "", repr(obj))
+    if len(text) > limit and isinstance(obj, dict):
+        text = "{" + ", ".join(f"{k!r}: …" for k in obj) + "}"
     return text if len(text) <= limit else text[:limit] + " …"
 
 
@@ -89,7 +92,7 @@ def render() -> dict[str, str]:
         "| package | what it holds |",
         "| --- | --- |",
     ]
-    for pkg, pkg_names in names.items():
+    for pkg, pkg_names in sorted(names.items(), key=lambda item: item[0].split(".")):
         mod = importlib.import_module(pkg)
         summary = rst_to_markdown((mod.__doc__ or "").strip().split("\n\n")[0]).replace("\n", " ")
         summary = summary.replace("|", "\\|")
@@ -131,6 +134,19 @@ def entries() -> set[str]:
     return found - set(packages())  # a page's own ``::: package`` directive shows the package's docstring
 
 
+NAV = "  - API reference:\n"
+
+
+def write_nav(pages: dict[str, str]) -> None:
+    """The API section of ``mkdocs.yml``'s nav (its last section): the index, then each package."""
+    config = ROOT / "mkdocs.yml"
+    text = config.read_text(encoding="utf-8")
+    head = text[: text.index(NAV)]
+    modules = sorted((n[: -len(".md")] for n in pages if n != "index.md"), key=lambda m: m.split("."))
+    lines = [NAV, "      - api/index.md\n", *(f"      - {m}: api/{m}.md\n" for m in modules)]
+    config.write_text(head + "".join(lines), encoding="utf-8")
+
+
 def main() -> None:
     API.mkdir(exist_ok=True)
     pages = render()
@@ -139,6 +155,7 @@ def main() -> None:
             old.unlink()
     for name, text in pages.items():
         (API / name).write_text(text, encoding="utf-8")
+    write_nav(pages)
     print(f"wrote {len(pages)} pages, {len(set(home_of().values()))} entries, into {API.relative_to(ROOT)}")
 
 

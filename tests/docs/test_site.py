@@ -89,3 +89,15 @@ def test_the_readme_links_to_files_that_exist() -> None:
     assert targets
     assert all((ROOT / t).exists() for t in targets), [t for t in targets if not (ROOT / t).exists()]
     assert len(readme.splitlines()) <= 300
+
+
+def test_the_committed_api_pages_are_what_the_generator_writes() -> None:
+    """``docs/api/`` and the nav's API section are ``python docs/_hooks/api_pages.py``'s output, so a
+    public name added, removed or moved to another package shows up in the reference."""
+    api = _api_pages()
+    pages = api.render()
+    committed = {p.name: p.read_text(encoding="utf-8") for p in (ROOT / "docs" / "api").glob("*.md")}
+    stale = sorted(n for n in pages.keys() | committed.keys() if pages.get(n) != committed.get(n))
+    assert not stale, f"run `python docs/_hooks/api_pages.py` and commit docs/api/ and mkdocs.yml: {stale}"
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert all(f"      - {n[:-3]}: api/{n}\n" in nav for n in pages if n != "index.md")
