@@ -8,15 +8,17 @@
 #                                      holds its spills to the committed table (the default run
 #                                      compiles each kernel once: tests/ops/test_kernels_compile.py);
 #                                      that sweep alone: `bash scripts/dev.sh slow tests/ops/test_kernels_compile.py`
+#   bash scripts/dev.sh docs  [ARGS]   set up, then build the documentation site into site/ in strict
+#                                      mode (ARGS go to `mkdocs build`; `serve` instead of ARGS serves it)
 #   bash scripts/dev.sh setup          only set up
 # Set-up makes .venv (once), installs torch (TORCH_SPEC, default torch==2.13.0; set TORCH_SPEC=""
 # to keep whatever torch the venv has, e.g. your CUDA build) and, on Linux x86-64, Triton
 # (TRITON_SPEC, default triton==3.9.0, whose interpreter and compiler the kernel tests use; set
-# TRITON_SPEC="" with a CUDA torch, which brings its own), then memrnn with its dev extra.
+# TRITON_SPEC="" with a CUDA torch, which brings its own), then memrnn with its dev and docs extras.
 # It is skipped when nothing it depends on has changed.
 # train and test run torch with one intra-op thread unless OMP_NUM_THREADS is set: at the default
 # job's sizes a second thread gains nothing on an idle 2-core machine (57 s vs 51 s) and costs 3x
-# when the other core is busy (144 s vs 49 s; README, "Quick start").
+# when the other core is busy (144 s vs 49 s; docs/guide/training.md, "Threads").
 set -euo pipefail
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 cd "$(dirname "$0")/.."
@@ -41,7 +43,7 @@ setup() {
       # shellcheck disable=SC2086  # an empty spec adds no argument
       "$VENV/bin/python" -m pip install -q --disable-pip-version-check $TORCH_SPEC $TRITON_SPEC
     fi
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev]"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[dev,docs]"
     echo "$stamp" > "$VENV/.setup-stamp"
   fi
 }
@@ -62,12 +64,21 @@ case "$cmd" in
     # --durations lists the slowest tests on every run, so that a test that grows is seen when it grows
     exec "$VENV/bin/python" -m pytest -n "${MEMRNN_TEST_WORKERS:-2}" --dist loadgroup --durations=25 --durations-min=10 "$@"
     ;;
+  docs)
+    setup
+    export NO_MKDOCS_2_WARNING=1
+    if [ "${1:-}" = serve ]; then
+      shift
+      exec "$VENV/bin/mkdocs" serve "$@"
+    fi
+    exec "$VENV/bin/mkdocs" build --strict "$@"
+    ;;
   slow)
     setup
     exec "$VENV/bin/python" -m pytest -m slow "$@"
     ;;
   *)
-    echo "usage: bash scripts/dev.sh {setup|train|test|slow} [args]" >&2
+    echo "usage: bash scripts/dev.sh {setup|train|test|slow|docs} [args]" >&2
     exit 2
     ;;
 esac

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _text_files() -> list[Path]:
     files = [
         ROOT / "README.md",
+        *sorted(p for p in (ROOT / "docs").rglob("*.md")),
         *sorted((ROOT / "memrnn").rglob("*.py")),
         *sorted((ROOT / "configs").rglob("*.yaml")),
     ]

@@ -1,6 +1,7 @@
 """scripts/dusell_table.py as the suite configs/suites/dusell.yaml: the wrapper's commands, the
 suite's data shared across architectures, the length floors and tables by length and by epoch
-(:mod:`memrnn.suite.tables`), and the README's table as the committed results collect."""
+(:mod:`memrnn.suite.tables`), and the published table (``docs/results/dusell.md``) as the committed
+results collect."""
 
 import json
 import math
@@ -130,19 +131,19 @@ def test_epochs_of_a_continued_cell_merge_in_run_order():
     assert by_epoch([]) == {}
 
 
-def test_the_readmes_20_epoch_table_is_the_committed_results(tmp_path):
-    """Every cell of the README's 20-epoch DuSell table is what ``collect`` computes from the
-    committed results of the former script (``benchmarks/results/dusell/``), floors included, and
-    the README's command prints the same rows."""
+def test_the_published_20_epoch_table_is_the_committed_results(tmp_path):
+    """Every cell of the 20-epoch DuSell table on ``docs/results/dusell.md`` is what ``collect``
+    computes from the committed results of the former script (``benchmarks/results/dusell/``),
+    floors included, and the page's command prints the same rows."""
     archs = ["lstm", "superposition", "stratification", "ns", "rns"]
     suite = Suite.load(DUSELL, out=ROOT / "benchmarks" / "results" / "dusell").subset(arch=archs)
-    readme = (ROOT / "README.md").read_text().splitlines()
+    page = (ROOT / "docs" / "results" / "dusell.md").read_text().splitlines()
     results = collect(suite)
     assert not results.missing and not any(r["off_suite"] for r in results.rows)
     rows = [line for line in results.table().splitlines() if line.startswith("| ")]
     assert rows[0] == "| task | length floor | LSTM | Superposition | Stratification | NS-RNN | RNS-RNN |"
-    start = readme.index(rows[0])
-    assert readme[start + 2 : start + 7] == rows[1:]
+    start = page.index(rows[0])
+    assert page[start + 2 : start + 7] == rows[1:]
     # the 40-epoch runs are marked: they ran with another max_epochs than the suite's
     e40 = collect(
         Suite.load(DUSELL, out=ROOT / "benchmarks/results/dusell-e40").subset(
@@ -155,11 +156,12 @@ def test_the_readmes_20_epoch_table_is_the_committed_results(tmp_path):
     )
 
 
-def test_the_readmes_40_epoch_unmarked_reversal_numbers_are_the_committed_results():
-    """The README's sentence on the RNS-RNN's unmarked reversal continued to 40 epochs quotes each
-    seed's test gap and its best validation gap at 20 and 40 epochs; they are what the committed
+def test_the_records_40_epoch_unmarked_reversal_numbers_are_the_committed_results():
+    """The record's sentence (``benchmarks/results/dusell-cpu-2core.md``, moved there from the
+    README) on the RNS-RNN's unmarked reversal continued to 40 epochs quotes each seed's test gap
+    and its best validation gap at 20 and 40 epochs; they are what the committed
     ``benchmarks/results/dusell-e40/`` files hold."""
-    text = " ".join((ROOT / "README.md").read_text().split())
+    text = " ".join((ROOT / "benchmarks" / "results" / "dusell-cpu-2core.md").read_text().split())
     start = text.index("Trained 20 epochs more (seeds 0 and 1")
     sentence = text[start : text.index("The miss is", start)]
     for seed in (0, 1):

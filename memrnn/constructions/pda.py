@@ -327,7 +327,7 @@ class PDAInitializedNNPDA(NNPDA):
         noise: add ``uniform(−noise, noise)`` to every weight (seeded by ``seed``).
         extra_states: state units beyond the PDA's (zero weights before the noise).
         Others: as :class:`~memrnn.layers.NNPDA` (``action`` defaults to ``"sigmoid"``, which
-        keeps ``p±`` and ``C`` in ``[0, 1]`` during training).
+            keeps ``p±`` and ``C`` in ``[0, 1]`` during training).
     """
 
     def __init__(

@@ -3,10 +3,10 @@ which FLaRe's RNN and LSTM use: Butoi et al. 2025), LSTMLayer's ``extra_bias=Fal
 per gate), and ``output_at`` (the output at a state, the first output of rau's
 ``include_first=True``) of those layers and of StackRNN.
 
-The layers here are not in the registry (its names are the README's compile table), so this file
-runs the interface contract's core on them: the fast paths equal the reference loop with the
-gradients of ``h0_input``, a padded batch equals each row alone, ``outputs`` equals ``forward``, the
-state dict round trip."""
+The layers here are not in the registry (its names are the compile table of
+``docs/guide/compile-export.md``), so this file runs the interface contract's core on them: the
+fast paths equal the reference loop with the gradients of ``h0_input``, a padded batch equals each
+row alone, ``outputs`` equals ``forward``, the state dict round trip."""
 
 from __future__ import annotations
 
