@@ -83,7 +83,7 @@ __all__ = [
 #: glibc's heap kept whole: no ``mmap`` for large blocks, no trimming.  By default glibc hands a
 #: freed block over 32 MB back to the kernel and faults it in again, page by page, on the next
 #: batch (``benchmarks/run.py``'s docstring); with this an RNS-RNN batch of DuSell & Chiang's
-#: lengths (forward, backward and Adam on one core) took 369 ms against 409 (README, "Suites").
+#: lengths (forward, backward and Adam on one core) took 369 ms against 409 (``docs/guide/suites.md``).
 #: The benchmarks re-run themselves with it and the sweeps start their cell processes with it
 #: (:func:`memrnn.suite.runner.worker_env`).
 HEAP_MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2**36)}
