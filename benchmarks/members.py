@@ -58,7 +58,11 @@ def build(job: str, members: int | None, device: str):
     """The job's module (a :class:`MemberSequenceModule` of seeds 0..M−1 when ``members``), its
     training batches and gradient clipping."""
     # no schedule: the rows run no validation, which a plateau schedule reads
-    extra = ["--trainer.logger=false", f"--trainer.accelerator={device}", "--model.init_args.lr_scheduler=null"]
+    extra = [
+        "--trainer.logger=false",
+        f"--trainer.accelerator={device}",
+        "--model.init_args.lr_scheduler=null",
+    ]
     if members is not None:
         extra += [
             "--model.class_path=memrnn.lit.members.MemberSequenceModule",

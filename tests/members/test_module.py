@@ -37,7 +37,9 @@ def _data() -> FormalLanguageDataModule:
 
 def _kwargs(layer) -> dict:
     dm = _data()
-    plateau = functools.partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0, threshold=0.02)
+    plateau = functools.partial(
+        torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0, threshold=0.02
+    )
     return {"layer": layer, "vocab_size": dm.vocab_size, "num_symbols": dm.num_symbols, "embedding_dim": 6,
             "lr_scheduler": plateau}  # fmt: skip
 
