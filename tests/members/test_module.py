@@ -149,3 +149,27 @@ def test_bad_member_settings_are_named():
         MemberSequenceModule(seeds=[0], **{**kw, "tie_embeddings": True, "embedding_dim": 8})
     with pytest.raises(ValueError, match="member 5 does not exist"):
         MemberSequenceModule(seeds=[0, 1], **kw).member_module(5)
+
+
+def test_comparisons_read_member_zero_and_the_curves_are_the_members_mean(tmp_path):
+    """The callbacks of the configs run with members: a probe of the layer reads member 0's model
+    (:func:`memrnn.lit.callbacks.base.model_to_compare`), the per-length curves are the members'
+    mean."""
+    from memrnn.lit import LengthCurves, LinearProbe
+    from memrnn.lit.callbacks.base import model_to_compare
+
+    members = MemberSequenceModule(seeds=[0, 1], **_kwargs(functools.partial(LSTMLayer, hidden_size=8)))
+    curves, probe = LengthCurves(figures=False), LinearProbe(every_n_epochs=1)
+    trainer = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0, callbacks=[curves, probe],
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(members, _data())
+    assert "val" in probe.results and isinstance(model_to_compare(members), SequenceModule)
+    mine = curves.curves["val"]
+    each = members.member_curves["val"]
+    assert len(each) == 2 and mine["length"] == each[0]["length"]
+    want = [(a + b) / 2 for a, b in zip(each[0]["ce"], each[1]["ce"], strict=True)]
+    torch.testing.assert_close(torch.tensor(mine["ce"]), torch.tensor(want), atol=1e-12, rtol=0)

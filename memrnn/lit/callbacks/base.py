@@ -25,6 +25,14 @@ from memrnn.lit.loggers import WandbLogger
 from memrnn.lit.runs import run_dir
 
 
+def model_to_compare(pl_module: L.LightningModule) -> L.LightningModule:
+    """The model a comparison or probe reads: ``pl_module``, or with members
+    (:class:`memrnn.lit.MemberSequenceModule`) member 0's, as an ordinary
+    :class:`~memrnn.lit.SequenceModule` (:meth:`~memrnn.lit.MemberSequenceModule.member_module`)."""
+    member_module = getattr(pl_module, "member_module", None)
+    return member_module(0) if callable(member_module) else pl_module
+
+
 @dataclass
 class Comparison:
     """What a :class:`ModelComparison` found: ``metrics`` (logged as ``<split>/<key>/<name>``),
@@ -63,6 +71,10 @@ class ModelComparison(L.Callback, ABC):
         self.splits, self.every_n_epochs, self.figures = tuple(splits), every_n_epochs, figures
         self.results: dict[str, Comparison] = {}
 
+    #: whether :meth:`compare` reads the model itself (its layer, embedding, heads): with members
+    #: (:class:`memrnn.lit.MemberSequenceModule`) it then reads member 0's model
+    reads_model: bool = True
+
     @abstractmethod
     def compare(self, trainer: L.Trainer, pl_module: L.LightningModule, split: str) -> Comparison | None:
         """The comparison after an evaluation of ``split`` (None: nothing to report).  Runs on
@@ -85,13 +97,14 @@ class ModelComparison(L.Callback, ABC):
         if not trainer.is_global_zero:
             return
         out_dir = run_dir(trainer)
-        was_training = pl_module.training
-        pl_module.eval()
+        module = model_to_compare(pl_module) if self.reads_model else pl_module
+        was_training = module.training
+        module.eval()
         try:
             with torch.no_grad():
-                result = self.compare(trainer, pl_module, split)
+                result = self.compare(trainer, module, split)
         finally:
-            pl_module.train(was_training)
+            module.train(was_training)
         if result is None:
             return
         self.results[split] = result

@@ -15,7 +15,7 @@ from memrnn.analysis.counting import counting_sweep, strings_acceptor
 from memrnn.analysis.plots import length_plot
 from memrnn.core.checks import positive_int
 from memrnn.languages.counting import CountingLanguage
-from memrnn.lit.callbacks.base import Comparison, ModelComparison
+from memrnn.lit.callbacks.base import Comparison, ModelComparison, model_to_compare
 
 
 class CrossEntropyReport(L.Callback):
@@ -56,6 +56,9 @@ class LengthCurves(ModelComparison):
       plot ``<split>/length_line``, when a :class:`~memrnn.lit.WandbLogger` is attached;
     * keep them in ``self.curves[split]``.
 
+    With members (:class:`memrnn.lit.MemberSequenceModule`) the curves are the members' mean
+    (each member's: ``pl_module.member_curves``).
+
     Args:
         splits: which evaluations to report (``"val"``, ``"test"``).
         metric: the curve plotted (default: ``ce_gap`` for generators, ``accept_end`` for
@@ -64,6 +67,8 @@ class LengthCurves(ModelComparison):
     """
 
     key = "length"
+
+    reads_model = False  # the module's curves (with members: their mean), not the model
 
     def __init__(
         self,
@@ -122,7 +127,8 @@ class CountingReport(L.Callback):
         language = getattr(trainer.datamodule, "language", None)
         if not isinstance(language, CountingLanguage) or "acceptor" not in getattr(pl_module, "heads", {}):
             return
-        accepts = strings_acceptor(lambda w: pl_module.accepts(w, language.bos_id), language)
+        model = model_to_compare(pl_module)  # with members: member 0's
+        accepts = strings_acceptor(lambda w: model.accepts(w, language.bos_id), language)
         self.result = sweep = counting_sweep(accepts, language, self.n_max)
         first = sweep.first_failure if sweep.first_failure is not None else self.n_max + 1
         share = sum(sweep.positive_ok) / len(sweep.positive_ok)
