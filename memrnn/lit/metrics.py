@@ -290,3 +290,24 @@ class PerLengthStats(Metric):
 
     def compute(self) -> tuple[Tensor, Tensor]:
         return self.sums, self.counts
+
+
+def length_curves_from(metric: PerLengthStats) -> dict[str, list[float]]:
+    """The per-length curves (:meth:`memrnn.lit.SequenceModule.length_curves`) of an evaluation's ``PerLengthStats``,
+    which is then reset."""
+    sums, counts = (t.cpu() for t in metric.compute())
+    metric.reset()
+    seen = torch.nonzero(counts).flatten()
+    col = {n: sums[seen, i] for i, n in enumerate(metric.names)}
+    out: dict[str, list[float]] = {"length": seen.tolist(), "count": counts[seen].tolist()}
+    if "nll" in col:
+        tokens = col["tokens"].clamp_min(1)
+        out["ce"] = (col["nll"] / tokens).tolist()
+        if not col["nll_exact"].isnan().any():
+            out["ce_gap"] = ((col["nll"] - col["nll_exact"]) / tokens).tolist()
+        out["acc"] = (col["correct"] / tokens).tolist()
+    if "next_set_ok" in col:
+        out["next_set_sequence"] = (col["next_set_ok"] / col["next_set_rows"].clamp_min(1)).tolist()
+    if "accept_ok" in col:
+        out["accept_end"] = (col["accept_ok"] / counts[seen]).tolist()
+    return out

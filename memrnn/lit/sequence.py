@@ -19,9 +19,7 @@ from memrnn.core.checks import finite_float
 from memrnn.core.layer import MemoryLayer
 from memrnn.data.datamodule import IGNORE_INDEX, LanguageDataModule, bos_inputs
 from memrnn.lit.init import check_init, dusell_init_, flare_init_, haiku_init_, hewitt_init_
-from memrnn.lit.metrics import (
-    PerLengthStats,
-)
+from memrnn.lit.metrics import PerLengthStats, length_curves_from
 from memrnn.lit.objectives import (
     LOSS_REDUCTIONS,
     NEEDS,
@@ -357,26 +355,8 @@ class SequenceModule(L.LightningModule):
             if curves.get(name)
         }
 
-    @staticmethod
-    def curves_from(metric: PerLengthStats) -> dict[str, list[float]]:
-        """The per-length curves (:meth:`length_curves`) of an evaluation's ``PerLengthStats``,
-        which is then reset."""
-        sums, counts = (t.cpu() for t in metric.compute())
-        metric.reset()
-        seen = torch.nonzero(counts).flatten()
-        col = {n: sums[seen, i] for i, n in enumerate(metric.names)}
-        out: dict[str, list[float]] = {"length": seen.tolist(), "count": counts[seen].tolist()}
-        if "nll" in col:
-            tokens = col["tokens"].clamp_min(1)
-            out["ce"] = (col["nll"] / tokens).tolist()
-            if not col["nll_exact"].isnan().any():
-                out["ce_gap"] = ((col["nll"] - col["nll_exact"]) / tokens).tolist()
-            out["acc"] = (col["correct"] / tokens).tolist()
-        if "next_set_ok" in col:
-            out["next_set_sequence"] = (col["next_set_ok"] / col["next_set_rows"].clamp_min(1)).tolist()
-        if "accept_ok" in col:
-            out["accept_end"] = (col["accept_ok"] / counts[seen]).tolist()
-        return out
+    #: the per-length curves of an evaluation's ``PerLengthStats`` (then reset)
+    curves_from = staticmethod(length_curves_from)
 
     @property
     def readout(self) -> nn.Linear:

@@ -15,13 +15,19 @@ import csv
 import math
 import statistics
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from memrnn.languages import length_floor
 from memrnn.suite.spec import Suite
 
-if TYPE_CHECKING:
-    from memrnn.suite.collect import Results
+
+class Results(Protocol):
+    """What the tables read of :class:`memrnn.suite.collect.Results` (a protocol, so that this
+    module, which ``collect`` imports, imports nothing back)."""
+
+    suite: Suite
+    rows: list[dict[str, Any]]
+
 
 _TASK_DATA: dict[tuple[str, str], Any] = {}
 
