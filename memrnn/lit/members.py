@@ -24,6 +24,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from memrnn.lit.metrics import PerLengthStats
@@ -148,6 +149,8 @@ class MemberSequenceModule(SequenceModule):
         self.register_buffer("best_loss", torch.full((self.members,), float("inf")), persistent=True)
         self.register_buffer("stale", torch.zeros(self.members, dtype=torch.long), persistent=True)
         self.register_buffer("stopped", torch.zeros(self.members, dtype=torch.bool), persistent=True)
+        #: members stopped because their training loss was not finite (a subset of ``stopped``)
+        self.register_buffer("diverged", torch.zeros(self.members, dtype=torch.bool), persistent=True)
         #: each member's best parameters so far (by ``val/loss``), stacked like the parameters (in
         #: the checkpoint, so that a resumed run keeps them)
         self.best = _Best(dict(self.named_parameters()))
@@ -237,11 +240,36 @@ class MemberSequenceModule(SequenceModule):
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
         totals = self._total(self.member_losses(batch, out))
+        self._stop_diverged(totals.detach())
         if self._logging_step():
             n = int(batch["mask"].shape[0])
-            self.log("train/loss", totals.mean(), prog_bar=True, batch_size=n)
+            self.log(
+                "train/loss", totals[~self.diverged.to(totals.device)].mean(), prog_bar=True, batch_size=n
+            )
             self.log_dict({f"train/loss/m{m}": v for m, v in enumerate(totals)}, batch_size=n)
-        return totals.sum()
+        # a diverged member's loss is left out of the sum (its parameters are frozen; the others'
+        # gradients never depended on it: the members share no parameter)
+        return totals.masked_fill(self.diverged.to(totals.device), 0.0).sum()
+
+    @torch.no_grad()
+    def _stop_diverged(self, totals: Tensor) -> None:
+        """A member whose training loss is not finite is stopped for good (frozen, its best weights
+        kept) and reported; the others go on.  One host sync per step (``.any()``)."""
+        bad = ~torch.isfinite(totals).cpu() & ~self.diverged
+        if not bool(bad.any()):
+            return
+        self.diverged |= bad
+        self.stopped |= bad
+        for opt in self._member_optimizers():
+            opt.freeze(bad)
+        step = self._trainer.global_step if self._trainer is not None else None
+        for m in bad.nonzero().flatten().tolist():
+            rank_zero_warn(
+                f"member {m} ({self.member_rows[m]}) diverged (training loss {float(totals[m])} at step {step}): "
+                "stopped; the other members go on"
+            )
+        if bool(self.stopped.all()) and self._trainer is not None:
+            self._trainer.should_stop = True
 
     def _eval_step(self, batch: dict[str, Tensor], split: str) -> None:
         out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))

@@ -173,3 +173,29 @@ def test_comparisons_read_member_zero_and_the_curves_are_the_members_mean(tmp_pa
     assert len(each) == 2 and mine["length"] == each[0]["length"]
     want = [(a + b) / 2 for a, b in zip(each[0]["ce"], each[1]["ce"], strict=True)]
     torch.testing.assert_close(torch.tensor(mine["ce"]), torch.tensor(want), atol=1e-12, rtol=0)
+
+
+def test_a_diverging_member_is_stopped_and_the_others_go_on(tmp_path):
+    """A member whose loss is not finite is frozen and reported; the others train exactly as alone."""
+    layer = functools.partial(LSTMLayer, hidden_size=8)
+    members = MemberSequenceModule(members=MEMBERS[:2], **_kwargs(layer))
+    with torch.no_grad():
+        members.embedding.weight[1] = float("nan")
+    before = {k: v[1].clone() for k, v in members.named_parameters()}
+    trainer = L.Trainer(
+        max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, gradient_clip_val=1.0, default_root_dir=tmp_path, num_sanity_val_steps=0,
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match=r"member 1 .* diverged .* stopped; the other members go on"):
+        trainer.fit(members, _data())
+    assert members.diverged.tolist() == [False, True] and members.stopped.tolist() == [False, True]
+    after = {k: v[1] for k, v in members.named_parameters()}
+    assert all(
+        torch.equal(after[k], v) or (v.isnan().all() and after[k].isnan().all()) for k, v in before.items()
+    )
+    torch.manual_seed(MEMBERS[0]["seed"])
+    single = SequenceModule(lr=MEMBERS[0]["lr"], **_kwargs(layer))
+    _fit(single, tmp_path, epochs=1)
+    got = members.member_module(0).state_dict()
+    for key, value in single.state_dict().items():
+        torch.testing.assert_close(got[key], value, atol=1e-5, rtol=1e-5)
