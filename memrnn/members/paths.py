@@ -1,5 +1,7 @@
 """Member paths: layers whose op runs all members in one pass (:data:`memrnn.members.layer.MEMBER_PATHS`).
 
+* :class:`memrnn.layers.ElmanRNN` (one layer, one direction): the input projection as one product
+  per member, then :func:`memrnn.ops.elman.elman_sequence` with the member dimension.
 * :class:`memrnn.layers.LSTMLayer` (unidirectional, no dropout between layers in training): its
   ``nn.LSTM`` weights per member in the op's gate order, through
   :func:`memrnn.ops.lstm.lstm_sequence` with the member dimension (the CPU path batches every
@@ -12,9 +14,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memrnn.layers import LSTMLayer
+from memrnn.core.activations import ACTIVATIONS
+from memrnn.layers import ElmanRNN, LSTMLayer
+from memrnn.layers.elman import ElmanState
 from memrnn.layers.gated import LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
+from memrnn.ops.elman import elman_sequence
 from memrnn.ops.lstm import lstm_sequence
 
 
@@ -32,6 +37,29 @@ def _lengths_final(states: Tensor, lengths: Tensor | None) -> Tensor:
     return states.gather(2, idx)[:, :, 0]
 
 
+def _check_dtype(name: str, x: Tensor, weight: Tensor) -> None:
+    if x.dtype != weight.dtype:
+        raise ValueError(f"MemberLayer({name}): inputs are {x.dtype} but the layer is {weight.dtype}")
+
+
+def _elman_why_not(layer: nn.Module) -> str | None:
+    return None if layer._single else "stacked or bidirectional"
+
+
+def _elman_run(layer: ElmanRNN, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, ElmanState]:
+    M, B, T, n = x.shape
+    _check_dtype("ElmanRNN", x, layer.weight_hh)
+    w_t = layer.weight_ih.transpose(1, 2)
+    flat = x.reshape(M, B * T, n)
+    pre = torch.bmm(flat, w_t) if layer.bias is None else torch.baddbmm(layer.bias[:, None], flat, w_t)
+    act = layer.activation
+    hs = elman_sequence(pre.view(M, B, T, -1), layer.weight_hh, state.h, act, ACTIVATIONS[act])
+    y = hs[:, :, 1:]
+    if mask is not None:
+        y = y * mask[..., None].to(y.dtype)
+    return y, ElmanState(_lengths_final(hs, None if mask is None else mask.sum(-1)))
+
+
 def _lstm_why_not(layer: nn.Module) -> str | None:
     if layer.bidirectional:
         return "bidirectional"
@@ -42,9 +70,7 @@ def _lstm_why_not(layer: nn.Module) -> str | None:
 
 def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, LSTMState]:
     M = x.shape[0]
-    dtype = layer.rnn.weight_ih_l0.dtype
-    if x.dtype != dtype:
-        raise ValueError(f"MemberLayer(LSTMLayer): inputs are {x.dtype} but the layer is {dtype}")
+    _check_dtype("LSTMLayer", x, layer.rnn.weight_ih_l0)
     lengths = None if mask is None else mask.sum(-1)
     rnn, H = layer.rnn, layer.hidden_size
     hs_out, cs_out, h_in = [], [], x
@@ -70,4 +96,5 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
     return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
 
 
+register_member_path(ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run))
 register_member_path(LSTMLayer, MemberPath("lstm_sequence (members batched)", _lstm_why_not, _lstm_run))

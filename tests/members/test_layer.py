@@ -12,7 +12,7 @@ from torch import nn
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import ElmanRNN, LSTMLayer
+from memrnn.layers import ElmanRNN, GRULayer, LSTMLayer
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -91,20 +91,28 @@ def test_each_member_is_its_single_layer(name):
                 torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
 
 
+PATH_CASES = [
+    (LSTMLayer, {}, "lstm_sequence"),
+    (LSTMLayer, {"num_layers": 2}, "lstm_sequence"),
+    (LSTMLayer, {"extra_bias": False, "learned_initial_state": True}, "lstm_sequence"),
+    (ElmanRNN, {}, "elman_sequence"),
+    (ElmanRNN, {"activation": "relu", "bias": False}, "elman_sequence"),
+    (ElmanRNN, {"activation": "sigmoid", "learned_initial_state": True}, "elman_sequence"),
+]
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize(
-    "kwargs", [{}, {"num_layers": 2}, {"extra_bias": False, "learned_initial_state": True}]
-)
-def test_the_lstm_member_path_equals_the_loop_and_the_reference(kwargs, dtype):
-    """The LSTM's member path (its op batched over the members) against the loop over the members
-    (``nn.LSTM`` each) and under :func:`memrnn.reference_paths`."""
+@pytest.mark.parametrize(("cls", "kwargs", "op"), PATH_CASES)
+def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
+    """A member path (the layer's op batched over the members) against the loop over the members
+    (the layer's own forward each) and under :func:`memrnn.reference_paths`."""
     tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
     layers = []
     for seed in range(3):
         torch.manual_seed(seed)
-        layers.append(LSTMLayer(4, 6, **kwargs).to(dtype))
+        layers.append(cls(4, 6, **kwargs).to(dtype))
     members = MemberLayer(layers)
-    assert members.member_path == "lstm_sequence (members batched)"
+    assert members.member_path == f"{op} (members batched)"
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(3, B, T, 4, generator=gen, dtype=dtype, requires_grad=True)
     mask = torch.arange(T)[None, :] < LENGTHS[:, None]
@@ -117,7 +125,7 @@ def test_the_lstm_member_path_equals_the_loop_and_the_reference(kwargs, dtype):
                 y, final = members(x, mask=mask)
         else:
             y, final = members(x, mask=mask)
-        loss = (y * y.detach().cos()).sum() + (final.h * 2).sum() + (final.c * 3).sum()
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
         runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
     for how in ("loop", "reference"):
         for a, b in zip(runs["path"], runs[how], strict=True):
@@ -127,8 +135,9 @@ def test_the_lstm_member_path_equals_the_loop_and_the_reference(kwargs, dtype):
 
 def test_the_loop_is_named_where_no_member_path_applies():
     torch.manual_seed(0)
-    members = MemberLayer([ElmanRNN(3, 4), ElmanRNN(3, 4)])
-    assert members.member_path == "loop (no member path for ElmanRNN)"
+    members = MemberLayer([GRULayer(3, 4), GRULayer(3, 4)])
+    assert members.member_path == "loop (no member path for GRULayer)"
+    assert MemberLayer([ElmanRNN(3, 4, num_layers=2)] * 2).member_path == "loop (stacked or bidirectional)"
     bi = MemberLayer([LSTMLayer(3, 4, bidirectional=True) for _ in range(2)])
     assert bi.member_path == "loop (bidirectional)"
     drop = MemberLayer([LSTMLayer(3, 4, num_layers=2, dropout=0.5) for _ in range(2)])

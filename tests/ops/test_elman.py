@@ -82,3 +82,29 @@ def test_elman_kernel_in_bfloat16():
         return elman_sequence(pre, w, h0, "tanh", torch.tanh, impl=impl)
 
     assert_kernel_matches(run, make, [(19, 6, 20)], atol=3e-2, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("leak", [1.0, 0.3])
+@pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "identity"])
+def test_members_cpu_path_equals_the_reference_per_member(name, leak):
+    """The member dimension (:class:`memrnn.ops.elman.members.ElmanMemberSequence`): outputs and
+    every gradient equal the single reference on each member's slices, float64."""
+    from memrnn.core.activations import ACTIVATIONS
+    from memrnn.ops.elman import elman_reference, elman_sequence
+
+    g = torch.Generator().manual_seed(0)
+    M, B, T, H = 3, 4, 11, 5
+    pre, w, h0 = (torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True)
+                  for s in [(M, B, T, H), (M, H, H), (M, B, H)])  # fmt: skip
+    fn = ACTIVATIONS[name]
+    hs = elman_sequence(pre, w, h0, name, fn, leak, impl="cpu")
+    proj = torch.randn(hs.shape, generator=g, dtype=torch.float64)
+    grads = torch.autograd.grad((hs * proj).sum(), [pre, w, h0])
+    for m in range(M):
+        single = [t.detach()[m].clone().requires_grad_() for t in (pre, w, h0)]
+        ref = elman_reference(*single, fn, leak)
+        torch.testing.assert_close(ref, hs[m], atol=1e-12, rtol=1e-12)
+        for a, b in zip(torch.autograd.grad((ref * proj[m]).sum(), single), grads, strict=True):
+            torch.testing.assert_close(a, b[m], atol=1e-11, rtol=1e-11)
+    with pytest.raises(ValueError, match=r"so pre must be 4-D with 3 first, got \(4, 11, 5\)"):
+        elman_sequence(pre[0], w, h0, name, fn, leak)

@@ -5,6 +5,7 @@ identity units (the counter LSTM's).  Its CPU path is checked through the counte
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.ops.backends import SHAPES, assert_kernel_matches, needs_triton, randn
 
@@ -26,3 +27,32 @@ def test_lstm_kernel(T, B, N, identity_units):
         return lstm_sequence(x, w_in, b, w_rec, h0, c0, N - identity_units, impl=impl)
 
     assert_kernel_matches(run, make, [(B, T + 1, N), (B, T + 1, N)], atol=1e-4)
+
+
+@pytest.mark.parametrize("tanh_units", [6, 4])
+def test_members_cpu_path_equals_the_reference_per_member(tanh_units):
+    """The member dimension (:class:`memrnn.ops.lstm.members.LSTMMemberSequence`): outputs and
+    every gradient equal the single reference on each member's slices, float64, 1e-12."""
+    from memrnn.ops.lstm import lstm_reference, lstm_sequence
+
+    g = torch.Generator().manual_seed(0)
+    M, B, T, n, N = 3, 4, 13, 5, 6
+    shapes = [(M, B, T, n), (M, 4 * N, n), (M, 4 * N), (M, 4 * N, N), (M, B, N), (M, B, N)]
+    args = [torch.randn(*s, generator=g, dtype=torch.float64, requires_grad=True) for s in shapes]
+    hs, cs = lstm_sequence(*args, tanh_units, impl="cpu")
+    wh, wc = (
+        torch.randn(hs.shape, generator=g, dtype=torch.float64),
+        torch.randn(cs.shape, generator=g, dtype=torch.float64),
+    )
+    grads = torch.autograd.grad((hs * wh).sum() + (cs * wc).sum(), args)
+    for m in range(M):
+        single = [a.detach()[m].clone().requires_grad_() for a in args]
+        h, c = lstm_reference(*single, tanh_units)
+        torch.testing.assert_close(h, hs[m], atol=1e-12, rtol=0)
+        torch.testing.assert_close(c, cs[m], atol=1e-12, rtol=0)
+        for a, b in zip(
+            torch.autograd.grad((h * wh[m]).sum() + (c * wc[m]).sum(), single), grads, strict=True
+        ):
+            torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match=r"so h0 must be 3-D with 3 first, got \(4, 6\)"):
+        lstm_sequence(args[0], args[1], args[2], args[3], args[4][0], args[5], tanh_units)

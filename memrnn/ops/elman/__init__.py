@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
 from memrnn.ops.elman.cpu import elman_cpu
+from memrnn.ops.elman.members import elman_member_cpu, elman_member_reference
 from memrnn.ops.elman.reference import elman_reference
 
 
@@ -28,7 +30,14 @@ def elman_sequence(
 
     ``impl``: ``None`` picks by device and dtype (:func:`memrnn.ops.dispatch.choose`: the Triton
     kernels on CUDA for float32/bfloat16/float16, else the CPU path), or ``"reference"``,
-    ``"cpu"``, ``"triton"`` (on CPU tensors only under ``TRITON_INTERPRET=1``)."""
+    ``"cpu"``, ``"triton"`` (on CPU tensors only under ``TRITON_INTERPRET=1``).
+
+    Members (M runs as one model, ``docs/design.md``): ``pre [M, B, T, H]``, ``weight_hh [M, H,
+    H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``, member ``m`` exactly the call on its ``[m]``
+    slices: the reference loops over the members, the CPU path batches its products over them
+    (:class:`memrnn.ops.elman.members.ElmanMemberSequence`), the GPU kernels run once per member."""
+    if weight_hh.dim() == 3:
+        return _members(pre, weight_hh, h0, activation, fn, leak, impl)
     impl = choose(pre, impl, triton_ok=_triton_knows(activation))
     if impl == "reference":
         return elman_reference(pre, weight_hh, h0, fn, leak)
@@ -39,8 +48,26 @@ def elman_sequence(
     return elman_triton(pre, weight_hh, h0, activation, leak)
 
 
+def _members(pre, weight_hh, h0, activation, fn, leak, impl):
+    M = weight_hh.shape[0]
+    for name, t, dims in (("pre", pre, 4), ("h0", h0, 3)):
+        if t.dim() != dims or t.shape[0] != M:
+            raise ValueError(
+                f"with members every argument has the member dimension first: weight_hh is "
+                f"{tuple(weight_hh.shape)} (M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
+            )
+    impl = choose(pre, impl, triton_ok=_triton_knows(activation))
+    if impl == "reference":
+        return elman_member_reference(pre, weight_hh, h0, fn, leak)
+    if impl == "cpu":
+        return elman_member_cpu(pre, weight_hh, h0, fn, leak)
+    from memrnn.ops.elman.triton import elman_triton
+
+    return torch.stack([elman_triton(pre[m], weight_hh[m], h0[m], activation, leak) for m in range(M)])
+
+
 def _triton_knows(activation: str) -> bool:
     return activation in ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear", "identity")
 
 
-__all__ = ["elman_reference", "elman_sequence"]
+__all__ = ["elman_member_reference", "elman_reference", "elman_sequence"]
