@@ -491,12 +491,15 @@ class SequenceModule(L.LightningModule):
             elif name == "acceptor_end":
                 last = acceptor_end_logits(out["acceptor"], batch["lengths"])
                 label = batch["label"].to(last.dtype).expand(last.shape)
-                losses[name] = F.binary_cross_entropy_with_logits(last, label, reduction="none").mean(-1)
+                if last.dim() == 1:  # one run: torch's mean reduction, as always (bit for bit)
+                    losses[name] = F.binary_cross_entropy_with_logits(last, label)
+                else:
+                    losses[name] = F.binary_cross_entropy_with_logits(last, label, reduction="none").mean(-1)
             else:
                 logits = out["acceptor"]
                 label = batch["prefix_label"].to(logits.dtype).expand(logits.shape)
                 per = F.binary_cross_entropy_with_logits(logits, label, reduction="none")
-                losses[name] = (per * mask).sum((-2, -1)) / mask.sum().clamp_min(1)
+                losses[name] = _sum_bt(per * mask) / mask.sum().clamp_min(1)
         return losses
 
     def _reduce(self, per: Tensor, scored: Tensor) -> Tensor:
@@ -506,12 +509,12 @@ class SequenceModule(L.LightningModule):
         stay."""
         per = per * scored
         if self.loss_reduction == "token":
-            return per.sum((-2, -1)) / scored.sum().clamp_min(1)
+            return _sum_bt(per) / scored.sum().clamp_min(1)
         counts = scored.sum(1)
         rows = counts > 0
         if self.loss_reduction == "sum_per_string":
-            return per.sum(-1)[..., rows].sum(-1) / rows.sum().clamp_min(1)
-        return (per.sum(-1)[..., rows] / counts[rows]).sum(-1) / rows.sum().clamp_min(1)
+            return _sum_last(per.sum(-1)[..., rows]) / rows.sum().clamp_min(1)
+        return _sum_last(per.sum(-1)[..., rows] / counts[rows]) / rows.sum().clamp_min(1)
 
     def _total(self, losses: Mapping[str, Tensor]) -> Tensor:
         return sum(self.objectives[k] * v for k, v in losses.items())
@@ -681,3 +684,14 @@ class SequenceModule(L.LightningModule):
         )
         if self.restart_optimizer_on_decay and lowered:
             optimizer.state.clear()
+
+
+def _sum_bt(per: Tensor) -> Tensor:
+    """The sum over the batch and time of ``per [..., B, T]``: one run's full ``sum()`` (the
+    reduction it has always had, bit for bit), members' per member."""
+    return per.sum() if per.dim() == 2 else per.sum((-2, -1))
+
+
+def _sum_last(x: Tensor) -> Tensor:
+    """The sum over the last dimension: one run's full ``sum()`` of ``[B]``, members' per member."""
+    return x.sum() if x.dim() == 1 else x.sum(-1)

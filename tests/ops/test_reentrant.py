@@ -21,6 +21,7 @@ import torch
 import memrnn.ops
 from memrnn.core import create_layer, layer_class, list_layers, state_leaves, state_map
 from memrnn.layers.stack_rnn import StackRNN
+from memrnn.members import MemberLayer
 from memrnn.ops.dispatch import implementation, interpreting, native_available, triton_available
 from memrnn.ops.nondeterministic import (
     NondeterministicRun,
@@ -35,6 +36,8 @@ BASE_LAYERS = list_layers()
 LAYERS = BASE_LAYERS + [
     f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
 ]
+#: layers with a member path, run as two members (``"<name>+members"``: :class:`memrnn.members.MemberLayer`)
+MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman")]
 CPU_IMPLS = ("default", "cpu", "native")
 #: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)
 GRU_LAYERS = [n for n in BASE_LAYERS if layer_class(n).__name__ == "GRULayer"]
@@ -106,12 +109,16 @@ def _make(name: str, dtype: torch.dtype = torch.float64, device: str = "cpu"):
     base, _, kind = name.partition("+")
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
-    layer = create_layer(base).to(device, dtype)
+    if kind == "members":  # two members: inputs [2, 3, 5, n], the state [2, 3, ...]
+        layer = MemberLayer.build(lambda: create_layer(base), seeds=[0, 1]).to(device, dtype)
+        lead: tuple[int, ...] = (2,)
+    else:
+        layer, lead = create_layer(base).to(device, dtype), ()
     if kind == "one_hot":
         ids = torch.randint(0, layer.input_size, (3, 5), generator=gen)
         x = torch.nn.functional.one_hot(ids, layer.input_size).to(device, dtype)
     else:
-        x = torch.randn(3, 5, layer.input_size, generator=gen, dtype=dtype).to(device).requires_grad_()
+        x = torch.randn(*lead, 3, 5, layer.input_size, generator=gen, dtype=dtype).to(device).requires_grad_()
     s0 = state_map(
         lambda t: (
             t.detach() + 0.3 * torch.randn(t.shape, generator=gen, dtype=t.dtype).to(device)
@@ -154,6 +161,13 @@ def _check_layer_backward_twice(name: str, impl: str, dtype: torch.dtype, device
 def test_layer_backward_twice_gives_the_same_gradients(name, impl):
     """Every registered layer, float64, padded, from a random state, under each CPU path."""
     _needs_native(impl)
+    _check_layer_backward_twice(name, impl, torch.float64)
+
+
+@pytest.mark.parametrize("impl", ("default", "cpu"))
+@pytest.mark.parametrize("name", MEMBER_LAYERS)
+def test_member_paths_backward_twice_give_the_same_gradients(name, impl):
+    """The member paths' hand-written Functions (:mod:`memrnn.members`), float64, padded."""
     _check_layer_backward_twice(name, impl, torch.float64)
 
 
@@ -395,7 +409,7 @@ def test_every_hand_written_function_is_covered():
     functions = _hand_written_functions()
     triton_functions = {f for f in functions if f.rsplit(".", 2)[-2] == "triton"}
     seen = set()
-    for name in LAYERS:
+    for name in LAYERS + MEMBER_LAYERS:
         for impl in ("cpu", "native", *(("bptt",) if name in GRU_LAYERS else ())):
             layer, x, s0, mask = _make(name)
             with implementation(impl):
