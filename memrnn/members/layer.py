@@ -36,6 +36,9 @@ class MemberPath:
     name: str
     why_not: Callable[[nn.Module], str | None]
     run: Callable[[nn.Module, Tensor, Any, Tensor | None], tuple[Tensor, Any]]
+    #: the members' initial state at once, ``(layer, batch_size, x) -> state [M, B, ...]`` (what
+    #: each member's ``initial_state`` gives, stacked, without a member view each); None: the loop
+    initial: Callable[[nn.Module, int, Tensor], Any] | None = None
 
 
 #: the member paths by layer class (exact class: a subclass may compute otherwise)
@@ -177,11 +180,14 @@ class MemberLayer(nn.Module):
         return path is not None and path.why_not(self.layer) is None
 
     def _run_path(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
-        if state is None:
+        path = MEMBER_PATHS[type(self.layer)]
+        if state is None and path.initial is not None:
+            state = path.initial(self.layer, x.shape[1], x)
+        elif state is None:
             state = self.initial_state(x.shape[1], device=x.device, dtype=x.dtype)
         if mask is not None and bool(mask.all()):
             mask = None
-        return MEMBER_PATHS[type(self.layer)].run(self.layer, x, state, mask)
+        return path.run(self.layer, x, state, mask)
 
     def outputs(self, x: Tensor, state: Any = None, mask: Tensor | None = None) -> Tensor:
         """``forward``'s outputs ``[M, B, T, output_size]`` without the final state (each member

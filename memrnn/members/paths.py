@@ -60,6 +60,27 @@ def _elman_run(layer: ElmanRNN, x: Tensor, state: Any, mask: Tensor | None) -> t
     return y, ElmanState(_lengths_final(hs, None if mask is None else mask.sum(-1)))
 
 
+def _learned_or_zeros(h0_input: Tensor | None, fn, M: int, B: int, rows: int, H: int, x: Tensor) -> Tensor:
+    """``[M, B, rows, H]``: zeros, or ``fn(h0_input [M, rows, H])`` copied to every batch row."""
+    if h0_input is None:
+        return x.new_zeros(M, B, rows, H)
+    h0 = fn(h0_input).to(x.dtype)
+    return h0[:, None].expand(M, B, rows, H).contiguous()
+
+
+def _elman_initial(layer: ElmanRNN, batch_size: int, x: Tensor) -> ElmanState:
+    h = _learned_or_zeros(
+        layer.h0_input, ACTIVATIONS[layer.activation], x.shape[0], batch_size, 1, layer.hidden_size, x
+    )
+    return ElmanState(h[:, :, 0])
+
+
+def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
+    M, rows = x.shape[0], layer.num_layers * layer.num_directions
+    h = _learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x)
+    return LSTMState(h, x.new_zeros(M, batch_size, rows, layer.hidden_size))
+
+
 def _lstm_why_not(layer: nn.Module) -> str | None:
     if layer.bidirectional:
         return "bidirectional"
@@ -96,5 +117,9 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
     return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
 
 
-register_member_path(ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run))
-register_member_path(LSTMLayer, MemberPath("lstm_sequence (members batched)", _lstm_why_not, _lstm_run))
+register_member_path(
+    ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run, _elman_initial)
+)
+register_member_path(
+    LSTMLayer, MemberPath("lstm_sequence (members batched)", _lstm_why_not, _lstm_run, _lstm_initial)
+)

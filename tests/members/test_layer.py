@@ -222,3 +222,25 @@ def test_embedding_and_heads_are_each_members_modules(dtype):
         head(torch.zeros(2, 4, 5, dtype=dtype))
     frozen = MemberEmbedding.from_modules([nn.Embedding.from_pretrained(torch.eye(4)) for _ in range(2)])
     assert not list(frozen.parameters()) and torch.equal(frozen(torch.tensor([2]))[1, 0], torch.eye(4)[2])
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "op"), PATH_CASES)
+def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
+    """The member paths build the members' initial state at once (no member view each): equal to
+    each member's ``initial_state``, learned ones included, with gradients to ``h0_input``."""
+    from memrnn.members import MEMBER_PATHS
+
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layer = cls(4, 6, **kwargs)
+        if getattr(layer, "h0_input", None) is not None:
+            with torch.no_grad():
+                layer.h0_input.normal_()
+        layers.append(layer)
+    members = MemberLayer(layers)
+    x = torch.zeros(3, 5, 2, 4)
+    fast = MEMBER_PATHS[cls].initial(members.layer, 5, x)
+    slow = members.initial_state(5)
+    for a, b in zip(fast, slow, strict=True):
+        assert torch.equal(a, b)
