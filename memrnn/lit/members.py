@@ -28,7 +28,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
 from memrnn.lit.metrics import PerLengthStats
-from memrnn.lit.objectives import READOUT_ACTIVATIONS, TiedReadout, curve_stats, make_metrics
+from memrnn.lit.objectives import computed_metrics, curve_stats, make_metrics, update_metrics
 from memrnn.lit.sequence import SequenceModule
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear
 from memrnn.members.optim import MemberAdam, MemberAdamW, MemberSGD, clip_grad_norm_per_member_
@@ -126,8 +126,6 @@ class MemberSequenceModule(SequenceModule):
         self.stop_patience = stop_patience
         self._single_kwargs = dict(kwargs)
         parts = [(s.embedding, s.layer, dict(s.heads)) for s in singles]
-        if any(isinstance(h, TiedReadout) for h in self.heads.values()):  # pragma: no cover (refused above)
-            raise ValueError("tie_embeddings is not available with members")
         self.embedding = MemberEmbedding.from_modules([p[0] for p in parts])
         self.layer = MemberLayer([p[1] for p in parts])
         self.heads = nn.ModuleDict(
@@ -185,61 +183,9 @@ class MemberSequenceModule(SequenceModule):
             p.copy_(self.best.get(name))
 
     # -- forward ---------------------------------------------------------------------------------
-    def encode(
-        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
-    ) -> Tensor:
-        """``input_ids [B, T]`` (the members' shared batch) -> the members' outputs ``[M, B, T, H]``."""
-        self._check_ids(input_ids)
-        x = self.embedding(input_ids.long())
-        if self.input_dropout is not None:
-            x = self.input_dropout(x)
-        state = None
-        if input_lengths is not None and self.layer.reads_input_lengths:
-            state = self.layer.initial_state(
-                x.shape[1], device=x.device, dtype=x.dtype, input_lengths=input_lengths
-            )
-        if self.initial_output:
-            if state is None:
-                state = self.layer.initial_state(x.shape[1], device=x.device, dtype=x.dtype)
-            first = self.layer.output_at(state)[:, :, None]
-            if mask is not None:
-                first = first * mask[None, :, :1, None].to(first.dtype)
-            rest = self.layer.outputs(x[:, :, 1:], state=state, mask=None if mask is None else mask[:, 1:])
-            h = torch.cat([first.to(rest.dtype), rest], 2)
-        else:
-            h = self.layer.outputs(x, state=state, mask=mask)
-        return h if self.output_dropout is None else self.output_dropout(h)
-
-    def _check_ids(self, input_ids: Tensor) -> None:
-        if (
-            not isinstance(input_ids, Tensor)
-            or input_ids.is_floating_point()
-            or input_ids.dtype == torch.bool
-        ):
-            raise ValueError(
-                f"input_ids must hold integer token ids, got {getattr(input_ids, 'dtype', type(input_ids))}"
-            )
-
-    def heads_out(
-        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
-    ) -> dict[str, Tensor]:
-        """Every head's logits with the members first: ``generator``/``next_set`` ``[M, B, T, V]``,
-        ``acceptor`` ``[M, B, T]``."""
-        hidden = READOUT_ACTIVATIONS[self.readout_activation](self.encode(input_ids, mask, input_lengths))
-        out = {name: head(hidden) for name, head in self.heads.items()}
-        if "acceptor" in out:
-            out["acceptor"] = out["acceptor"][..., 0]
-        return out
-
-    def member_losses(self, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """Each objective's loss per member ``[M]`` (:meth:`SequenceModule.losses` on the members'
-        logits at once)."""
-        return self.losses(batch, out)
-
-    # -- steps -----------------------------------------------------------------------------------
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
-        totals = self._total(self.member_losses(batch, out))
+        totals = self._total(self.losses(batch, out))
         self._stop_diverged(totals.detach())
         if self._logging_step():
             n = int(batch["mask"].shape[0])
@@ -276,35 +222,16 @@ class MemberSequenceModule(SequenceModule):
         n = int(batch["mask"].shape[0])
         metrics, by_length = getattr(self, f"{split}_metrics"), getattr(self, f"{split}_by_length")
         lengths = batch.get("input_lengths", batch["lengths"])
-        losses = self.member_losses(batch, out)
+        losses = self.losses(batch, out)
         selected = self._total(losses) if self.select_on is None else losses[self.select_on]
         for m in range(self.members):
             out_m = {k: v[m] for k, v in out.items()}
-            self._update_metrics(metrics[m], batch, out_m)
+            update_metrics(metrics[m], self.objectives, batch, out_m)
             by_length[m].update(self._per_string(batch, out_m), lengths)
         self.log(f"{split}/loss", selected.mean(), batch_size=n)
         self.log_dict({f"{split}/loss/m{m}": v for m, v in enumerate(selected)}, batch_size=n)
         if split == "val":
             self._val_batches.append((selected.detach(), n))
-
-    def _update_metrics(
-        self, m: nn.ModuleDict, batch: Mapping[str, Tensor], out: Mapping[str, Tensor]
-    ) -> None:
-        if "generator" in self.objectives:
-            logits, target = out["generator"], batch["target"]
-            m["acc"].update(logits.flatten(0, 1), target.flatten())
-            m["ppl"].update(logits.float(), target)
-            m["gap"].update(logits, target, batch.get("ref_logprob"))
-            if "closing" in m and "distance" in batch:
-                m["closing"].update(logits, target, batch["distance"], batch["depth"], batch["full"])
-        if "next_set" in m:
-            m["next_set"].update(
-                out["next_set"], batch["next_set"], batch.get("next_set_mask", batch["mask"])
-            )
-        if "accept" in m:
-            m["accept"].update(
-                out["acceptor"], batch.get("prefix_label"), batch["label"], batch["mask"], batch["lengths"]
-            )
 
     def _eval_epoch_start(self, split: str) -> None:
         for metrics in getattr(self, f"{split}_metrics"):
@@ -317,7 +244,7 @@ class MemberSequenceModule(SequenceModule):
     def _eval_epoch_end(self, split: str) -> None:
         logs: dict[str, list[Tensor]] = {}
         for metrics in getattr(self, f"{split}_metrics"):
-            for key, value in self._computed(metrics, split).items():
+            for key, value in computed_metrics(metrics, split).items():
                 logs.setdefault(key, []).append(value.float())
         for key, values in logs.items():
             stacked = torch.stack(values)
@@ -338,23 +265,6 @@ class MemberSequenceModule(SequenceModule):
                 self.log_dict({f"{split}/{name}_mean_over_lengths/m{m}": v for m, v in enumerate(values)})
         if split == "val" and self._val_batches:
             self._end_validation()
-
-    @staticmethod
-    def _computed(metrics: nn.ModuleDict, split: str) -> dict[str, Tensor]:
-        out: dict[str, Tensor] = {}
-        for name, metric in metrics.items():
-            if not metric.update_called:
-                continue
-            value = metric.compute()
-            if name in ("acc", "ppl"):
-                out[f"{split}/{name}"] = value
-            elif name in ("gap", "closing"):
-                out.update({f"{split}/{k}": v for k, v in value.items()})
-            else:
-                prefix = {"next_set": "next_set_", "accept": "accept_"}[name]
-                out.update({f"{split}/{prefix}{k}": v for k, v in value.items()})
-            metric.reset()
-        return out
 
     @torch.no_grad()
     def _end_validation(self) -> None:

@@ -191,6 +191,45 @@ def make_metrics(
     return metrics
 
 
+def update_metrics(
+    m: nn.ModuleDict, objectives: Mapping[str, float], batch: Mapping[str, Tensor], out: Mapping[str, Tensor]
+) -> None:
+    """One evaluation batch into the metrics ``m`` of :func:`make_metrics` (``out``: the heads'
+    logits, :meth:`memrnn.lit.SequenceModule.heads_out`)."""
+    if "generator" in objectives:
+        logits, target = out["generator"], batch["target"]
+        m["acc"].update(logits.flatten(0, 1), target.flatten())
+        m["ppl"].update(logits.float(), target)
+        m["gap"].update(logits, target, batch.get("ref_logprob"))
+        if "closing" in m and "distance" in batch:
+            m["closing"].update(logits, target, batch["distance"], batch["depth"], batch["full"])
+    if "next_set" in m:
+        m["next_set"].update(out["next_set"], batch["next_set"], batch.get("next_set_mask", batch["mask"]))
+    if "accept" in m:
+        m["accept"].update(
+            out["acceptor"], batch.get("prefix_label"), batch["label"], batch["mask"], batch["lengths"]
+        )
+
+
+def computed_metrics(m: nn.ModuleDict, split: str) -> dict[str, Tensor]:
+    """The epoch's value of every metric of :func:`make_metrics` that was updated, by its logged
+    key (``val/acc``, ``val/ce_gap``, ``val/accept_end``, …); the metrics are then reset."""
+    logs: dict[str, Tensor] = {}
+    for name, metric in m.items():
+        if not metric.update_called:
+            continue
+        value = metric.compute()
+        if name in ("acc", "ppl"):
+            logs[f"{split}/{name}"] = value
+        elif name in ("gap", "closing"):
+            logs.update({f"{split}/{k}": v for k, v in value.items()})
+        else:
+            prefix = {"next_set": "next_set_", "accept": "accept_"}[name]
+            logs.update({f"{split}/{prefix}{k}": v for k, v in value.items()})
+        metric.reset()
+    return logs
+
+
 def curve_stats(objectives: Mapping[str, float]) -> tuple[str, ...]:
     """The per-string statistics the per-length curves of these objectives sum
     (:class:`memrnn.lit.metrics.PerLengthStats`' names)."""

@@ -34,9 +34,11 @@ from memrnn.lit.objectives import (
     check_objectives,
     check_optimizer,
     check_tie,
+    computed_metrics,
     curve_stats,
     embedding_width,
     make_metrics,
+    update_metrics,
 )
 
 #: the module, and the names of :mod:`memrnn.lit.objectives` it has always offered
@@ -364,14 +366,10 @@ class SequenceModule(L.LightningModule):
         return self.heads["generator"]
 
     # -- forward and losses ---------------------------------------------------------------------
-    def encode(
-        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
-    ) -> Tensor:
-        """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``.  ``input_lengths [B]`` (a
-        transduction's input, before the blanks) go into the initial state of a layer that reads
-        them (``layer.reads_input_lengths``; ``layer.initial_state(B, input_lengths=…)``: a
-        :class:`memrnn.layers.StackRNN` on Delétang et al.'s jump tape,
-        :class:`memrnn.layers.memories.JumpTape`); other layers ignore them."""
+    def checked_ids(self, input_ids: Tensor) -> Tensor:
+        """``input_ids`` as the embedding takes them (``long`` or ``int32``), or a ``ValueError``
+        naming a non-integer dtype or an unknown token id (checked on CPU and outside training
+        steps: on accelerators it costs a host sync)."""
         if not isinstance(input_ids, Tensor):
             raise ValueError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
         if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
@@ -389,13 +387,23 @@ class SequenceModule(L.LightningModule):
                 raise ValueError(
                     f"unknown token id {int(input_ids[bad][0])}; the model has ids 0..{self.vocab_size - 1}"
                 )
-        x = self.embedding(input_ids)
+        return input_ids
+
+    def encode(
+        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
+    ) -> Tensor:
+        """``input_ids [B, T]`` -> the layer's outputs ``[B, T, H]``.  ``input_lengths [B]`` (a
+        transduction's input, before the blanks) go into the initial state of a layer that reads
+        them (``layer.reads_input_lengths``; ``layer.initial_state(B, input_lengths=…)``: a
+        :class:`memrnn.layers.StackRNN` on Delétang et al.'s jump tape,
+        :class:`memrnn.layers.memories.JumpTape`); other layers ignore them."""
+        x = self.embedding(self.checked_ids(input_ids))
         if self.input_dropout is not None:
             x = self.input_dropout(x)
-        state = None
+        state = None  # x [..., B, T, E]: with members (MemberSequenceModule) [M, B, T, E]
         if input_lengths is not None and getattr(self.layer, "reads_input_lengths", False):
             state = self.layer.initial_state(
-                x.shape[0], device=x.device, dtype=x.dtype, input_lengths=input_lengths
+                x.shape[-3], device=x.device, dtype=x.dtype, input_lengths=input_lengths
             )
         # the final state is not needed: layers may skip it (LSTMLayer/GRULayer skip packing)
         if self.initial_output:
@@ -406,16 +414,17 @@ class SequenceModule(L.LightningModule):
 
     def _outputs_from_initial_state(self, x: Tensor, state: Any, mask: Tensor | None) -> Tensor:
         """``initial_output``: the layer's output at its initial state, then its outputs on
-        ``x[:, 1:]`` (the input without ``BOS``), ``[B, T, H]`` as the layer's on all of ``x``."""
-        if x.shape[1] == 0:
+        ``x[..., 1:, :]`` (the input without ``BOS``), ``[..., B, T, H]`` as the layer's on all of
+        ``x`` (leading dimensions: members)."""
+        if x.shape[-2] == 0:
             return self.layer.outputs(x, state=state, mask=mask)
         if state is None:
-            state = self.layer.initial_state(x.shape[0], device=x.device, dtype=x.dtype)
-        first = self.layer.output_at(state)[:, None]
+            state = self.layer.initial_state(x.shape[-3], device=x.device, dtype=x.dtype)
+        first = self.layer.output_at(state).unsqueeze(-2)
         if mask is not None:  # a row with no position at all (none from memrnn's data) stays zero
             first = first * mask[:, :1, None].to(first.dtype)
-        rest = self.layer.outputs(x[:, 1:], state=state, mask=None if mask is None else mask[:, 1:])
-        return torch.cat([first.to(rest.dtype), rest], 1)
+        rest = self.layer.outputs(x[..., 1:, :], state=state, mask=None if mask is None else mask[:, 1:])
+        return torch.cat([first.to(rest.dtype), rest], -2)
 
     def heads_out(
         self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
@@ -562,22 +571,7 @@ class SequenceModule(L.LightningModule):
             self.log(f"{split}/loss_total", total, batch_size=n, sync_dist=True)
         if len(losses) > 1:
             self.log_dict({f"{split}/loss_{k}": v for k, v in losses.items()}, batch_size=n, sync_dist=True)
-        m = getattr(self, f"{split}_metrics")
-        if "generator" in self.objectives:
-            logits, target = out["generator"], batch["target"]
-            m["acc"].update(logits.flatten(0, 1), target.flatten())
-            m["ppl"].update(logits.float(), target)
-            m["gap"].update(logits, target, batch.get("ref_logprob"))
-            if "closing" in m and "distance" in batch:
-                m["closing"].update(logits, target, batch["distance"], batch["depth"], batch["full"])
-        if "next_set" in m:
-            m["next_set"].update(
-                out["next_set"], batch["next_set"], batch.get("next_set_mask", batch["mask"])
-            )
-        if "accept" in m:
-            m["accept"].update(
-                out["acceptor"], batch.get("prefix_label"), batch["label"], batch["mask"], batch["lengths"]
-            )
+        update_metrics(getattr(self, f"{split}_metrics"), self.objectives, batch, out)
         # per-length curves by the string's length (``input_lengths``: a transduction's input)
         lengths = batch.get("input_lengths", batch["lengths"])
         getattr(self, f"{split}_by_length").update(self._per_string(batch, out), lengths)
@@ -612,20 +606,7 @@ class SequenceModule(L.LightningModule):
         return torch.stack(cols, dim=1)
 
     def _eval_epoch_end(self, split: str) -> None:
-        m = getattr(self, f"{split}_metrics")
-        logs: dict[str, Tensor] = {}
-        for name, metric in m.items():
-            if not metric.update_called:
-                continue
-            value = metric.compute()
-            if name in ("acc", "ppl"):
-                logs[f"{split}/{name}"] = value
-            elif name in ("gap", "closing"):
-                logs.update({f"{split}/{k}": v for k, v in value.items()})
-            else:
-                prefix = {"next_set": "next_set_", "accept": "accept_"}[name]
-                logs.update({f"{split}/{prefix}{k}": v for k, v in value.items()})
-            metric.reset()
+        logs = computed_metrics(getattr(self, f"{split}_metrics"), split)
         shown = {f"val/{k}" for k in ("ce_gap", "accept_end", "next_set_sequence")}
         for key, value in logs.items():
             # already reduced across ranks by torchmetrics; averaging equal values changes nothing

@@ -65,7 +65,7 @@ def _train_members(name, dtype, batches):
     for batch in batches:
         opt.zero_grad()
         out = module.heads_out(batch["input"], batch["mask"])
-        per = module._total(module.member_losses(batch, out))
+        per = module._total(module.losses(batch, out))
         per.sum().backward()
         clip_grad_norm_per_member_(params, 1.0, module.members)
         opt.step()
