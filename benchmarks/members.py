@@ -38,12 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.train_loop import StepTimer
+from benchmarks.train_loop import lightning_seconds_per_step
 from memrnn.lit.cli import build_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,16 +72,8 @@ def build(job: str, members: int | None, device: str):
 
 
 def seconds_per_step(module, batches: list[dict], clip: float | None, warmup: int, device: str) -> float:
-    timer = StepTimer(warmup)
-    loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = L.Trainer(
-            accelerator=device, devices=1, max_epochs=1, logger=False, callbacks=[timer],
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp, gradient_clip_val=clip,
-        )  # fmt: skip
-        trainer.fit(module, train_dataloaders=loader)
-    return timer.seconds / max(timer.steps, 1)
+        return lightning_seconds_per_step(module, batches, warmup, device, tmp, gradient_clip_val=clip)
 
 
 def batches_of(datamodule, n: int, device: str) -> list[dict]:

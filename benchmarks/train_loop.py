@@ -148,16 +148,21 @@ class BareLightning(L.LightningModule):
 
 
 def lightning_seconds_per_step(
-    module: L.LightningModule, batches: list[dict], warmup: int, device, tmp
+    module: L.LightningModule,
+    batches: list[dict],
+    warmup: int,
+    device,
+    tmp,
+    gradient_clip_val: float | None = None,
 ) -> float:
     """Seconds per optimizer step of ``module`` under a bare ``lightning.Trainer`` (no logger,
-    callbacks, checkpoints or validation) over ``batches`` once."""
+    callbacks, checkpoints or validation; ``gradient_clip_val`` as the Trainer's) over ``batches`` once."""
     timer = StepTimer(warmup)
     loader = torch.utils.data.DataLoader(batches, batch_size=None, shuffle=False)
     trainer = L.Trainer(
-        accelerator=device.type, devices=1, max_epochs=1, logger=False, callbacks=[timer],
+        accelerator=torch.device(device).type, devices=1, max_epochs=1, logger=False, callbacks=[timer],
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp,
+        limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=tmp, gradient_clip_val=gradient_clip_val,
     )  # fmt: skip
     trainer.fit(module, train_dataloaders=loader)
     return timer.seconds / max(timer.steps, 1)

@@ -19,6 +19,7 @@ from memrnn.layers import ElmanRNN, LSTMLayer
 from memrnn.layers.elman import ElmanState
 from memrnn.layers.gated import LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
+from memrnn.ops.buckets import final_by_length
 from memrnn.ops.elman import elman_sequence
 from memrnn.ops.lstm import lstm_sequence
 
@@ -31,10 +32,8 @@ def _sigmoids_first(w: Tensor) -> Tensor:
 
 def _lengths_final(states: Tensor, lengths: Tensor | None) -> Tensor:
     """``states [M, B, T+1, N]`` -> each row's state after its last real step ``[M, B, N]``."""
-    if lengths is None:
-        return states[:, :, -1]
-    idx = lengths[..., None, None].expand(-1, -1, 1, states.shape[-1])
-    return states.gather(2, idx)[:, :, 0]
+    flat = None if lengths is None else lengths.flatten()  # the members' rows as one batch
+    return final_by_length(states.flatten(0, 1), flat).view(*states.shape[:2], *states.shape[3:])
 
 
 def _check_dtype(name: str, x: Tensor, weight: Tensor) -> None:
