@@ -87,7 +87,7 @@ def test_elman_kernel_in_bfloat16():
 @pytest.mark.parametrize("leak", [1.0, 0.3])
 @pytest.mark.parametrize("name", ["tanh", "relu", "sigmoid", "identity"])
 def test_members_cpu_path_equals_the_reference_per_member(name, leak):
-    """The member dimension (:class:`memrnn.ops.elman.members.ElmanMemberSequence`): outputs and
+    """The member dimension (:class:`memrnn.ops.elman.cpu.ElmanSequence` with members): outputs and
     every gradient equal the single reference on each member's slices, float64."""
     from memrnn.core.activations import ACTIVATIONS
     from memrnn.ops.elman import elman_reference, elman_sequence

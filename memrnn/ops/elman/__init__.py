@@ -10,9 +10,8 @@ import torch
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
-from memrnn.ops.elman.cpu import elman_cpu
-from memrnn.ops.elman.members import elman_member_cpu, elman_member_reference
-from memrnn.ops.elman.reference import elman_reference
+from memrnn.ops.elman.cpu import elman_cpu, elman_member_cpu
+from memrnn.ops.elman.reference import elman_member_reference, elman_reference
 
 
 def elman_sequence(
@@ -35,7 +34,7 @@ def elman_sequence(
     Members (M runs as one model, ``docs/design.md``): ``pre [M, B, T, H]``, ``weight_hh [M, H,
     H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``, member ``m`` exactly the call on its ``[m]``
     slices: the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.elman.members.ElmanMemberSequence`), the GPU kernels run once per member."""
+    (:class:`memrnn.ops.elman.cpu.ElmanSequence` with members), the GPU kernels run once per member."""
     if weight_hh.dim() == 3:
         return _members(pre, weight_hh, h0, activation, fn, leak, impl)
     impl = choose(pre, impl, triton_ok=_triton_knows(activation))

@@ -25,3 +25,13 @@ def elman_reference(
         h = a if leak == 1.0 else (1 - leak) * h + leak * a
         hs.append(h)
     return torch.stack(hs, 1)
+
+
+def elman_member_reference(
+    pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: Callable[[Tensor], Tensor], leak: float = 1.0
+) -> Tensor:
+    """Members: member ``m`` is :func:`elman_reference` on ``pre[m]``, ``weight_hh[m]``, ``h0[m]``:
+    ``pre [M, B, T, H]``, ``weight_hh [M, H, H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``."""
+    return torch.stack(
+        [elman_reference(pre[m], weight_hh[m], h0[m], activation, leak) for m in range(pre.shape[0])]
+    )
