@@ -31,7 +31,7 @@ def test_lstm_kernel(T, B, N, identity_units):
 
 @pytest.mark.parametrize("tanh_units", [6, 4])
 def test_members_cpu_path_equals_the_reference_per_member(tanh_units):
-    """The member dimension (:class:`memrnn.ops.lstm.members.LSTMMemberSequence`): outputs and
+    """The member dimension (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members): outputs and
     every gradient equal the single reference on each member's slices, float64, 1e-12."""
     from memrnn.ops.lstm import lstm_reference, lstm_sequence
 

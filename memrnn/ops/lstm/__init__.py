@@ -11,8 +11,7 @@ from torch import Tensor
 
 from memrnn.ops.dispatch import choose
 from memrnn.ops.lstm.cpu import LSTMSequence
-from memrnn.ops.lstm.members import LSTMMemberSequence, lstm_member_reference
-from memrnn.ops.lstm.reference import lstm_reference
+from memrnn.ops.lstm.reference import lstm_member_reference, lstm_reference
 
 
 def lstm_sequence(
@@ -35,7 +34,7 @@ def lstm_sequence(
     dimension, ``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``,
     ``c0`` ``[M, B, N]`` -> ``[M, B, T+1, N]``, member ``m`` exactly the call on its ``[m]`` slices:
     the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.lstm.members.LSTMMemberSequence`), the GPU kernels run once per member."""
+    (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members), the GPU kernels run once per member."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
     impl = choose(x, impl)
@@ -60,7 +59,7 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
     if impl == "reference":
         return lstm_member_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
     if impl == "cpu":
-        return LSTMMemberSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
     from memrnn.ops.lstm.triton import lstm_triton
 
     runs = [lstm_triton(F.linear(x[m], w_in[m], b[m]), w_rec[m], h0[m], c0[m], tanh_units) for m in range(M)]

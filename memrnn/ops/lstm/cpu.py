@@ -29,27 +29,38 @@ class LSTMSequence(torch.autograd.Function):
     depend on the incoming gradient are computed for :data:`memrnn.ops.bptt.BLOCK` steps at a time); the weight
     gradients are one matrix product each.  The returned ``hs``, ``cs`` are ``[B, T+1, N]``
     views of ``[T+1, N, B]`` buffers.
+
+    Members (M runs as one model): every argument with the member dimension first (``x [M, B, T,
+    n]``, ``w_rec [M, 4N, N]``, ``h0 [M, B, N]``, …) -> ``[M, B, T+1, N]``; the buffers are
+    ``[T(+1), M, units, B]`` and every product is batched over the members (``baddbmm`` for
+    ``addmm``), so a step launches the kernels of one LSTM whatever M is.
     """
 
     @staticmethod
     def forward(ctx, x, w_in, b, w_rec, h0, c0, tanh_units):  # type: ignore[override]
-        B, T, _ = x.shape
-        N = w_rec.shape[1]
+        members = w_rec.dim() == 3  # [M, 4N, N]: M runs at once, every buffer [T(+1), M, units, B]
+        lead = (x.shape[0],) if members else ()
+        B, T, n_in = x.shape[-3:]
+        N = w_rec.shape[-1]
         u = tanh_units
         ctx.set_materialize_grads(False)
-        T_, n_in = x.shape[1], x.shape[2]
-        acts = torch.bmm(w_in.expand(T_, -1, n_in), x.permute(1, 2, 0)).add_(b[:, None])  # [T, 4N, B]
-        hs = x.new_empty(T + 1, N, B)
-        cs = x.new_empty(T + 1, N, B)
-        xs = x.new_empty(T, N, B)
-        hs[0], cs[0] = h0.t(), c0.t()
-        a_, sig_, g_ = acts.unbind(0), acts[:, : 3 * N].unbind(0), acts[:, 3 * N :].unbind(0)
-        o_, i_, f_ = (acts[:, j * N : (j + 1) * N].unbind(0) for j in range(3))
+        if members:  # one product per member over every step and row
+            proj = torch.baddbmm(b[:, :, None], w_in, x.permute(0, 3, 2, 1).reshape(*lead, n_in, T * B))
+            acts = proj.view(*lead, 4 * N, T, B).permute(2, 0, 1, 3).contiguous()  # [T, M, 4N, B]
+        else:
+            acts = torch.bmm(w_in.expand(T, -1, n_in), x.permute(1, 2, 0)).add_(b[:, None])  # [T, 4N, B]
+        hs = x.new_empty(T + 1, *lead, N, B)
+        cs = x.new_empty(T + 1, *lead, N, B)
+        xs = x.new_empty(T, *lead, N, B)
+        hs[0], cs[0] = h0.transpose(-2, -1), c0.transpose(-2, -1)
+        a_, sig_, g_ = acts.unbind(0), acts[..., : 3 * N, :].unbind(0), acts[..., 3 * N :, :].unbind(0)
+        o_, i_, f_ = (acts[..., j * N : (j + 1) * N, :].unbind(0) for j in range(3))
         h_, c_, x_ = hs.unbind(0), cs.unbind(0), xs.unbind(0)
-        cu_, xu_ = cs[:, :u].unbind(0), xs[:, :u].unbind(0)
-        cl_, xl_ = cs[:, u:].unbind(0), xs[:, u:].unbind(0)
+        cu_, xu_ = cs[..., :u, :].unbind(0), xs[..., :u, :].unbind(0)
+        cl_, xl_ = cs[..., u:, :].unbind(0), xs[..., u:, :].unbind(0)
+        addmm_ = torch.Tensor.baddbmm_ if members else torch.Tensor.addmm_
         for s in range(T):
-            a_[s].addmm_(w_rec, h_[s])
+            addmm_(a_[s], w_rec, h_[s])
             sig_[s].sigmoid_()
             g_[s].tanh_()
             torch.mul(f_[s], c_[s], out=c_[s + 1])
@@ -60,50 +71,73 @@ class LSTMSequence(torch.autograd.Function):
             torch.mul(o_[s], x_[s], out=h_[s + 1])
         ctx.tanh_units = u
         ctx.save_for_backward(x, w_in, w_rec, acts, hs, cs, xs)
-        return hs.permute(2, 0, 1), cs.permute(2, 0, 1)
+        batch_first = (1, 3, 0, 2) if members else (2, 0, 1)
+        return hs.permute(*batch_first), cs.permute(*batch_first)
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
         x, w_in, w_rec, acts, hs, cs, xs = ctx.saved_tensors
-        T, G, B = acts.shape
+        members = w_rec.dim() == 3
+        T, G, B = acts.shape[0], acts.shape[-2], acts.shape[-1]
+        lead = acts.shape[1:-2]  # (M,) with members
         N, u = G // 4, ctx.tanh_units
-        ghs = None if grad_hs is None else grad_hs.permute(1, 2, 0).contiguous().unbind(0)
-        gcs = None if grad_cs is None else grad_cs.permute(1, 2, 0).contiguous().unbind(0)
-        zeros = hs.new_zeros(N, B)
+        time_major = (2, 0, 3, 1) if members else (1, 2, 0)
+        ghs = None if grad_hs is None else grad_hs.permute(*time_major).contiguous().unbind(0)
+        gcs = None if grad_cs is None else grad_cs.permute(*time_major).contiguous().unbind(0)
+        zeros = hs.new_zeros(*lead, N, B)
         g_h = zeros if ghs is None else ghs[T]
         g_c = zeros if gcs is None else gcs[T]
-        ga = acts.new_empty(T, 4, N, B)
-        ga_, gah_, gac_ = ga.view(T, G, B).unbind(0), ga[:, 0].unbind(0), ga[:, 1:].unbind(0)
-        w_rec_t = w_rec.t()
+        ga = acts.new_empty(T, *lead, 4, N, B)
+        ga_, gah_, gac_ = (
+            ga.view(T, *lead, G, B).unbind(0),
+            ga[..., 0, :, :].unbind(0),
+            ga[..., 1:, :, :].unbind(0),
+        )
+        w_rec_t = w_rec.transpose(-2, -1)
+        mm, addmm = (torch.bmm, torch.baddbmm) if members else (torch.mm, torch.addmm)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_w_rec = w_rec.new_zeros(G, N)
+        grad_w_rec = w_rec.new_zeros(*lead, G, N)
         grad_w_in = w_in.new_zeros(w_in.shape) if need_w else None
-        grad_b = w_in.new_zeros(G) if need_b else None
-        grad_xt = x.new_empty(T, x.shape[2], B) if need_x else None  # [T, n, B]
+        grad_b = w_in.new_zeros(*lead, G) if need_b else None
+        grad_xt = x.new_empty(T, *lead, x.shape[-1], B) if need_x else None  # [T, (M,) n, B]
         for lo, hi in blocks(T):
-            # Local derivatives of steps lo..hi−1 at once: k[:, 0] multiplies ∂h_t, k[:, 1:]
+            # Local derivatives of steps lo..hi−1 at once: k[..., 0, :, :] multiplies ∂h_t, the rest
             # ∂c_t; dh_dc = ∂h_t/∂c_t = o X'(c_t).
-            o, i, f, g = acts[lo:hi].view(hi - lo, 4, N, B).unbind(1)
+            o, i, f, g = acts[lo:hi].view(hi - lo, *lead, 4, N, B).unbind(-3)
             xb = xs[lo:hi]
-            k = acts.new_empty(hi - lo, 4, N, B)  # σ' = σ − σ², tanh' = 1 − tanh², one pass each
-            torch.addcmul(o, o, o, value=-1, out=k[:, 0]).mul_(xb)
-            torch.addcmul(i, i, i, value=-1, out=k[:, 1]).mul_(g)
-            torch.addcmul(f, f, f, value=-1, out=k[:, 2]).mul_(cs[lo:hi])
-            torch.addcmul(i, i * g, g, value=-1, out=k[:, 3])
+            k = acts.new_empty(hi - lo, *lead, 4, N, B)  # σ' = σ − σ², tanh' = 1 − tanh², one pass each
+            k0, k1, k2, k3 = k.unbind(-3)
+            torch.addcmul(o, o, o, value=-1, out=k0).mul_(xb)
+            torch.addcmul(i, i, i, value=-1, out=k1).mul_(g)
+            torch.addcmul(f, f, f, value=-1, out=k2).mul_(cs[lo:hi])
+            torch.addcmul(i, i * g, g, value=-1, out=k3)
             dh_dc = o.clone()
-            dh_dc[:, :u].addcmul_(dh_dc[:, :u] * xb[:, :u], xb[:, :u], value=-1)
-            kh_, kc_, f_, dhdc_ = k[:, 0].unbind(0), k[:, 1:].unbind(0), f.unbind(0), dh_dc.unbind(0)
+            dh_dc[..., :u, :].addcmul_(dh_dc[..., :u, :] * xb[..., :u, :], xb[..., :u, :], value=-1)
+            kh_, kc_, f_, dhdc_ = k0.unbind(0), k[..., 1:, :, :].unbind(0), f.unbind(0), dh_dc.unbind(0)
             for s in range(hi - 1, lo - 1, -1):
                 j = s - lo
                 g_c = torch.addcmul(g_c, g_h, dhdc_[j])
                 torch.mul(kh_[j], g_h, out=gah_[s])
-                torch.mul(kc_[j], g_c[None], out=gac_[s])
+                torch.mul(kc_[j], g_c.unsqueeze(-3), out=gac_[s])
                 g_c = g_c * f_[j] if gcs is None else torch.addcmul(gcs[s], g_c, f_[j])
-                g_h = torch.mm(w_rec_t, ga_[s]) if ghs is None else torch.addmm(ghs[s], w_rec_t, ga_[s])
+                g_h = mm(w_rec_t, ga_[s]) if ghs is None else addmm(ghs[s], w_rec_t, ga_[s])
             # the block's share of the weight and input gradients, while it is in cache
-            gb = ga[lo:hi].view(hi - lo, G, B)
-            grad_w_rec += torch.bmm(gb, hs[lo:hi].transpose(1, 2)).sum(0)
-            input_grads_block(gb, x, w_in, lo, hi, grad_w_in, grad_b, grad_xt)
-        grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
-        return grad_x, grad_w_in, grad_b, grad_w_rec, g_h.t(), g_c.t(), None
+            L = hi - lo
+            gb = ga[lo:hi].view(L, *lead, G, B)
+            if not members:
+                grad_w_rec += torch.bmm(gb, hs[lo:hi].transpose(1, 2)).sum(0)
+                input_grads_block(gb, x, w_in, lo, hi, grad_w_in, grad_b, grad_xt)
+                continue
+            M, n_in = lead[0], x.shape[-1]  # one product per member over the block's steps and rows
+            gbm = gb.permute(1, 2, 0, 3).reshape(M, G, L * B)
+            grad_w_rec.baddbmm_(gbm, hs[lo:hi].permute(1, 0, 3, 2).reshape(M, L * B, N))
+            if grad_w_in is not None:
+                grad_w_in.baddbmm_(gbm, x[:, :, lo:hi].transpose(1, 2).reshape(M, L * B, n_in))
+            if grad_b is not None:
+                grad_b += gbm.sum(2)
+            if grad_xt is not None:
+                grad_xt[lo:hi] = torch.bmm(w_in.transpose(1, 2), gbm).view(M, n_in, L, B).permute(2, 0, 1, 3)
+        batch_first = (1, 3, 0, 2) if members else (2, 0, 1)
+        grad_x = None if grad_xt is None else grad_xt.permute(*batch_first)
+        return grad_x, grad_w_in, grad_b, grad_w_rec, g_h.transpose(-2, -1), g_c.transpose(-2, -1), None

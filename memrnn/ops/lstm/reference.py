@@ -29,3 +29,16 @@ def lstm_reference(
         hs.append(h)
         cs.append(c)
     return torch.stack(hs, 1), torch.stack(cs, 1)
+
+
+def lstm_member_reference(
+    x: Tensor, w_in: Tensor, b: Tensor, w_rec: Tensor, h0: Tensor, c0: Tensor, tanh_units: int
+) -> tuple[Tensor, Tensor]:
+    """Members: member ``m`` is :func:`lstm_reference` on ``x[m]`` with
+    ``w_in[m]``, ``b[m]``, ``w_rec[m]``, ``h0[m]``, ``c0[m]``: ``x [M, B, T, n]``, ``w_in [M, 4N,
+    n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``hs``, ``cs``
+    ``[M, B, T+1, N]``."""
+    runs = [
+        lstm_reference(*(t[m] for t in (x, w_in, b, w_rec, h0, c0)), tanh_units) for m in range(x.shape[0])
+    ]
+    return torch.stack([h for h, _ in runs]), torch.stack([c for _, c in runs])
