@@ -162,9 +162,10 @@ class MemberSequenceModule(SequenceModule):
         if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < self.members:
             raise ValueError(f"member {m!r} does not exist; this module has members 0..{self.members - 1}")
         row = self.member_rows[m]
-        single = SequenceModule(
-            **{**self._single_kwargs, "lr": row["lr"], "weight_decay": row["weight_decay"]}
-        )
+        with torch.random.fork_rng(devices=[]):  # its initial weights are overwritten: draw nothing
+            single = SequenceModule(
+                **{**self._single_kwargs, "lr": row["lr"], "weight_decay": row["weight_decay"]}
+            )
         ref = next(self.parameters())
         single = single.to(device=ref.device, dtype=ref.dtype)
         own = self.state_dict()
