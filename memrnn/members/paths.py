@@ -5,7 +5,11 @@
 * :class:`memrnn.layers.LSTMLayer` (unidirectional, no dropout between layers in training): its
   ``nn.LSTM`` weights per member in the op's gate order, through
   :func:`memrnn.ops.lstm.lstm_sequence` with the member dimension (the CPU path batches every
-  product over the members; one layer after another)."""
+  product over the members; one layer after another).
+* :class:`memrnn.layers.GRULayer` (unidirectional, no dropout between layers in training): its
+  ``nn.GRU`` weights per member (gate order ``r, z, n`` as they are), through
+  :func:`memrnn.ops.gru.gru_sequence` with the member dimension
+  (:class:`memrnn.ops.gru.cpu.GRUSequence` batched over the members; one layer after another)."""
 
 from __future__ import annotations
 
@@ -15,12 +19,13 @@ import torch
 from torch import Tensor, nn
 
 from memrnn.core.activations import ACTIVATIONS
-from memrnn.layers import ElmanRNN, LSTMLayer
+from memrnn.layers import ElmanRNN, GRULayer, LSTMLayer
 from memrnn.layers.elman import ElmanState
-from memrnn.layers.gated import LSTMState
+from memrnn.layers.gated import GRUState, LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
 from memrnn.ops.buckets import final_by_length
 from memrnn.ops.elman import elman_sequence
+from memrnn.ops.gru import gru_sequence
 from memrnn.ops.lstm import lstm_sequence
 
 
@@ -80,7 +85,7 @@ def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
     return LSTMState(h, x.new_zeros(M, batch_size, rows, layer.hidden_size))
 
 
-def _lstm_why_not(layer: nn.Module) -> str | None:
+def _gated_why_not(layer: nn.Module) -> str | None:
     if layer.bidirectional:
         return "bidirectional"
     if layer.training and layer.dropout:
@@ -116,9 +121,34 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
     return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
 
 
+def _gru_initial(layer: GRULayer, batch_size: int, x: Tensor) -> GRUState:
+    M, rows = x.shape[0], layer.num_layers * layer.num_directions
+    return GRUState(_learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x))
+
+
+def _gru_run(layer: GRULayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, GRUState]:
+    _check_dtype("GRULayer", x, layer.rnn.weight_ih_l0)
+    lengths = None if mask is None else mask.sum(-1)
+    rnn = layer.rnn
+    hs_out, h_in = [], x
+    for lay in range(layer.num_layers):
+        w_ih, w_hh = getattr(rnn, f"weight_ih_l{lay}"), getattr(rnn, f"weight_hh_l{lay}")
+        b_ih, b_hh = (
+            (getattr(rnn, f"bias_ih_l{lay}"), getattr(rnn, f"bias_hh_l{lay}")) if rnn.bias else (None, None)
+        )
+        hs = gru_sequence(h_in, w_ih, b_ih, w_hh, b_hh, state.h[:, :, lay])
+        hs_out.append(_lengths_final(hs, lengths))
+        h_in = hs[:, :, 1:]
+    y = h_in if mask is None else h_in * mask[..., None].to(h_in.dtype)
+    return y, GRUState(torch.stack(hs_out, 2))
+
+
 register_member_path(
     ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run, _elman_initial)
 )
 register_member_path(
-    LSTMLayer, MemberPath("lstm_sequence (members batched)", _lstm_why_not, _lstm_run, _lstm_initial)
+    LSTMLayer, MemberPath("lstm_sequence (members batched)", _gated_why_not, _lstm_run, _lstm_initial)
+)
+register_member_path(
+    GRULayer, MemberPath("gru_sequence (members batched)", _gated_why_not, _gru_run, _gru_initial)
 )

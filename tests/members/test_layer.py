@@ -12,7 +12,7 @@ from torch import nn
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import ElmanRNN, GRULayer, LSTMLayer
+from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -98,6 +98,9 @@ PATH_CASES = [
     (ElmanRNN, {}, "elman_sequence"),
     (ElmanRNN, {"activation": "relu", "bias": False}, "elman_sequence"),
     (ElmanRNN, {"activation": "sigmoid", "learned_initial_state": True}, "elman_sequence"),
+    (GRULayer, {}, "gru_sequence"),
+    (GRULayer, {"num_layers": 2}, "gru_sequence"),
+    (GRULayer, {"num_layers": 2, "bias": False, "learned_initial_state": True}, "gru_sequence"),
 ]
 
 
@@ -135,14 +138,18 @@ def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
 
 def test_the_loop_is_named_where_no_member_path_applies():
     torch.manual_seed(0)
-    members = MemberLayer([GRULayer(3, 4), GRULayer(3, 4)])
-    assert members.member_path == "loop (no member path for GRULayer)"
+    members = MemberLayer([JordanRNN(3, 4, 2), JordanRNN(3, 4, 2)])
+    assert members.member_path == "loop (no member path for JordanRNN)"
     assert MemberLayer([ElmanRNN(3, 4, num_layers=2)] * 2).member_path == "loop (stacked or bidirectional)"
     bi = MemberLayer([LSTMLayer(3, 4, bidirectional=True) for _ in range(2)])
     assert bi.member_path == "loop (bidirectional)"
     drop = MemberLayer([LSTMLayer(3, 4, num_layers=2, dropout=0.5) for _ in range(2)])
     assert drop.member_path == "loop (dropout between layers in training)"
     assert drop.eval().member_path == "lstm_sequence (members batched)"
+    assert MemberLayer([GRULayer(3, 4, bidirectional=True)] * 2).member_path == "loop (bidirectional)"
+    gru_drop = MemberLayer([GRULayer(3, 4, num_layers=2, dropout=0.5) for _ in range(2)])
+    assert gru_drop.member_path == "loop (dropout between layers in training)"
+    assert gru_drop.eval().member_path == "gru_sequence (members batched)"
 
 
 def test_build_gives_each_member_its_seeds_weights_and_restores_the_generator():

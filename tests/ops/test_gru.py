@@ -141,3 +141,73 @@ def test_gru_sequence_equals_reference(num_layers, bias, block, monkeypatch):
     h0 = torch.randn(6, num_layers, 5, dtype=dtype, requires_grad=True)
     for mask in (None, random_mask(6, 7)):
         compare_layers(fast, ref, x, GRUState(h0), mask, dtype)
+
+
+@pytest.mark.parametrize(("dtype", "tol"), [(F64, 1e-12), (torch.float32, 1e-5)], ids=["float64", "float32"])
+@pytest.mark.parametrize("impl", ["cpu", "bptt"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_members_equal_the_member_reference(bias, impl, dtype, tol, monkeypatch):
+    """The member dimension (:class:`memrnn.ops.gru.cpu.GRUSequence` with members, what ``"cpu"``
+    and ``"bptt"`` both run): outputs and the gradients of every argument equal
+    :func:`gru_member_reference`'s, and member ``m`` equals the single call on its slices, with and
+    without biases, across three backward blocks (the block shortened to 5 steps)."""
+    monkeypatch.setattr(bptt, "BLOCK", 5)
+    g = torch.Generator().manual_seed(0)
+    M, B, T, n, H = 3, 4, 13, 5, 6
+    shapes = [(M, B, T, n), (M, 3 * H, n), (M, 3 * H), (M, 3 * H, H), (M, 3 * H), (M, B, H)]
+    args = [torch.randn(*s, generator=g, dtype=dtype).mul(0.5).requires_grad_() for s in shapes]
+    if not bias:
+        args[2] = args[4] = None
+    leaves = [a for a in args if a is not None]
+    w = torch.randn(M, B, T + 1, H, generator=g, dtype=dtype)
+    runs = {}
+    for which in ("reference", impl):
+        hs = gru_sequence(*args, impl=which)
+        runs[which] = (hs, *torch.autograd.grad((hs * w).sum(), leaves))
+    assert _has(runs[impl][0], "GRUSequence") and runs[impl][0].shape == (M, B, T + 1, H)
+    for a, b in zip(runs[impl], runs["reference"], strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    for m in range(M):  # the member reference is the single reference member by member
+        single = [None if a is None else a.detach()[m].clone().requires_grad_() for a in args]
+        hs_m = gru_reference(*single)
+        assert torch.equal(hs_m, runs["reference"][0][m])
+        got = torch.autograd.grad((hs_m * w[m]).sum(), [s for s in single if s is not None])
+        for a, b in zip(got, runs["reference"][1:], strict=True):
+            torch.testing.assert_close(a, b[m], atol=1e-15 if dtype == F64 else 1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_members_at_zero_and_one_step(steps, gen):
+    """The member path's edges: no step gives ``h0`` (and its gradient back), one step one GRU cell."""
+    M, B, H = 2, 3, 4
+    x = torch.randn(M, B, steps, 3, generator=gen, dtype=F64, requires_grad=True)
+    weights = [torch.stack(ws) for ws in zip(*(_weights(gen) for _ in range(M)), strict=True)]
+    weights = [t.detach().requires_grad_() for t in weights]
+    h0 = torch.randn(M, B, H, generator=gen, dtype=F64, requires_grad=True)
+    leaves = [x, *weights, h0]
+    out = []
+    for which in ("reference", "cpu"):
+        hs = gru_sequence(x, *weights, h0, impl=which)
+        grads = torch.autograd.grad((hs * hs.detach().cos()).sum(), leaves, allow_unused=True)
+        out.append(
+            (hs, [torch.zeros_like(t) if g is None else g for g, t in zip(grads, leaves, strict=True)])
+        )
+    (a, ga), (b, gb) = out
+    assert b.shape == (M, B, steps + 1, H) and torch.equal(b[:, :, 0], h0)
+    torch.testing.assert_close(b, a, atol=1e-12, rtol=1e-12)
+    for p, q in zip(gb, ga, strict=True):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=1e-12)
+
+
+def test_members_bad_shapes_are_named():
+    """With members (``w_hh [M, 3H, H]``) an argument without the member dimension is a ValueError
+    naming it."""
+    M, B, T, n, H = 2, 3, 4, 5, 6
+    x, h0 = torch.zeros(M, B, T, n), torch.zeros(M, B, H)
+    w_ih, w_hh, b = torch.zeros(M, 3 * H, n), torch.zeros(M, 3 * H, H), torch.zeros(M, 3 * H)
+    with pytest.raises(ValueError, match=r"so h0 must be 3-D with 2 first, got \(3, 6\)"):
+        gru_sequence(x, w_ih, b, w_hh, b, h0[0])
+    with pytest.raises(ValueError, match=r"so b_ih must be 2-D with 2 first, got \(18,\)"):
+        gru_sequence(x, w_ih, b[0], w_hh, b, h0)
+    with pytest.raises(ValueError, match=r"so x must be 4-D with 2 first, got \(3, 4, 5\)"):
+        gru_sequence(x[0], w_ih, None, w_hh, None, h0)

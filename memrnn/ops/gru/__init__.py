@@ -13,6 +13,11 @@ Implementations (:func:`memrnn.ops.dispatch.choose`, :func:`gru_implementation`)
 * ``"reference"`` (inside :func:`memrnn.reference_paths` or asked): the loop under autograd.
 
 There is no Triton kernel: a forced ``"triton"`` or ``"native"`` runs ``"cpu"``.
+
+Members (M runs as one model, ``docs/design.md``): every argument of :func:`gru_sequence` with a
+leading member dimension.  torch's kernel has none, so there ``"cpu"`` and ``"bptt"`` both run
+``GRUSequence`` with the member dimension (every product batched over the members, on any
+device); ``"reference"`` loops over the members (:func:`memrnn.ops.gru.reference.gru_member_reference`).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from torch import Tensor
 
 from memrnn.ops.dispatch import choose
 from memrnn.ops.gru.cpu import GRUSequence
-from memrnn.ops.gru.reference import gru_cell, gru_reference
+from memrnn.ops.gru.reference import gru_cell, gru_member_reference, gru_reference
 
 
 def gru_implementation(x: Tensor, impl: str | None = None) -> str:
@@ -48,9 +53,16 @@ def gru_sequence(
     """One GRU layer and direction over every step: ``x [B, T, n]``, ``w_ih [3H, n]``, ``b_ih [3H]``
     or None, ``w_hh [3H, H]``, ``b_hh [3H]`` or None (gate blocks ``r, z, n``), ``h0 [B, H]`` ->
     ``hs [B, T+1, H]`` (``hs[:, 0] = h0``).  ``impl``: ``None`` picks (module docstring), or
-    ``"reference"``, ``"cpu"``, ``"bptt"``."""
+    ``"reference"``, ``"cpu"``, ``"bptt"``.
+
+    Members: ``x [M, B, T, n]``, ``w_ih [M, 3H, n]``, ``b_ih [M, 3H]`` or None, ``w_hh [M, 3H, H]``,
+    ``b_hh [M, 3H]`` or None, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``, member ``m`` exactly the
+    call on its ``[m]`` slices: the reference loops over the members, ``"cpu"`` and ``"bptt"`` run
+    :class:`memrnn.ops.gru.cpu.GRUSequence` with members (module docstring)."""
     if (b_ih is None) != (b_hh is None):
         raise ValueError("gru_sequence takes both biases (b_ih, b_hh) or neither")
+    if w_hh.dim() == 3:
+        return _members(x, w_ih, b_ih, w_hh, b_hh, h0, impl)
     impl = gru_implementation(x, impl)
     if impl == "reference":
         return gru_reference(x, w_ih, b_ih, w_hh, b_hh, h0)
@@ -65,4 +77,27 @@ def gru_sequence(
     return torch.cat([h0[:, None], y], 1)
 
 
-__all__ = ["GRUSequence", "gru_cell", "gru_implementation", "gru_reference", "gru_sequence"]
+def _members(x, w_ih, b_ih, w_hh, b_hh, h0, impl):
+    M = w_hh.shape[0]
+    args = (("x", x, 4), ("w_ih", w_ih, 3), ("b_ih", b_ih, 2), ("b_hh", b_hh, 2), ("h0", h0, 3))
+    for name, t, dims in args:
+        if t is not None and (t.dim() != dims or t.shape[0] != M):
+            raise ValueError(
+                f"with members every argument has the member dimension first: w_hh is {tuple(w_hh.shape)} "
+                f"(M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
+            )
+    if gru_implementation(x, impl) == "reference":
+        return gru_member_reference(x, w_ih, b_ih, w_hh, b_hh, h0)
+    if b_ih is None or b_hh is None:
+        b_ih = b_hh = w_ih.new_zeros(M, w_ih.shape[1])
+    return GRUSequence.apply(x, w_ih, b_ih, w_hh, b_hh, h0)
+
+
+__all__ = [
+    "GRUSequence",
+    "gru_cell",
+    "gru_implementation",
+    "gru_member_reference",
+    "gru_reference",
+    "gru_sequence",
+]

@@ -41,3 +41,25 @@ def gru_reference(
         h, _ = gru_cell(x_t, h, w_ih, w_hh, b_ih, b_hh)
         hs.append(h)
     return torch.stack(hs, 1)
+
+
+def gru_member_reference(
+    x: Tensor, w_ih: Tensor, b_ih: Tensor | None, w_hh: Tensor, b_hh: Tensor | None, h0: Tensor
+) -> Tensor:
+    """Members: member ``m`` is :func:`gru_reference` on ``x[m]`` with ``w_ih[m]``, ``b_ih[m]``,
+    ``w_hh[m]``, ``b_hh[m]``, ``h0[m]``: ``x [M, B, T, n]``, ``w_ih [M, 3H, n]``, ``b_ih [M, 3H]``
+    or None, ``w_hh [M, 3H, H]``, ``b_hh [M, 3H]`` or None, ``h0 [M, B, H]`` -> ``hs [M, B, T+1,
+    H]``."""
+    return torch.stack(
+        [
+            gru_reference(
+                x[m],
+                w_ih[m],
+                None if b_ih is None else b_ih[m],
+                w_hh[m],
+                None if b_hh is None else b_hh[m],
+                h0[m],
+            )
+            for m in range(x.shape[0])
+        ]
+    )
