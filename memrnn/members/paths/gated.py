@@ -1,7 +1,5 @@
-"""Member paths: layers whose op runs all members in one pass (:data:`memrnn.members.layer.MEMBER_PATHS`).
+"""The gated recurrences' member paths.
 
-* :class:`memrnn.layers.ElmanRNN` (one layer, one direction): the input projection as one product
-  per member, then :func:`memrnn.ops.elman.elman_sequence` with the member dimension.
 * :class:`memrnn.layers.LSTMLayer` (unidirectional, no dropout between layers in training): its
   ``nn.LSTM`` weights per member in the op's gate order, through
   :func:`memrnn.ops.lstm.lstm_sequence` with the member dimension (the CPU path batches every
@@ -18,13 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memrnn.core.activations import ACTIVATIONS
-from memrnn.layers import ElmanRNN, GRULayer, LSTMLayer
-from memrnn.layers.elman import ElmanState
+from memrnn.layers import GRULayer, LSTMLayer
 from memrnn.layers.gated import GRUState, LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.ops.buckets import final_by_length
-from memrnn.ops.elman import elman_sequence
+from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final
 from memrnn.ops.gru import gru_sequence
 from memrnn.ops.lstm import lstm_sequence
 
@@ -35,53 +30,9 @@ def _sigmoids_first(w: Tensor) -> Tensor:
     return w.view(M, 4, G // 4, *w.shape[2:])[:, [3, 0, 1, 2]].reshape(w.shape)
 
 
-def _lengths_final(states: Tensor, lengths: Tensor | None) -> Tensor:
-    """``states [M, B, T+1, N]`` -> each row's state after its last real step ``[M, B, N]``."""
-    flat = None if lengths is None else lengths.flatten()  # the members' rows as one batch
-    return final_by_length(states.flatten(0, 1), flat).view(*states.shape[:2], *states.shape[3:])
-
-
-def _check_dtype(name: str, x: Tensor, weight: Tensor) -> None:
-    if x.dtype != weight.dtype:
-        raise ValueError(f"MemberLayer({name}): inputs are {x.dtype} but the layer is {weight.dtype}")
-
-
-def _elman_why_not(layer: nn.Module) -> str | None:
-    return None if layer._single else "stacked or bidirectional"
-
-
-def _elman_run(layer: ElmanRNN, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, ElmanState]:
-    M, B, T, n = x.shape
-    _check_dtype("ElmanRNN", x, layer.weight_hh)
-    w_t = layer.weight_ih.transpose(1, 2)
-    flat = x.reshape(M, B * T, n)
-    pre = torch.bmm(flat, w_t) if layer.bias is None else torch.baddbmm(layer.bias[:, None], flat, w_t)
-    act = layer.activation
-    hs = elman_sequence(pre.view(M, B, T, -1), layer.weight_hh, state.h, act, ACTIVATIONS[act])
-    y = hs[:, :, 1:]
-    if mask is not None:
-        y = y * mask[..., None].to(y.dtype)
-    return y, ElmanState(_lengths_final(hs, None if mask is None else mask.sum(-1)))
-
-
-def _learned_or_zeros(h0_input: Tensor | None, fn, M: int, B: int, rows: int, H: int, x: Tensor) -> Tensor:
-    """``[M, B, rows, H]``: zeros, or ``fn(h0_input [M, rows, H])`` copied to every batch row."""
-    if h0_input is None:
-        return x.new_zeros(M, B, rows, H)
-    h0 = fn(h0_input).to(x.dtype)
-    return h0[:, None].expand(M, B, rows, H).contiguous()
-
-
-def _elman_initial(layer: ElmanRNN, batch_size: int, x: Tensor) -> ElmanState:
-    h = _learned_or_zeros(
-        layer.h0_input, ACTIVATIONS[layer.activation], x.shape[0], batch_size, 1, layer.hidden_size, x
-    )
-    return ElmanState(h[:, :, 0])
-
-
 def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
     M, rows = x.shape[0], layer.num_layers * layer.num_directions
-    h = _learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x)
+    h = learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x)
     return LSTMState(h, x.new_zeros(M, batch_size, rows, layer.hidden_size))
 
 
@@ -95,7 +46,7 @@ def _gated_why_not(layer: nn.Module) -> str | None:
 
 def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, LSTMState]:
     M = x.shape[0]
-    _check_dtype("LSTMLayer", x, layer.rnn.weight_ih_l0)
+    check_dtype("LSTMLayer", x, layer.rnn.weight_ih_l0)
     lengths = None if mask is None else mask.sum(-1)
     rnn, H = layer.rnn, layer.hidden_size
     hs_out, cs_out, h_in = [], [], x
@@ -114,8 +65,8 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
             state.c[:, :, lay],
             H,
         )
-        hs_out.append(_lengths_final(hs, lengths))
-        cs_out.append(_lengths_final(cs, lengths))
+        hs_out.append(lengths_final(hs, lengths))
+        cs_out.append(lengths_final(cs, lengths))
         h_in = hs[:, :, 1:]
     y = h_in if mask is None else h_in * mask[..., None].to(h_in.dtype)
     return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
@@ -123,11 +74,11 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
 
 def _gru_initial(layer: GRULayer, batch_size: int, x: Tensor) -> GRUState:
     M, rows = x.shape[0], layer.num_layers * layer.num_directions
-    return GRUState(_learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x))
+    return GRUState(learned_or_zeros(layer.h0_input, torch.tanh, M, batch_size, rows, layer.hidden_size, x))
 
 
 def _gru_run(layer: GRULayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, GRUState]:
-    _check_dtype("GRULayer", x, layer.rnn.weight_ih_l0)
+    check_dtype("GRULayer", x, layer.rnn.weight_ih_l0)
     lengths = None if mask is None else mask.sum(-1)
     rnn = layer.rnn
     hs_out, h_in = [], x
@@ -137,15 +88,12 @@ def _gru_run(layer: GRULayer, x: Tensor, state: Any, mask: Tensor | None) -> tup
             (getattr(rnn, f"bias_ih_l{lay}"), getattr(rnn, f"bias_hh_l{lay}")) if rnn.bias else (None, None)
         )
         hs = gru_sequence(h_in, w_ih, b_ih, w_hh, b_hh, state.h[:, :, lay])
-        hs_out.append(_lengths_final(hs, lengths))
+        hs_out.append(lengths_final(hs, lengths))
         h_in = hs[:, :, 1:]
     y = h_in if mask is None else h_in * mask[..., None].to(h_in.dtype)
     return y, GRUState(torch.stack(hs_out, 2))
 
 
-register_member_path(
-    ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run, _elman_initial)
-)
 register_member_path(
     LSTMLayer, MemberPath("lstm_sequence (members batched)", _gated_why_not, _lstm_run, _lstm_initial)
 )

@@ -1,0 +1,10 @@
+"""Member paths: layers whose op runs all members in one pass (:data:`memrnn.members.layer.MEMBER_PATHS`),
+one module per recurrence, each registering its layer classes on import:
+
+* :mod:`~memrnn.members.paths.elman`: :class:`memrnn.layers.ElmanRNN`;
+* :mod:`~memrnn.members.paths.gated`: :class:`memrnn.layers.LSTMLayer` and :class:`memrnn.layers.GRULayer`.
+
+Adding one: a module here that calls :func:`memrnn.members.layer.register_member_path`, imported
+below."""
+
+from memrnn.members.paths import elman, gated  # noqa: F401  (registers the member paths)
