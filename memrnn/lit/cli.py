@@ -46,6 +46,7 @@ from jsonargparse._common import debug_mode_active  # jsonargparse's own debug s
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from memrnn.data.members import MemberData
 from memrnn.lit.runs import RUN_KEY, SaveRunConfig, code_version, finish_wandb
 
 #: model arguments that ``train.py`` links from the data module (never typed by users)
@@ -352,6 +353,11 @@ class MemrnnCLI(LightningCLI):
 
     def after_instantiate_classes(self) -> None:
         super().after_instantiate_classes()
+        model, data = getattr(self, "model", None), getattr(self, "datamodule", None)
+        independent = getattr(model, "member_data", None) == "independent"
+        if independent and data is not None and not isinstance(data, MemberData):
+            # each member on its own stream: the config's data module once per member's data seed
+            self.datamodule = MemberData.from_seeds(data, model.data_seeds)
         trainer = getattr(self, "trainer", None)
         for cb in getattr(trainer, "callbacks", []):
             if isinstance(cb, SaveRunConfig):

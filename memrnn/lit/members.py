@@ -20,13 +20,16 @@ import argparse
 import copy
 import itertools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.callbacks import EarlyStopping
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 
+from memrnn.data.members import member_batch
 from memrnn.lit.metrics import PerLengthStats
 from memrnn.lit.objectives import computed_metrics, curve_stats, make_metrics, update_metrics
 from memrnn.lit.sequence import SequenceModule
@@ -36,8 +39,11 @@ from memrnn.members.schedule import MemberScheduler
 
 #: the member optimizer for each torch optimizer class a config may name
 MEMBER_OPTIMIZERS = {torch.optim.Adam: MemberAdam, torch.optim.AdamW: MemberAdamW, torch.optim.SGD: MemberSGD}
-#: what a member may set differently from the others
-MEMBER_KEYS = ("seed", "lr", "weight_decay")
+#: what a member may set differently from the others (``data_seed``: with ``member_data:
+#: independent``, the seed of its data, by default its ``seed``)
+MEMBER_KEYS = ("seed", "lr", "weight_decay", "data_seed")
+#: where the members' batches come from: one stream for all, or each member its own
+MEMBER_DATA = ("shared", "independent")
 
 
 def member_table(
@@ -66,6 +72,8 @@ def member_table(
                 raise ValueError(f"member {i} has no seed: {dict(row)}")
             table.append({"seed": int(row["seed"]), "lr": float(row.get("lr", lr)),
                           "weight_decay": float(row.get("weight_decay", weight_decay))})  # fmt: skip
+            if "data_seed" in row:
+                table[-1]["data_seed"] = int(row["data_seed"])
         return table
     seeds = [0] if seeds is None else seeds
     lrs = [lr] if lrs is None else lrs
@@ -86,12 +94,25 @@ class MemberSequenceModule(SequenceModule):
         seeds: one member per seed (its initial weights are those the single run with
             ``seed_everything(seed)`` builds); with ``lrs``, every seed with every learning rate.
         lrs: the members' learning rates (default: the module's ``lr``).
-        members: instead of ``seeds``/``lrs``, a list of ``{seed, lr, weight_decay}`` per member.
-        stop_patience: per-member early stopping: a member whose ``val/loss`` has not improved for
-            this many validations is frozen (its parameters and optimizer state stop changing);
-            every member's best parameters so far are kept (:meth:`restore_best`).  None: no
-            stopping (the best parameters are still kept).
+        members: instead of ``seeds``/``lrs``, a list of ``{seed, lr, weight_decay, data_seed}``
+            per member (``data_seed``: see ``member_data``).
+        stop_patience: per-member early stopping on ``val/loss``, with the ``patience`` of
+            Lightning's ``EarlyStopping`` (a member is stopped at the ``stop_patience``-th
+            validation in a row without improvement, or when its value is not finite): a stopped
+            member is frozen (its parameters and optimizer state stop changing).  An
+            ``EarlyStopping`` callback in the Trainer (a single run's config) acts per member the
+            same way, on its own monitor, mode, patience and ``min_delta``.  None and no callback:
+            no stopping.
+        member_data: ``"shared"`` (default): every member trains on the same batches ``[B, T]``;
+            ``"independent"``: each member on its own stream, batches ``[M, B, T]``
+            (:class:`memrnn.data.members.MemberData`, which ``train.py`` builds from the config's
+            data module with each member's ``data_seed``, by default its ``seed``: the data of
+            the single run with ``--data.init_args.seed`` = that seed).
         **kwargs: :class:`SequenceModule`'s arguments.
+
+    Every member's best parameters so far are kept (:meth:`restore_best`), by the monitor and
+    mode of the Trainer's ``ModelCheckpoint`` (what its single run's checkpoint would select;
+    ``val/loss``, lowest, without one).
 
     Not with members: ``tie_embeddings`` (the tied head), and dropout keeps the members exact
     only in distribution (each member draws its own masks, not its single run's).
@@ -103,6 +124,7 @@ class MemberSequenceModule(SequenceModule):
         lrs: Sequence[float] | None = None,
         members: Sequence[Mapping[str, Any]] | None = None,
         stop_patience: int | None = None,
+        member_data: str = "shared",
         **kwargs: Any,
     ) -> None:
         table = member_table(members, seeds, lrs, kwargs.get("lr", 1e-2), kwargs.get("weight_decay", 0.0))
@@ -114,6 +136,12 @@ class MemberSequenceModule(SequenceModule):
             isinstance(stop_patience, bool) or not isinstance(stop_patience, int) or stop_patience < 0
         ):
             raise ValueError(f"stop_patience must be a whole number >= 0 or None, got {stop_patience!r}")
+        if member_data not in MEMBER_DATA:
+            raise ValueError(f"member_data must be one of {MEMBER_DATA}, got {member_data!r}")
+        if member_data == "shared" and any("data_seed" in row for row in table):
+            raise ValueError(
+                "a member's data_seed needs member_data='independent' (shared data has one seed)"
+            )
         singles = []
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(table[0]["seed"])
@@ -123,7 +151,7 @@ class MemberSequenceModule(SequenceModule):
                 torch.manual_seed(row["seed"])
                 singles.append(SequenceModule(**kwargs))
         self.members, self.member_rows = len(table), table
-        self.stop_patience = stop_patience
+        self.stop_patience, self.member_data = stop_patience, member_data
         self._single_kwargs = dict(kwargs)
         parts = [(s.embedding, s.layer, dict(s.heads)) for s in singles]
         self.embedding = MemberEmbedding.from_modules([p[0] for p in parts])
@@ -144,7 +172,10 @@ class MemberSequenceModule(SequenceModule):
         self.member_epoch: dict[str, Tensor] = {}
         #: per split, each member's per-length curves of the last evaluation
         self.member_curves: dict[str, list[dict[str, list[float]]]] = {}
-        self.register_buffer("best_loss", torch.full((self.members,), float("inf")), persistent=True)
+        #: each member's best value of the checkpoint monitor so far (NaN: none yet), and of the
+        #: early-stopping monitor, with the validations since it last improved
+        self.register_buffer("best_score", torch.full((self.members,), float("nan")), persistent=True)
+        self.register_buffer("stop_best", torch.full((self.members,), float("nan")), persistent=True)
         self.register_buffer("stale", torch.zeros(self.members, dtype=torch.long), persistent=True)
         self.register_buffer("stopped", torch.zeros(self.members, dtype=torch.bool), persistent=True)
         #: members stopped because their training loss was not finite (a subset of ``stopped``)
@@ -155,6 +186,11 @@ class MemberSequenceModule(SequenceModule):
         self._val_losses: list[list[Tensor]] = [[] for _ in table]
 
     # -- members ---------------------------------------------------------------------------------
+    @property
+    def data_seeds(self) -> list[int]:
+        """Each member's data seed (``member_data="independent"``): its ``data_seed``, else its seed."""
+        return [int(row.get("data_seed", row["seed"])) for row in self.member_rows]
+
     def member_module(self, m: int, *, best: bool = False) -> SequenceModule:
         """Member ``m`` as an ordinary :class:`SequenceModule` (copies of its weights; its own
         ``lr``/``weight_decay`` in the hyperparameters); ``best``: its best parameters by
@@ -184,12 +220,46 @@ class MemberSequenceModule(SequenceModule):
             p.copy_(self.best.get(name))
 
     # -- forward ---------------------------------------------------------------------------------
-    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """Token ids ``[B, T]`` (every member reads them) or ``[M, B, T]`` (each member its own
+        rows) -> ``[M, B, T, E]``."""
+        return self.embedding(self.checked_ids(input_ids), per_member=input_ids.dim() == 3)
+
+    def _per_member(self, batch: Mapping[str, Tensor]) -> bool:
+        """Whether ``batch`` has the members first (``member_data="independent"``), checked."""
+        ids = batch["input"]
+        if self.member_data == "independent":
+            if ids.dim() != 3 or ids.shape[0] != self.members:
+                raise ValueError(
+                    f"member_data='independent' takes batches with the members first, input [{self.members}, B, "
+                    f"T] (memrnn.data.members.MemberData), got input {tuple(ids.shape)}"
+                )
+            return True
+        if ids.dim() != 2:
+            raise ValueError(
+                f"the members share batches of input [B, T], got input {tuple(ids.shape)} (a batch per member "
+                "needs member_data='independent')"
+            )
+        return False
+
+    def _outputs_and_losses(self, batch: Mapping[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """Every head's logits ``[M, B, T, ...]`` and each objective's loss per member ``[M]``; a
+        batch per member gives each member the loss of its single run on its rows."""
         out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
-        totals = self._total(self.losses(batch, out))
+        if not self._per_member(batch):
+            return out, self.losses(batch, out)
+        rows = [
+            self.losses(member_batch(batch, m), {k: v[m] for k, v in out.items()})
+            for m in range(self.members)
+        ]
+        return out, {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        _, losses = self._outputs_and_losses(batch)
+        totals = self._total(losses)
         self._stop_diverged(totals.detach())
         if self._logging_step():
-            n = int(batch["mask"].shape[0])
+            n = int(batch["mask"].shape[-2])
             self.log(
                 "train/loss", totals[~self.diverged.to(totals.device)].mean(), prog_bar=True, batch_size=n
             )
@@ -219,16 +289,18 @@ class MemberSequenceModule(SequenceModule):
             self._trainer.should_stop = True
 
     def _eval_step(self, batch: dict[str, Tensor], split: str) -> None:
-        out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
-        n = int(batch["mask"].shape[0])
+        out, losses = self._outputs_and_losses(batch)
+        per_member = batch["input"].dim() == 3
+        n = int(batch["mask"].shape[-2])
         metrics, by_length = getattr(self, f"{split}_metrics"), getattr(self, f"{split}_by_length")
-        lengths = batch.get("input_lengths", batch["lengths"])
-        losses = self.losses(batch, out)
         selected = self._total(losses) if self.select_on is None else losses[self.select_on]
         for m in range(self.members):
             out_m = {k: v[m] for k, v in out.items()}
-            update_metrics(metrics[m], self.objectives, batch, out_m)
-            by_length[m].update(self._per_string(batch, out_m), lengths)
+            batch_m = member_batch(batch, m) if per_member else batch
+            update_metrics(metrics[m], self.objectives, batch_m, out_m)
+            by_length[m].update(
+                self._per_string(batch_m, out_m), batch_m.get("input_lengths", batch_m["lengths"])
+            )
         self.log(f"{split}/loss", selected.mean(), batch_size=n)
         self.log_dict({f"{split}/loss/m{m}": v for m, v in enumerate(selected)}, batch_size=n)
         if split == "val":
@@ -262,34 +334,82 @@ class MemberSequenceModule(SequenceModule):
             means = [self.curve_means(c) for c in curves]
             for name in means[0]:
                 values = torch.tensor([mm[name] for mm in means], dtype=torch.float32)
+                self.member_epoch[f"{split}/{name}_mean_over_lengths"] = torch.tensor(
+                    [mm[name] for mm in means], dtype=torch.float64
+                )
                 self.log(f"{split}/{name}_mean_over_lengths", values.mean())
                 self.log_dict({f"{split}/{name}_mean_over_lengths/m{m}": v for m, v in enumerate(values)})
         if split == "val" and self._val_batches:
             self._end_validation()
 
+    # -- the best weights and early stopping, per member ----------------------------------------
+    def on_fit_start(self) -> None:
+        """An ``EarlyStopping`` callback of the Trainer acts per member (:meth:`stopping_rule`):
+        it leaves the Trainer, which stops when every member has stopped."""
+        super().on_fit_start()
+        callbacks = self.trainer.callbacks
+        stoppers = [cb for cb in callbacks if isinstance(cb, EarlyStopping)]
+        if stoppers:
+            self._stopper = _stop_rule_of(stoppers, self.stop_patience)
+            for cb in stoppers:
+                callbacks.remove(cb)
+            rank_zero_info(
+                f"members: EarlyStopping(monitor={self._stopper.monitor!r}, patience={self._stopper.patience}) "
+                "stops each member on its own value; training ends when every member has stopped"
+            )
+
+    def selection_rule(self) -> tuple[str, str]:
+        """``(monitor, mode)`` by which each member's best weights are kept: the Trainer's
+        ``ModelCheckpoint``'s (what the member's single run would test), else ``("val/loss", "min")``."""
+        ckpt = self._trainer.checkpoint_callback if self._trainer is not None else None
+        if ckpt is not None and getattr(ckpt, "monitor", None):
+            return ckpt.monitor, ckpt.mode
+        return "val/loss", "min"
+
+    def stopping_rule(self) -> _StopRule | None:
+        """The per-member early stopping: the Trainer's ``EarlyStopping`` callback's (taken over
+        at fit start), else ``stop_patience`` on ``val/loss``, else None."""
+        rule = getattr(self, "_stopper", None)
+        if rule is None and self.stop_patience is not None:
+            rule = _StopRule("val/loss", "min", self.stop_patience, 0.0, True)
+        return rule
+
+    def _member_values(self, key: str, what: str) -> Tensor:
+        values = self.member_epoch.get(key)
+        if values is None:
+            raise ValueError(
+                f"{what} watches {key!r}, which the validation gave no member value of; per member: "
+                f"{sorted(self.member_epoch)}"
+            )
+        return values.double().cpu()
+
     @torch.no_grad()
     def _end_validation(self) -> None:
         """Per member: the epoch's ``val/loss`` (batch-size weighted, as Lightning's mean), the best
-        parameters kept, and early stopping (:attr:`stop_patience`)."""
+        parameters kept (:meth:`selection_rule`) and early stopping (:meth:`stopping_rule`)."""
         weights = torch.tensor([n for _, n in self._val_batches], dtype=torch.float64)
         losses = torch.stack([v.double().cpu() for v, _ in self._val_batches])
-        self.last_val_loss = (losses * weights[:, None]).sum(0) / weights.sum()
-        self.member_epoch["val/loss"] = self.last_val_loss
+        self.member_epoch["val/loss"] = (losses * weights[:, None]).sum(0) / weights.sum()
         if self._trainer is not None and self._trainer.sanity_checking:
             return
-        better = self.last_val_loss.to(self.best_loss) < self.best_loss
-        better &= ~self.stopped
-        self.best_loss[better] = self.last_val_loss.to(self.best_loss)[better]
-        self.stale[better] = 0
-        self.stale[~better & ~self.stopped] += 1
+        stopped = self.stopped.cpu()
+        monitor, mode = self.selection_rule()
+        current = self._member_values(monitor, "the checkpoint")
+        worst = float("inf") if mode == "min" else float("-inf")
+        current = torch.where(torch.isnan(current), worst, current)  # as ModelCheckpoint ranks NaN
+        best = self.best_score.double().cpu()
+        better = (torch.isnan(best) | (current < best if mode == "min" else current > best)) & ~stopped
+        self.best_score.copy_(torch.where(better, current, best))
         for name, p in self.named_parameters():
             self.best.get(name)[better.to(p.device)] = p.detach()[better.to(p.device)]
-        if self.stop_patience is not None:
-            newly = (self.stale > self.stop_patience) & ~self.stopped
+        rule = self.stopping_rule()
+        if rule is not None:
+            newly = rule.step(self._member_values(rule.monitor, "early stopping"), self.stop_best, self.stale)
+            newly &= ~stopped
             if bool(newly.any()):
-                self.stopped |= newly
+                self.stopped |= newly.to(self.stopped.device)
                 for opt in self._member_optimizers():
-                    opt.freeze(newly.cpu())
+                    opt.freeze(newly)
         if bool(self.stopped.all()) and self._trainer is not None:
             self._trainer.should_stop = True
 
@@ -360,6 +480,51 @@ class MemberSequenceModule(SequenceModule):
             scheduler.optimizer.reset_state(lowered)
 
 
+@dataclass(frozen=True)
+class _StopRule:
+    """Lightning's ``EarlyStopping`` per member (``_evaluate_stopping_criteria``), checked after each
+    validation (a validation per epoch: what its check at the training epoch's end reads): a non-finite
+    value stops (``check_finite``); a value better than the best by more than ``min_delta``
+    (signed as Lightning stores it: negative for ``"min"``) resets the count, else it counts one,
+    and ``patience`` counts stop."""
+
+    monitor: str
+    mode: str
+    patience: int
+    min_delta: float
+    check_finite: bool
+
+    def step(self, current: Tensor, best: Tensor, stale: Tensor) -> Tensor:
+        """Update ``best``/``stale`` (``[M]`` buffers) with ``current [M]``; the members to stop."""
+        prior = best.double().cpu()
+        finite = torch.isfinite(current)
+        shifted = current - self.min_delta
+        improved = torch.isnan(prior) | (shifted < prior if self.mode == "min" else shifted > prior)
+        improved &= finite
+        counted = finite & ~improved
+        best.copy_(torch.where(improved, current, prior))
+        stale_cpu = stale.cpu()
+        stale.copy_(torch.where(improved, 0, stale_cpu + counted.long()))
+        return (self.check_finite & ~finite) | (counted & (stale.cpu() >= self.patience))
+
+
+def _stop_rule_of(stoppers: Sequence[EarlyStopping], stop_patience: int | None) -> _StopRule:
+    if len(stoppers) > 1:
+        raise ValueError(f"members take one EarlyStopping callback, the Trainer has {len(stoppers)}")
+    if stop_patience is not None:
+        raise ValueError("give members stop_patience or an EarlyStopping callback, not both")
+    cb = stoppers[0]
+    unsupported = {
+        "stopping_threshold": cb.stopping_threshold,
+        "divergence_threshold": cb.divergence_threshold,
+    }
+    given = {k: v for k, v in unsupported.items() if v is not None}
+    if given:
+        raise ValueError(f"EarlyStopping with {given} has no per-member version; members take monitor, mode, "
+                         "patience, min_delta and check_finite")  # fmt: skip
+    return _StopRule(cb.monitor, cb.mode, int(cb.patience), float(cb.min_delta), bool(cb.check_finite))
+
+
 class _Best(nn.Module):
     """Copies of the members' parameters, as buffers (named as the parameters, dots escaped)."""
 
@@ -373,12 +538,23 @@ class _Best(nn.Module):
 
 
 def _mean_curves(curves: list[dict[str, list[float]]]) -> dict[str, list[float]]:
-    """The members' per-length curves averaged (the lengths are shared: the batches are)."""
-    out = {"length": curves[0]["length"], "count": curves[0]["count"]}
+    """The members' per-length curves averaged at each length (members with their own data may
+    have strings of a length another lacks: the mean of those that have it; ``count``: the
+    first's that has it)."""
+    lengths = sorted({n for c in curves for n in c["length"]})
+    at = [{n: i for i, n in enumerate(c["length"])} for c in curves]
+    out: dict[str, list[float]] = {"length": lengths}
+    pairs = list(zip(curves, at, strict=True))
+    out["count"] = [next(c["count"][a[n]] for c, a in pairs if n in a) for n in lengths]
     for key in curves[0]:
         if key in out:
             continue
-        out[key] = torch.tensor([c[key] for c in curves if key in c], dtype=torch.float64).mean(0).tolist()
+        rows = [
+            [c[key][a[n]] if n in a else float("nan") for n in lengths]
+            for c, a in zip(curves, at, strict=True)
+            if key in c
+        ]
+        out[key] = torch.tensor(rows, dtype=torch.float64).nanmean(0).tolist()
     return out
 
 

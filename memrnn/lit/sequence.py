@@ -389,6 +389,10 @@ class SequenceModule(L.LightningModule):
                 )
         return input_ids
 
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """``input_ids [B, T]`` (checked: :meth:`checked_ids`) -> their embeddings ``[B, T, E]``."""
+        return self.embedding(self.checked_ids(input_ids))
+
     def encode(
         self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
     ) -> Tensor:
@@ -397,7 +401,7 @@ class SequenceModule(L.LightningModule):
         them (``layer.reads_input_lengths``; ``layer.initial_state(B, input_lengths=…)``: a
         :class:`memrnn.layers.StackRNN` on Delétang et al.'s jump tape,
         :class:`memrnn.layers.memories.JumpTape`); other layers ignore them."""
-        x = self.embedding(self.checked_ids(input_ids))
+        x = self.embed(input_ids)
         if self.input_dropout is not None:
             x = self.input_dropout(x)
         state = None  # x [..., B, T, E]: with members (MemberSequenceModule) [M, B, T, E]
@@ -422,8 +426,8 @@ class SequenceModule(L.LightningModule):
             state = self.layer.initial_state(x.shape[-3], device=x.device, dtype=x.dtype)
         first = self.layer.output_at(state).unsqueeze(-2)
         if mask is not None:  # a row with no position at all (none from memrnn's data) stays zero
-            first = first * mask[:, :1, None].to(first.dtype)
-        rest = self.layer.outputs(x[..., 1:, :], state=state, mask=None if mask is None else mask[:, 1:])
+            first = first * mask[..., :1, None].to(first.dtype)
+        rest = self.layer.outputs(x[..., 1:, :], state=state, mask=None if mask is None else mask[..., 1:])
         return torch.cat([first.to(rest.dtype), rest], -2)
 
     def heads_out(

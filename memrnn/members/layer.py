@@ -119,11 +119,19 @@ class MemberLayer(nn.Module):
         **kwargs: Any,
     ) -> Any:
         """Each member's initial state, stacked: every field ``[M, batch_size, ...]`` (``kwargs``,
-        e.g. a jump tape's ``input_lengths [B]``, go to every member's ``initial_state``)."""
+        e.g. a jump tape's ``input_lengths [B]``, go to every member's ``initial_state``; an
+        ``input_lengths [M, B]``, each member's own rows, goes member by member)."""
+        lengths = kwargs.get("input_lengths")
+        per_member = isinstance(lengths, Tensor) and lengths.dim() == 2
+        if per_member and lengths.shape[0] != self.members:
+            raise ValueError(
+                f"input_lengths [members, batch] must have {self.members} members first, got {tuple(lengths.shape)}"
+            )
         states = []
         for m in range(self.members):
+            kw = {**kwargs, "input_lengths": lengths[m]} if per_member else kwargs
             with member_view(self.layer, m) as layer:
-                states.append(layer.initial_state(batch_size, device=device, dtype=dtype, **kwargs))
+                states.append(layer.initial_state(batch_size, device=device, dtype=dtype, **kw))
         return state_zip(lambda *ts: torch.stack(ts), *states)
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import warnings
+from typing import ClassVar
 
 import lightning as L
 import pytest
@@ -112,12 +113,75 @@ def test_early_stopping_per_member_freezes_and_keeps_the_best(tmp_path):
     members._val_batches = [(torch.tensor([0.5, 3.0]), 4)]  # member 0 improves, member 1 does not
     members._end_validation()
     assert members.stopped.tolist() == [False, True]
-    assert members.best_loss.tolist() == [0.5, 2.0]
+    assert members.best_score.tolist() == [0.5, 2.0]
     members.restore_best()
     assert torch.equal(
         members.embedding.weight[0], first["embedding.weight"][0] + 1.0
     )  # its best: the new one
     assert torch.equal(members.embedding.weight[1], first["embedding.weight"][1])  # its best: the first
+
+
+@pytest.mark.parametrize(
+    ("mode", "patience", "min_delta", "values"),
+    [
+        ("min", 2, 0.0, [3.0, 2.0, 2.0, 2.5, 1.0, 1.5, 1.5, 1.2]),
+        ("min", 0, 0.0, [3.0, 2.0, 2.5]),
+        ("max", 1, 0.1, [0.5, 0.55, 0.7, 0.75]),
+        ("min", 3, 0.0, [3.0, float("nan")]),
+        ("max", 2, 0.0, [0.5, 0.4, 0.6, 0.6, 0.6]),
+    ],
+)
+def test_the_stop_rule_is_lightnings_early_stopping(mode, patience, min_delta, values):
+    """Each member stops at the validation where Lightning's ``EarlyStopping`` on its values
+    would stop its single run."""
+    from lightning.pytorch.callbacks import EarlyStopping
+
+    from memrnn.lit.members import _stop_rule_of
+
+    cb = EarlyStopping(monitor="val/x", mode=mode, patience=patience, min_delta=min_delta)
+    rule = _stop_rule_of([cb], None)
+    best, stale = torch.full((1,), float("nan")), torch.zeros(1, dtype=torch.long)
+    want = got = None
+    for i, v in enumerate(values):
+        if want is None and cb._evaluate_stopping_criteria(torch.tensor(v))[0]:
+            want = i
+        if got is None and bool(rule.step(torch.tensor([v], dtype=torch.float64), best, stale)[0]):
+            got = i
+    assert want is not None and got == want
+
+
+def test_members_take_the_trainers_checkpoint_monitor_and_early_stopping(tmp_path):
+    """A single run's config trains members: each member's best weights are those its
+    ``ModelCheckpoint`` would select, and ``EarlyStopping`` stops each member on its own values."""
+    from lightning.pytorch.callbacks import EarlyStopping, ModelCheckpoint
+
+    members = MemberSequenceModule(seeds=[0, 1], **_kwargs(functools.partial(LSTMLayer, hidden_size=8)))
+    ckpt = ModelCheckpoint(dirpath=tmp_path, monitor="val/acc_mean_over_lengths", mode="max")
+    stop = EarlyStopping(monitor="val/loss", patience=50)
+
+    class Record(L.Callback):
+        values: ClassVar[list] = []
+
+        def on_validation_end(self, trainer, module):
+            self.values.append(module.member_epoch["val/acc_mean_over_lengths"].clone())
+
+    record = Record()
+    trainer = L.Trainer(
+        max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
+        default_root_dir=tmp_path, num_sanity_val_steps=0, callbacks=[ckpt, stop, record],
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(members, _data())
+    assert stop not in trainer.callbacks and members.stopping_rule().patience == 50
+    assert members.selection_rule() == ("val/acc_mean_over_lengths", "max")
+    seen = torch.stack(record.values)  # [epochs, M]: the best is each member's highest
+    assert len(record.values) == 2
+    assert torch.equal(members.best_score, seen.max(0).values.to(members.best_score))
+    with pytest.raises(ValueError, match="stop_patience or an EarlyStopping callback, not both"):
+        from memrnn.lit.members import _stop_rule_of
+
+        _stop_rule_of([stop], 3)
 
 
 def test_the_cli_builds_members_from_a_single_runs_config():
