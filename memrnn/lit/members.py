@@ -42,6 +42,8 @@ MEMBER_OPTIMIZERS = {torch.optim.Adam: MemberAdam, torch.optim.AdamW: MemberAdam
 #: what a member may set differently from the others (``data_seed``: with ``member_data:
 #: independent``, the seed of its data, by default its ``seed``)
 MEMBER_KEYS = ("seed", "lr", "weight_decay", "data_seed")
+#: the arguments of MemberSequenceModule that SequenceModule has not
+_MEMBER_ARGS = ("seeds", "lrs", "members", "stop_patience", "member_data")
 #: where the members' batches come from: one stream for all, or each member its own
 MEMBER_DATA = ("shared", "independent")
 
@@ -177,6 +179,8 @@ class MemberSequenceModule(SequenceModule):
         self.register_buffer("best_score", torch.full((self.members,), float("nan")), persistent=True)
         self.register_buffer("stop_best", torch.full((self.members,), float("nan")), persistent=True)
         self.register_buffer("stale", torch.zeros(self.members, dtype=torch.long), persistent=True)
+        #: the training step at which each member's best weights were kept (-1: none yet)
+        self.register_buffer("best_step", torch.full((self.members,), -1, dtype=torch.long), persistent=True)
         self.register_buffer("stopped", torch.zeros(self.members, dtype=torch.bool), persistent=True)
         #: members stopped because their training loss was not finite (a subset of ``stopped``)
         self.register_buffer("diverged", torch.zeros(self.members, dtype=torch.bool), persistent=True)
@@ -331,14 +335,14 @@ class MemberSequenceModule(SequenceModule):
         self.member_curves[split] = curves
         if curves and curves[0]:
             self.curves[split] = _mean_curves(curves)
-            means = [self.curve_means(c) for c in curves]
-            for name in means[0]:
-                values = torch.tensor([mm[name] for mm in means], dtype=torch.float32)
-                self.member_epoch[f"{split}/{name}_mean_over_lengths"] = torch.tensor(
-                    [mm[name] for mm in means], dtype=torch.float64
+            scores = [self.curve_scores(c) for c in curves]
+            for name in scores[0]:
+                self.member_epoch[f"{split}/{name}"] = torch.tensor(
+                    [sc[name] for sc in scores], dtype=torch.float64
                 )
-                self.log(f"{split}/{name}_mean_over_lengths", values.mean())
-                self.log_dict({f"{split}/{name}_mean_over_lengths/m{m}": v for m, v in enumerate(values)})
+                values = torch.tensor([sc[name] for sc in scores], dtype=torch.float32)
+                self.log(f"{split}/{name}", values.mean())
+                self.log_dict({f"{split}/{name}/m{m}": v for m, v in enumerate(values)})
         if split == "val" and self._val_batches:
             self._end_validation()
 
@@ -400,6 +404,8 @@ class MemberSequenceModule(SequenceModule):
         best = self.best_score.double().cpu()
         better = (torch.isnan(best) | (current < best if mode == "min" else current > best)) & ~stopped
         self.best_score.copy_(torch.where(better, current, best))
+        if self._trainer is not None:
+            self.best_step[better.to(self.best_step.device)] = self._trainer.global_step
         for name, p in self.named_parameters():
             self.best.get(name)[better.to(p.device)] = p.detach()[better.to(p.device)]
         rule = self.stopping_rule()
@@ -558,20 +564,34 @@ def _mean_curves(curves: list[dict[str, list[float]]]) -> dict[str, list[float]]
     return out
 
 
+def member_checkpoint(
+    module: MemberSequenceModule, member: int, *, best: bool = False, **source: Any
+) -> dict:
+    """Member ``member`` of ``module`` as the contents of an ordinary :class:`SequenceModule`
+    checkpoint (``torch.save`` it; ``SequenceModule.load_from_checkpoint`` opens it); ``best``: its
+    best parameters; ``source``: recorded under ``memrnn_member`` with the member's row."""
+    single = module.member_module(member, best=best)
+    # the members module's own arguments as given (a config's class_path dicts, which Lightning's
+    # loader instantiates), without those of the members, with this member's lr and weight decay
+    hparams = {k: v for k, v in module.hparams.items() if k not in _MEMBER_ARGS}
+    hparams.update(lr=single.hparams["lr"], weight_decay=single.hparams["weight_decay"])
+    if "_class_path" in hparams:
+        hparams["_class_path"] = f"{SequenceModule.__module__}.{SequenceModule.__qualname__}"
+    return {
+        "state_dict": single.state_dict(),
+        "hyper_parameters": copy.deepcopy(hparams),
+        "pytorch-lightning_version": L.__version__,
+        "epoch": 0,
+        "global_step": 0,
+        "memrnn_member": {**source, "member": member, **module.member_rows[member]},
+    }
+
+
 def write_member_checkpoint(checkpoint: str, member: int, out: str, *, best: bool = False) -> None:
     """Member ``member`` of a :class:`MemberSequenceModule` checkpoint as an ordinary
     :class:`SequenceModule` checkpoint at ``out`` (``SequenceModule.load_from_checkpoint(out)``)."""
     module = MemberSequenceModule.load_from_checkpoint(checkpoint, map_location="cpu")
-    single = module.member_module(member, best=best)
-    ckpt = {
-        "state_dict": single.state_dict(),
-        "hyper_parameters": copy.copy(dict(single.hparams)),
-        "pytorch-lightning_version": L.__version__,
-        "epoch": 0,
-        "global_step": 0,
-        "memrnn_member": {"checkpoint": str(checkpoint), "member": member, **module.member_rows[member]},
-    }
-    torch.save(ckpt, out)
+    torch.save(member_checkpoint(module, member, best=best, checkpoint=str(checkpoint)), out)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -338,15 +338,21 @@ class SequenceModule(L.LightningModule):
             return
         out = self.curves_from(metric)
         self.curves[split] = out
-        # Delétang et al.'s (2023) score: the mean over lengths of the per-length accuracy (every
-        # length weighs the same, however many strings it has)
-        for name, mean in self.curve_means(out).items():
-            self.log(f"{split}/{name}_mean_over_lengths", torch.tensor(mean, dtype=torch.float32))
+        for name, score in self.curve_scores(out).items():
+            self.log(f"{split}/{name}", torch.tensor(score, dtype=torch.float32))
+
+    def curve_scores(self, curves: Mapping[str, list[float]]) -> dict[str, float]:
+        """The scores of an evaluation's per-length curves: ``<curve>_mean_over_lengths`` (Delétang
+        et al.'s (2023) score: every length weighs the same, however many strings it has) and
+        ``acc_scaled_mean_over_lengths`` (Grazzi et al.'s (2025) scaled accuracy, chance =
+        1 / num_symbols)."""
+        out = {}
+        for name, mean in self.curve_means(curves).items():
+            out[f"{name}_mean_over_lengths"] = mean
             if name == "acc" and self.num_symbols > 1:
-                # Grazzi et al.'s (2025) scaled accuracy, chance = 1 / num_symbols
                 chance = 1.0 / self.num_symbols
-                scaled = (mean - chance) / (1.0 - chance)
-                self.log(f"{split}/acc_scaled_mean_over_lengths", torch.tensor(scaled, dtype=torch.float32))
+                out["acc_scaled_mean_over_lengths"] = (mean - chance) / (1.0 - chance)
+        return out
 
     @staticmethod
     def curve_means(curves: Mapping[str, list[float]]) -> dict[str, float]:

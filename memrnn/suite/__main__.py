@@ -2,6 +2,7 @@
 
     python -m memrnn.suite list    SUITE                    the cells and where each stands
     python -m memrnn.suite run     SUITE [--jobs N]         every cell not done, N at a time here
+                                   [--members auto|M]       (seeds and lrs of a cell as members of one process)
     python -m memrnn.suite cell    SUITE --cell NAME        one cell in this process
     python -m memrnn.suite slurm   SUITE [--submit]         a SLURM array script (and sbatch it)
     python -m memrnn.suite sweep   SUITE                    a W&B sweep configuration
@@ -33,6 +34,7 @@ import yaml
 
 from memrnn.suite.cluster import slurm_script, wandb_sweep
 from memrnn.suite.collect import collect, collect_wandb
+from memrnn.suite.groups import run_group
 from memrnn.suite.runner import (
     cell_status,
     checkpoint_epoch,
@@ -83,6 +85,18 @@ def _filters(p: argparse.ArgumentParser) -> None:
 FRESH = "start killed or failed cells again instead of continuing from their latest epoch's checkpoint"
 
 
+def _members_arg(text: str) -> str | int:
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--members takes 'auto' or a whole number >= 1, got {text!r}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m memrnn.suite", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -101,6 +115,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--jobs", type=int, default=1, help="cells at a time (default 1)")
     q.add_argument("--threads", type=int, default=1, help="torch threads per cell (default 1)")
     q.add_argument("--fresh", action="store_true", help=FRESH)
+    q.add_argument("--members", type=_members_arg, metavar="auto|M",
+                   help="run the cells that differ only in seed and learning rate as the members of one "
+                   "process (at most M; auto: all of them); each writes its own result.json")  # fmt: skip
     q = add("cell", "run one cell in this process")
     q.add_argument("--cell", nargs="+", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0; "
                    "several of one task, lr and seed run on one shared data module")  # fmt: skip
@@ -111,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--lr", type=float)
     q.add_argument("--force", action="store_true", help="run it even if it is done (afresh)")
     q.add_argument("--fresh", action="store_true", help=FRESH)
+    q.add_argument("--members", action="store_true",
+                   help="the cells (one architecture and task) as the members of one process")  # fmt: skip
     q = add("slurm", "write a SLURM job-array script for the cells not done")
     _filters(q)
     q.add_argument("--script", type=Path, help="where to write it (default: <out>/slurm.sbatch)")
@@ -175,6 +194,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.command == "cell":
+        if args.members:
+            try:
+                group = [suite.cell(name) for name in args.cell or []]
+                if not group:
+                    raise ValueError("--members needs the cells' names (--cell NAME ...)")
+                if args.force:
+                    for c in group:
+                        (suite.cell_dir(c) / "result.json").unlink(missing_ok=True)
+                results = run_group(suite, group, extra, resume=not (args.fresh or args.force))
+            except (KeyError, ValueError) as e:
+                print(f"error: {e.args[0]}", file=sys.stderr)
+                return 2
+            for name, result in results.items():
+                note = " (diverged: stopped)" if result["diverged"] else ""
+                print(f"[suite {suite.name}] {name}: {suite.metric} = {result['score']:.6g}{note}")
+            return 0
         if args.cell is not None and len(args.cell) > 1:
             try:
                 group = [suite.cell(name) for name in args.cell]
@@ -212,6 +247,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
 
     if args.command == "run":
+        if args.members is not None and suite.share_data:
+            print(f"error: suite {suite.name!r} shares data across architectures (share_data); --members groups "
+                  "a cell's seeds and learning rates instead: run it without one of them", file=sys.stderr)  # fmt: skip
+            return 2
         report = run_local(
             suite,
             jobs=args.jobs,
@@ -219,6 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra=extra,
             cells=_select(suite, args),
             fresh=args.fresh,
+            members=args.members,
         )
         results = collect(suite)
         try:

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from memrnn.ops.native import HEAP_MALLOC_ENV
-from memrnn.suite.spec import Cell, Suite
+from memrnn.suite.spec import RUN_FOLDER_ARGS, Cell, Suite
 
 #: the ``train.py`` defaults read before every config when the suite names none
 PROJECT_DEFAULTS = Path("configs") / "defaults.yaml"
@@ -174,10 +174,6 @@ def checkpoint_summary(path: Path) -> str:
     if best:
         parts.append(f"best {best[0][0]} {best[0][1]:.4f}")
     return ", ".join(parts)
-
-
-#: arguments that say where a run writes, not what it computes: left out when a cell's arguments are compared
-RUN_FOLDER_ARGS = ("--trainer.logger.init_args.save_dir=", "--trainer.logger.init_args.name=")
 
 
 def _comparable(args: Sequence[str], suite: Suite) -> list[str]:
@@ -483,7 +479,7 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 
 
 def _cell_command(
-    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], fresh: bool = False
+    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], fresh: bool = False, members: bool = False
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -496,6 +492,7 @@ def _cell_command(
         "--out",
         str(suite.out),
         *(["--fresh"] if fresh else []),
+        *(["--members"] if members else []),
     ]
     return cmd + (["--", *extra] if extra else [])
 
@@ -509,6 +506,7 @@ def run_local(
     cells: Sequence[Cell] | None = None,
     log: Callable[[str], None] | None = None,
     fresh: bool = False,
+    members: str | int | None = None,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
     a time (with the suite's ``share_data``, one process per task, lr and seed, its log named for its
@@ -518,14 +516,18 @@ def run_local(
     suite's order
     (``done`` or ``failed (exit N; log …)``); Ctrl-C or SIGTERM stops the running cells, which then count
     as killed and run again next time, from their latest epoch's checkpoint unless ``fresh``
-    (:func:`run_cell`)."""
+    (:func:`run_cell`).  ``members`` (``"auto"`` or a whole number): the cells that differ only in
+    seed and learning rate run as the members of one process, at most that many
+    (:mod:`memrnn.suite.groups`)."""
     log = log or _say
     if jobs < 1 or threads < 1:
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
     order = [c.name for c in todo]
     groups: list[list[Cell]] = []  # one process each: a cell, or with share_data a (task, lr, seed)
-    if suite.share_data:
+    if members is not None:
+        groups = suite.member_groups(todo, members)
+    elif suite.share_data:
         by_key: dict[tuple[str, float | None, int], list[Cell]] = {}
         for c in todo:
             by_key.setdefault((c.task, c.lr, c.seed), []).append(c)
@@ -536,6 +538,8 @@ def run_local(
     running: list[tuple[list[Cell], subprocess.Popen, Path, float]] = []
     report: dict[str, str] = {}
     unit = "process(es) of a task, lr and seed sharing data" if suite.share_data else "cell(s)"
+    if members is not None:
+        unit = "process(es) of members (seeds and learning rates of one cell)"
     log(f"[suite {suite.name}] {len(todo)} cell(s) to run in {len(groups)} {unit}, {jobs} at a time")
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -557,13 +561,17 @@ def run_local(
                         start.append(cell)
                 if not start:
                     continue
-                name = start[0].name if len(start) == 1 else "-".join(c.arch for c in start) + "/" + (
-                    start[0].name.split("/", 1)[1])  # fmt: skip
+                if members is not None:
+                    name = suite.group_dir(start).relative_to(suite.out).as_posix()
+                elif len(start) == 1:
+                    name = start[0].name
+                else:
+                    name = "-".join(c.arch for c in start) + "/" + start[0].name.split("/", 1)[1]
                 path = suite.out / "logs" / f"{name.replace('/', '_')}.log"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:
                     proc = subprocess.Popen(
-                        _cell_command(suite, start, extra, fresh),
+                        _cell_command(suite, start, extra, fresh, members is not None and len(start) > 1),
                         stdout=fh,
                         stderr=subprocess.STDOUT,
                         env=env,

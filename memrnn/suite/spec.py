@@ -98,8 +98,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,6 +112,10 @@ import yaml
 SUITE_KEYS = ("name", "description", "defaults", "architectures", "tasks", "seeds", "lrs", "lr_key",
               "args", "metric", "mode", "out", "slurm", "budget", "sample", "select",
               "data_seed", "test_checkpoint", "folder", "share_data", "labels", "stats", "floor")  # fmt: skip
+#: arguments that say where a run writes, not what it computes
+RUN_FOLDER_ARGS = ("--trainer.logger.init_args.save_dir=", "--trainer.logger.init_args.name=")
+#: the module that trains a group of cells as members (:mod:`memrnn.suite.groups`)
+MEMBERS_CLASS = "memrnn.lit.members.MemberSequenceModule"
 #: the statistics over runs a table cell may show (``stats``)
 STATS = ("mean", "median", "best", "max", "min")
 #: the distributions ``sample`` draws from, and what each takes
@@ -533,3 +539,69 @@ class Suite:
             f"--trainer.logger.init_args.name={self.name}:{cell.name}",
         ]
         return args
+
+    # -- members: the cells that differ only in seed and learning rate, as one process ----------
+    def _member_shared_args(self, cell: Cell) -> list[str]:
+        """What ``cell``'s arguments give every cell of its members group: without its seed, its
+        learning rate (when it is the model's ``lr``, which members take one each) and run folder."""
+        drop = ["--seed_everything=", "--data.init_args.seed=", *RUN_FOLDER_ARGS]
+        if self.lr_key == "model.init_args.lr":
+            drop.append(f"--{self.lr_key}=")
+        return [a for a in self.cli_args(cell) if not a.startswith(tuple(drop))]
+
+    def member_groups(self, cells: Sequence[Cell], members: str | int) -> list[list[Cell]]:
+        """``cells`` in groups that run as the members of one process
+        (:mod:`memrnn.suite.groups`): one per architecture, task and every other argument, holding
+        its seeds and learning rates in the suite's order, split into groups of at most
+        ``members`` (``"auto"``: no limit)."""
+        if members != "auto" and (isinstance(members, bool) or not isinstance(members, int) or members < 1):
+            raise ValueError(f"members must be 'auto' or a whole number >= 1, got {members!r}")
+        if self.share_data:
+            raise ValueError(
+                f"suite {self.name!r} shares data across architectures (share_data); members group a "
+                "cell's seeds and learning rates instead: run it without --members, or without share_data"
+            )
+        by_key: dict[tuple[str, ...], list[Cell]] = {}
+        for c in cells:
+            by_key.setdefault((c.arch, c.task, *self._member_shared_args(c)), []).append(c)
+        out = []
+        for group in by_key.values():
+            step = len(group) if members == "auto" else int(members)
+            out += [group[i : i + step] for i in range(0, len(group), step)]
+        return out
+
+    def group_dir(self, cells: Sequence[Cell]) -> Path:
+        """Where a members group writes its checkpoints and logs:
+        ``<out>/groups/<arch>/<task>/<its cells' lr and seed parts>``."""
+        parts = [c.name.split("/", 2)[2].replace("/", "-") for c in cells]
+        names = "_".join(parts)
+        if len(names) > 120:  # a long group: its first and last member and how many
+            names = f"{parts[0]}..{len(parts)}..{parts[-1]}"
+        return self.out / "groups" / cells[0].arch / cells[0].task / names
+
+    def group_args(self, cells: Sequence[Cell]) -> list[str]:
+        """The ``train.py`` arguments of a members group: the cells' shared arguments, the
+        members (each cell's seed, learning rate and, when the cells' data seeds differ, its data
+        seed, with ``member_data: independent``) and the group's run folder."""
+        first = cells[0]
+        shared = self._member_shared_args(first)
+        for c in cells[1:]:
+            if (c.arch, c.task) != (first.arch, first.task) or self._member_shared_args(c) != shared:
+                raise ValueError(f"{c.name} and {first.name} differ in more than seed and learning rate: "
+                                 "they cannot run as members of one process")  # fmt: skip
+        data_seeds = [self.data_seed_of(c) for c in cells]
+        independent = len(set(data_seeds)) > 1
+        rows = []
+        for c, data_seed in zip(cells, data_seeds, strict=True):
+            row: dict[str, Any] = {"seed": c.seed}
+            if c.lr is not None and self.lr_key == "model.init_args.lr":
+                row["lr"] = c.lr
+            if independent:
+                row["data_seed"] = data_seed
+            rows.append(row)
+        folder = self.group_dir(cells)
+        return [*shared, f"--model.class_path={MEMBERS_CLASS}", f"--model.init_args.members={json.dumps(rows)}",
+                f"--model.init_args.member_data={'independent' if independent else 'shared'}",
+                f"--seed_everything={first.seed}", f"--data.init_args.seed={data_seeds[0]}",
+                f"--trainer.logger.init_args.save_dir={folder}",
+                f"--trainer.logger.init_args.name={self.name}:{folder.relative_to(self.out / 'groups')}"]  # fmt: skip
