@@ -22,6 +22,7 @@ from memrnn.ops.nondeterministic import (
     DEFAULT_DEPTH,
     LOG_ZERO,
     nondeterministic_reference,
+    vector_nondeterministic_reference,
     window_depth,
 )
 
@@ -130,6 +131,40 @@ def test_window_size_equals_their_bound_on_random_weights(D, bottom_symbol):
     torch.testing.assert_close(got, ref.reshape(Bt, T, -1).softmax(-1), atol=1e-12, rtol=0)
     wider = nondeterministic_reference(push, repl, pop, window_size=D + 1, bottom_symbol=bottom_symbol)
     assert not torch.allclose(got, wider.reshape(Bt, T, -1).softmax(-1), atol=1e-6)
+
+
+@pytest.mark.parametrize("D", [2, 4])
+@pytest.mark.parametrize("bottom_symbol", ["fixed", "original"])
+def test_the_vector_stacks_window_size_equals_their_bound(D, bottom_symbol):
+    """The vector stack (their ``LimitedVectorNondeterministicStack``, the same ``window_size``)
+    built with ``window_size=D`` reads the expected top vectors of the literal recurrences with
+    their bound ``i ≥ j − D``; its bottom vector, where it has one, ``σ(0) = 1/2``."""
+    gen = torch.Generator().manual_seed(10 + D)
+    Bt, T, Q, S, m = 2, 6, 2, 2, 3
+    push = torch.randn(Bt, T, Q, S, Q, S, generator=gen, dtype=F64)
+    repl = torch.randn(Bt, T, Q, S, Q, S, generator=gen, dtype=F64)
+    pop = torch.randn(Bt, T, Q, S, Q, generator=gen, dtype=F64)
+    vectors = torch.nn.functional.logsigmoid(torch.randn(Bt, T, m, generator=gen, dtype=F64))
+    kw = {"bottom": None} if bottom_symbol == "original" else {}
+    mem = VectorNondeterministicStack(
+        4, states=Q, symbols=S, vector_size=m, window_size=D, bottom_symbol=bottom_symbol, dtype=F64, **kw
+    )
+    qs = Q * S
+    state = mem.initial_state(Bt, device=None, dtype=F64)
+    got = []
+    for t in range(T):
+        actions = (
+            push[:, t].reshape(Bt, qs, qs),
+            repl[:, t].reshape(Bt, qs, qs),
+            pop[:, t].reshape(Bt, qs, Q),
+        )
+        state, _ = mem.update(state, (*actions, vectors[:, t]))
+        got.append(mem.read(state))
+    bottom = mem.log_bottom(dtype=F64)
+    _, ref = vector_nondeterministic_reference(
+        push, repl, pop, vectors, bottom, window_size=D, bottom_symbol=bottom_symbol
+    )
+    torch.testing.assert_close(torch.stack(got, 1), ref.reshape(Bt, T, -1), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize(
