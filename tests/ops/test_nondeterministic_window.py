@@ -1,5 +1,5 @@
 """The memory-limited nondeterministic stack's window as DuSell & Chiang name it: their
-``window_size = D`` (the limited RNS-RNN, 2022, section 5; ``--window-size`` of their scripts) is
+``window_size = D`` (the memory-limited RNS-RNN, 2022; ``--window-size`` of their scripts) is
 memrnn's ``depth = D − 1``, and ``NondeterministicStack(window_size=D)`` (``StackRNN``'s
 ``memory_args={"window_size": D}``) builds it.
 

@@ -67,8 +67,8 @@ class NondeterministicStack(Memory):
     ``window_size``: the same window as DuSell & Chiang's code and scripts name it
     (``--window-size``, ``D`` in the 2022 paper): the ``D`` start times ``i = j−D..j−1`` whose
     runs step ``j`` keeps, one more than ``depth`` counts, so ``window_size = D`` is
-    ``depth = D − 1`` (:func:`memrnn.ops.nondeterministic.window_depth`): their ``D = 2`` keeps a
-    push and a push then replace, no pop; ``D = 3`` first lets a pop uncover an element pushed two
+    ``depth = D − 1`` (:func:`memrnn.ops.nondeterministic.window_depth`): their ``D = 2`` keeps the
+    runs whose top was pushed at the step or pushed the step before and replaced, no pop; ``D = 3`` first lets a pop uncover an element pushed two
     steps earlier.  Give ``depth`` or ``window_size`` (both only if they agree; a ``ValueError``
     names the two otherwise); neither: ``depth = 32``.  ``D ≥ 2`` (their ``D = 1`` keeps only the
     pushes).  The module keeps ``depth``; :attr:`window_size` is ``depth + 1``.

@@ -24,7 +24,7 @@ with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in
 The window against DuSell & Chiang's.  ``depth`` counts how many steps old the top element of a
 kept run may be: step ``j`` keeps the inner weights ``γ[i → j]`` of the ``depth + 1`` start times
 ``i = j−depth−1..j−1``.  DuSell & Chiang's ``window_size`` ``D`` (the memory-limited RNS-RNN,
-2022, section 5; ``--window-size`` of their scripts, ``D=35`` in their Penn Treebank runs) counts
+2022; ``--window-size`` of their scripts, ``D=35`` in their Penn Treebank runs) counts
 those start times, ``j − D ≤ i ≤ j − 1`` (``LimitedNondeterministicStack.update`` in
 ``nsrnn/models/limited_nondeterministic_stack.py`` at tag ``iclr2022`` and in the 2023 code's
 ``stack_rnn_models/limited_nondeterministic_stack.py``; the vector stack's likewise): their
