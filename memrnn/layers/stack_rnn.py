@@ -141,7 +141,10 @@ class StackRNN(MemoryLayer):
             DeQue); start times kept by the nondeterministic stack.  The stacks and the queue
             are windows of the papers' unbounded structures: exact while nothing is pushed out of
             the window (always when ``depth ≥`` the sequence length); ``trace`` reports what each
-            step drops (``overflow``).
+            step drops (``overflow``).  The nondeterministic stacks also take their window as
+            DuSell & Chiang name it, ``memory_args={"window_size": D}`` (their ``--window-size
+            D``), which is ``depth = D − 1`` (:class:`memrnn.layers.NondeterministicStack`): it
+            takes the place of ``depth``, which is then left at its default (or given as ``D − 1``).
         output: ``"hidden"`` (``y_t = h_t``) or ``"hidden+reading"`` (``[h_t ; r_t]``, DuSell
             & Chiang's ``include_reading_in_output``).
         strict: ``forward`` and ``trace`` raise :class:`StackOverflowError`, naming the step and
@@ -205,7 +208,9 @@ class StackRNN(MemoryLayer):
             size = {} if width is None else {"width": width}
             given = ("hidden_size", "depth", *size, *fk)
             check_kwargs(f"memory_args of the {memory!r} memory", MEMORIES[memory], args or {}, given=given)
-            return MEMORIES[memory](self.hidden_size, depth=depth, **size, **(args or {}), **fk)
+            if depth != 32 or "window_size" not in (args or {}):  # else the window_size alone
+                size["depth"] = depth
+            return MEMORIES[memory](self.hidden_size, **size, **(args or {}), **fk)
         given = [f"{k}={v!r}" for k, v in (("width", width), ("memory_args", args)) if v is not None]
         given += [f"depth={depth!r}"] if depth != 32 else []
         if given:

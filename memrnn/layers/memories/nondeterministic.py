@@ -18,6 +18,7 @@ from memrnn.ops.nondeterministic import (
     nondeterministic_step,
     vector_nondeterministic_initial,
     vector_nondeterministic_step,
+    window_depth,
 )
 
 
@@ -62,6 +63,15 @@ class NondeterministicStack(Memory):
     is 1 at each such step (0 before).  Each step costs ``O(depth² · Q³ · S²)`` per row with the
     torch step; ``StackRNN``'s run (C++ on CPU, Triton kernels on CUDA) computes only start times
     that can be alive, ``O(min(s, depth)² · Q³ · S²)`` at step ``s`` from the fresh stack.
+
+    ``window_size``: the same window as DuSell & Chiang's code and scripts name it
+    (``--window-size``, ``D`` in the 2022 paper): the ``D`` start times ``i = j−D..j−1`` whose
+    runs step ``j`` keeps, one more than ``depth`` counts, so ``window_size = D`` is
+    ``depth = D − 1`` (:func:`memrnn.ops.nondeterministic.window_depth`): their ``D = 2`` keeps the
+    runs whose top was pushed at the step or pushed the step before and replaced, no pop; ``D = 3`` first lets a pop uncover an element pushed two
+    steps earlier.  Give ``depth`` or ``window_size`` (both only if they agree; a ``ValueError``
+    names the two otherwise); neither: ``depth = 32``.  ``D ≥ 2`` (their ``D = 1`` keeps only the
+    pushes).  The module keeps ``depth``; :attr:`window_size` is ``depth + 1``.
     """
 
     kind = "nondeterministic"
@@ -72,12 +82,13 @@ class NondeterministicStack(Memory):
         self,
         hidden_size: int,
         width: int | None = None,
-        depth: int = 32,
+        depth: int | None = None,
         states: int = 2,
         symbols: int = 3,
         normalize_transitions: bool = False,
         states_in_reading: bool = True,
         bottom_symbol: str = "fixed",
+        window_size: int | None = None,
         **factory,
     ) -> None:
         self.states = positive_int("states", states)
@@ -90,9 +101,14 @@ class NondeterministicStack(Memory):
             raise ValueError(
                 f"the {self._name}'s reading has {reading} units ({what}), got width={width}; leave width out"
             )
-        super().__init__(hidden_size, reading, depth, "identity", **factory)
+        super().__init__(hidden_size, reading, window_depth(depth, window_size), "identity", **factory)
 
     _name = "nondeterministic stack"
+
+    @property
+    def window_size(self) -> int:
+        """The window as DuSell & Chiang's code names it: the start times kept, ``depth + 1``."""
+        return self.depth + 1
 
     def _reading_units(self) -> tuple[int, str]:
         """Units of the reading and what they count."""
@@ -106,7 +122,7 @@ class NondeterministicStack(Memory):
 
     def extra_repr(self) -> str:
         return (
-            f"states={self.states}, symbols={self.symbols}, depth={self.depth}, "
+            f"states={self.states}, symbols={self.symbols}, depth={self.depth} (window_size={self.window_size}), "
             f"normalize_transitions={self.normalize_transitions}, "
             f"states_in_reading={self.states_in_reading}, bottom_symbol={self.bottom_symbol!r}"
         )
@@ -184,6 +200,8 @@ class VectorNondeterministicStack(NondeterministicStack):
     Q·S·m``, flattened ``[Q, S, m]``), which lets a PDA of few symbols carry real-valued content
     (the recurrences: :mod:`memrnn.ops.nondeterministic.reference`).
 
+    ``depth`` or ``window_size`` (DuSell & Chiang's ``LimitedVectorNondeterministicStack``'s,
+    ``depth + 1``) as :class:`NondeterministicStack`'s.
     Args beyond :class:`NondeterministicStack`'s: ``vector_size`` (``m``), ``bottom``:
     ``"learned"`` (a parameter ``bottom`` of ``m`` logits, 0 at first: the vector 0.5; None means
     it), ``"one"`` or ``"zero"``.  With ``bottom_symbol="original"`` (DuSell & Chiang's
@@ -208,13 +226,14 @@ class VectorNondeterministicStack(NondeterministicStack):
         self,
         hidden_size: int,
         width: int | None = None,
-        depth: int = 32,
+        depth: int | None = None,
         states: int = 2,
         symbols: int = 3,
         vector_size: int = 4,
         bottom: str | None = None,
         normalize_transitions: bool = False,
         bottom_symbol: str = "fixed",
+        window_size: int | None = None,
         **factory,
     ) -> None:
         self.vector_size = positive_int("vector_size", vector_size)
@@ -238,6 +257,7 @@ class VectorNondeterministicStack(NondeterministicStack):
             normalize_transitions,
             states_in_reading=True,
             bottom_symbol=bottom_symbol,
+            window_size=window_size,
             **factory,
         )
         if bottom == "learned":
@@ -256,7 +276,8 @@ class VectorNondeterministicStack(NondeterministicStack):
 
     def extra_repr(self) -> str:
         return (
-            f"states={self.states}, symbols={self.symbols}, vector_size={self.vector_size}, depth={self.depth}, "
+            f"states={self.states}, symbols={self.symbols}, vector_size={self.vector_size}, "
+            f"depth={self.depth} (window_size={self.window_size}), "
             f"bottom={self.bottom_kind!r}, normalize_transitions={self.normalize_transitions}, "
             f"bottom_symbol={self.bottom_symbol!r}"
         )

@@ -21,6 +21,16 @@ takes either.  Each step costs ``O(depth² · Q³ · S²)`` per row and memory `
 with ``depth ≥ T`` the stack is DuSell & Chiang's unlimited one (cubic time in T); a smaller
 ``depth`` is their memory-limited variant (linear in T).
 
+The window against DuSell & Chiang's.  ``depth`` counts how many steps old the top element of a
+kept run may be: step ``j`` keeps the inner weights ``γ[i → j]`` of the ``depth + 1`` start times
+``i = j−depth−1..j−1``.  DuSell & Chiang's ``window_size`` ``D`` (the memory-limited RNS-RNN,
+2022; ``--window-size`` of their scripts, ``D=35`` in their Penn Treebank runs) counts
+those start times, ``j − D ≤ i ≤ j − 1`` (``LimitedNondeterministicStack.update`` in
+``nsrnn/models/limited_nondeterministic_stack.py`` at tag ``iclr2022`` and in the 2023 code's
+``stack_rnn_models/limited_nondeterministic_stack.py``; the vector stack's likewise): their
+``window_size = D`` is memrnn's ``depth = D − 1`` (:func:`window_depth`).  Their ``D = 1`` keeps
+only each step's push; memrnn's smallest window, ``depth = 1``, is their ``D = 2``.
+
 On CPU tensors of float32 and float64 the stack runs in C++ (``native_step.cpp``) as a
 :class:`NondeterministicRun`: a whole sequence's columns written once into one store (the window
 above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed term by term, batch
@@ -40,6 +50,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memrnn.core.checks import positive_int
 from memrnn.ops.autograd import first_order
 from memrnn.ops.dispatch import choose
 from memrnn.ops.native import load
@@ -113,6 +124,35 @@ def check_bottom_symbol(bottom_symbol: str) -> str:
     if not isinstance(bottom_symbol, str) or bottom_symbol not in BOTTOM_SYMBOLS:
         raise ValueError(f"bottom_symbol must be one of {', '.join(BOTTOM_SYMBOLS)}, got {bottom_symbol!r}")
     return bottom_symbol
+
+
+#: the window of start times a nondeterministic stack keeps when neither ``depth`` nor
+#: ``window_size`` is given (``depth``; DuSell & Chiang's ``window_size`` 33)
+DEFAULT_DEPTH = 32
+
+
+def window_depth(depth: int | None = None, window_size: int | None = None) -> int:
+    """memrnn's ``depth`` from either it or DuSell & Chiang's ``window_size`` (module docstring:
+    ``depth = window_size − 1``; :data:`DEFAULT_DEPTH` when both are None).
+
+    Raises ``ValueError`` for a ``window_size`` below 2 (their ``window_size = 1`` keeps only each
+    step's push, no replace or pop: memrnn's smallest window is ``window_size = 2``, ``depth = 1``),
+    for a ``depth`` below 1, and when both are given and disagree."""
+    if window_size is None:
+        return DEFAULT_DEPTH if depth is None else positive_int("depth", depth)
+    window_size = positive_int("window_size", window_size)
+    if window_size < 2:
+        raise ValueError(
+            "window_size=1 (DuSell & Chiang's D = 1) keeps only each step's push, no replace or pop: a "
+            "window memrnn does not build; its smallest is window_size=2 (depth=1)"
+        )
+    if depth is not None and positive_int("depth", depth) != window_size - 1:
+        raise ValueError(
+            f"depth={depth!r} and window_size={window_size!r} disagree: DuSell & Chiang's window_size counts "
+            f"the start times kept per step, memrnn's depth is one less (depth={depth} is window_size="
+            f"{depth + 1}, window_size={window_size} is depth={window_size - 1}); give one of them"
+        )
+    return window_size - 1
 
 
 def nondeterministic_initial(
@@ -559,6 +599,7 @@ def vector_nondeterministic_step(
 
 __all__ = [
     "BOTTOM_SYMBOLS",
+    "DEFAULT_DEPTH",
     "LOG_ZERO",
     "NondeterministicRun",
     "check_bottom_symbol",
@@ -570,4 +611,5 @@ __all__ = [
     "vector_nondeterministic_initial",
     "vector_nondeterministic_reference",
     "vector_nondeterministic_step",
+    "window_depth",
 ]

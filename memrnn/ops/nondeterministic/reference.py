@@ -17,7 +17,10 @@ at step ``j`` in state ``r`` with ``y`` on top.  With the start ``α[−1] = α[
     α[j][r,y] = Σ_{i=−1}^{j−1} Σ_{q,x} α[i][q,x] γ[i → j][q,x→r,y]
 
 The memory-limited variant with window ``depth`` keeps only ``γ[i → j]`` with ``j − i ≤ depth + 1``
-(every other inner weight is 0); with ``depth ≥ T`` it is the unlimited stack.
+(every other inner weight is 0); with ``depth ≥ T`` it is the unlimited stack.  DuSell & Chiang's
+code names the window by the start times it keeps, ``window_size = D``: ``j − D ≤ i ≤ j − 1``
+(``LimitedNondeterministicStack.update``), the same window as ``depth = D − 1``; the reference
+takes either (``window_size`` bounds the sums over ``i`` as their code does).
 
 The bottom symbol.  The start above is the fix of DuSell & Chiang's 2023 code (their
 ``NondeterministicStack``, default ``original_bottom_symbol_behavior=False``): a fake push from
@@ -54,15 +57,23 @@ from torch import Tensor
 
 
 def nondeterministic_reference(
-    push: Tensor, repl: Tensor, pop: Tensor, depth: int | None = None, bottom_symbol: str = "fixed"
+    push: Tensor,
+    repl: Tensor,
+    pop: Tensor,
+    depth: int | None = None,
+    bottom_symbol: str = "fixed",
+    *,
+    window_size: int | None = None,
 ) -> Tensor:
     """Forward weights of the nondeterministic stack from the log transition weights
     ``push, repl [B, T, Q, S, Q, S]`` and ``pop [B, T, Q, S, Q]`` of steps ``1..T``.
 
     Returns ``log α [B, T, Q, S]`` (steps ``1..T``).  ``depth``: the memory-limited window
-    (``None``: unlimited); ``bottom_symbol``: ``"fixed"`` (the 2023 code) or ``"original"`` (the
-    2020/2022 code: no start time −1; module docstring)."""
-    return _literal(push, repl, pop, None, None, depth, _original(bottom_symbol))[0]
+    (``None``: unlimited), or ``window_size``: the same window as DuSell & Chiang's code names it
+    (module docstring; at most one of the two); ``bottom_symbol``: ``"fixed"`` (the 2023 code) or
+    ``"original"`` (the 2020/2022 code: no start time −1; module docstring)."""
+    window = _window(depth, window_size)
+    return _literal(push, repl, pop, None, None, window, _original(bottom_symbol))[0]
 
 
 def vector_nondeterministic_reference(
@@ -73,11 +84,14 @@ def vector_nondeterministic_reference(
     bottom: Tensor | None = None,
     depth: int | None = None,
     bottom_symbol: str = "fixed",
+    *,
+    window_size: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The vector RNS-RNN's stack (module docstring) from the log transition weights as in
     :func:`nondeterministic_reference`, the log pushed vectors ``vectors [B, T, m]`` of steps
     ``1..T`` and the log bottom vector ``bottom [m]`` (``None``: the zero vector; with
-    ``bottom_symbol="original"`` there is no bottom element to hold one, and it must be None).
+    ``bottom_symbol="original"`` there is no bottom element to hold one, and it must be None);
+    ``depth`` or ``window_size`` as there.
 
     Returns ``(log α [B, T, Q, S], reading [B, T, Q, S, m])`` (steps ``1..T``)."""
     original = _original(bottom_symbol)
@@ -85,7 +99,15 @@ def vector_nondeterministic_reference(
         raise ValueError("bottom_symbol='original' has no bottom vector (no ζ[−1 → j]); pass bottom=None")
     if bottom is None:
         bottom = torch.full(vectors.shape[-1:], float("-inf"), dtype=vectors.dtype)
-    return _literal(push, repl, pop, vectors, bottom, depth, original)
+    return _literal(push, repl, pop, vectors, bottom, _window(depth, window_size), original)
+
+
+def _window(depth: int | None, window_size: int | None) -> int | None:
+    """The start times kept per step (DuSell & Chiang's ``window_size``) from ``depth`` or
+    ``window_size``; None: every one (the unlimited stack)."""
+    if depth is not None and window_size is not None:
+        raise ValueError(f"give depth or window_size, not both (got {depth!r} and {window_size!r})")
+    return window_size if depth is None else depth + 1
 
 
 def _original(bottom_symbol: str) -> bool:
@@ -95,10 +117,11 @@ def _original(bottom_symbol: str) -> bool:
     return bottom_symbol == "original"
 
 
-def _literal(push, repl, pop, vectors, bottom, depth, original=False):
-    """The recurrences of the module docstring, one batch row at a time; ``vectors`` None: no
-    ``ζ``, ``η`` (the readings returned are then None); ``original``: no start time −1 (no
-    ``α[−1]``, ``γ[−1 → j]``, ``ζ[−1 → j]``), as the 2020/2022 code."""
+def _literal(push, repl, pop, vectors, bottom, window, original=False):
+    """The recurrences of the module docstring, one batch row at a time; ``window``: the start
+    times kept per step (``i ≥ j − window``, DuSell & Chiang's ``window_size``; None: all);
+    ``vectors`` None: no ``ζ``, ``η`` (the readings returned are then None); ``original``: no
+    start time −1 (no ``α[−1]``, ``γ[−1 → j]``, ``ζ[−1 → j]``), as the 2020/2022 code."""
     B, T, Q, S = push.shape[:4]
     push, repl, pop = push.exp(), repl.exp(), pop.exp()
     states = list(itertools.product(range(Q), range(S)))
@@ -136,7 +159,7 @@ def _literal(push, repl, pop, vectors, bottom, depth, original=False):
         row, row_readings = [], []
         for j in range(1, T + 1):
             pu, re, po = push[b, j - 1], repl[b, j - 1], pop[b, j - 1]
-            lo = first if depth is None else max(first, j - depth - 1)
+            lo = first if window is None else max(first, j - window)
             for i in range(lo, j):
                 col, zcol = {}, {}
                 for (q, x), (r, y) in itertools.product(states, states):
