@@ -9,6 +9,7 @@ from memrnn.data.datamodule import (
     bos_inputs,
     collate_generator,
 )
+from memrnn.data.members import MemberData
 from memrnn.data.presets import PRESETS, SplitPreset, get_preset
 from memrnn.data.recognition import RecognizerDataModule, collate_recognizer
 from memrnn.data.tasks import (
@@ -29,6 +30,7 @@ __all__ = [
     "CopyTask",
     "EpochShuffleSampler",
     "FormalLanguageDataModule",
+    "MemberData",
     "RecognizerDataModule",
     "RepeatCopyTask",
     "ReversalTask",
