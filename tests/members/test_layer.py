@@ -12,7 +12,7 @@ from torch import nn
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer
+from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer, SecondOrderRNN
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -101,6 +101,8 @@ PATH_CASES = [
     (GRULayer, {}, "gru_sequence"),
     (GRULayer, {"num_layers": 2}, "gru_sequence"),
     (GRULayer, {"num_layers": 2, "bias": False, "learned_initial_state": True}, "gru_sequence"),
+    (SecondOrderRNN, {"sensitivity": 2.0}, "second_order_sequence"),
+    (SecondOrderRNN, {"learn_sensitivity": True, "bias": False}, "second_order_sequence"),
 ]
 
 
@@ -134,6 +136,58 @@ def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
         for a, b in zip(runs["path"], runs[how], strict=True):
             torch.testing.assert_close(a, b, **tol)
     assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+
+
+#: the layers with an indexed one-hot path, on one-hot inputs (each member its own ids)
+ONE_HOT_CASES = [
+    (SecondOrderRNN, {"sensitivity": 2.0}, "second_order_sequence"),
+    (
+        SecondOrderRNN,
+        {"learn_sensitivity": True, "bias": False, "one_hot_input": True},
+        "second_order_sequence",
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("cls", "kwargs", "op"), ONE_HOT_CASES)
+def test_one_hot_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
+    """The member paths of the layers with an indexed one-hot path (their bucketed Functions with
+    members), on one-hot inputs, each member its own sensitivity and ids: outputs, final states
+    and the gradients of the parameters and the initial state equal the loop over the members and
+    the reference paths."""
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layers.append(cls(4, 6, **{**kwargs, "sensitivity": 1.0 + seed}).to(dtype))
+    members = MemberLayer(layers)
+    assert members.member_path == f"{op} (members batched)"
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 4, (3, B, T), generator=gen)
+    x = nn.functional.one_hot(ids, 4).to(dtype)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    state = _perturbed(members.initial_state(B, dtype=dtype), gen)
+    leaves = [t for t in state_leaves(state) if t.requires_grad]
+    runs = {}
+    for how in ("path", "loop", "reference"):
+        if how == "loop":
+            y, final = members._loop(x, state, mask.expand(3, B, T), outputs_only=False)
+        elif how == "reference":
+            with reference_paths():
+                y, final = members(x, state, mask=mask)
+        else:
+            y, final = members(x, state, mask=mask)
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [*leaves, *members.parameters()]))
+    for how in ("loop", "reference"):
+        for a, b in zip(runs["path"], runs[how], strict=True):
+            torch.testing.assert_close(a, b, **tol)
+    assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+    if kwargs.get("one_hot_input"):  # a member whose input is not one-hot is named
+        x[1, 2, 0] = 0.5
+        with pytest.raises(ValueError, match=f"{cls.__name__} member 1 .* at row 2, step 0 is not one-hot"):
+            members(x, mask=mask)
 
 
 def test_the_loop_is_named_where_no_member_path_applies():
