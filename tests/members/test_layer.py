@@ -12,7 +12,8 @@ from torch import nn
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer, SecondOrderRNN
+from memrnn.layers import NNPDA, ElmanRNN, GRULayer, JordanRNN, LSTMLayer, SecondOrderRNN
+from memrnn.layers.nnpda import StackOverflowError
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -103,6 +104,12 @@ PATH_CASES = [
     (GRULayer, {"num_layers": 2, "bias": False, "learned_initial_state": True}, "gru_sequence"),
     (SecondOrderRNN, {"sensitivity": 2.0}, "second_order_sequence"),
     (SecondOrderRNN, {"learn_sensitivity": True, "bias": False}, "second_order_sequence"),
+    (NNPDA, {"stack_symbols": 2, "depth": 4}, "nnpda_sequence"),
+    (
+        NNPDA,
+        {"stack_symbols": 2, "depth": 3, "action": "sigmoid", "learn_sensitivity": True, "output": "state"},
+        "nnpda_sequence",
+    ),
 ]
 
 
@@ -146,6 +153,18 @@ ONE_HOT_CASES = [
         {"learn_sensitivity": True, "bias": False, "one_hot_input": True},
         "second_order_sequence",
     ),
+    (NNPDA, {"stack_symbols": 2, "depth": 4, "action": "clamp"}, "nnpda_sequence"),
+    (
+        NNPDA,
+        {
+            "stack_symbols": 3,
+            "depth": 3,
+            "action": "sigmoid",
+            "learn_sensitivity": True,
+            "one_hot_input": True,
+        },
+        "nnpda_sequence",
+    ),
 ]
 
 
@@ -188,6 +207,29 @@ def test_one_hot_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, 
         x[1, 2, 0] = 0.5
         with pytest.raises(ValueError, match=f"{cls.__name__} member 1 .* at row 2, step 0 is not one-hot"):
             members(x, mask=mask)
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_nnpda_member_path_strict_names_the_member(one_hot):
+    """``strict``: a member whose push meets a full window raises as its layer would, naming the
+    member; the others' overflow-free runs do not."""
+    layers = [NNPDA(3, 2, 2, depth=2, sensitivity=5.0, strict=True, one_hot_input=one_hot) for _ in range(2)]
+    with torch.no_grad():
+        layers[0].weight_push.zero_()
+        layers[1].weight_push.fill_(1.0)  # p+ = 1·Σ R ≥ 1 at the first step
+    members = MemberLayer(layers)
+    assert members.member_path == "nnpda_sequence (members batched)"
+    state = members.initial_state(B)
+    state.stack[:, :, -1, 0] = 1.0  # the window's bottom cell holds a symbol
+    x = nn.functional.one_hot(torch.randint(0, 3, (2, B, T), generator=torch.Generator().manual_seed(0)), 3)
+    x = x.float() if one_hot else x.float() * 0.9
+    with pytest.raises(
+        StackOverflowError, match=r"member 1: nnPDA stack overflow at step t=0 \(0-based\), batch row 0"
+    ):
+        members(x, state)
+    with pytest.raises(StackOverflowError, match=r"at step t=0 \(0-based\), batch row 0"):
+        members.member(1)(x[1], state_map(lambda t: t[1], state))
+    members.member(0)(x[0], state_map(lambda t: t[0], state))  # member 0 alone does not overflow
 
 
 def test_the_loop_is_named_where_no_member_path_applies():

@@ -37,8 +37,8 @@ LAYERS = BASE_LAYERS + [
     f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
 ]
 #: layers with a member path, run as two members (``"<name>+members"``: :class:`memrnn.members.MemberLayer`)
-MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman", "gru_2layer", "second_order")] + [
-    f"{n}+members_one_hot" for n in ("second_order",)
+MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman", "gru_2layer", "second_order", "nnpda")] + [
+    f"{n}+members_one_hot" for n in ("second_order", "nnpda")
 ]
 CPU_IMPLS = ("default", "cpu", "native")
 #: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)
