@@ -282,3 +282,28 @@ def test_members_bad_shapes_are_named():
         nnpda_sequence(w, h[0], q0, stack0, tail0, ids)
     with pytest.raises(ValueError, match=r"so ids must be 3-D with 2 first, got \(3, 4\)"):
         nnpda_sequence(w, h, q0, stack0, tail0, ids[0])
+
+
+@needs_triton
+@pytest.mark.parametrize("action", ["identity", "sigmoid"])
+def test_members_kernel_runs_each_member(action):
+    """With members the Triton kernels run once per member (a member grid is a later step): every
+    state, ``p+`` and the gradients equal the member reference's."""
+    M = 2
+    shape = {"n": 3, "m1": 3, "m2": 2, "D": 3, "B": 2, "T": 3, "device": DEVICE}
+    per = [make_inputs(torch.float32, seed=m, **shape) for m in range(M)]
+    args = [torch.stack([p[i].detach() for p in per]).requires_grad_() for i in (0, 2, 3, 4)]
+    h = torch.tensor([4.0, 2.5], device=DEVICE, requires_grad=True)
+    weight, q0, stack0, tail0 = args
+    ids = torch.stack([p[5] for p in per])
+    gen = torch.Generator().manual_seed(1)
+    runs = {}
+    for impl in ("reference", "triton"):
+        outs = nnpda_sequence(weight, h, q0, stack0, tail0, ids, action, impl=impl)
+        if impl == "reference":
+            proj = [torch.randn(o.shape, generator=gen).to(DEVICE) for o in outs[:3]]
+        loss = sum((o * p).sum() for o, p in zip(outs[:3], proj, strict=True))
+        runs[impl] = (*outs, *torch.autograd.grad(loss, [weight, h, q0, stack0, tail0]))
+    for i, (a, b) in enumerate(zip(runs["triton"], runs["reference"], strict=True)):
+        tol = 1e-4 * max(1.0, float(b.detach().abs().max()))
+        torch.testing.assert_close(a, b, atol=tol, rtol=0, msg=lambda m, i=i: f"result {i}: {m}")

@@ -102,3 +102,26 @@ def test_members_bad_shapes_are_named():
         second_order_sequence(w, b, h[0], s0, ids)
     with pytest.raises(ValueError, match=r"so ids must be 3-D with 2 first, got \(3, 4\)"):
         second_order_sequence(w, None, h, s0, ids[0])
+
+
+@needs_triton
+def test_members_kernel_runs_each_member():
+    """With members the Triton kernels run once per member (a member grid is a later step):
+    states and gradients equal the member reference's."""
+    from memrnn.ops.second_order_rnn import second_order_sequence
+
+    M, B, T, N, V = 2, 3, 4, 5, 4
+    ids = torch.randint(0, V, (M, B, T), generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    args = [
+        randn(M, N, N, V, dtype=torch.float32, seed=2, scale=N**-0.5),
+        randn(M, N, dtype=torch.float32, seed=3),
+        torch.tensor([2.0, 1.0], device=DEVICE, requires_grad=True),
+        randn(M, B, N, dtype=torch.float32, seed=4),
+    ]
+    proj = torch.randn(M, B, T + 1, N, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    runs = {}
+    for impl in ("reference", "triton"):
+        states = second_order_sequence(*args, ids, impl=impl)
+        runs[impl] = (states, *torch.autograd.grad((states * proj).sum(), args))
+    for a, b in zip(runs["triton"], runs["reference"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
