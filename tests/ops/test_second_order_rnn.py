@@ -102,6 +102,8 @@ def test_members_bad_shapes_are_named():
         second_order_sequence(w, b, h[0], s0, ids)
     with pytest.raises(ValueError, match=r"so ids must be 3-D with 2 first, got \(3, 4\)"):
         second_order_sequence(w, None, h, s0, ids[0])
+    with pytest.raises(ValueError, match=r"token id 3 is outside the vocabulary \[0, 3\)"):
+        second_order_sequence(w, None, h, s0, ids + 3, impl="cpu")  # it would read member 1's weights
 
 
 @needs_triton
