@@ -12,7 +12,8 @@ from torch import nn
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer
+from memrnn.layers import NNPDA, ElmanRNN, GRULayer, JordanRNN, LSTMLayer, SecondOrderRNN
+from memrnn.layers.nnpda import StackOverflowError
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -101,6 +102,14 @@ PATH_CASES = [
     (GRULayer, {}, "gru_sequence"),
     (GRULayer, {"num_layers": 2}, "gru_sequence"),
     (GRULayer, {"num_layers": 2, "bias": False, "learned_initial_state": True}, "gru_sequence"),
+    (SecondOrderRNN, {"sensitivity": 2.0}, "second_order_sequence"),
+    (SecondOrderRNN, {"learn_sensitivity": True, "bias": False}, "second_order_sequence"),
+    (NNPDA, {"stack_symbols": 2, "depth": 4}, "nnpda_sequence"),
+    (
+        NNPDA,
+        {"stack_symbols": 2, "depth": 3, "action": "sigmoid", "learn_sensitivity": True, "output": "state"},
+        "nnpda_sequence",
+    ),
 ]
 
 
@@ -134,6 +143,93 @@ def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
         for a, b in zip(runs["path"], runs[how], strict=True):
             torch.testing.assert_close(a, b, **tol)
     assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+
+
+#: the layers with an indexed one-hot path, on one-hot inputs (each member its own ids)
+ONE_HOT_CASES = [
+    (SecondOrderRNN, {"sensitivity": 2.0}, "second_order_sequence"),
+    (
+        SecondOrderRNN,
+        {"learn_sensitivity": True, "bias": False, "one_hot_input": True},
+        "second_order_sequence",
+    ),
+    (NNPDA, {"stack_symbols": 2, "depth": 4, "action": "clamp"}, "nnpda_sequence"),
+    (
+        NNPDA,
+        {
+            "stack_symbols": 3,
+            "depth": 3,
+            "action": "sigmoid",
+            "learn_sensitivity": True,
+            "one_hot_input": True,
+        },
+        "nnpda_sequence",
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(("cls", "kwargs", "op"), ONE_HOT_CASES)
+def test_one_hot_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
+    """The member paths of the layers with an indexed one-hot path (their bucketed Functions with
+    members), on one-hot inputs, each member its own sensitivity and ids: outputs, final states
+    and the gradients of the parameters and the initial state equal the loop over the members and
+    the reference paths."""
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layers.append(cls(4, 6, **{**kwargs, "sensitivity": 1.0 + seed}).to(dtype))
+    members = MemberLayer(layers)
+    assert members.member_path == f"{op} (members batched)"
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 4, (3, B, T), generator=gen)
+    x = nn.functional.one_hot(ids, 4).to(dtype)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    state = _perturbed(members.initial_state(B, dtype=dtype), gen)
+    leaves = [t for t in state_leaves(state) if t.requires_grad]
+    runs = {}
+    for how in ("path", "loop", "reference"):
+        if how == "loop":
+            y, final = members._loop(x, state, mask.expand(3, B, T), outputs_only=False)
+        elif how == "reference":
+            with reference_paths():
+                y, final = members(x, state, mask=mask)
+        else:
+            y, final = members(x, state, mask=mask)
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [*leaves, *members.parameters()]))
+    for how in ("loop", "reference"):
+        for a, b in zip(runs["path"], runs[how], strict=True):
+            torch.testing.assert_close(a, b, **tol)
+    assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+    if kwargs.get("one_hot_input"):  # a member whose input is not one-hot is named
+        x[1, 2, 0] = 0.5
+        with pytest.raises(ValueError, match=f"{cls.__name__} member 1 .* at row 2, step 0 is not one-hot"):
+            members(x, mask=mask)
+
+
+@pytest.mark.parametrize("one_hot", [True, False])
+def test_nnpda_member_path_strict_names_the_member(one_hot):
+    """``strict``: a member whose push meets a full window raises as its layer would, naming the
+    member; the others' overflow-free runs do not."""
+    layers = [NNPDA(3, 2, 2, depth=2, sensitivity=5.0, strict=True, one_hot_input=one_hot) for _ in range(2)]
+    with torch.no_grad():
+        layers[0].weight_push.zero_()
+        layers[1].weight_push.fill_(1.0)  # p+ = 1·Σ R ≥ 1 at the first step
+    members = MemberLayer(layers)
+    assert members.member_path == "nnpda_sequence (members batched)"
+    state = members.initial_state(B)
+    state.stack[:, :, -1, 0] = 1.0  # the window's bottom cell holds a symbol
+    x = nn.functional.one_hot(torch.randint(0, 3, (2, B, T), generator=torch.Generator().manual_seed(0)), 3)
+    x = x.float() if one_hot else x.float() * 0.9
+    with pytest.raises(
+        StackOverflowError, match=r"member 1: nnPDA stack overflow at step t=0 \(0-based\), batch row 0"
+    ):
+        members(x, state)
+    with pytest.raises(StackOverflowError, match=r"at step t=0 \(0-based\), batch row 0"):
+        members.member(1)(x[1], state_map(lambda t: t[1], state))
+    members.member(0)(x[0], state_map(lambda t: t[0], state))  # member 0 alone does not overflow
 
 
 def test_the_loop_is_named_where_no_member_path_applies():

@@ -228,3 +228,82 @@ def _graph_nodes(t):
         seen.append(n)
         todo.extend(f for f, _ in n.next_functions)
     return seen
+
+
+@pytest.mark.parametrize(
+    ("dtype", "atol"), [(torch.float64, 1e-10), (torch.float32, 2e-5)], ids=["float64", "float32"]
+)
+@pytest.mark.parametrize("action", ["identity", "sigmoid", "clamp"])
+@pytest.mark.parametrize("learn_h", [False, True])
+def test_members_equal_the_member_reference(learn_h, action, dtype, atol):
+    """The member dimension (:class:`memrnn.ops.nnpda.cpu.NNPDASequence` with members: every
+    member's rows and weight slices in one bucketed product per step, ``H`` per member): every
+    state, ``p+`` and the gradients of every argument equal
+    :func:`memrnn.ops.nnpda.reference.nnpda_member_reference`'s (a tie in a stack top included),
+    and member ``μ`` of the member reference is the single reference on its slices."""
+    from memrnn.ops.nnpda.reference import nnpda_member_reference
+
+    M = 3
+    shape = {"n": 3, "m1": 4, "m2": 2, "D": 5, "B": 4, "T": 7, "device": "cpu"}
+    per = [make_inputs(torch.float64, seed=m, learn_h=learn_h, **shape) for m in range(M)]
+    weight, _, q0, stack0, tail0, ids = (torch.stack([p[i].detach() for p in per]) for i in range(6))
+    h = torch.tensor([4.0, 2.5, 6.0], dtype=torch.float64)
+    inputs = [t.to(dtype).requires_grad_(t.is_floating_point()) for t in (weight, h, q0, stack0, tail0)]
+    inputs[1].requires_grad_(learn_h)
+    gen = torch.Generator().manual_seed(1)
+    runs = {}
+    for impl in ("reference", "cpu"):
+        outs = nnpda_sequence(*inputs, ids, action, impl=impl)
+        if impl == "reference":
+            proj = [torch.randn(o.shape, generator=gen, dtype=dtype) for o in outs[:3]]
+        loss = sum((o * p).sum() for o, p in zip(outs[:3], proj, strict=True))
+        runs[impl] = (*outs, *torch.autograd.grad(loss, [t for t in inputs if t.requires_grad]))
+    assert type(runs["cpu"][0].grad_fn).__name__ == "NNPDASequenceBackward"
+    assert runs["cpu"][3].shape == (M, 4, 7) and not runs["cpu"][3].requires_grad
+    for i, (a, b) in enumerate(zip(runs["cpu"], runs["reference"], strict=True)):
+        tol = atol * max(1.0, float(b.detach().abs().max()))
+        torch.testing.assert_close(a, b, atol=tol, rtol=0, msg=lambda m, i=i: f"result {i}: {m}")
+    ref = nnpda_member_reference(*inputs, ids, action)
+    for mu in range(M):
+        single = nnpda_reference(*(t[mu] for t in inputs), ids[mu], action)
+        assert all(torch.equal(a, b[mu]) for a, b in zip(single, ref, strict=True))
+
+
+def test_members_bad_shapes_are_named():
+    """With members (``weight [M, O, n, m1, L]``) an argument without the member dimension is a
+    ValueError naming it."""
+    M, B, T, n, m1, m2, D = 2, 3, 4, 3, 4, 2, 5
+    w, h = torch.zeros(M, n + 2 + m2, n, m1, m2 + 1), torch.ones(M)
+    q0, stack0, tail0 = torch.zeros(M, B, n), torch.zeros(M, B, D, m2), torch.zeros(M, B, m2)
+    ids = torch.zeros(M, B, T, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"so stack0 must be 4-D with 2 first, got \(3, 5, 2\)"):
+        nnpda_sequence(w, h, q0, stack0[0], tail0, ids)
+    with pytest.raises(ValueError, match=r"so sensitivity must be 1-D with 2 first, got \(\)"):
+        nnpda_sequence(w, h[0], q0, stack0, tail0, ids)
+    with pytest.raises(ValueError, match=r"so ids must be 3-D with 2 first, got \(3, 4\)"):
+        nnpda_sequence(w, h, q0, stack0, tail0, ids[0])
+
+
+@needs_triton
+@pytest.mark.parametrize("action", ["identity", "sigmoid"])
+def test_members_kernel_runs_each_member(action):
+    """With members the Triton kernels run once per member (a member grid is a later step): every
+    state, ``p+`` and the gradients equal the member reference's."""
+    M = 2
+    shape = {"n": 3, "m1": 3, "m2": 2, "D": 3, "B": 2, "T": 3, "device": DEVICE}
+    per = [make_inputs(torch.float32, seed=m, **shape) for m in range(M)]
+    args = [torch.stack([p[i].detach() for p in per]).requires_grad_() for i in (0, 2, 3, 4)]
+    h = torch.tensor([4.0, 2.5], device=DEVICE, requires_grad=True)
+    weight, q0, stack0, tail0 = args
+    ids = torch.stack([p[5] for p in per])
+    gen = torch.Generator().manual_seed(1)
+    runs = {}
+    for impl in ("reference", "triton"):
+        outs = nnpda_sequence(weight, h, q0, stack0, tail0, ids, action, impl=impl)
+        if impl == "reference":
+            proj = [torch.randn(o.shape, generator=gen).to(DEVICE) for o in outs[:3]]
+        loss = sum((o * p).sum() for o, p in zip(outs[:3], proj, strict=True))
+        runs[impl] = (*outs, *torch.autograd.grad(loss, [weight, h, q0, stack0, tail0]))
+    for i, (a, b) in enumerate(zip(runs["triton"], runs["reference"], strict=True)):
+        tol = 1e-4 * max(1.0, float(b.detach().abs().max()))
+        torch.testing.assert_close(a, b, atol=tol, rtol=0, msg=lambda m, i=i: f"result {i}: {m}")

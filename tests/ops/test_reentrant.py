@@ -37,7 +37,9 @@ LAYERS = BASE_LAYERS + [
     f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
 ]
 #: layers with a member path, run as two members (``"<name>+members"``: :class:`memrnn.members.MemberLayer`)
-MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman", "gru_2layer")]
+MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman", "gru_2layer", "second_order", "nnpda")] + [
+    f"{n}+members_one_hot" for n in ("second_order", "nnpda")
+]
 CPU_IMPLS = ("default", "cpu", "native")
 #: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)
 GRU_LAYERS = [n for n in BASE_LAYERS if layer_class(n).__name__ == "GRULayer"]
@@ -109,13 +111,13 @@ def _make(name: str, dtype: torch.dtype = torch.float64, device: str = "cpu"):
     base, _, kind = name.partition("+")
     torch.manual_seed(0)
     gen = torch.Generator().manual_seed(1)
-    if kind == "members":  # two members: inputs [2, 3, 5, n], the state [2, 3, ...]
+    if kind.startswith("members"):  # two members: inputs [2, 3, 5, n], the state [2, 3, ...]
         layer = MemberLayer.build(lambda: create_layer(base), seeds=[0, 1]).to(device, dtype)
         lead: tuple[int, ...] = (2,)
     else:
         layer, lead = create_layer(base).to(device, dtype), ()
-    if kind == "one_hot":
-        ids = torch.randint(0, layer.input_size, (3, 5), generator=gen)
+    if kind.endswith("one_hot"):
+        ids = torch.randint(0, layer.input_size, (*lead, 3, 5), generator=gen)
         x = torch.nn.functional.one_hot(ids, layer.input_size).to(device, dtype)
     else:
         x = torch.randn(*lead, 3, 5, layer.input_size, generator=gen, dtype=dtype).to(device).requires_grad_()

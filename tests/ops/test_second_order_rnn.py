@@ -46,3 +46,84 @@ def test_second_order_kernel(T, B, N, learn):
         return second_order_sequence(w, b, h, s0, ids, impl=impl)
 
     assert_kernel_matches(run, make, [(B, T + 1, N)], atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["float64", "float32"]
+)
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("learn", [False, True])
+def test_members_equal_the_member_reference(learn, bias, dtype, tol):
+    """The member dimension (:class:`memrnn.ops.second_order_rnn.cpu.SecondOrderSequence` with
+    members: every member's rows and weight slices in one bucketed product per step): states and
+    the gradients of every argument equal :func:`second_order_member_reference`'s, each member
+    with its own ``H`` and ids, and member ``μ`` of the member reference is the single reference
+    on its slices."""
+    from memrnn.ops.second_order_rnn import (
+        second_order_member_reference,
+        second_order_reference,
+        second_order_sequence,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    M, B, T, n, m = 3, 6, 9, 5, 4
+    w = torch.randn(M, n, n, m, generator=g, dtype=dtype).requires_grad_()
+    b = torch.randn(M, n, generator=g, dtype=dtype).requires_grad_() if bias else None
+    h = torch.tensor([1.0, 2.0, 0.5], dtype=dtype, requires_grad=learn)
+    s0 = torch.rand(M, B, n, generator=g, dtype=dtype).requires_grad_()
+    ids = torch.randint(0, m, (M, B, T), generator=g)
+    leaves = [t for t in (w, b, h, s0) if t is not None and t.requires_grad]
+    proj = torch.randn(M, B, T + 1, n, generator=g, dtype=dtype)
+    runs = {}
+    for impl in ("reference", "cpu"):
+        states = second_order_sequence(w, b, h, s0, ids, impl=impl)
+        runs[impl] = (states, *torch.autograd.grad((states * proj).sum(), leaves))
+    assert type(runs["cpu"][0].grad_fn).__name__ == "SecondOrderSequenceBackward"
+    assert runs["cpu"][0].shape == (M, B, T + 1, n)
+    for a, c in zip(runs["cpu"], runs["reference"], strict=True):
+        torch.testing.assert_close(a, c, atol=tol, rtol=tol)
+    ref = second_order_member_reference(w, b, h, s0, ids)
+    for mu in range(M):
+        single = second_order_reference(w[mu], None if b is None else b[mu], h[mu], s0[mu], ids[mu])
+        assert torch.equal(single, ref[mu])
+
+
+def test_members_bad_shapes_are_named():
+    """With members (``weight [M, n, n, m]``) an argument without the member dimension is a
+    ValueError naming it."""
+    from memrnn.ops.second_order_rnn import second_order_sequence
+
+    M, B, T, n, m = 2, 3, 4, 5, 3
+    w, b, h = torch.zeros(M, n, n, m), torch.zeros(M, n), torch.ones(M)
+    s0, ids = torch.zeros(M, B, n), torch.zeros(M, B, T, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"so s0 must be 3-D with 2 first, got \(3, 5\)"):
+        second_order_sequence(w, b, h, s0[0], ids)
+    with pytest.raises(ValueError, match=r"so sensitivity must be 1-D with 2 first, got \(\)"):
+        second_order_sequence(w, b, h[0], s0, ids)
+    with pytest.raises(ValueError, match=r"so ids must be 3-D with 2 first, got \(3, 4\)"):
+        second_order_sequence(w, None, h, s0, ids[0])
+    with pytest.raises(ValueError, match=r"token id 3 is outside the vocabulary \[0, 3\)"):
+        second_order_sequence(w, None, h, s0, ids + 3, impl="cpu")  # it would read member 1's weights
+
+
+@needs_triton
+def test_members_kernel_runs_each_member():
+    """With members the Triton kernels run once per member (a member grid is a later step):
+    states and gradients equal the member reference's."""
+    from memrnn.ops.second_order_rnn import second_order_sequence
+
+    M, B, T, N, V = 2, 3, 4, 5, 4
+    ids = torch.randint(0, V, (M, B, T), generator=torch.Generator().manual_seed(9)).to(DEVICE)
+    args = [
+        randn(M, N, N, V, dtype=torch.float32, seed=2, scale=N**-0.5),
+        randn(M, N, dtype=torch.float32, seed=3),
+        torch.tensor([2.0, 1.0], device=DEVICE, requires_grad=True),
+        randn(M, B, N, dtype=torch.float32, seed=4),
+    ]
+    proj = torch.randn(M, B, T + 1, N, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    runs = {}
+    for impl in ("reference", "triton"):
+        states = second_order_sequence(*args, ids, impl=impl)
+        runs[impl] = (states, *torch.autograd.grad((states * proj).sum(), args))
+    for a, b in zip(runs["triton"], runs["reference"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

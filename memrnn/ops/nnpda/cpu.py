@@ -24,18 +24,53 @@ class NNPDASequence(torch.autograd.Function):
     tie split precomputed for all steps), ``∂W`` once per sequence; ``∂H`` (a learned sensitivity) as
     the sum over every ``h_H`` of its input's gradient times ``u − 1/2``.  Also returns ``p+`` of
     every step ``[B, T]`` (not differentiable) for ``strict``.  Equal to the reference loop
-    (``tests/ops/test_nnpda.py``)."""
+    (``tests/ops/test_nnpda.py``).
+
+    Members (M runs as one model): ``weight [M, n + 2 + m2, n, m1, m2 + 1]``, ``sensitivity
+    [M]``, ``q0 [M, B, n]``, ``stack0 [M, B, D, m2]``, ``tail0 [M, B, m2]`` and buckets over the
+    ``M·B`` rows of every member with member ``μ``'s symbol ``k`` as symbol ``μ·m1 + k``
+    (:func:`memrnn.ops.second_order_rnn.cpu.member_buckets`) -> ``Q [M, B, T+1, n]``, ``K [M, B,
+    T+1, D, m2]``, ``tail [M, B, T+1, m2]``, ``p+ [M, B, T]``: the members' rows are one batch
+    (every buffer ``[T(+1), M·B, ...]``), their weight slices one bucketed ``bmm`` per step, ``H``
+    per row (the action mix one ``baddbmm`` over the members), ``∂W`` per member and symbol,
+    ``∂H`` per member; a step launches the kernels of one run whatever M is."""
 
     @staticmethod
     def forward(ctx, weight, sensitivity, q0, stack0, tail0, buckets, action):  # type: ignore[override]
-        O, n, m1, L = weight.shape
-        B, D, m2 = stack0.shape
+        O, n, m1, L = weight.shape[-4:]
+        D, m2 = stack0.shape[-2:]
+        lead = q0.shape[:-1]  # ([M,] B)
         T = buckets.slots.shape[0]
-        H = float(sensitivity)
-        wk = weight.permute(2, 1, 3, 0).reshape(m1, n * L, O)  # wk[k, j·L + l, o] = W[o, j, k, l]
-        mix = weight.new_tensor([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]]) * H  # (p+, p−) -> H·mix weights
-        e1 = weight.new_tensor([0.0, H, 0.0])
-        const = q0.new_full((), -H / 2)
+        if len(lead) == 2:  # members: every member's rows as one batch, H per row
+            M, B = lead
+            B *= M
+            q0, stack0, tail0 = q0.reshape(B, n), stack0.reshape(B, D, m2), tail0.reshape(B, m2)
+            wk = weight.permute(0, 3, 2, 4, 1).reshape(M * m1, n * L, O)
+            h_m = sensitivity.detach()
+            H = h_m[:, None, None].expand(M, B // M, 1).reshape(B, 1)  # [M·B, 1]
+            mix = weight.new_tensor([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]]) * h_m[:, None, None]  # [M, 2, 3]
+            e1 = torch.stack([torch.zeros_like(h_m), h_m, torch.zeros_like(h_m)], -1)[:, None]  # [M, 1, 3]
+            const = -H / 2
+
+            def shifted(z: Tensor) -> Tensor:  # H·z − H/2
+                return torch.addcmul(const, z, H)
+
+            def weights_of(a: Tensor, out: Tensor) -> Tensor:  # H·(p+, 1 − p+ − p−, p−)
+                return torch.baddbmm(e1, a.view(M, -1, 2), mix, out=out.view(M, -1, 3)).view(B, 3)
+        else:
+            B = lead[0]
+            h_m = H = float(sensitivity)
+            wk = weight.permute(2, 1, 3, 0).reshape(m1, n * L, O)  # wk[k, j·L + l, o] = W[o, j, k, l]
+            mix = weight.new_tensor([[1.0, -1.0, 0.0], [0.0, -1.0, 1.0]]) * H  # (p+, p−) -> H·mix weights
+            e1 = weight.new_tensor([0.0, H, 0.0])
+            const = q0.new_full((), -H / 2)
+
+            def shifted(z: Tensor) -> Tensor:  # H·z − H/2
+                return torch.add(const, z, alpha=H)
+
+            def weights_of(a: Tensor, out: Tensor) -> Tensor:  # H·(p+, 1 − p+ − p−, p−)
+                return torch.addmm(e1, a, mix, out=out)
+
         Q = q0.new_empty(T + 1, B, n)
         P = stack0.new_empty(T + 1, B, D + 2, m2)  # [C_{t+1}; K^t; tail^t] per step
         R = q0.new_empty(T, B, L)
@@ -44,6 +79,7 @@ class NNPDASequence(torch.autograd.Function):
         Q[0], P[0, :, 1 : D + 1], P[0, :, D + 1] = q0, stack0, tail0
         P[T, :, 0] = 0
         qr, mix_buf = q0.new_empty(B, n, L), q0.new_empty(B, D, m2)
+        half = H / 2 if isinstance(H, float) else (H / 2)[:, :, None]  # H/2 (per row with members)
         Q_, P_, R_, Z_, W_ = Q.unbind(0), P.unbind(0), R.unbind(0), Z.unbind(0), Wh.unbind(0)
         for s in range(T):
             Ps, Ps1 = P_[s], P_[s + 1]
@@ -51,39 +87,63 @@ class NNPDASequence(torch.autograd.Function):
             r = torch.cat([top, 1 - top.amax(-1, keepdim=True)], -1, out=R_[s])
             torch.mul(Q_[s][:, :, None], r[:, None, :], out=qr)
             z = buckets.contract(s, qr.view(B, n * L), wk, out=Z_[s])
-            torch.sigmoid(torch.add(const, z[:, :n], alpha=H), out=Q_[s + 1])
+            torch.sigmoid(shifted(z[:, :n]), out=Q_[s + 1])
             a = z[:, n:]
             if action == "sigmoid":
-                a = torch.sigmoid(torch.add(const, a, alpha=H))
+                a = torch.sigmoid(shifted(a))
             elif action == "clamp":
                 a = a.clamp(0.0, 1.0)
             Ps[:, 0] = a[:, 2:]
-            wh = torch.addmm(e1, a[:, :2], mix, out=W_[s])[:, :, None, None]
+            wh = weights_of(a[:, :2], W_[s])[:, :, None, None]
             mixed = torch.mul(Ps[:, 1 : D + 1], wh[:, 1], out=mix_buf)
-            mixed.addcmul_(Ps[:, :D], wh[:, 0]).addcmul_(Ps[:, 2:], wh[:, 2]).sub_(H / 2)  # H·(mix − 1/2)
+            mixed.addcmul_(Ps[:, :D], wh[:, 0]).addcmul_(Ps[:, 2:], wh[:, 2]).sub_(half)  # H·(mix − 1/2)
             torch.sigmoid(mixed, out=Ps1[:, 1 : D + 1])
-            torch.sigmoid(torch.add(const, Ps[:, D + 1], alpha=H), out=Ps1[:, D + 1])
-        ctx.buckets, ctx.action, ctx.H = buckets, action, H
+            torch.sigmoid(shifted(Ps[:, D + 1]), out=Ps1[:, D + 1])
+        ctx.buckets, ctx.action, ctx.H, ctx.h_m, ctx.lead = buckets, action, H, h_m, lead
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(weight, Q, P, R, Z, Wh)
         push = Wh[:, :, 0].t() / H  # p+ of every step [B, T], for strict's overflow check
-        ctx.mark_non_differentiable(push)
-        return Q.transpose(0, 1), P[:, :, 1 : D + 1].transpose(0, 1), P[:, :, D + 1].transpose(0, 1), push
+        outs = (Q.transpose(0, 1), P[:, :, 1 : D + 1].transpose(0, 1), P[:, :, D + 1].transpose(0, 1), push)
+        if len(lead) == 2:
+            outs = tuple(t.unflatten(0, lead) for t in outs)
+        ctx.mark_non_differentiable(outs[3])
+        return outs
 
     @staticmethod
     @first_order
     def backward(ctx, gQ, gK, gtail, _gpush):  # type: ignore[override]
         weight, Q, P, R, Z, Wh = ctx.saved_tensors
         learn_h = ctx.needs_input_grad[1]
-        grad_h = Q.new_zeros(()) if learn_h else None
         buckets: TokenBuckets = ctx.buckets
-        H, action = ctx.H, ctx.action
+        H, h_m, action, lead = ctx.H, ctx.h_m, ctx.action, ctx.lead
+        members = len(lead) == 2
+        grad_h = Q.new_zeros(lead[:-1]) if learn_h else None  # [M] with members
         sig_back = torch.ops.aten.sigmoid_backward
-        O, n, m1, L = weight.shape
+        O, n, m1, L = weight.shape[-4:]
         T1, B, D2, m2 = P.shape
         T, D = T1 - 1, D2 - 2
-        wkt = weight.permute(2, 0, 1, 3).reshape(m1, O, n * L)  # [m1, O, n·L]
-        mix_t = weight.new_tensor([[1.0, 0.0], [-1.0, -1.0], [0.0, 1.0]]) * H
+        unit_t = weight.new_tensor([[1.0, 0.0], [-1.0, -1.0], [0.0, 1.0]])
+        if members:
+            M = lead[0]
+            wkt = weight.permute(0, 3, 1, 2, 4).reshape(M * m1, O, n * L)  # [M·m1, O, n·L]
+            mix_t = unit_t * h_m[:, None, None]  # [M, 3, 2]
+            gQ, gK, gtail = (None if g is None else g.flatten(0, 1) for g in (gQ, gK, gtail))
+
+            def total(t: Tensor) -> Tensor:  # each member's sum
+                return t.reshape(M, -1).sum(1)
+
+            def action_grads(gw: Tensor, out: Tensor) -> None:
+                out.copy_(torch.bmm(gw.view(M, -1, 3), mix_t).view(B, 2))
+        else:
+            wkt = weight.permute(2, 0, 1, 3).reshape(m1, O, n * L)  # [m1, O, n·L]
+            mix_t = unit_t * H
+
+            def total(t: Tensor) -> Tensor:
+                return t.sum()
+
+            def action_grads(gw: Tensor, out: Tensor) -> None:
+                torch.mm(gw, mix_t, out=out)
+
         # the reading's max: ∂(1 − max K_0)/∂K_0, split evenly over ties (as torch.amax), all steps
         tops = P[:-1, :, 1]
         at_max = (tops == tops.amax(-1, keepdim=True)).to(tops.dtype)
@@ -111,20 +171,20 @@ class NNPDASequence(torch.autograd.Function):
             g_stack[:, 1:].addcmul_(gm[:, :-1], w2)
             g_tail_pre = sig_back(gt, Ps1[:, D + 1])  # ∂/∂(H·tail − H/2)
             g_tail = torch.addcmul(g_tail_pre * H, gm[:, -1], w2[:, 0])
-            torch.mm(gw, mix_t, out=gz[:, n : n + 2])
+            action_grads(gw, gz[:, n : n + 2])
             torch.mul(gm[:, 0], w0[:, 0], out=gz[:, n + 2 :])
             g_q_pre = sig_back(gq, Q_[s + 1])  # ∂/∂(H·z_Q − H/2)
             if learn_h:
                 # every h_H(u − 1/2) = σ(H u − H/2) contributes Σ ∂pre · (u − 1/2); for the stack
                 # cells u − 1/2 = (Σ_i wh_i window_i)/H − 1/2, and Σ gm·window_i is gw
-                grad_h += (gw * wh).sum() / H - gm.sum() / 2
-                grad_h += (g_tail_pre * (P_[s][:, D + 1] - 0.5)).sum()
-                grad_h += (g_q_pre * (Z_[s][:, :n] - 0.5)).sum()
+                grad_h += total(gw * wh) / h_m - total(gm) / 2
+                grad_h += total(g_tail_pre * (P_[s][:, D + 1] - 0.5))
+                grad_h += total(g_q_pre * (Z_[s][:, :n] - 0.5))
             if action == "sigmoid":
                 za = Z_[s][:, n:]
                 g_a_pre = sig_back(gz[:, n:], torch.sigmoid(za * H - H / 2))
                 if learn_h:
-                    grad_h += (g_a_pre * (za - 0.5)).sum()
+                    grad_h += total(g_a_pre * (za - 0.5))
                 gz[:, n:] = g_a_pre * H
             elif action == "clamp":
                 za = Z_[s][:, n:]
@@ -138,6 +198,17 @@ class NNPDASequence(torch.autograd.Function):
             gs = gK_[s] + g_stack
             gt = gt_[s] + g_tail
         QR = (Q[:-1, :, :, None] * R[:, :, None, :]).reshape(T, B, n * L).transpose(0, 1)
-        dwk = buckets.weight_grad(QR, GZ.transpose(0, 1))  # [m1, n·L, O]
+        dwk = buckets.weight_grad(QR, GZ.transpose(0, 1))  # [(M·)m1, n·L, O]
+        if members:
+            grad_w = dwk.view(M, m1, n, L, O).permute(0, 4, 2, 1, 3)
+            return (
+                grad_w,
+                grad_h,
+                gq.unflatten(0, lead),
+                gs.unflatten(0, lead),
+                gt.unflatten(0, lead),
+                None,
+                None,
+            )
         grad_w = dwk.view(m1, n, L, O).permute(3, 1, 0, 2)
         return grad_w, grad_h, gq, gs, gt, None, None

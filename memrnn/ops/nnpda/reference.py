@@ -87,3 +87,23 @@ def nnpda_reference(
         pushes.append(a[:, 0])
     push = torch.stack(pushes, 1) if pushes else q0.new_zeros(q0.shape[0], 0)
     return torch.stack(qs, 1), torch.stack(stacks, 1), torch.stack(tails, 1), push.detach()
+
+
+def nnpda_member_reference(
+    weight: Tensor,
+    sensitivity: Tensor,
+    q0: Tensor,
+    stack0: Tensor,
+    tail0: Tensor,
+    ids: Tensor,
+    action: str,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Members: member ``μ`` is :func:`nnpda_reference` on its ``[μ]`` slices: ``weight [M, n + 2 +
+    m2, n, m1, m2 + 1]``, ``sensitivity [M]``, ``q0 [M, B, n]``, ``stack0 [M, B, D, m2]``, ``tail0
+    [M, B, m2]``, ``ids [M, B, T]`` -> ``Q [M, B, T+1, n]``, ``K [M, B, T+1, D, m2]``, ``tail [M,
+    B, T+1, m2]``, ``p+ [M, B, T]``."""
+    runs = [
+        nnpda_reference(weight[m], sensitivity[m], q0[m], stack0[m], tail0[m], ids[m], action)
+        for m in range(weight.shape[0])
+    ]
+    return tuple(torch.stack(parts) for parts in zip(*runs, strict=True))  # type: ignore[return-value]
