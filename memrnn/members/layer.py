@@ -170,6 +170,17 @@ class MemberLayer(nn.Module):
                     f"{name}: mask must be [batch, time] = {(B, T)} (shared by the members) or [members, "
                     f"batch, time] = {(M, B, T)}, got {got}"
                 )
+            if mask.dtype != torch.bool:
+                raise ValueError(f"{name}: mask must be a bool tensor, got dtype {mask.dtype}")
+            if mask.device != x.device:
+                raise ValueError(f"{name}: mask is on {mask.device} but the inputs are on {x.device}")
+            holes = mask[..., 1:] > mask[..., :-1]  # the member paths read right padding only
+            if bool(holes.any()):
+                where = [int(v) for v in holes.nonzero()[0]]
+                raise ValueError(
+                    f"{name}: mask must be right padding (True then False in each row); at {where[:-1]} a real "
+                    f"position at t={where[-1] + 1} follows a padded one"
+                )
             if mask.dim() == 2:
                 mask = mask.expand(M, B, T)
         return state, mask

@@ -282,6 +282,12 @@ def test_bad_inputs_are_named():
         members(torch.zeros(3, 5, 3))
     with pytest.raises(ValueError, match=r"mask must be \[batch, time\] = \(2, 5\)"):
         members(torch.zeros(2, 2, 5, 3), mask=torch.ones(3, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask must be a bool tensor, got dtype torch.float32"):
+        members(torch.zeros(2, 2, 5, 3), mask=torch.ones(2, 5))
+    holes = torch.ones(2, 2, 5, dtype=torch.bool)
+    holes[1, 0, 2] = False
+    with pytest.raises(ValueError, match=r"right padding .* at \[1, 0\] a real position at t=3"):
+        members(torch.zeros(2, 2, 5, 3), mask=holes)
     with pytest.raises(ValueError, match="has the members first"):
         members(torch.zeros(2, 2, 5, 3), state=members.initial_state(2)._replace(h=torch.zeros(3, 2, 1, 4)))
     with pytest.raises(ValueError, match=r"member 2 does not exist; this MemberLayer has members 0..1"):

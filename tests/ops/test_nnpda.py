@@ -248,7 +248,9 @@ def test_members_equal_the_member_reference(learn_h, action, dtype, atol):
     per = [make_inputs(torch.float64, seed=m, learn_h=learn_h, **shape) for m in range(M)]
     weight, _, q0, stack0, tail0, ids = (torch.stack([p[i].detach() for p in per]) for i in range(6))
     h = torch.tensor([4.0, 2.5, 6.0], dtype=torch.float64)
-    inputs = [t.to(dtype).requires_grad_(t.is_floating_point()) for t in (weight, h, q0, stack0, tail0)]
+    inputs = [
+        t.to(dtype, copy=True).requires_grad_(t.is_floating_point()) for t in (weight, h, q0, stack0, tail0)
+    ]
     inputs[1].requires_grad_(learn_h)
     gen = torch.Generator().manual_seed(1)
     runs = {}

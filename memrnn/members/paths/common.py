@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
+from memrnn.layers.second_order import input_ids, one_hot_ids
 from memrnn.ops.buckets import final_by_length
 
 
@@ -29,3 +31,17 @@ def learned_or_zeros(
         return x.new_zeros(M, B, rows, H)
     h0 = fn(h0_input).to(x.dtype)
     return h0[:, None].expand(M, B, rows, H).contiguous()
+
+
+def member_ids(x: Tensor, mask: Tensor | None, mode: bool | None, layer: str) -> Tensor | None:
+    """:func:`memrnn.layers.second_order.input_ids` for members: ``x [M, B, T, m]``, ``mask [M, B,
+    T]`` or None -> ids ``[M, B, T]`` or None (the dense path).  ``mode=True`` checks each member's
+    input as its layer would, the error naming the member, row and step."""
+    if mode is True:
+        return torch.stack(
+            [
+                one_hot_ids(x[m], None if mask is None else mask[m], f"{layer} member {m}")
+                for m in range(len(x))
+            ]
+        )
+    return input_ids(x, mask, mode, layer)

@@ -19,8 +19,7 @@ from torch import Tensor
 from memrnn.layers import NNPDA
 from memrnn.layers.nnpda import NNPDAState, StackOverflowError
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.members.paths.common import check_dtype, lengths_final
-from memrnn.members.paths.second_order import member_ids
+from memrnn.members.paths.common import check_dtype, lengths_final, member_ids
 from memrnn.ops.nnpda import activate_actions, nnpda_sequence
 from memrnn.ops.stack import stack_reading
 

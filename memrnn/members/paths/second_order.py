@@ -15,24 +15,10 @@ import torch
 from torch import Tensor
 
 from memrnn.layers import SecondOrderRNN
-from memrnn.layers.second_order import SecondOrderState, input_ids, one_hot_ids
+from memrnn.layers.second_order import SecondOrderState
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.members.paths.common import check_dtype, lengths_final
+from memrnn.members.paths.common import check_dtype, lengths_final, member_ids
 from memrnn.ops.second_order_rnn import second_order_sequence
-
-
-def member_ids(x: Tensor, mask: Tensor | None, mode: bool | None, layer: str) -> Tensor | None:
-    """:func:`memrnn.layers.second_order.input_ids` for members: ``x [M, B, T, m]``, ``mask [M, B,
-    T]`` or None -> ids ``[M, B, T]`` or None (the dense path).  ``mode=True`` checks each member's
-    input as its layer would, the error naming the member, row and step."""
-    if mode is True:
-        return torch.stack(
-            [
-                one_hot_ids(x[m], None if mask is None else mask[m], f"{layer} member {m}")
-                for m in range(len(x))
-            ]
-        )
-    return input_ids(x, mask, mode, layer)
 
 
 def _run(

@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.buckets import TokenBuckets, member_buckets
 from memrnn.ops.dispatch import choose, use_buckets
 from memrnn.ops.nnpda.cpu import NNPDASequence
 from memrnn.ops.nnpda.reference import (
@@ -27,7 +27,6 @@ from memrnn.ops.nnpda.reference import (
     nnpda_reference,
     nnpda_step,
 )
-from memrnn.ops.second_order_rnn.cpu import member_buckets
 
 
 def nnpda_sequence(

@@ -29,7 +29,7 @@ class NNPDASequence(torch.autograd.Function):
     Members (M runs as one model): ``weight [M, n + 2 + m2, n, m1, m2 + 1]``, ``sensitivity
     [M]``, ``q0 [M, B, n]``, ``stack0 [M, B, D, m2]``, ``tail0 [M, B, m2]`` and buckets over the
     ``M·B`` rows of every member with member ``μ``'s symbol ``k`` as symbol ``μ·m1 + k``
-    (:func:`memrnn.ops.second_order_rnn.cpu.member_buckets`) -> ``Q [M, B, T+1, n]``, ``K [M, B,
+    (:func:`memrnn.ops.buckets.member_buckets`) -> ``Q [M, B, T+1, n]``, ``K [M, B,
     T+1, D, m2]``, ``tail [M, B, T+1, m2]``, ``p+ [M, B, T]``: the members' rows are one batch
     (every buffer ``[T(+1), M·B, ...]``), their weight slices one bucketed ``bmm`` per step, ``H``
     per row (the action mix one ``baddbmm`` over the members), ``∂W`` per member and symbol,

@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets
+from memrnn.ops.buckets import TokenBuckets, member_buckets
 from memrnn.ops.dispatch import choose, use_buckets
-from memrnn.ops.second_order_rnn.cpu import SecondOrderSequence, member_buckets
+from memrnn.ops.second_order_rnn.cpu import SecondOrderSequence
 from memrnn.ops.tensor import second_order
 
 

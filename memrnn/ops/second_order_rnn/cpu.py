@@ -5,7 +5,6 @@ backpropagation through time, on token buckets (:mod:`memrnn.ops.buckets`): the 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.buckets import TokenBuckets
@@ -21,7 +20,7 @@ class SecondOrderSequence(torch.autograd.Function):
 
     Members (M runs as one model): ``weight [M, n, n, m]``, ``bias [M, n]`` or None,
     ``sensitivity [M]``, ``s0 [M, B, n]`` and buckets over the ``M·B`` rows of every member with
-    member ``μ``'s symbol ``k`` as symbol ``μ·m + k`` (:func:`member_buckets`) -> ``states [M, B,
+    member ``μ``'s symbol ``k`` as symbol ``μ·m + k`` (:func:`memrnn.ops.buckets.member_buckets`) -> ``states [M, B,
     T+1, n]``: the members' rows are one batch and their weight slices one bucketed ``bmm`` per
     step (``M·m`` slices), the bias and ``H`` per row, ``∂W`` per member and symbol as
     :meth:`~memrnn.ops.buckets.TokenBuckets.weight_grad`'s ``M·m`` products, ``∂b`` and ``∂H`` per
@@ -95,17 +94,3 @@ class SecondOrderSequence(torch.autograd.Function):
             return grad_w, grad_b, grad_h, g.view(*lead, n), None
         grad_b = grad_u.sum((0, 1)) if ctx.has_bias else None
         return grad_w.permute(2, 1, 0), grad_b, grad_h, g, None
-
-
-def member_buckets(ids: Tensor, num_symbols: int) -> TokenBuckets:
-    """The buckets of M members' ids ``[M, B, T]`` as one batch of ``M·B`` rows over ``M·m``
-    symbols, member ``μ``'s symbol ``k`` being symbol ``μ·m + k`` (:class:`SecondOrderSequence`
-    and :class:`memrnn.ops.nnpda.cpu.NNPDASequence` with members): every member's rows read its
-    own weight slices in one bucketed product.  An id outside ``[0, m)`` would read another
-    member's weights, so it is a ``ValueError`` here (one host sync)."""
-    M, B, T = ids.shape
-    if ids.numel() and bool(((ids < 0) | (ids >= num_symbols)).any()):
-        bad = ids[(ids < 0) | (ids >= num_symbols)][0].item()
-        raise ValueError(f"token id {bad} is outside the vocabulary [0, {num_symbols})")
-    offset = torch.arange(M, device=ids.device).mul_(num_symbols).view(M, 1, 1)
-    return TokenBuckets((ids + offset).reshape(M * B, T), M * num_symbols)
