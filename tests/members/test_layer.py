@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from memrnn.constructions import HewittLSTM, HewittSimpleRNN
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
 from memrnn.layers import ElmanRNN, GRULayer, JordanRNN, LSTMLayer
@@ -134,6 +135,37 @@ def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
         for a, b in zip(runs["path"], runs[how], strict=True):
             torch.testing.assert_close(a, b, **tol)
     assert (runs["path"][0][:, 2, 1:] == 0).all()  # padded outputs are zero
+
+
+@pytest.mark.parametrize(("cls", "op"), [(HewittLSTM, "lstm_sequence"), (HewittSimpleRNN, "elman_sequence")])
+def test_hewitts_constructions_take_their_base_classes_member_path(cls, op):
+    """Hewitt et al.'s (2020) Dyck-(k,m) layers run their base class's member path (the LSTM's in
+    float64 only); members moved apart (as training does) equal the loop over the members, float64,
+    padded."""
+    gen = torch.Generator().manual_seed(0)
+    layers = []
+    for _ in range(3):
+        layer = cls(k=2, m=2, beta=2.0).double()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        layers.append(layer)
+    members = MemberLayer(layers)
+    assert members.member_path == f"{op} (members batched)"
+    if cls is HewittLSTM:  # float32 rounds otherwise than nn.LSTM, which Adam amplifies: the loop
+        assert members.float().member_path.startswith("loop (float32: ")
+        members.double()
+    x = torch.randn(3, B, T, members.input_size, generator=gen, dtype=torch.float64, requires_grad=True)
+    mask = (torch.arange(T)[None, :] < LENGTHS[:, None]).expand(3, B, T)
+    runs = {}
+    for how in ("path", "loop"):
+        y, final = (
+            members(x, mask=mask) if how == "path" else members._loop(x, None, mask, outputs_only=False)
+        )
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
+    for a, b in zip(runs["path"], runs["loop"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
 
 
 def test_the_loop_is_named_where_no_member_path_applies():
