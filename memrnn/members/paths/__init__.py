@@ -4,9 +4,10 @@ one module per recurrence, each registering its layer classes on import:
 * :mod:`~memrnn.members.paths.elman`: :class:`memrnn.layers.ElmanRNN`;
 * :mod:`~memrnn.members.paths.gated`: :class:`memrnn.layers.LSTMLayer` and :class:`memrnn.layers.GRULayer`;
 * :mod:`~memrnn.members.paths.hewitt`: :class:`memrnn.constructions.HewittLSTM` (in float64) and
-  :class:`memrnn.constructions.HewittSimpleRNN` (their base classes' paths).
+  :class:`memrnn.constructions.HewittSimpleRNN` (their base classes' paths);
+* :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`.
 
 Adding one: a module here that calls :func:`memrnn.members.layer.register_member_path`, imported
 below."""
 
-from memrnn.members.paths import elman, gated, hewitt  # noqa: F401  (they register)
+from memrnn.members.paths import elman, gated, hewitt, reservoir  # noqa: F401  (they register)
