@@ -3,6 +3,7 @@ one module per recurrence, each registering its layer classes on import:
 
 * :mod:`~memrnn.members.paths.elman`: :class:`memrnn.layers.ElmanRNN`;
 * :mod:`~memrnn.members.paths.gated`: :class:`memrnn.layers.LSTMLayer` and :class:`memrnn.layers.GRULayer`;
+* :mod:`~memrnn.members.paths.counters`: :class:`memrnn.layers.CounterLSTM`;
 * :mod:`~memrnn.members.paths.hewitt`: :class:`memrnn.constructions.HewittLSTM` (in float64) and
   :class:`memrnn.constructions.HewittSimpleRNN` (their base classes' paths);
 * :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`.
@@ -10,4 +11,4 @@ one module per recurrence, each registering its layer classes on import:
 Adding one: a module here that calls :func:`memrnn.members.layer.register_member_path`, imported
 below."""
 
-from memrnn.members.paths import elman, gated, hewitt, reservoir  # noqa: F401  (they register)
+from memrnn.members.paths import counters, elman, gated, hewitt, reservoir  # noqa: F401  (they register)
