@@ -13,7 +13,7 @@ from torch import nn
 from memrnn.constructions import HewittLSTM, HewittSimpleRNN
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import CounterLSTM, ElmanRNN, GRULayer, JordanRNN, LSTMLayer, Reservoir
+from memrnn.layers import CounterLSTM, ElmanRNN, GRULayer, JordanRNN, LSTMLayer, ReLUCounter, Reservoir
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
 M, B, T = 2, 3, 5
@@ -104,6 +104,8 @@ PATH_CASES = [
     (GRULayer, {"num_layers": 2, "bias": False, "learned_initial_state": True}, "gru_sequence"),
     (CounterLSTM, {"counters": 2}, "lstm_sequence"),
     (CounterLSTM, {"counters": 3, "cell_activation": "tanh"}, "lstm_sequence"),
+    (ReLUCounter, {"counters": 2}, "counter_sequence"),
+    (ReLUCounter, {"counters": 1, "activation": "heaviside"}, "counter_sequence"),
     (Reservoir, {}, "elman_sequence"),
     (Reservoir, {"kind": "crj", "leak": 0.5}, "elman_sequence"),
     (Reservoir, {"kind": "ldn", "order": 2, "leak": 0.7}, "elman_sequence"),

@@ -38,7 +38,15 @@ LAYERS = BASE_LAYERS + [
 ]
 #: layers with a member path, run as two members (``"<name>+members"``: :class:`memrnn.members.MemberLayer`)
 MEMBER_LAYERS = [
-    f"{n}+members" for n in ("lstm", "elman", "gru_2layer", "reservoir_crj", "counter_lstm_tanh")
+    f"{n}+members"
+    for n in (
+        "lstm",
+        "elman",
+        "gru_2layer",
+        "reservoir_crj",
+        "counter_lstm_tanh",
+        "relu_counter_relu",
+    )
 ]
 CPU_IMPLS = ("default", "cpu", "native")
 #: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)

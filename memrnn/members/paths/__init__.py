@@ -3,7 +3,7 @@ one module per recurrence, each registering its layer classes on import:
 
 * :mod:`~memrnn.members.paths.elman`: :class:`memrnn.layers.ElmanRNN`;
 * :mod:`~memrnn.members.paths.gated`: :class:`memrnn.layers.LSTMLayer` and :class:`memrnn.layers.GRULayer`;
-* :mod:`~memrnn.members.paths.counters`: :class:`memrnn.layers.CounterLSTM`;
+* :mod:`~memrnn.members.paths.counters`: :class:`memrnn.layers.CounterLSTM` and :class:`memrnn.layers.ReLUCounter`;
 * :mod:`~memrnn.members.paths.hewitt`: :class:`memrnn.constructions.HewittLSTM` (in float64) and
   :class:`memrnn.constructions.HewittSimpleRNN` (their base classes' paths);
 * :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`.
