@@ -106,6 +106,13 @@ PATH_CASES = [
     (CounterLSTM, {"counters": 3, "cell_activation": "tanh"}, "lstm_sequence"),
     (ReLUCounter, {"counters": 2}, "counter_sequence"),
     (ReLUCounter, {"counters": 1, "activation": "heaviside"}, "counter_sequence"),
+    (JordanRNN, {"feedback_size": 3}, "jordan_sequence"),
+    (JordanRNN, {"feedback_size": 2, "output_activation": "sigmoid", "bias": False}, "jordan_sequence"),
+    (
+        JordanRNN,
+        {"feedback_size": 3, "activation": "heaviside", "output_activation": "identity"},
+        "jordan_sequence",
+    ),
     (Reservoir, {}, "elman_sequence"),
     (Reservoir, {"kind": "crj", "leak": 0.5}, "elman_sequence"),
     (Reservoir, {"kind": "ldn", "order": 2, "leak": 0.7}, "elman_sequence"),
@@ -177,8 +184,12 @@ def test_hewitts_constructions_take_their_base_classes_member_path(cls, op):
 
 def test_the_loop_is_named_where_no_member_path_applies():
     torch.manual_seed(0)
-    members = MemberLayer([JordanRNN(3, 4, 2), JordanRNN(3, 4, 2)])
-    assert members.member_path == "loop (no member path for JordanRNN)"
+
+    class ElmanSubclass(ElmanRNN):  # paths go by exact class: a subclass may compute otherwise
+        pass
+
+    members = MemberLayer([ElmanSubclass(3, 4), ElmanSubclass(3, 4)])
+    assert members.member_path == "loop (no member path for ElmanSubclass)"
     assert MemberLayer([ElmanRNN(3, 4, num_layers=2)] * 2).member_path == "loop (stacked or bidirectional)"
     bi = MemberLayer([LSTMLayer(3, 4, bidirectional=True) for _ in range(2)])
     assert bi.member_path == "loop (bidirectional)"

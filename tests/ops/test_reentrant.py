@@ -46,6 +46,7 @@ MEMBER_LAYERS = [
         "reservoir_crj",
         "counter_lstm_tanh",
         "relu_counter_relu",
+        "jordan",
     )
 ]
 CPU_IMPLS = ("default", "cpu", "native")

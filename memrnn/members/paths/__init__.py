@@ -6,9 +6,10 @@ one module per recurrence, each registering its layer classes on import:
 * :mod:`~memrnn.members.paths.counters`: :class:`memrnn.layers.CounterLSTM` and :class:`memrnn.layers.ReLUCounter`;
 * :mod:`~memrnn.members.paths.hewitt`: :class:`memrnn.constructions.HewittLSTM` (in float64) and
   :class:`memrnn.constructions.HewittSimpleRNN` (their base classes' paths);
+* :mod:`~memrnn.members.paths.jordan`: :class:`memrnn.layers.JordanRNN`;
 * :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`.
 
 Adding one: a module here that calls :func:`memrnn.members.layer.register_member_path`, imported
 below."""
 
-from memrnn.members.paths import counters, elman, gated, hewitt, reservoir  # noqa: F401  (they register)
+from memrnn.members.paths import counters, elman, gated, hewitt, jordan, reservoir  # noqa: F401  (they register)
