@@ -169,3 +169,23 @@ def test_counter_members_bad_shapes_are_named():
         counter_sequence(x, w_in, b, w_rec, r0[0], 4, "tanh", torch.tanh)
     with pytest.raises(ValueError, match=r"so x must be 4-D with 2 first, got \(3, 4, 3\)"):
         counter_sequence(x[0], w_in, b, w_rec, r0, 4, "tanh", torch.tanh)
+
+
+@needs_triton
+def test_counter_members_on_the_kernel():
+    """With members the kernel runs once per member: states, moves and gradients as the member
+    reference (float64) to float32 rounding."""
+    from memrnn.ops.counter import counter_sequence
+
+    M, B, T, n, H, k = 2, 2, 3, 3, 4, 2
+    G, N = H + 2 * k, H + k
+
+    def make(dtype):
+        return (randn(M, B, T, n, dtype=dtype, seed=1), randn(M, G, n, dtype=dtype, seed=2, scale=0.5),
+                randn(M, G, dtype=dtype, seed=3), randn(M, G, N, dtype=dtype, seed=4, scale=N**-0.5),
+                randn(M, B, N, dtype=dtype, seed=5))  # fmt: skip
+
+    def run(x, w_in, b, w_rec, r0, impl):
+        return counter_sequence(x, w_in, b, w_rec, r0, H, "tanh", torch.tanh, impl=impl)
+
+    assert_kernel_matches(run, make, [(M, B, T + 1, N), (M, B, T, 2 * k)], atol=1e-4)

@@ -148,3 +148,22 @@ def test_jordan_members_bad_shapes_are_named():
         jordan_sequence(pre, u, e, r0[0], "tanh", "tanh", fns)
     with pytest.raises(ValueError, match=r"so pre must be 4-D with 2 first, got \(4, 3, 5\)"):
         jordan_sequence(pre[0], u, e, r0, "tanh", "tanh", fns)
+
+
+@needs_triton
+def test_jordan_members_on_the_kernels():
+    """With members the kernels run once per member: outputs and gradients as the member
+    reference (float64) to float32 rounding."""
+    from memrnn.ops.jordan import jordan_sequence
+
+    M, T, B, H, Fb = 2, 3, 2, 4, 3
+
+    def make(dtype):
+        return (randn(M, T, B, H, dtype=dtype, seed=1), randn(M, H, Fb, dtype=dtype, seed=2, scale=0.4),
+                randn(M, Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(M, B, Fb, dtype=dtype, seed=4))  # fmt: skip
+
+    def run(pre, u, e, r0, impl):
+        fns = (ACTIVATIONS["tanh"], ACTIVATIONS["softmax"])
+        return jordan_sequence(pre, u, e, r0, "tanh", "softmax", fns, impl=impl)
+
+    assert_kernel_matches(run, make, [(M, T, B, H), (M, T + 1, B, Fb)], atol=1e-4)
