@@ -10,9 +10,20 @@ import pytest
 import torch
 from torch import nn
 
+from memrnn.constructions import HewittLSTM, HewittSimpleRNN
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
-from memrnn.layers import NNPDA, ElmanRNN, GRULayer, JordanRNN, LSTMLayer, SecondOrderRNN
+from memrnn.layers import (
+    NNPDA,
+    CounterLSTM,
+    ElmanRNN,
+    GRULayer,
+    JordanRNN,
+    LSTMLayer,
+    ReLUCounter,
+    Reservoir,
+    SecondOrderRNN,
+)
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
 
@@ -110,6 +121,20 @@ PATH_CASES = [
         {"stack_symbols": 2, "depth": 3, "action": "sigmoid", "learn_sensitivity": True, "output": "state"},
         "nnpda_sequence",
     ),
+    (CounterLSTM, {"counters": 2}, "lstm_sequence"),
+    (CounterLSTM, {"counters": 3, "cell_activation": "tanh"}, "lstm_sequence"),
+    (ReLUCounter, {"counters": 2}, "counter_sequence"),
+    (ReLUCounter, {"counters": 1, "activation": "heaviside"}, "counter_sequence"),
+    (JordanRNN, {"feedback_size": 3}, "jordan_sequence"),
+    (JordanRNN, {"feedback_size": 2, "output_activation": "sigmoid", "bias": False}, "jordan_sequence"),
+    (
+        JordanRNN,
+        {"feedback_size": 3, "activation": "heaviside", "output_activation": "identity"},
+        "jordan_sequence",
+    ),
+    (Reservoir, {}, "elman_sequence"),
+    (Reservoir, {"kind": "crj", "leak": 0.5}, "elman_sequence"),
+    (Reservoir, {"kind": "ldn", "order": 2, "leak": 0.7}, "elman_sequence"),
 ]
 
 
@@ -232,10 +257,45 @@ def test_nnpda_member_path_strict_names_the_member(one_hot):
     members.member(0)(x[0], state_map(lambda t: t[0], state))  # member 0 alone does not overflow
 
 
+@pytest.mark.parametrize(("cls", "op"), [(HewittLSTM, "lstm_sequence"), (HewittSimpleRNN, "elman_sequence")])
+def test_hewitts_constructions_take_their_base_classes_member_path(cls, op):
+    """Hewitt et al.'s (2020) Dyck-(k,m) layers run their base class's member path (the LSTM's in
+    float64 only); members moved apart (as training does) equal the loop over the members, float64,
+    padded."""
+    gen = torch.Generator().manual_seed(0)
+    layers = []
+    for _ in range(3):
+        layer = cls(k=2, m=2, beta=2.0).double()
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=p.dtype))
+        layers.append(layer)
+    members = MemberLayer(layers)
+    assert members.member_path == f"{op} (members batched)"
+    if cls is HewittLSTM:  # float32 rounds otherwise than nn.LSTM, which Adam amplifies: the loop
+        assert members.float().member_path.startswith("loop (float32: ")
+        members.double()
+    x = torch.randn(3, B, T, members.input_size, generator=gen, dtype=torch.float64, requires_grad=True)
+    mask = (torch.arange(T)[None, :] < LENGTHS[:, None]).expand(3, B, T)
+    runs = {}
+    for how in ("path", "loop"):
+        y, final = (
+            members(x, mask=mask) if how == "path" else members._loop(x, None, mask, outputs_only=False)
+        )
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
+    for a, b in zip(runs["path"], runs["loop"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+
+
 def test_the_loop_is_named_where_no_member_path_applies():
     torch.manual_seed(0)
-    members = MemberLayer([JordanRNN(3, 4, 2), JordanRNN(3, 4, 2)])
-    assert members.member_path == "loop (no member path for JordanRNN)"
+
+    class ElmanSubclass(ElmanRNN):  # paths go by exact class: a subclass may compute otherwise
+        pass
+
+    members = MemberLayer([ElmanSubclass(3, 4), ElmanSubclass(3, 4)])
+    assert members.member_path == "loop (no member path for ElmanSubclass)"
     assert MemberLayer([ElmanRNN(3, 4, num_layers=2)] * 2).member_path == "loop (stacked or bidirectional)"
     bi = MemberLayer([LSTMLayer(3, 4, bidirectional=True) for _ in range(2)])
     assert bi.member_path == "loop (bidirectional)"
@@ -282,7 +342,7 @@ def test_bad_inputs_are_named():
         members(torch.zeros(3, 5, 3))
     with pytest.raises(ValueError, match=r"mask must be \[batch, time\] = \(2, 5\)"):
         members(torch.zeros(2, 2, 5, 3), mask=torch.ones(3, 5, dtype=torch.bool))
-    with pytest.raises(ValueError, match="mask must be a bool tensor, got dtype torch.float32"):
+    with pytest.raises(ValueError, match=r"mask must be a bool tensor, got dtype torch\.float32"):
         members(torch.zeros(2, 2, 5, 3), mask=torch.ones(2, 5))
     holes = torch.ones(2, 2, 5, dtype=torch.bool)
     holes[1, 0, 2] = False

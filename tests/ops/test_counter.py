@@ -96,3 +96,96 @@ def test_counter_kernel(T, B, H, activation):
         return counter_sequence(x, w_in, b, w_rec, r0, H, activation, ACTIVATIONS[activation], impl=impl)
 
     assert_kernel_matches(run, make, [(B, T + 1, N), (B, T, 2 * k)], atol=1e-4)
+
+
+def _counter_args(g, M, B, T, n, H, k, dtype):
+    """``x, w_in, b, w_rec, r0`` of a ReLU counter with members, requiring grad."""
+    G, N = H + 2 * k, H + k
+    shapes = [(M, B, T, n), (M, G, n), (M, G), (M, G, N), (M, B, N)]
+    return [torch.randn(*s, generator=g, dtype=dtype).mul(0.5).requires_grad_() for s in shapes]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["float64", "float32"]
+)
+@pytest.mark.parametrize("activation", ["tanh", "heaviside"])
+def test_counter_members_equal_the_member_reference(activation, dtype, tol, monkeypatch):
+    """The member dimension (:class:`memrnn.ops.counter.cpu.CounterRNNSequence` with members):
+    states, moves and the gradients of every argument equal :func:`counter_member_reference`'s,
+    with σ' read from the outputs (tanh) and from the kept pre-activations (heaviside), across three
+    backward blocks (the block shortened to 5 steps); member ``m`` of the member reference is the
+    single reference on its slices."""
+    from memrnn.ops.counter import counter_reference, counter_sequence
+
+    monkeypatch.setattr(bptt, "BLOCK", 5)
+    g = torch.Generator().manual_seed(0)
+    M, B, T, n, H, k = 3, 4, 13, 5, 6, 2
+    args = _counter_args(g, M, B, T, n, H, k, dtype)
+    w_r = torch.randn(M, B, T + 1, H + k, generator=g, dtype=dtype)
+    w_m = torch.randn(M, B, T, 2 * k, generator=g, dtype=dtype)
+    fn = ACTIVATIONS[activation]
+    runs = {}
+    for which in ("reference", "cpu"):
+        rs, moves = counter_sequence(*args, H, activation, fn, impl=which)
+        runs[which] = (rs, moves, *torch.autograd.grad((rs * w_r).sum() + (moves * w_m).sum(), args))
+    assert runs["cpu"][0].shape == (M, B, T + 1, H + k) and runs["cpu"][1].shape == (M, B, T, 2 * k)
+    for a, b in zip(runs["cpu"], runs["reference"], strict=True):  # the counters grow: tol of the largest
+        torch.testing.assert_close(a, b, atol=tol * max(1.0, float(b.detach().abs().max())), rtol=tol)
+    for m in range(M):
+        single = [a.detach()[m].clone().requires_grad_() for a in args]
+        rs_m, moves_m = counter_reference(*single, H, fn)
+        assert torch.equal(rs_m, runs["reference"][0][m]) and torch.equal(moves_m, runs["reference"][1][m])
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_counter_members_at_zero_and_one_step(steps):
+    """The edges: no step gives ``r0`` (and its gradient back), one step one cell; only the
+    states used (no gradient on the moves)."""
+    from memrnn.ops.counter import counter_sequence
+
+    g = torch.Generator().manual_seed(1)
+    M, B, n, H, k = 2, 3, 3, 4, 2
+    args = _counter_args(g, M, B, steps, n, H, k, torch.float64)
+    out = []
+    for which in ("reference", "cpu"):
+        rs, _ = counter_sequence(*args, H, "tanh", torch.tanh, impl=which)
+        grads = torch.autograd.grad((rs * rs.detach().cos()).sum(), args, allow_unused=True)
+        out.append((rs, [torch.zeros_like(t) if d is None else d for d, t in zip(grads, args, strict=True)]))
+    (a, ga), (b, gb) = out
+    assert b.shape == (M, B, steps + 1, H + k) and torch.equal(b[:, :, 0], args[4])
+    for p, q in zip([b, *gb], [a, *ga], strict=True):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=1e-12)
+
+
+def test_counter_members_bad_shapes_are_named():
+    """With members (``w_rec [M, H + 2k, H + k]``) an argument without the member dimension is a
+    ValueError naming it."""
+    from memrnn.ops.counter import counter_sequence
+
+    x, w_in, b, w_rec, r0 = (
+        a.detach() for a in _counter_args(torch.Generator(), 2, 3, 4, 3, 4, 1, torch.float64)
+    )
+    with pytest.raises(ValueError, match=r"so r0 must be 3-D with 2 first, got \(3, 5\)"):
+        counter_sequence(x, w_in, b, w_rec, r0[0], 4, "tanh", torch.tanh)
+    with pytest.raises(ValueError, match=r"so x must be 4-D with 2 first, got \(3, 4, 3\)"):
+        counter_sequence(x[0], w_in, b, w_rec, r0, 4, "tanh", torch.tanh)
+
+
+@needs_triton
+def test_counter_members_on_the_kernel():
+    """With members the kernel runs once per member: states, moves and gradients as the member
+    reference (float64) to float32 rounding."""
+    from memrnn.ops.counter import counter_sequence
+
+    M, B, T, n, H, k = 2, 2, 3, 3, 4, 2
+    G, N = H + 2 * k, H + k
+
+    def make(dtype):
+        return (randn(M, B, T, n, dtype=dtype, seed=1), randn(M, G, n, dtype=dtype, seed=2, scale=0.5),
+                randn(M, G, dtype=dtype, seed=3), randn(M, G, N, dtype=dtype, seed=4, scale=N**-0.5),
+                randn(M, B, N, dtype=dtype, seed=5))  # fmt: skip
+
+    def run(x, w_in, b, w_rec, r0, impl):
+        return counter_sequence(x, w_in, b, w_rec, r0, H, "tanh", torch.tanh, impl=impl)
+
+    assert_kernel_matches(run, make, [(M, B, T + 1, N), (M, B, T, 2 * k)], atol=1e-4)

@@ -76,3 +76,94 @@ def test_jordan_kernel(T, B, H, out):
         return jordan_sequence(pre, u, e, r0, "tanh", out, (ACTIVATIONS["tanh"], ACTIVATIONS[out]), impl=impl)
 
     assert_kernel_matches(run, make, [(T, B, H), (T + 1, B, Fb)], atol=1e-4)
+
+
+def _jordan_args(g, M, T, B, H, Fb, dtype):
+    """``pre [M, T, B, H]``, ``U [M, H, F]``, ``E [M, F, H]``, ``r0 [M, B, F]`` requiring grad."""
+    shapes = [(M, T, B, H), (M, H, Fb), (M, Fb, H), (M, B, Fb)]
+    return [torch.randn(*s, generator=g, dtype=dtype).mul(0.5).requires_grad_() for s in shapes]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["float64", "float32"]
+)
+@pytest.mark.parametrize(("activation", "output_activation"), JORDAN_CASES)
+def test_jordan_members_equal_the_member_reference(activation, output_activation, dtype, tol, monkeypatch):
+    """The member dimension (:class:`memrnn.ops.jordan.cpu.JordanSequence` with members): ``hs``,
+    ``rs`` and the gradients of every argument equal :func:`jordan_member_reference`'s for every
+    output activation (softmax, identity, elementwise with and without kept pre-activations),
+    across three backward blocks (the block shortened to 5 steps); member ``m`` of the member
+    reference is the single reference on its slices."""
+    from memrnn.ops.jordan import jordan_reference, jordan_sequence
+
+    monkeypatch.setattr(bptt, "BLOCK", 5)
+    g = torch.Generator().manual_seed(0)
+    M, T, B, H, Fb = 3, 13, 4, 6, 5
+    args = _jordan_args(g, M, T, B, H, Fb, dtype)
+    w_h = torch.randn(M, T, B, H, generator=g, dtype=dtype)
+    w_r = torch.randn(M, T + 1, B, Fb, generator=g, dtype=dtype)
+    fns = (ACTIVATIONS[activation], ACTIVATIONS[output_activation])
+    runs = {}
+    for which in ("reference", "cpu"):
+        hs, rs = jordan_sequence(*args, activation, output_activation, fns, impl=which)
+        runs[which] = (hs, rs, *torch.autograd.grad((hs * w_h).sum() + (rs * w_r).sum(), args))
+    assert runs["cpu"][0].shape == (M, T, B, H) and runs["cpu"][1].shape == (M, T + 1, B, Fb)
+    for a, b in zip(runs["cpu"], runs["reference"], strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+    for m in range(M):
+        single = [a.detach()[m].clone() for a in args]
+        hs_m, rs_m = jordan_reference(*single, *fns)
+        assert torch.equal(hs_m, runs["reference"][0][m]) and torch.equal(rs_m, runs["reference"][1][m])
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_jordan_members_at_zero_and_one_step(steps):
+    """The edges: no step gives ``r0`` (and its gradient back), one step one cell; only ``rs`` used
+    (no gradient on ``hs``)."""
+    from memrnn.ops.jordan import jordan_sequence
+
+    g = torch.Generator().manual_seed(1)
+    M, B, H, Fb = 2, 3, 4, 3
+    args = _jordan_args(g, M, steps, B, H, Fb, torch.float64)
+    fns = (torch.tanh, ACTIVATIONS["softmax"])
+    out = []
+    for which in ("reference", "cpu"):
+        _, rs = jordan_sequence(*args, "tanh", "softmax", fns, impl=which)
+        grads = torch.autograd.grad((rs * rs.detach().cos()).sum(), args, allow_unused=True)
+        out.append((rs, [torch.zeros_like(t) if d is None else d for d, t in zip(grads, args, strict=True)]))
+    (a, ga), (b, gb) = out
+    assert b.shape == (M, steps + 1, B, Fb) and torch.equal(b[:, 0], args[3])
+    for p, q in zip([b, *gb], [a, *ga], strict=True):
+        torch.testing.assert_close(p, q, atol=1e-12, rtol=1e-12)
+
+
+def test_jordan_members_bad_shapes_are_named():
+    """With members (``weight_fb [M, H, F]``) an argument without the member dimension is a
+    ValueError naming it."""
+    from memrnn.ops.jordan import jordan_sequence
+
+    pre, u, e, r0 = (a.detach() for a in _jordan_args(torch.Generator(), 2, 4, 3, 5, 2, torch.float64))
+    fns = (torch.tanh, torch.tanh)
+    with pytest.raises(ValueError, match=r"so r0 must be 3-D with 2 first, got \(3, 2\)"):
+        jordan_sequence(pre, u, e, r0[0], "tanh", "tanh", fns)
+    with pytest.raises(ValueError, match=r"so pre must be 4-D with 2 first, got \(4, 3, 5\)"):
+        jordan_sequence(pre[0], u, e, r0, "tanh", "tanh", fns)
+
+
+@needs_triton
+def test_jordan_members_on_the_kernels():
+    """With members the kernels run once per member: outputs and gradients as the member
+    reference (float64) to float32 rounding."""
+    from memrnn.ops.jordan import jordan_sequence
+
+    M, T, B, H, Fb = 2, 3, 2, 4, 3
+
+    def make(dtype):
+        return (randn(M, T, B, H, dtype=dtype, seed=1), randn(M, H, Fb, dtype=dtype, seed=2, scale=0.4),
+                randn(M, Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(M, B, Fb, dtype=dtype, seed=4))  # fmt: skip
+
+    def run(pre, u, e, r0, impl):
+        fns = (ACTIVATIONS["tanh"], ACTIVATIONS["softmax"])
+        return jordan_sequence(pre, u, e, r0, "tanh", "softmax", fns, impl=impl)
+
+    assert_kernel_matches(run, make, [(M, T, B, H), (M, T + 1, B, Fb)], atol=1e-4)

@@ -19,15 +19,9 @@ from torch import Tensor, nn
 from memrnn.layers import GRULayer, LSTMLayer
 from memrnn.layers.gated import GRUState, LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final
+from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final, sigmoids_first
 from memrnn.ops.gru import gru_sequence
 from memrnn.ops.lstm import lstm_sequence
-
-
-def _sigmoids_first(w: Tensor) -> Tensor:
-    """Gate blocks of ``w [M, 4N, ...]`` from torch's ``i, f, g, o`` to the op's ``o, i, f, g``."""
-    M, G = w.shape[:2]
-    return w.view(M, 4, G // 4, *w.shape[2:])[:, [3, 0, 1, 2]].reshape(w.shape)
 
 
 def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
@@ -58,9 +52,9 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
             b = w_ih.new_zeros(M, 4 * H)
         hs, cs = lstm_sequence(
             h_in,
-            _sigmoids_first(w_ih),
-            _sigmoids_first(b),
-            _sigmoids_first(w_hh),
+            sigmoids_first(w_ih),
+            sigmoids_first(b),
+            sigmoids_first(w_hh),
             state.h[:, :, lay],
             state.c[:, :, lay],
             H,

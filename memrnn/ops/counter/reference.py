@@ -35,3 +35,22 @@ def counter_reference(
         moves.append(m)
     moves_t = torch.stack(moves, 1) if moves else x.new_zeros(x.shape[0], 0, 2 * K)
     return torch.stack(rs, 1), moves_t
+
+
+def counter_member_reference(
+    x: Tensor,
+    w_in: Tensor,
+    b: Tensor,
+    w_rec: Tensor,
+    r0: Tensor,
+    hidden: int,
+    activation: Callable[[Tensor], Tensor],
+) -> tuple[Tensor, Tensor]:
+    """Members: member ``m`` is :func:`counter_reference` on its ``[m]`` slices: ``x [M, B, T, n]``,
+    ``w_in [M, H + 2k, n]``, ``b [M, H + 2k]``, ``w_rec [M, H + 2k, H + k]``, ``r0 [M, B, H + k]``
+    -> ``rs [M, B, T+1, H + k]``, moves ``[M, B, T, 2k]``."""
+    runs = [
+        counter_reference(x[m], w_in[m], b[m], w_rec[m], r0[m], hidden, activation) for m in range(x.shape[0])
+    ]
+    rs, moves = zip(*runs, strict=True)
+    return torch.stack(rs), torch.stack(moves)

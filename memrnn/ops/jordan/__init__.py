@@ -36,6 +36,24 @@ def jordan_reference(
     return hs_t, torch.stack(rs, 0)
 
 
+def jordan_member_reference(
+    pre: Tensor,
+    weight_fb: Tensor,
+    weight_out: Tensor,
+    r0: Tensor,
+    activation: Callable[[Tensor], Tensor],
+    output_activation: Callable[[Tensor], Tensor],
+) -> tuple[Tensor, Tensor]:
+    """Members: member ``m`` is :func:`jordan_reference` on its ``[m]`` slices: ``pre [M, T, B, H]``,
+    ``U [M, H, F]``, ``E [M, F, H]``, ``r0 [M, B, F]`` -> ``hs [M, T, B, H]``, ``rs [M, T+1, B, F]``."""
+    runs = [
+        jordan_reference(pre[m], weight_fb[m], weight_out[m], r0[m], activation, output_activation)
+        for m in range(pre.shape[0])
+    ]
+    hs, rs = zip(*runs, strict=True)
+    return torch.stack(hs), torch.stack(rs)
+
+
 def jordan_sequence(
     pre: Tensor,
     weight_fb: Tensor,
@@ -49,9 +67,19 @@ def jordan_sequence(
 ) -> tuple[Tensor, Tensor]:
     """``pre [T, B, H]`` (time-major) -> ``hs [T, B, H]``, ``rs [T+1, B, F]``; ``activation`` and
     ``output_activation`` name ``fns``.  ``impl`` as :func:`memrnn.ops.elman.elman_sequence`; the
-    kernels keep ``r`` in registers, so feedback sizes over 128 take the CPU path."""
+    kernels keep ``r`` in registers, so feedback sizes over 128 take the CPU path.
+
+    Members (M runs as one model, ``docs/design.md``): every argument with a leading member
+    dimension, ``pre [M, T, B, H]``, ``weight_fb [M, H, F]``, ``weight_out [M, F, H]``, ``r0 [M, B,
+    F]`` -> ``hs [M, T, B, H]``, ``rs [M, T+1, B, F]``, member ``m`` exactly the call on its ``[m]``
+    slices: the reference loops over the members, the CPU path batches its products over them
+    (:class:`memrnn.ops.jordan.cpu.JordanSequence` with members), the GPU kernels run once per
+    member."""
     from_names = activation in ELEMENTWISE and output_activation in (*ELEMENTWISE, "identity", "softmax")
-    impl = choose(pre, impl, triton_ok=from_names and weight_fb.shape[1] <= 128)
+    triton_ok = from_names and weight_fb.shape[-1] <= 128
+    if weight_fb.dim() == 3:
+        return _members(pre, weight_fb, weight_out, r0, activation, output_activation, fns, impl, triton_ok)
+    impl = choose(pre, impl, triton_ok=triton_ok)
     if impl == "reference":
         return jordan_reference(pre, weight_fb, weight_out, r0, *fns)
     if impl == "cpu":
@@ -61,4 +89,26 @@ def jordan_sequence(
     return jordan_triton(pre, weight_fb, weight_out, r0, activation, output_activation)
 
 
-__all__ = ["jordan_reference", "jordan_sequence"]
+def _members(pre, weight_fb, weight_out, r0, activation, output_activation, fns, impl, triton_ok):
+    M = weight_fb.shape[0]
+    for name, t, dims in (("pre", pre, 4), ("weight_out", weight_out, 3), ("r0", r0, 3)):
+        if t.dim() != dims or t.shape[0] != M:
+            raise ValueError(
+                f"with members every argument has the member dimension first: weight_fb is "
+                f"{tuple(weight_fb.shape)} (M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
+            )
+    impl = choose(pre, impl, triton_ok=triton_ok)
+    if impl == "reference":
+        return jordan_member_reference(pre, weight_fb, weight_out, r0, *fns)
+    if impl == "cpu":
+        return JordanSequence.apply(pre, weight_fb, weight_out, r0, *fns, output_activation)
+    from memrnn.ops.jordan.triton import jordan_triton
+
+    runs = [
+        jordan_triton(pre[m], weight_fb[m], weight_out[m], r0[m], activation, output_activation)
+        for m in range(M)
+    ]
+    return tuple(torch.stack(r) for r in zip(*runs, strict=True))
+
+
+__all__ = ["jordan_member_reference", "jordan_reference", "jordan_sequence"]
