@@ -109,7 +109,9 @@ def _member_leaves(args, kwargs):
     return [t for t in flat if t is not None and t.requires_grad]
 
 
-@pytest.mark.parametrize(("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["f64", "f32"])
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["f64", "f32"]
+)
 @pytest.mark.parametrize("impl", ["cpu", "native"])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 @pytest.mark.parametrize("memory", list(SPECS))
@@ -128,7 +130,9 @@ def test_members_equal_the_member_reference(memory, controller, impl, dtype, tol
     for which in ("reference", impl):
         out = [o for o in stack_rnn_sequence(*args, **kwargs, impl=which) if o is not None]
         w = torch.Generator().manual_seed(3)
-        loss = sum((o * torch.randn(o.shape, generator=w, dtype=dtype)).sum() for o in out if o.is_floating_point())
+        loss = sum(
+            (o * torch.randn(o.shape, generator=w, dtype=dtype)).sum() for o in out if o.is_floating_point()
+        )
         runs[which] = (out, torch.autograd.grad(loss, leaves))
     (out_ref, g_ref), (out_got, g_got) = runs["reference"], runs[impl]
     assert out_got[0].grad_fn.name().startswith("StackRNNSequence")
