@@ -37,7 +37,9 @@ LAYERS = BASE_LAYERS + [
     f"{n}+one_hot" for n in BASE_LAYERS if "one_hot_input" in inspect.signature(layer_class(n)).parameters
 ]
 #: layers with a member path, run as two members (``"<name>+members"``: :class:`memrnn.members.MemberLayer`)
-MEMBER_LAYERS = [f"{n}+members" for n in ("lstm", "elman", "gru_2layer")]
+MEMBER_LAYERS = [
+    f"{n}+members" for n in ("lstm", "elman", "gru_2layer", "superposition_elman", "stratification_lstm")
+]
 CPU_IMPLS = ("default", "cpu", "native")
 #: the GRUs, whose hand-written BPTT is an implementation of its own (``"bptt"``)
 GRU_LAYERS = [n for n in BASE_LAYERS if layer_class(n).__name__ == "GRULayer"]

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor, nn
 
 from memrnn.layers import StackRNN
-from memrnn.members.layer import MemberPath, register_member_path
+from memrnn.members.layer import MEMBER_PATHS, MemberPath, register_member_path
+from memrnn.members.paths import elman, gated  # noqa: F401  (the controllers' paths: their initial states)
 from memrnn.members.paths.common import check_dtype
 from memrnn.members.paths.gated import _sigmoids_first
 from memrnn.ops.stack_rnn import stack_rnn_sequence
@@ -75,6 +76,18 @@ def _stack_rnn_run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) 
     return y, layer.State(*controller, *memory)
 
 
+def _stack_rnn_initial(layer: StackRNN, batch_size: int, x: Tensor) -> Any:
+    """The controller's member path's initial state (learned ones included), then the empty memory
+    (no weights: one ``initial_state`` for the members' rows, ``[M, B, ...]``)."""
+    M = x.shape[0]
+    controller = MEMBER_PATHS[type(layer.controller)].initial(layer.controller, batch_size, x)
+    memory = layer.memory.initial_state(M * batch_size, device=x.device, dtype=x.dtype)
+    return layer.State(*controller, *(f.unflatten(0, (M, batch_size)) for f in memory))
+
+
 register_member_path(
-    StackRNN, MemberPath("stack_rnn_sequence (members batched)", _stack_rnn_why_not, _stack_rnn_run)
+    StackRNN,
+    MemberPath(
+        "stack_rnn_sequence (members batched)", _stack_rnn_why_not, _stack_rnn_run, _stack_rnn_initial
+    ),
 )
