@@ -325,3 +325,15 @@ def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
     slow = members.initial_state(5)
     for a, b in zip(fast, slow, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_stack_rnns_members_run_the_loop_on_cuda():
+    """On CUDA each member runs the stack RNN's two Triton kernels (no member dimension yet): the
+    loop over members, named, and equal to each member's single layer."""
+    members = MemberLayer.build(lambda: StackRNN(4, 6, width=2, depth=4), seeds=[0, 1]).cuda()
+    assert members.member_path == "loop (CUDA: the Triton kernels have no member dimension yet)"
+    x = torch.randn(2, B, T, 4, generator=torch.Generator().manual_seed(0)).cuda()
+    y, _ = members(x)
+    torch.testing.assert_close(y[1], members.member(1)(x[1])[0], atol=1e-5, rtol=1e-5)
