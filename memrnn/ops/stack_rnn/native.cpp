@@ -134,14 +134,20 @@ struct Members {
   int64_t count() const { return M ? M : 1; }
   at::Tensor w(const at::Tensor& t, int64_t i) const { return M ? t.select(0, i) : t; }
   at::Tensor cols(const at::Tensor& t, int64_t i) const { return M ? t.narrow(-1, i * Bm, Bm) : t; }
-  // out (+)= w @ in, member by member on their columns
-  void addmm_(const at::Tensor& out, const at::Tensor& w_, const at::Tensor& in) const {
-    for (int64_t i = 0; i < count(); ++i) cols(out, i).addmm_(w(w_, i), cols(in, i));
+  // each member's weights, made once per call (undefined stays undefined)
+  std::vector<at::Tensor> split(const at::Tensor& t) const {
+    std::vector<at::Tensor> out;
+    for (int64_t i = 0; i < count(); ++i) out.push_back(t.defined() ? w(t, i) : t);
+    return out;
   }
-  void mm_out(const at::Tensor& out, const at::Tensor& w_, const at::Tensor& in) const {
+  // out (+)= w[i] @ in, member by member on their columns
+  void addmm_(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
+    for (int64_t i = 0; i < count(); ++i) cols(out, i).addmm_(w_[i], cols(in, i));
+  }
+  void mm_out(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
     for (int64_t i = 0; i < count(); ++i) {
       at::Tensor o = cols(out, i);
-      at::mm_out(o, w(w_, i), cols(in, i));
+      at::mm_out(o, w_[i], cols(in, i));
     }
   }
 };
@@ -251,7 +257,7 @@ void check_mlp(const Dims& d, const std::vector<at::Tensor>& w, const std::vecto
 // The value MLP at step s: from h [N, B] through relu(W_l · + b_l) (activations kept in hid[l][s])
 // into the value rows `out` [K − k, B] (pre-activation: the value activation follows).
 template <typename T>
-void mlp_forward(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& b,
+void mlp_forward(const std::vector<std::vector<at::Tensor>>& w, const std::vector<at::Tensor>& b,
                  const std::vector<at::Tensor>& hid, int64_t s, const at::Tensor& h, const at::Tensor& out,
                  int64_t B, const Members& mb) {
   const size_t L = w.size();
@@ -287,7 +293,7 @@ void mlp_forward(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>
 // layers (∂L/∂ each pre-activation into gbuf[l][s]; relu's subgradient 0 at 0, as autograd's),
 // then gh += W_1ᵀ · (the first layer's).  `w_t`: the weights transposed.
 template <typename T>
-void mlp_backward(const std::vector<at::Tensor>& w_t, const std::vector<at::Tensor>& hid,
+void mlp_backward(const std::vector<std::vector<at::Tensor>>& w_t, const std::vector<at::Tensor>& hid,
                   const std::vector<at::Tensor>& gbuf, int64_t s, const at::Tensor& gv, at::Tensor& gh,
                   const Members& mb) {
   at::Tensor g = gv;
@@ -318,6 +324,9 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   const Members mb(d.M, B);
+  const std::vector<at::Tensor> w_z_m = mb.split(w_z), w_head_m = mb.split(w_head);
+  std::vector<std::vector<at::Tensor>> mlp_w_m;
+  for (const auto& w : mlp_w) mlp_w_m.push_back(mb.split(w));
   const at::Tensor bh = b_head.contiguous();
   const T* bhp = bh.data_ptr<T>();
   T* zp = z.data_ptr<T>();
@@ -357,7 +366,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
     at::Tensor a_s = acts.select(0, s);  // [G, B]
-    mb.addmm_(a_s, w_z, z.select(0, s).narrow(0, 0, N + d.mr));
+    mb.addmm_(a_s, w_z_m, z.select(0, s).narrow(0, 0, N + d.mr));
     T* a = ap + s * d.G * B;
     T* h = zp + (s + 1) * Z * B;
     if (lstm) {
@@ -391,8 +400,8 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     at::Tensor hd = heads.select(0, s);
     const at::Tensor h_s = z.select(0, s + 1).narrow(0, 0, N);
     at::Tensor hd_head = hd.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
-    mb.mm_out(hd_head, w_head, h_s);
-    if (!mlp_w.empty()) mlp_forward<T>(mlp_w, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B, mb);
+    mb.mm_out(hd_head, w_head_m, h_s);
+    if (!mlp_w.empty()) mlp_forward<T>(mlp_w_m, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B, mb);
     T* hs = hp + s * K * B;
     for (int64_t i = 0; i < mb.count(); ++i) {  // member i's bias on its columns
       for (int64_t r = 0; r < Ka; ++r) {
@@ -532,8 +541,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   T* gzr = gzp + N * B;
   const Members mb(d.M, B);
   const at::Tensor w_z_t = w_z.transpose(-2, -1), w_head_t = w_head.transpose(-2, -1);
-  std::vector<at::Tensor> mlp_wt;
-  for (const auto& w : mlp_w) mlp_wt.push_back(w.transpose(-2, -1));
+  std::vector<std::vector<at::Tensor>> mlp_wt;
+  for (const auto& w : mlp_w) mlp_wt.push_back(mb.split(w.transpose(-2, -1)));
+  const std::vector<at::Tensor> w_z_t_m = mb.split(w_z_t), w_head_t_m = mb.split(w_head_t);
+  const std::vector<at::Tensor> gw_head_m = mb.split(gw_head), gb_head_m = mb.split(gb_head), gb_m = mb.split(gb);
   at::Tensor gz_ = gz;
   const at::Tensor gzh = gz.narrow(0, 0, N);
   at::Tensor gh = at::empty_like(gzh);
@@ -613,10 +624,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     // -- the head, then the controller: g_h = ∂L/∂h_{s+1} = gzh + w_headᵀ ∂L/∂heads
     const at::Tensor ghd_s = ghd.select(0, s);
     const at::Tensor gha_s = ghd_s.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
-    mb.mm_out(gh, w_head_t, gha_s);
+    mb.mm_out(gh, w_head_t_m, gha_s);
     if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh, mb);
     const at::Tensor h_t = z.select(0, t).narrow(0, 0, N);
-    for (int64_t i = 0; i < mb.count(); ++i) mb.w(gw_head, i).addmm_(mb.cols(gha_s, i), mb.cols(h_t, i).t());
+    for (int64_t i = 0; i < mb.count(); ++i) gw_head_m[i].addmm_(mb.cols(gha_s, i), mb.cols(h_t, i).t());
     T* gas_ = gap + s * G * B;
     if (lstm) {
       const T* a = ap + s * G * B;
@@ -653,10 +664,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       }
     }
     for (int64_t i = 0; i < mb.count(); ++i) {  // member i's columns into its biases' gradients
-      if (gb.defined()) row_sums(gas_ + i * mb.Bm, B, mb.w(gb, i), G, mb.Bm);
-      row_sums(gh_s + i * mb.Bm, B, mb.w(gb_head, i), Ka, mb.Bm);
+      row_sums(gas_ + i * mb.Bm, B, gb_m[i], G, mb.Bm);  // (skipped when gb is undefined)
+      row_sums(gh_s + i * mb.Bm, B, gb_head_m[i], Ka, mb.Bm);
     }
-    mb.mm_out(gz_, w_z_t, ga.select(0, s));
+    mb.mm_out(gz_, w_z_t_m, ga.select(0, s));
     if (s == starts[block]) {
       pipe.run([&weights, lo = s, hi = starts[block + 1]] { weights(lo, hi); });
       --block;
