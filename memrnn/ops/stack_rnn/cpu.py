@@ -360,7 +360,7 @@ class StackRNNSequence(torch.autograd.Function):
                 input_grads_block(gb, x, w_in[:, :nx], lo, hi, grad_w_x, grad_b, grad_xt)
         g_c = add_final(0, g_c)
         # the weight gradients: one product each over all steps (one per member)
-        if M:
+        if M and not native:
             grad_w_z = _member_outer(ga, z[:T, : N + m], M)
             grad_w_head_k = _member_outer(ghd[:, :Ka], z[1:, :N], M)
             grad_b_head_k = ghd[:, :Ka].unflatten(-1, (M, rows)).sum((0, 3)).t()
