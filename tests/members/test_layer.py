@@ -23,6 +23,7 @@ from memrnn.layers import (
     ReLUCounter,
     Reservoir,
     SecondOrderRNN,
+    StackRNN,
 )
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
@@ -103,6 +104,15 @@ def test_each_member_is_its_single_layer(name):
                 torch.testing.assert_close(a, b[m], atol=1e-12, rtol=0)
 
 
+#: Delétang et al.'s (2023) Stack-RNN cell: a ReLU Elman controller, the pushed vector unsquashed
+DELETANG = {
+    "controller": "elman",
+    "controller_args": {"activation": "relu"},
+    "memory_args": {"push_activation": "identity"},
+}
+LEARNED_H0 = {"controller_args": {"learned_initial_state": True}}
+WRITE_MLP = {"memory_args": {"write_mlp": [3]}}  # the Tape-RNN's write MLP
+
 PATH_CASES = [
     (LSTMLayer, {}, "lstm_sequence"),
     (LSTMLayer, {"num_layers": 2}, "lstm_sequence"),
@@ -135,6 +145,25 @@ PATH_CASES = [
     (Reservoir, {}, "elman_sequence"),
     (Reservoir, {"kind": "crj", "leak": 0.5}, "elman_sequence"),
     (Reservoir, {"kind": "ldn", "order": 2, "leak": 0.7}, "elman_sequence"),
+    (StackRNN, {"memory": "superposition", "width": 2, "depth": 4}, "stack_rnn_sequence"),
+    (StackRNN, {**DELETANG, "width": 2, "depth": 4}, "stack_rnn_sequence"),
+    (
+        StackRNN,
+        {"memory": "stratification", "width": 2, "depth": 4, "output": "hidden+reading"},
+        "stack_rnn_sequence",
+    ),
+    (StackRNN, {"memory": "queue", "controller": "elman", "width": 2, "depth": 4}, "stack_rnn_sequence"),
+    (StackRNN, {"memory": "deque", "width": 2, "depth": 4, **LEARNED_H0}, "stack_rnn_sequence"),
+    (
+        StackRNN,
+        {"memory": "tape", "controller": "elman", "width": 2, "depth": 4, **WRITE_MLP},
+        "stack_rnn_sequence",
+    ),
+    (
+        StackRNN,
+        {"memory": "tape_jump", "width": 2, "depth": 4, "memory_args": {"jump": 3}},
+        "stack_rnn_sequence",
+    ),
 ]
 
 
@@ -308,6 +337,52 @@ def test_the_loop_is_named_where_no_member_path_applies():
     assert gru_drop.eval().member_path == "gru_sequence (members batched)"
 
 
+def test_the_stack_rnns_loop_is_named_where_no_member_path_applies():
+    """The stack RNN's member path covers the fused memories under an LSTM or Elman controller;
+    the nondeterministic stacks, a GRU controller and ``strict`` run the loop, which names why."""
+    tiny = {"width": 2, "depth": 3}
+    ns = MemberLayer(
+        [StackRNN(3, 4, memory="nondeterministic", depth=3, memory_args={"states": 2, "symbols": 2})] * 2
+    )
+    assert ns.member_path == "loop (the nondeterministic memory has no fused sequence)"
+    gru = MemberLayer([StackRNN(3, 4, controller="gru", **tiny)] * 2)
+    assert gru.member_path.startswith("loop (controller GRULayer is not a one-layer LSTM with biases")
+    assert MemberLayer([StackRNN(3, 4, strict=True, **tiny)] * 2).member_path == (
+        "loop (strict (overflow checked member by member))"
+    )
+    assert MemberLayer([StackRNN(3, 4, **tiny)] * 2).member_path == "stack_rnn_sequence (members batched)"
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_jump_tapes_member_path_takes_each_rows_input_length(dtype):
+    """Delétang et al.'s Tape-RNN jump tape (jumps by each row's input length), each member with its
+    own rows' ``input_lengths [M, B]``: the member path equals the loop over the members, outputs,
+    final states and gradients, with right padding; a row without its input length is named."""
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
+    members = MemberLayer.build(lambda: StackRNN(4, 6, memory="tape_jump", width=2, depth=5), seeds=[0, 1, 2])
+    members = members.to(dtype)
+    assert members.member_path == "stack_rnn_sequence (members batched)"
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, B, T, 4, generator=gen, dtype=dtype, requires_grad=True)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    state = members.initial_state(
+        B, dtype=dtype, input_lengths=torch.tensor([[1, 2, 3], [4, 0, 2], [3, 3, 1]])
+    )
+    runs = []
+    for loop in (False, True):
+        y, final = (
+            members._loop(x, state, mask.expand(3, B, T), outputs_only=False)
+            if loop
+            else members(x, state, mask)
+        )
+        loss = (y * y.detach().cos()).sum() + (final.tape * 2).sum()
+        runs.append((y, *final, *torch.autograd.grad(loss, [x, *members.parameters()])))
+    for a, b in zip(*runs, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    with pytest.raises(ValueError, match="input length"):
+        members(x, members.initial_state(B, dtype=dtype))
+
+
 def test_build_gives_each_member_its_seeds_weights_and_restores_the_generator():
     torch.manual_seed(123)
     before = torch.random.get_rng_state()
@@ -413,3 +488,15 @@ def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
     slow = members.initial_state(5)
     for a, b in zip(fast, slow, strict=True):
         assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_stack_rnns_members_run_the_loop_on_cuda():
+    """On CUDA each member runs the stack RNN's two Triton kernels (no member dimension yet): the
+    loop over members, named, and equal to each member's single layer."""
+    members = MemberLayer.build(lambda: StackRNN(4, 6, width=2, depth=4), seeds=[0, 1]).cuda()
+    assert members.member_path == "loop (CUDA: the Triton kernels have no member dimension yet)"
+    x = torch.randn(2, B, T, 4, generator=torch.Generator().manual_seed(0)).cuda()
+    y, _ = members(x)
+    torch.testing.assert_close(y[1], members.member(1)(x[1])[0], atol=1e-5, rtol=1e-5)

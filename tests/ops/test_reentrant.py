@@ -49,6 +49,8 @@ MEMBER_LAYERS = [
         "counter_lstm_tanh",
         "relu_counter_relu",
         "jordan",
+        "superposition_elman",
+        "stratification_lstm",
     )
 ] + [f"{n}+members_one_hot" for n in ("second_order", "nnpda")]
 CPU_IMPLS = ("default", "cpu", "native")

@@ -1,6 +1,6 @@
 """The stack RNN's shared driver (``memrnn.ops.stack_rnn``), what it does for every memory: the
 Triton kernels' weight preloading rule and its fallback, the C++ loops over long sequences, and
-``impl="reference"`` running the reference.  Each memory's own paths are in
+``impl="reference"`` running the reference, and the member dimension for every memory.  Each memory's own paths are in
 ``tests/ops/test_<memory>.py`` (the harnesses of ``tests/ops/memory_paths.py``)."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memrnn.ops.stack_rnn import _NATIVE_MEMORIES
+from memrnn.ops import bptt
+from memrnn.ops.dispatch import native_available
+from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, SPECS, stack_rnn_sequence
 from tests.ops.backends import needs_native
 from tests.ops.memory_paths import assert_native_equals_cpu, make_layer, sequence_case
 
@@ -75,3 +77,95 @@ def test_impl_reference_runs_the_reference_and_cpu_does_not(monkeypatch):
     with implementation("reference"):
         stack_rnn_sequence(*args, **kwargs)
     assert calls == [1, 1]
+
+
+def _member_case(memory: str, controller: str, dtype: torch.dtype, M: int = 3):
+    """M members' arguments of ``stack_rnn_sequence``: member ``m`` :func:`sequence_case`'s (its own
+    draw; lengths and the jump tape's jumps rolled by ``m``, so that the members' rows differ),
+    stacked into ``[M, ...]`` leaves of ``dtype``."""
+    gen = torch.Generator().manual_seed(7)
+    cases = [sequence_case(memory, controller, gen, mlp=memory.startswith("tape")) for _ in range(M)]
+    cast = lambda ts: torch.stack([t.detach() for t in ts]).to(dtype)  # noqa: E731
+    (args0, kwargs0) = cases[0]
+    args = []
+    for i, a in enumerate(args0[:-1]):
+        args.append(None if a is None else cast([c[0][i] for c in cases]).requires_grad_())
+    mem0 = []
+    for i, f in enumerate(args0[-1]):
+        t = cast([c[0][-1][i].roll(m) if not f.requires_grad else c[0][-1][i] for m, c in enumerate(cases)])
+        mem0.append(t.requires_grad_(f.requires_grad))
+    kwargs = dict(kwargs0)
+    kwargs["lengths"] = torch.stack([kwargs0["lengths"].roll(m) for m in range(M)])
+    if "value_mlp" in kwargs0:
+        kwargs["value_mlp"] = tuple(
+            tuple(cast([c[1]["value_mlp"][j][i] for c in cases]).requires_grad_() for i in range(2))
+            for j in range(len(kwargs0["value_mlp"]))
+        )
+    return (*args, tuple(mem0)), kwargs
+
+
+def _member_leaves(args, kwargs):
+    flat = [*args[:-1], *args[-1], *(t for layer in kwargs.get("value_mlp") or () for t in layer)]
+    return [t for t in flat if t is not None and t.requires_grad]
+
+
+@pytest.mark.parametrize(
+    ("dtype", "tol"), [(torch.float64, 1e-12), (torch.float32, 1e-5)], ids=["f64", "f32"]
+)
+@pytest.mark.parametrize("impl", ["cpu", "native"])
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+@pytest.mark.parametrize("memory", list(SPECS))
+def test_members_equal_the_member_reference(memory, controller, impl, dtype, tol, monkeypatch):
+    """The member dimension (:class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence` with members, the
+    Python loops and the C++ ones): every output (the overflow included) and the gradient of every
+    argument equal :func:`stack_rnn_member_reference`'s, with rows of different lengths per member
+    (one of length 0), across two backward blocks of the Python loop (the block cut to 3 steps);
+    the tapes with a write MLP, the jump tape with each member's own jumps."""
+    if impl == "native" and not native_available():
+        pytest.skip("memrnn's C++ loops did not build here")
+    monkeypatch.setattr(bptt, "BLOCK", 3)
+    args, kwargs = _member_case(memory, controller, dtype)
+    leaves = _member_leaves(args, kwargs)
+    runs = {}
+    for which in ("reference", impl):
+        out = [o for o in stack_rnn_sequence(*args, **kwargs, impl=which) if o is not None]
+        w = torch.Generator().manual_seed(3)
+        loss = sum(
+            (o * torch.randn(o.shape, generator=w, dtype=dtype)).sum() for o in out if o.is_floating_point()
+        )
+        runs[which] = (out, torch.autograd.grad(loss, leaves))
+    (out_ref, g_ref), (out_got, g_got) = runs["reference"], runs[impl]
+    assert out_got[0].grad_fn.name().startswith("StackRNNSequence")
+    M, B, T = args[0].shape[:3]
+    assert out_got[0].shape == (M, B, T, args[3].shape[-1]) and out_got[-1].shape == (M, B, T)
+    for a, b in zip([*out_got, *g_got], [*out_ref, *g_ref], strict=True):
+        torch.testing.assert_close(a, b, atol=tol, rtol=tol)
+
+
+def test_the_member_reference_is_the_reference_member_by_member():
+    """:func:`stack_rnn_member_reference`: member ``m``'s results are the single reference's on its
+    ``[m]`` slices, bit for bit (the stratification stack: three state fields)."""
+    from memrnn.ops.stack_rnn.reference import stack_rnn_member_reference, stack_rnn_reference
+
+    args, kwargs = _member_case("stratification", "lstm", torch.float64)
+    lengths = kwargs.pop("lengths")
+    got = stack_rnn_member_reference(*args, lengths=lengths, **kwargs)
+    for m in range(3):
+        single = [None if a is None else a[m] for a in args[:-1]]
+        want = stack_rnn_reference(*single, tuple(f[m] for f in args[-1]), lengths=lengths[m], **kwargs)
+        for a, b in zip(got, want, strict=True):
+            assert (a is None) == (b is None)
+            assert a is None or torch.equal(a[m], b)
+
+
+def test_members_bad_shapes_are_named():
+    """With members (``w_rec [M, G, N]``) an argument without the member dimension, or with other
+    rows than ``x``, is a ValueError naming it."""
+    args, kwargs = _member_case("superposition", "elman", torch.float64, M=2)
+    x, w_in, b, w_rec, w_head, b_head, h0, c0, mem0 = args
+    with pytest.raises(ValueError, match=r"so h0 must be 3-D with 2 first, got \(3, 4\)"):
+        stack_rnn_sequence(x, w_in, b, w_rec, w_head, b_head, h0[0], c0, mem0, **kwargs)
+    with pytest.raises(ValueError, match=r"so w_head must be 3-D with 2 first"):
+        stack_rnn_sequence(x, w_in, b, w_rec, w_head[0], b_head, h0, c0, mem0, **kwargs)
+    with pytest.raises(ValueError, match=r"memory0\[0\] has 2 rows per member; x has 3"):
+        stack_rnn_sequence(x, w_in, b, w_rec, w_head, b_head, h0, c0, (mem0[0][:, :2],), **kwargs)

@@ -9,7 +9,8 @@ one module per recurrence, each registering its layer classes on import:
 * :mod:`~memrnn.members.paths.jordan`: :class:`memrnn.layers.JordanRNN`;
 * :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`;
 * :mod:`~memrnn.members.paths.second_order`: :class:`memrnn.layers.SecondOrderRNN`;
-* :mod:`~memrnn.members.paths.nnpda`: :class:`memrnn.layers.NNPDA`.
+* :mod:`~memrnn.members.paths.nnpda`: :class:`memrnn.layers.NNPDA`;
+* :mod:`~memrnn.members.paths.stack_rnn`: :class:`memrnn.layers.StackRNN` (the fused memories).
 
 Adding one: a module here that calls :func:`memrnn.members.layer.register_member_path`, imported
 below."""
@@ -23,4 +24,5 @@ from memrnn.members.paths import (  # noqa: F401  (they register)
     nnpda,
     reservoir,
     second_order,
+    stack_rnn,
 )

@@ -71,7 +71,23 @@ def stack_rnn_sequence(
     Returns:
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
+
+    Members (M runs as one model, ``docs/design.md``): every argument with a leading member
+    dimension, ``x [M, B, T, n]``, ``w_in [M, G, n + m]``, ``b [M, G]``, ``w_rec [M, G, N]``,
+    ``w_head [M, K, N]``, ``b_head [M, K]``, ``h0``, ``c0`` ``[M, B, N]``, the memory's fields
+    ``[M, B, ...]``, ``lengths [M, B]``, the value MLP's ``[M, ...]`` -> every result ``[M, B,
+    ...]``, member ``m`` exactly the call on its ``[m]`` slices: the reference loops over the
+    members (:func:`memrnn.ops.stack_rnn.reference.stack_rnn_member_reference`); ``"native"``
+    (picked as for one run) and every other ``impl`` run :class:`StackRNNSequence` with members (its
+    C++ or Python loops, any device: the memory on the members' ``M·B`` rows as one batch, the
+    products per member; the Triton kernels have no member dimension yet).
     """
+    if w_rec.dim() == 3:
+        return _members(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
+            memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow,
+            value_mlp=value_mlp, impl=impl,
+        )  # fmt: skip
     mlp = _check_value_mlp(value_mlp, w_head, memory, memory0)
     triton_ok = memory in _TRITON_MEMORIES and not mlp
     impl = choose(x, impl, triton_ok=triton_ok, native_ok=memory in _NATIVE_MEMORIES)
@@ -92,6 +108,44 @@ def stack_rnn_sequence(
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 
     spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native", len(mlp))
+    flat = [t for layer in mlp for t in layer]
+    return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *flat, *memory0)
+
+
+def _members(x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, *, lengths, value_mlp, impl, **options):
+    """:func:`stack_rnn_sequence` with members (its docstring): shapes checked, then the member
+    reference or :class:`StackRNNSequence` with members."""
+    M = w_rec.shape[0]
+    named = [("x", x, 4), ("w_in", w_in, 3), ("b", b, 2), ("w_head", w_head, 3), ("b_head", b_head, 2)]
+    named += [("h0", h0, 3), ("c0", c0, 3), ("lengths", lengths, 2)]
+    named += [(f"memory0[{i}]", f, f.dim()) for i, f in enumerate(memory0)]
+    for i, (w, bias) in enumerate(value_mlp or ()):
+        named += [(f"value_mlp[{i}] weight", w, 3), (f"value_mlp[{i}] bias", bias, 2)]
+    for name, t, dims in named:
+        if t is not None and (t.dim() != dims or t.shape[0] != M or t.dim() < 2):
+            raise ValueError(
+                f"with members every argument has the member dimension first: w_rec is {tuple(w_rec.shape)} "
+                f"(M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
+            )
+    rows = [(n, t.shape[1]) for n, t, _ in named if t is not None and n in ("h0", "c0", "lengths")]
+    rows += [(n, t.shape[1]) for n, t, _ in named if n.startswith("memory0")]
+    bad = [(n, r) for n, r in rows if r != x.shape[1]]
+    if bad:
+        raise ValueError(f"{bad[0][0]} has {bad[0][1]} rows per member; x has {x.shape[1]} (x [M, B, T, n])")
+    # the value MLP's shapes, as one member's
+    one = None if value_mlp is None else [(w[0], bias[0]) for w, bias in value_mlp]
+    mlp = _check_value_mlp(one, w_head[0], options["memory"], tuple(f[0] for f in memory0))
+    mlp = tuple(value_mlp) if mlp else ()
+    impl = "cpu" if impl == "triton" else impl  # the kernels have no member dimension yet
+    impl = choose(x, impl, triton_ok=False, native_ok=options["memory"] in _NATIVE_MEMORIES)
+    if impl == "reference":
+        return reference.stack_rnn_member_reference(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, lengths=lengths, value_mlp=mlp, **options
+        )
+    from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
+
+    names = ("controller", "activation", "memory", "value_activation")
+    spec = (*(options[k] for k in names), bool(options["overflow"]), impl == "native", len(mlp))
     flat = [t for layer in mlp for t in layer]
     return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *flat, *memory0)
 

@@ -47,10 +47,38 @@ def _value_derivative(name: str, v: Tensor) -> Tensor | None:
     return None
 
 
-def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp) -> None:
+def _cols(t: Tensor, M: int) -> Tensor:
+    """Columns of ``M`` members ``[R, M·B]`` (member-major) as the view ``[M, R, B]``, for a
+    product per member (``bmm``); ``[..., R, M·B]`` -> ``[..., M, R, B]``."""
+    return t.unflatten(-1, (M, -1)).transpose(-3, -2)
+
+
+def _products(M: int):
+    """``(addmm_(out, w, z), addmm(bias, w, z, out), mm(w, z, out))`` on columns: ``out += w z``,
+    ``out = bias + w z`` and ``out = w z`` with ``w [R, Q]``, ``z [Q, B]`` (torch's ``addmm``/``mm``),
+    or, with ``M`` members (``M > 0``), ``w [M, R, Q]`` on each member's columns of ``z [Q, M·B]``
+    (``baddbmm``/``bmm`` on :func:`_cols` views, written in place)."""
+    if not M:
+        return (
+            lambda out, w, z: out.addmm_(w, z),
+            lambda bias, w, z, out: torch.addmm(bias, w, z, out=out),
+            lambda w, z, out: torch.mm(w, z, out=out),
+        )
+    return (
+        lambda out, w, z: _cols(out, M).baddbmm_(w, _cols(z, M)),
+        lambda bias, w, z, out: torch.baddbmm(bias, w, _cols(z, M), out=_cols(out, M)),
+        lambda w, z, out: torch.bmm(w, _cols(z, M), out=_cols(out, M)),
+    )
+
+
+def _forward_loop(
+    spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M=0
+) -> None:
     """The forward loop of :class:`StackRNNSequence` in Python (every device and dtype); ``mlp =
-    (weights, biases, hidden buffers [T, H_l, B])`` of the value MLP, each empty without one."""
+    (weights, biases, hidden buffers [T, H_l, B])`` of the value MLP, each empty without one;
+    ``M`` members (0: none) as :func:`_products`."""
     controller, activation, _, value_act, want_overflow = spec[:5]
+    addmm_, addmm, _ = _products(M)
     T, k = acts.shape[0], A.shape[1]
     lstm = controller == "lstm"
     a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + mr].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
@@ -68,9 +96,9 @@ def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, 
     head_ = ha_ if mlp_w else hd_  # with a value MLP the head gives the actions only
     # the value MLP's layers: (weight, bias column, per-step outputs), the last into the value rows
     outs = [*(h.unbind(0) for h in mlp_h), hv_] if mlp_w else []
-    layers = [(w, bb[:, None], o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
+    layers = [(w, bb.unsqueeze(-1), o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
     for s in range(T):
-        a_[s].addmm_(w_z, zr_[s])
+        addmm_(a_[s], w_z, zr_[s])
         if lstm:
             sig_[s].sigmoid_()
             g_[s].tanh_()
@@ -80,10 +108,10 @@ def _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, 
             torch.mul(o_[s], x_[s], out=h_[s + 1])
         else:
             h_[s + 1].copy_(act(a_[s]))
-        torch.addmm(b_head[:, None], w_head, h_[s + 1], out=head_[s])
+        addmm(b_head.unsqueeze(-1), w_head, h_[s + 1], head_[s])
         inp = h_[s + 1]
         for j, (w, bb, o) in enumerate(layers, 1):
-            torch.addmm(bb, w, inp, out=o[s])
+            addmm(bb, w, inp, o[s])
             if j < len(layers):
                 o[s].relu_()  # a hidden layer's activation, kept for the backward
             inp = o[s]
@@ -111,6 +139,14 @@ class StackRNNSequence(torch.autograd.Function):
     units; ReLU between layers; none when ``L = 0``), then the memory's initial state fields ->
     ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``, ``c`` (None for Elman), the
     memory's final fields, ``overflow [B, T]`` (not differentiable; zeros unless asked).
+
+    Members (M runs as one model, ``docs/design.md``): ``w_rec [M, G, N]`` and every weight with
+    the member dimension first, ``x [M, B, T, n]``, ``h0``, ``c0`` ``[M, B, N]``, ``lengths [M,
+    B]``, the memory's fields ``[M, B, ...]`` -> every result ``[M, B, ...]``, member ``m``
+    the call on its ``[m]`` slices.  The memory has no weights: it runs once on the members' rows as
+    one batch of ``M·B`` columns (member-major), the controller's, head's and value MLP's products
+    are one ``bmm`` per step over the members (:func:`_products`), and the weight gradients one
+    product per member (in C++ as in Python: ``native.cpp``'s ``members``).
     """
 
     @staticmethod
@@ -118,25 +154,39 @@ class StackRNNSequence(torch.autograd.Function):
         controller, _, kind, _, want_overflow, native, n_mlp = spec
         mlp_w, mlp_b, mem0 = list(rest[: 2 * n_mlp : 2]), list(rest[1 : 2 * n_mlp : 2]), rest[2 * n_mlp :]
         ctx.set_materialize_grads(False)
-        B, T, nx = x.shape
-        N = w_rec.shape[1]
+        M = w_rec.shape[0] if w_rec.dim() == 3 else 0  # members (0: none)
+        if M:  # the members' rows as one batch of M·B columns
+            rows = x.shape[1]
+            h0, c0 = h0.flatten(0, 1), None if c0 is None else c0.flatten(0, 1)
+            mem0 = tuple(f.flatten(0, 1) for f in mem0)
+            lengths = None if lengths is None else lengths.flatten()
+        B, T, nx = (M * rows, *x.shape[2:]) if M else x.shape
+        N = w_rec.shape[-1]
         cls = KERNELS[kind]
         k = cls.n_actions
         D, m = cls.dims(mem0)
         mr = cls.reads * m  # the reading's units
-        perm = torch.tensor([*cls.order, *range(k, w_head.shape[0])], device=w_head.device)
-        w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
+        Kh = w_head.shape[-2]  # the head's rows
+        perm = torch.tensor([*cls.order, *range(k, Kh)], device=w_head.device)
+        if M:
+            w_head, b_head = w_head[:, perm], b_head[:, perm]
+        else:
+            w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
+        G = w_in.shape[-2]
         z = x.new_empty(T + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
         mem = cls(mem0, T, z[:, N:], want_overflow)
-        w_z = torch.cat([w_rec, w_in[:, nx:]], 1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
+        w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
-            acts = x.new_empty(T, w_in.shape[0], B)
+            acts = x.new_empty(T, G, B)
+        elif M:  # each member's projection [M, T, G, B'], as columns [T, G, M·B']
+            proj = torch.matmul(w_in[:, None, :, :nx], x.permute(0, 2, 3, 1)).add_(b[:, None, :, None])
+            acts = proj.permute(1, 2, 0, 3).reshape(T, G, B)
         else:
             acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
-        K = k + mlp_w[-1].shape[0] if mlp_w else w_head.shape[0]  # the actions' and the value's rows
+        K = k + mlp_w[-1].shape[-2] if mlp_w else Kh  # the actions' and the value's rows
         heads = x.new_empty(T, K, B)  # pre-activations; the value rows activated in place
-        mlp_h = [x.new_empty(T, w.shape[0], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
+        mlp_h = [x.new_empty(T, w.shape[-2], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
         A = x.new_empty(T, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
@@ -147,21 +197,21 @@ class StackRNNSequence(torch.autograd.Function):
             xs = x.new_empty(T, N, B)
         if native:
             _native_ops().stack_rnn_forward(
-                *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x, w_in[:, :nx].contiguous(), b, acts, z,
-                w_z, w_head, b_head, heads, A, cs, xs, overflow, *mem.native_buffers(), mlp_w,
-                [bb.contiguous() for bb in mlp_b], mlp_h,
+                *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x.flatten(0, 1) if M else x,
+                w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
+                *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
             )  # fmt: skip
         else:
             mlp = (mlp_w, mlp_b, mlp_h)
-            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp)
-        ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm = spec, mem, N, lengths, perm
+            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M)
+        ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm, ctx.members = spec, mem, N, lengths, perm, M
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
         ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers)
         ctx.mark_non_differentiable(overflow)
         finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
         finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
-        return (
+        out = (
             z[1:, :N].permute(2, 0, 1),
             z[1:, N : N + mr].permute(2, 0, 1),
             finals_h,
@@ -169,6 +219,9 @@ class StackRNNSequence(torch.autograd.Function):
             *mem.finals(lengths),
             overflow.t(),
         )
+        if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
+            out = tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out)
+        return out
 
     @staticmethod
     @first_order
@@ -177,15 +230,21 @@ class StackRNNSequence(torch.autograd.Function):
         x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = saved[:10]
         controller, activation, _, value_act, _, native, n_mlp = ctx.spec
         mlp_w, mlp_h = list(saved[10 : 10 + n_mlp]), list(saved[10 + n_mlp : 9 + 2 * n_mlp])
-        mem, N, lengths = ctx.mem, ctx.N, ctx.lengths
+        mem, N, lengths, M = ctx.mem, ctx.N, ctx.lengths, ctx.members
         g_mem = rest[:-1]
-        B, T, nx = x.shape
-        G, K, Ka, k = w_z.shape[0], heads.shape[1], w_head.shape[0], mem.n_actions  # Ka: the head's rows
-        m = w_z.shape[1] - N  # the reading's units
+        if M:  # the members' rows as one batch of M·B columns, as the forward ran them
+            flat = lambda g: None if g is None else g.flatten(0, 1)  # noqa: E731
+            gy_h, gy_r, g_hT, g_cT = flat(gy_h), flat(gy_r), flat(g_hT), flat(g_cT)
+            g_mem = tuple(flat(g) for g in g_mem)
+            rows = x.shape[1]
+        B, T, nx = (M * rows, *x.shape[2:]) if M else x.shape
+        G, K, Ka, k = w_z.shape[-2], heads.shape[1], w_head.shape[-2], mem.n_actions  # Ka: the head's rows
+        m = w_z.shape[-1] - N  # the reading's units
+        addmm_, _, mm = _products(M)
         lstm = controller == "lstm"
         tm = lambda g: None if g is None else g.permute(1, 2, 0).contiguous().unbind(0)  # noqa: E731
         gyh, gyr = (None, None) if native else (tm(gy_h), tm(gy_r))
-        ends = _ends(lengths, T, x)
+        ends = _ends(lengths, T, x, B)
         gz = x.new_zeros(N + m, B)  # ∂L/∂[h ; r] of the step being undone (r: m units)
         gzh, gzr = gz[:N], gz[N:]
         g_c = x.new_zeros(N, B)
@@ -194,8 +253,8 @@ class StackRNNSequence(torch.autograd.Function):
         ghd = heads.new_empty(T, K, B)
         gA = A.new_empty(T, k, B)
         # ∂L/∂ the value MLP's hidden pre-activations, every step's (fresh for each backward)
-        g_mlp = [x.new_empty(T, w.shape[0], B) for w in mlp_w[:-1]]
-        mlp_wt = [w.t() for w in mlp_w]
+        g_mlp = [x.new_empty(T, w.shape[-2], B) for w in mlp_w[:-1]]
+        mlp_wt = [w.transpose(-1, -2) for w in mlp_w]
         if not native:  # the Python loop's per-step views
             ga_, ghd_, gA_, A_ = ga.unbind(0), ghd.unbind(0), gA.unbind(0), A.unbind(0)
             gha_, ghv_, hv_ = ghd[:, :k].unbind(0), ghd[:, k:].unbind(0), heads[:, k:].unbind(0)
@@ -204,10 +263,12 @@ class StackRNNSequence(torch.autograd.Function):
             g_mlp_ = [g.unbind(0) for g in g_mlp]
             if lstm:
                 gah_, gac_ = ga[:, :N].unbind(0), ga[:, N:].view(T, 3, N, B).unbind(0)
-        w_z_t, w_head_t = w_z.t(), w_head.t()
+        w_z_t, w_head_t = w_z.transpose(-1, -2), w_head.transpose(-1, -2)
+        g_h_cols = x.new_empty(N, B) if M else None  # the members' ∂L/∂h of the step, as columns
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
-        grad_w_x = w_in.new_zeros(G, nx) if need_w else None
-        grad_b = w_in.new_zeros(G) if need_b else None
+        lead = (M,) if M else ()
+        grad_w_x = w_in.new_zeros(*lead, G, nx) if need_w else None
+        grad_b = w_in.new_zeros(*lead, G) if need_b else None
         grad_xt = x.new_empty(T, nx, B) if need_x and not native else None
 
         def add_final(t, g_c):
@@ -228,8 +289,8 @@ class StackRNNSequence(torch.autograd.Function):
             grad_x = x.new_empty(B, T, nx) if need_x else None
             grad_w_head_k, grad_b_head_k = _native_backward(
                 ctx.spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT, g_cT,
-                g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_in[:, :nx].contiguous(), grad_w_z, grad_w_x,
-                grad_x, mlp_w, mlp_h, g_mlp,
+                g_mem, ga, ghd, gA, gz, g_c, grad_b, x.flatten(0, 1) if M else x, w_in[..., :nx].contiguous(),
+                grad_w_z, grad_w_x, grad_x, mlp_w, mlp_h, g_mlp, M,
             )  # fmt: skip
         for lo, hi in [] if native else blocks(T):
             n = hi - lo
@@ -273,12 +334,17 @@ class StackRNNSequence(torch.autograd.Function):
                     torch.mul(gA_[s], dsig_[j], out=gha_[s])
                 if dval_ is not None:
                     ghv_[s].mul_(dval_[j])
-                g_h = torch.addmm(gzh, w_head_t, ghead_[s])
+                if M:
+                    g_h = g_h_cols
+                    torch.baddbmm(_cols(gzh, M), w_head_t, _cols(ghead_[s], M), out=_cols(g_h, M))
+                else:
+                    g_h = torch.addmm(gzh, w_head_t, ghead_[s])
                 if mlp_w:  # down the value MLP: ∂L/∂ each hidden pre-activation, then into ∂L/∂h
                     gl = ghv_[s]
                     for l in range(len(mlp_w) - 1, 0, -1):
-                        gl = torch.mm(mlp_wt[l], gl, out=g_mlp_[l - 1][s]).mul_(relu_[l - 1][j])
-                    g_h.addmm_(mlp_wt[0], gl)
+                        mm(mlp_wt[l], gl, g_mlp_[l - 1][s])
+                        gl = g_mlp_[l - 1][s].mul_(relu_[l - 1][j])
+                    addmm_(g_h, mlp_wt[0], gl)
                 if lstm:
                     g_c = torch.addcmul(g_c, g_h, dhdc_[j])
                     torch.mul(kh_[j], g_h, out=gah_[s])
@@ -286,12 +352,19 @@ class StackRNNSequence(torch.autograd.Function):
                     g_c = g_c * f_[j]
                 else:
                     torch.mul(g_h, dact_[j], out=ga_[s])
-                torch.mm(w_z_t, ga_[s], out=gz)
+                mm(w_z_t, ga_[s], gz)
             gb = ga[lo:hi]
-            input_grads_block(gb, x, w_in[:, :nx], lo, hi, grad_w_x, grad_b, grad_xt)
+            if M:
+                _member_input_grads_block(gb, x, w_in[..., :nx], lo, hi, grad_w_x, grad_b, grad_xt)
+            else:
+                input_grads_block(gb, x, w_in[:, :nx], lo, hi, grad_w_x, grad_b, grad_xt)
         g_c = add_final(0, g_c)
-        # the weight gradients: one product each over all steps
-        if not native:
+        # the weight gradients: one product each over all steps (one per member)
+        if M and not native:
+            grad_w_z = _member_outer(ga, z[:T, : N + m], M)
+            grad_w_head_k = _member_outer(ghd[:, :Ka], z[1:, :N], M)
+            grad_b_head_k = ghd[:, :Ka].unflatten(-1, (M, rows)).sum((0, 3)).t()
+        elif not native:
             zt = z[:T, : N + m]
             grad_w_z = torch.bmm(ga, zt.transpose(1, 2)).sum(0)
             grad_w_head_k = torch.bmm(ghd[:, :Ka], z[1:, :N].transpose(1, 2)).sum(0)
@@ -299,28 +372,60 @@ class StackRNNSequence(torch.autograd.Function):
         grad_mlp = []  # the value MLP's layers: ∂L/∂ each output [T, H_l, B] times its input
         if mlp_w:
             for g_out, inp in zip([*g_mlp, ghd[:, k:]], [z[1:, :N], *mlp_h], strict=True):
-                grad_mlp += [torch.bmm(g_out, inp.transpose(1, 2)).sum(0), g_out.sum((0, 2))]
+                if M:
+                    grad_mlp += [_member_outer(g_out, inp, M), g_out.unflatten(-1, (M, rows)).sum((0, 3)).t()]
+                else:
+                    grad_mlp += [torch.bmm(g_out, inp.transpose(1, 2)).sum(0), g_out.sum((0, 2))]
         perm = ctx.perm
-        grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(0, perm, grad_w_head_k)
-        grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(0, perm, grad_b_head_k)
-        grad_w_in = torch.cat([grad_w_x, grad_w_z[:, N:]], 1) if need_w else None
+        grad_w_head = torch.empty_like(grad_w_head_k).index_copy_(-2, perm, grad_w_head_k)
+        grad_b_head = torch.empty_like(grad_b_head_k).index_copy_(-1, perm, grad_b_head_k)
+        grad_w_in = torch.cat([grad_w_x, grad_w_z[..., N:]], -1) if need_w else None
         if not native:
             grad_x = None if grad_xt is None else grad_xt.permute(2, 0, 1)
         g_mem0 = mem.initial_grads(gzr.clone())
+        grads = [grad_x, gzh.t().clone(), g_c.t() if lstm else None, *g_mem0]
+        if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
+            grads = [None if g is None else g.unflatten(0, (M, rows)) for g in grads]
+        grad_x, g_h0, g_c0, *g_mem0 = grads
         return (
             grad_x,
             grad_w_in,
             grad_b,
-            grad_w_z[:, :N],
+            grad_w_z[..., :N],
             grad_w_head,
             grad_b_head,
-            gzh.t().clone(),
-            g_c.t() if lstm else None,
+            g_h0,
+            g_c0,
             None,
             None,
             *grad_mlp,
             *g_mem0,
         )
+
+
+def _member_outer(g: Tensor, inp: Tensor, M: int) -> Tensor:
+    """``Σ_t g_t inp_tᵀ`` per member: ``g [T, P, M·B]``, ``inp [T, Q, M·B]`` (columns
+    member-major) -> ``[M, P, Q]``, one product per member over all steps and rows."""
+    P, Q = g.shape[1], inp.shape[1]
+    gm = g.unflatten(-1, (M, -1)).permute(2, 1, 0, 3).reshape(M, P, -1)  # [M, P, T·B]
+    im = inp.unflatten(-1, (M, -1)).permute(2, 0, 3, 1).reshape(M, -1, Q)  # [M, T·B, Q]
+    return torch.bmm(gm, im)
+
+
+def _member_input_grads_block(gb, x, w_x, lo, hi, grad_w_x, grad_b, grad_xt) -> None:
+    """:func:`memrnn.ops.bptt.input_grads_block` with ``M`` members: ``gb [hi−lo, G, M·B]``
+    (columns member-major), ``x [M, B, T, n]``, ``w_x [M, G, n]``; accumulates into ``grad_w_x
+    [M, G, n]``, ``grad_b [M, G]`` and writes ``grad_xt[lo:hi]`` ``[hi−lo, n, M·B]``."""
+    M = x.shape[0]
+    gm = gb.unflatten(-1, (M, -1))  # [n, G, M, B]
+    if grad_w_x is not None:
+        xb = x[:, :, lo:hi].transpose(1, 2).reshape(M, -1, x.shape[-1])  # [M, n·B, nx], (t, b) rows
+        grad_w_x += torch.bmm(gm.permute(2, 1, 0, 3).reshape(M, gb.shape[1], -1), xb)
+    if grad_b is not None:
+        grad_b += gm.sum((0, 3)).t()
+    if grad_xt is not None:
+        got = torch.matmul(w_x.transpose(1, 2)[:, None], gm.permute(2, 0, 1, 3))  # [M, n, nx, B]
+        grad_xt[lo:hi].unflatten(-1, (M, -1)).copy_(got.permute(1, 2, 0, 3))
 
 
 #: the codes of native.cpp's enums (the memories': their specs', ``memory_kinds.h``)
@@ -351,34 +456,37 @@ def _native_ops():
 
 def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
                      g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x,
-                     mlp_w, mlp_h, g_mlp):  # fmt: skip
+                     mlp_w, mlp_h, g_mlp, M=0):  # fmt: skip
     """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
     ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
     gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
     ``grad_b``, ``grad_w_z``, ``grad_w_x`` and writes ``grad_x [B, T, n]`` (each None when not
     needed) and ``g_mlp`` (``∂L/∂`` the value MLP's hidden pre-activations, ``[T, H_l, B]``);
-    returns the gradients of the head's weight and bias (the kernel's action order)."""
+    returns the gradients of the head's weight and bias (the kernel's action order).  ``M``
+    members (0: none) as :class:`StackRNNSequence`'s: the weights and their gradients ``[M, ...]``,
+    the rows ``M·B``."""
     T, B = acts.shape[0], acts.shape[-1]
-    N, K = w_head.shape[1], w_head.shape[0]
+    N, K = w_head.shape[-1], w_head.shape[-2]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
     lens = torch.full((B,), T, dtype=torch.long) if lengths is None else lengths.to(torch.long).contiguous()
     P, S, P2 = mem.native_buffers()
-    gw_head, gb_head = w_head.new_zeros(K, N), w_head.new_zeros(K)
+    lead = (M,) if M else ()
+    gw_head, gb_head = w_head.new_zeros(*lead, K, N), w_head.new_zeros(*lead, K)
     g_fin = mem.native_final_grads(g_mem, lens)
     _native_ops().stack_rnn_backward(
         *_native_codes(spec), mem.D, mem.m, mem.shift, acts, z, w_z, w_head, heads, A, cs, xs, P, S,
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
         g_c, mem.native_grads(), grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, P2,
-        mlp_w, mlp_h, g_mlp,
+        mlp_w, mlp_h, g_mlp, members=M,
     )  # fmt: skip
     mem.after_native(T)
     return gw_head, gb_head
 
 
-def _ends(lengths: Tensor | None, T: int, like: Tensor) -> dict[int, Tensor]:
-    """``{t: rows [B] (1.0 where the row's length is t)}`` for every length present."""
+def _ends(lengths: Tensor | None, T: int, like: Tensor, batch: int) -> dict[int, Tensor]:
+    """``{t: rows [batch] (1.0 where the row's length is t)}`` for every length present."""
     if lengths is None:
-        return {T: like.new_ones(like.shape[0])}
+        return {T: like.new_ones(batch)}
     out = {}
     for t in sorted(set(lengths.tolist())):
         out[int(t)] = (lengths == t).to(like.dtype)

@@ -29,6 +29,14 @@
 //   3 tape, 4 the Tape-RNN's jump tape (Deletang et al. 2023): ops/tape/native.h;
 //   5 Grefenstette et al.'s DeQue: ops/deque/native.h.
 // The loops call them through one switch on MemoryKind (with_memory below).
+//
+// Members (`members` M > 0; 0 for one run): M runs as one model (cpu.py's StackRNNSequence with
+// members).  The memory has no weights, so the loops run it once on the members' rows as one
+// batch: the B columns are M blocks of B / M, member-major (x, the outputs' gradients and gx as
+// [M·(B / M), T, n] rows in that order).  Every weight carries the member dimension first ([M, G,
+// ·], [M, K, N], biases [M, ·], the value MLP's [M, H_l, ·]) and every product runs per member on
+// its block of columns (a view: BLAS reads it with its leading dimension, no copy), through
+// Members below; with M = 0 they are the one run's products as they were.
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
@@ -115,23 +123,56 @@ std::vector<int64_t> block_starts(int64_t T) {
 
 struct Dims {
   int64_t T, B, N, G, Z, mr, K, Ka, k, D, m;  // K: heads' rows; Ka: w_head's (K, or k with an MLP)
+  int64_t M;  // members (0: one run)
+};
+
+// The members' products (the header's "Members"): member i's weights `w(t, i)` (t itself for one
+// run) and its block of the B columns `cols(t, i)` (t itself for one run), for i < count().
+struct Members {
+  int64_t M, Bm;  // members (0: one run) and each one's columns
+  Members(int64_t members, int64_t B) : M(members), Bm(members ? B / members : B) {}
+  int64_t count() const { return M ? M : 1; }
+  at::Tensor w(const at::Tensor& t, int64_t i) const { return M ? t.select(0, i) : t; }
+  at::Tensor cols(const at::Tensor& t, int64_t i) const { return M ? t.narrow(-1, i * Bm, Bm) : t; }
+  // each member's weights, made once per call (undefined stays undefined)
+  std::vector<at::Tensor> split(const at::Tensor& t) const {
+    std::vector<at::Tensor> out;
+    for (int64_t i = 0; i < count(); ++i) out.push_back(t.defined() ? w(t, i) : t);
+    return out;
+  }
+  // out (+)= w[i] @ in, member by member on their columns
+  void addmm_(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
+    for (int64_t i = 0; i < count(); ++i) cols(out, i).addmm_(w_[i], cols(in, i));
+  }
+  void mm_out(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
+    for (int64_t i = 0; i < count(); ++i) {
+      at::Tensor o = cols(out, i);
+      at::mm_out(o, w_[i], cols(in, i));
+    }
+  }
 };
 
 Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
              const at::Tensor& w_head, const at::Tensor& heads, const at::Tensor& A, int64_t D,
-             int64_t m) {
+             int64_t m, int64_t members) {
   Dims d{};
   d.T = acts.size(0);
   d.G = acts.size(1);
   d.B = acts.size(2);
   d.Z = z.size(1);
-  d.N = w_head.size(1);
-  d.mr = w_z.size(1) - d.N;
+  d.N = w_head.size(-1);
+  d.mr = w_z.size(-1) - d.N;
   d.K = heads.size(1);
-  d.Ka = w_head.size(0);
+  d.Ka = w_head.size(-2);
   d.k = A.size(1);
   d.D = D;
   d.m = m;
+  d.M = members;
+  TORCH_CHECK(members >= 0 && (members == 0 || d.B % members == 0), "memrnn native stack RNN: ",
+              d.B, " columns are not ", members, " members' blocks");
+  TORCH_CHECK(w_z.dim() == (members ? 3 : 2) && w_head.dim() == w_z.dim() && (!members || (w_z.size(0) == members && w_head.size(0) == members)),
+              "memrnn native stack RNN: with ", members, " members the weights need ", members ? "3" : "2",
+              " dimensions (the members first)");
   return d;
 }
 
@@ -192,12 +233,13 @@ void check_mlp(const Dims& d, const std::vector<at::Tensor>& w, const std::vecto
               "memrnn native stack RNN: the value MLP needs one bias per layer");
   int64_t in = d.N;
   for (int64_t l = 0; l < L; ++l) {
-    const int64_t out = l + 1 < L ? w[l].size(0) : d.K - d.k;
-    TORCH_CHECK(w[l].dim() == 2 && w[l].size(0) == out && w[l].size(1) == in,
+    const int64_t out = l + 1 < L ? w[l].size(-2) : d.K - d.k;
+    TORCH_CHECK(w[l].dim() == (d.M ? 3 : 2) && (!d.M || w[l].size(0) == d.M) && w[l].size(-2) == out &&
+                    w[l].size(-1) == in,
                 "memrnn native stack RNN: the value MLP's layer ", l, " must have a [", out, ", ", in,
                 "] weight");
     if (b != nullptr) {
-      TORCH_CHECK((*b)[l].numel() == out && (*b)[l].is_contiguous(),
+      TORCH_CHECK((*b)[l].numel() == out * std::max<int64_t>(d.M, 1) && (*b)[l].is_contiguous(),
                   "memrnn native stack RNN: the value MLP's layer ", l, " must have a contiguous [", out,
                   "] bias");
     }
@@ -215,28 +257,31 @@ void check_mlp(const Dims& d, const std::vector<at::Tensor>& w, const std::vecto
 // The value MLP at step s: from h [N, B] through relu(W_l · + b_l) (activations kept in hid[l][s])
 // into the value rows `out` [K − k, B] (pre-activation: the value activation follows).
 template <typename T>
-void mlp_forward(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>& b,
+void mlp_forward(const std::vector<std::vector<at::Tensor>>& w, const std::vector<at::Tensor>& b,
                  const std::vector<at::Tensor>& hid, int64_t s, const at::Tensor& h, const at::Tensor& out,
-                 int64_t B) {
+                 int64_t B, const Members& mb) {
   const size_t L = w.size();
   at::Tensor in = h;
   for (size_t l = 0; l < L; ++l) {
     const bool last = l + 1 == L;
     at::Tensor o = last ? out : hid[l].select(0, s);
-    at::mm_out(o, w[l], in);
+    mb.mm_out(o, w[l], in);
     T* op = o.data_ptr<T>();
-    const T* bp = b[l].data_ptr<T>();
-    for (int64_t r = 0; r < o.size(0); ++r) {
-      const T br = bp[r];
-      T* orow = op + r * B;
-      if (last) {
-        MEMRNN_SIMD
-        for (int64_t j = 0; j < B; ++j) orow[j] += br;
-      } else {
-        MEMRNN_SIMD
-        for (int64_t j = 0; j < B; ++j) {
-          const T v = orow[j] + br;
-          orow[j] = v < T(0) ? T(0) : v;  // relu (NaN passes, as clamp_min)
+    const int64_t H = o.size(0);
+    for (int64_t i = 0; i < mb.count(); ++i) {
+      const T* bp = b[l].data_ptr<T>() + i * H;  // member i's bias
+      for (int64_t r = 0; r < H; ++r) {
+        const T br = bp[r];
+        T* orow = op + r * B + i * mb.Bm;
+        if (last) {
+          MEMRNN_SIMD
+          for (int64_t j = 0; j < mb.Bm; ++j) orow[j] += br;
+        } else {
+          MEMRNN_SIMD
+          for (int64_t j = 0; j < mb.Bm; ++j) {
+            const T v = orow[j] + br;
+            orow[j] = v < T(0) ? T(0) : v;  // relu (NaN passes, as clamp_min)
+          }
         }
       }
     }
@@ -248,12 +293,13 @@ void mlp_forward(const std::vector<at::Tensor>& w, const std::vector<at::Tensor>
 // layers (∂L/∂ each pre-activation into gbuf[l][s]; relu's subgradient 0 at 0, as autograd's),
 // then gh += W_1ᵀ · (the first layer's).  `w_t`: the weights transposed.
 template <typename T>
-void mlp_backward(const std::vector<at::Tensor>& w_t, const std::vector<at::Tensor>& hid,
-                  const std::vector<at::Tensor>& gbuf, int64_t s, const at::Tensor& gv, at::Tensor& gh) {
+void mlp_backward(const std::vector<std::vector<at::Tensor>>& w_t, const std::vector<at::Tensor>& hid,
+                  const std::vector<at::Tensor>& gbuf, int64_t s, const at::Tensor& gv, at::Tensor& gh,
+                  const Members& mb) {
   at::Tensor g = gv;
   for (auto l = static_cast<int64_t>(w_t.size()) - 1; l >= 1; --l) {
     at::Tensor gp = gbuf[l - 1].select(0, s);
-    at::mm_out(gp, w_t[l], g);
+    mb.mm_out(gp, w_t[l], g);
     T* gpp = gp.data_ptr<T>();
     const T* hp = hid[l - 1].select(0, s).data_ptr<T>();
     const int64_t n = gp.numel();
@@ -261,7 +307,7 @@ void mlp_backward(const std::vector<at::Tensor>& w_t, const std::vector<at::Tens
     for (int64_t j = 0; j < n; ++j) gpp[j] = hp[j] > T(0) ? gpp[j] : T(0);
     g = gp;
   }
-  gh.addmm_(w_t[0], g);
+  mb.addmm_(gh, w_t[0], g);
 }
 
 template <typename T>
@@ -277,6 +323,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const std::vector<at::Tensor>& mlp_h) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
+  const Members mb(d.M, B);
+  const std::vector<at::Tensor> w_z_m = mb.split(w_z), w_head_m = mb.split(w_head);
+  std::vector<std::vector<at::Tensor>> mlp_w_m;
+  for (const auto& w : mlp_w) mlp_w_m.push_back(mb.split(w));
   const at::Tensor bh = b_head.contiguous();
   const T* bhp = bh.data_ptr<T>();
   T* zp = z.data_ptr<T>();
@@ -299,12 +349,15 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   // acts[t] = w_x x_tᵀ + b for the steps of block j (the input projection), as one product over
   // the block's n·B columns
   const int64_t G = d.G, nx = x.size(2);
-  const at::Tensor bias = b_in.view({G, 1});
+  const at::Tensor bias = mb.M ? b_in.view({mb.M, G, 1}) : b_in.view({G, 1});
   auto project = [&, G, nx](int64_t j) {
-    const int64_t lo = starts[j], n = starts[j + 1] - lo;
-    const at::Tensor xb = x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx});
-    const at::Tensor y = at::addmm(bias, w_x, xb.t());  // [G, n·B]
-    acts.narrow(0, lo, n).copy_(y.view({G, n, B}).transpose(0, 1));
+    const int64_t lo = starts[j], n = starts[j + 1] - lo, Bm = mb.Bm;
+    for (int64_t i = 0; i < mb.count(); ++i) {  // member by member: its rows of x, its columns of acts
+      const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
+      const at::Tensor xb = xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx});
+      const at::Tensor y = at::addmm(mb.w(bias, i), mb.w(w_x, i), xb.t());  // [G, n·B]
+      mb.cols(acts.narrow(0, lo, n), i).copy_(y.view({G, n, Bm}).transpose(0, 1));
+    }
   };
   if (T_ > 0) project(0);
   for (int64_t s = 0; s < T_; ++s) {
@@ -313,7 +366,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
     at::Tensor a_s = acts.select(0, s);  // [G, B]
-    a_s.addmm_(w_z, z.select(0, s).narrow(0, 0, N + d.mr));
+    mb.addmm_(a_s, w_z_m, z.select(0, s).narrow(0, 0, N + d.mr));
     T* a = ap + s * d.G * B;
     T* h = zp + (s + 1) * Z * B;
     if (lstm) {
@@ -347,14 +400,16 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     at::Tensor hd = heads.select(0, s);
     const at::Tensor h_s = z.select(0, s + 1).narrow(0, 0, N);
     at::Tensor hd_head = hd.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
-    at::mm_out(hd_head, w_head, h_s);
-    if (!mlp_w.empty()) mlp_forward<T>(mlp_w, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B);
+    mb.mm_out(hd_head, w_head_m, h_s);
+    if (!mlp_w.empty()) mlp_forward<T>(mlp_w_m, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B, mb);
     T* hs = hp + s * K * B;
-    for (int64_t r = 0; r < Ka; ++r) {
-      const T br = bhp[r];
-      T* hr = hs + r * B;
-      MEMRNN_SIMD
-      for (int64_t b = 0; b < B; ++b) hr[b] += br;
+    for (int64_t i = 0; i < mb.count(); ++i) {  // member i's bias on its columns
+      for (int64_t r = 0; r < Ka; ++r) {
+        const T br = bhp[i * Ka + r];
+        T* hr = hs + r * B + i * mb.Bm;
+        MEMRNN_SIMD
+        for (int64_t b = 0; b < mb.Bm; ++b) hr[b] += br;
+      }
     }
     T* as = Ap + s * k * B;
     if (mt.softmax) {  // softmax over the k actions
@@ -394,7 +449,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const at::Tensor& overflow, const std::optional<at::Tensor>& P,
                        const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2,
                        const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
-                       const std::vector<at::Tensor>& mlp_h) {
+                       const std::vector<at::Tensor>& mlp_h, int64_t members) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -411,7 +466,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
               "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
   TORCH_CHECK(!mt.windows || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
-  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
+  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
@@ -484,9 +539,12 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   T* gzp = gz.data_ptr<T>();
   T* gcp = lstm ? g_c.data_ptr<T>() : nullptr;
   T* gzr = gzp + N * B;
-  const at::Tensor w_z_t = w_z.t(), w_head_t = w_head.t();
-  std::vector<at::Tensor> mlp_wt;
-  for (const auto& w : mlp_w) mlp_wt.push_back(w.t());
+  const Members mb(d.M, B);
+  const at::Tensor w_z_t = w_z.transpose(-2, -1), w_head_t = w_head.transpose(-2, -1);
+  std::vector<std::vector<at::Tensor>> mlp_wt;
+  for (const auto& w : mlp_w) mlp_wt.push_back(mb.split(w.transpose(-2, -1)));
+  const std::vector<at::Tensor> w_z_t_m = mb.split(w_z_t), w_head_t_m = mb.split(w_head_t);
+  const std::vector<at::Tensor> gw_head_m = mb.split(gw_head), gb_head_m = mb.split(gb_head), gb_m = mb.split(gb);
   at::Tensor gz_ = gz;
   const at::Tensor gzh = gz.narrow(0, 0, N);
   at::Tensor gh = at::empty_like(gzh);
@@ -500,13 +558,18 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
   // product each over the block's n·B columns
   auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
-    const int64_t n = hi - lo, nx = x.size(2);
-    const at::Tensor gb_ = ga.narrow(0, lo, n).transpose(0, 1).reshape({G, n * B});
-    const at::Tensor zb = z.narrow(0, lo, n).narrow(1, 0, N + mr).transpose(0, 1).reshape({N + mr, n * B});
-    gw_z.addmm_(gb_, zb.t());
-    if (gw_x.defined()) gw_x.addmm_(gb_, x.narrow(1, lo, n).transpose(0, 1).reshape({n * B, nx}));
-    if (gx.defined()) {
-      gx.narrow(1, lo, n).copy_(at::mm(gb_.t(), w_x).view({n, B, nx}).transpose(0, 1));
+    const int64_t n = hi - lo, nx = x.size(2), Bm = mb.Bm;
+    for (int64_t i = 0; i < mb.count(); ++i) {  // member by member: its columns, its rows of x
+      const at::Tensor gb_ = mb.cols(ga.narrow(0, lo, n), i).transpose(0, 1).reshape({G, n * Bm});
+      const at::Tensor zb =
+          mb.cols(z.narrow(0, lo, n).narrow(1, 0, N + mr), i).transpose(0, 1).reshape({N + mr, n * Bm});
+      mb.w(gw_z, i).addmm_(gb_, zb.t());
+      const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
+      if (gw_x.defined()) mb.w(gw_x, i).addmm_(gb_, xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx}));
+      if (gx.defined()) {
+        const at::Tensor gxi = mb.M ? gx.narrow(0, i * Bm, Bm) : gx;
+        gxi.narrow(1, lo, n).copy_(at::mm(gb_.t(), mb.w(w_x, i)).view({n, Bm, nx}).transpose(0, 1));
+      }
     }
   };
   Pipeline pipe(threaded);
@@ -561,10 +624,10 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     // -- the head, then the controller: g_h = ∂L/∂h_{s+1} = gzh + w_headᵀ ∂L/∂heads
     const at::Tensor ghd_s = ghd.select(0, s);
     const at::Tensor gha_s = ghd_s.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
-    at::mm_out(gh, w_head_t, gha_s);
-    if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh);
+    mb.mm_out(gh, w_head_t_m, gha_s);
+    if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh, mb);
     const at::Tensor h_t = z.select(0, t).narrow(0, 0, N);
-    gw_head.addmm_(gha_s, h_t.t());
+    for (int64_t i = 0; i < mb.count(); ++i) gw_head_m[i].addmm_(mb.cols(gha_s, i), mb.cols(h_t, i).t());
     T* gas_ = gap + s * G * B;
     if (lstm) {
       const T* a = ap + s * G * B;
@@ -600,9 +663,11 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         gas_[j] = g_h * da;
       }
     }
-    row_sums(gas_, B, gb, G, B);
-    row_sums(gh_s, B, gb_head, Ka, B);
-    at::mm_out(gz_, w_z_t, ga.select(0, s));
+    for (int64_t i = 0; i < mb.count(); ++i) {  // member i's columns into its biases' gradients
+      row_sums(gas_ + i * mb.Bm, B, gb_m[i], G, mb.Bm);  // (skipped when gb is undefined)
+      row_sums(gh_s + i * mb.Bm, B, gb_head_m[i], Ka, mb.Bm);
+    }
+    mb.mm_out(gz_, w_z_t_m, ga.select(0, s));
     if (s == starts[block]) {
       pipe.run([&weights, lo = s, hi = starts[block + 1]] { weights(lo, hi); });
       --block;
@@ -628,7 +693,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const at::Tensor& gw_z, const std::optional<at::Tensor>& gw_x,
                         const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2,
                         const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_h,
-                        const std::vector<at::Tensor>& mlp_g) {
+                        const std::vector<at::Tensor>& mlp_g, int64_t members) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -651,7 +716,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
               "memrnn native stack RNN: the jump tape needs each row's shift (int64)");
   TORCH_CHECK(static_cast<int64_t>(gm.size()) == mt.grad_buffers,
               "memrnn native stack RNN: ", mt.grad_buffers, " gradient buffers expected");
-  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m);
+  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
   check_mlp(d, mlp_w, nullptr, mlp_h, "mlp_h");
   check_mlp(d, mlp_w, nullptr, mlp_g, "mlp_g");
   OneThread one;
@@ -673,7 +738,7 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2, "
-      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h) -> ()",
+      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
@@ -683,6 +748,6 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
       "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
       "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2, Tensor[] mlp_w, Tensor[] mlp_h, "
-      "Tensor(m!)[] mlp_g) -> ()",
+      "Tensor(m!)[] mlp_g, int members=0) -> ()",
       &stack_rnn_backward);
 }

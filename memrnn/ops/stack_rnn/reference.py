@@ -77,3 +77,36 @@ def stack_rnn_reference(
     finals = [final_by_length(torch.stack(field, 1), lengths) for field in zip(*states, strict=True)]
     ovf = torch.stack(lost, 1).detach() if overflow and T > 0 else x.new_zeros(B, T)
     return h_all, r_all, h_fin, c_fin, *finals, ovf
+
+
+def stack_rnn_member_reference(
+    x: Tensor,
+    w_in: Tensor,
+    b: Tensor,
+    w_rec: Tensor,
+    w_head: Tensor,
+    b_head: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    memory0: tuple[Tensor, ...],
+    *,
+    lengths: Tensor | None = None,
+    value_mlp: Sequence[tuple[Tensor, Tensor]] = (),
+    **options: object,
+) -> tuple[Tensor, ...]:
+    """:func:`stack_rnn_reference` with a member dimension (every argument ``[M, ...]``, ``x [M, B,
+    T, n]``, ``lengths [M, B]``, the memory's fields ``[M, B, ...]``), as a loop over the members:
+    member ``m``'s results are the reference's on its ``[m]`` slices, stacked."""
+    runs = []
+    for m in range(w_rec.shape[0]):
+        c0_m = None if c0 is None else c0[m]
+        lengths_m = None if lengths is None else lengths[m]
+        mlp_m = tuple((w[m], bias[m]) for w, bias in value_mlp)
+        weights = (w_in[m], b[m], w_rec[m], w_head[m], b_head[m])
+        mem_m = tuple(f[m] for f in memory0)
+        runs.append(
+            stack_rnn_reference(
+                x[m], *weights, h0[m], c0_m, mem_m, lengths=lengths_m, value_mlp=mlp_m, **options
+            )
+        )
+    return tuple(None if r[0] is None else torch.stack(r) for r in zip(*runs, strict=True))
