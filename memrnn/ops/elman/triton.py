@@ -1,7 +1,9 @@
 """The Elman recurrence as two persistent Triton kernels, one launch each for the forward and the
 backward pass of a whole sequence (the design of FlashRNN and flash-linear-attention's recurrent
 kernels: the batch split into tiles of rows, one program per tile, the state kept by the program
-for every step).
+for every step).  Members (M runs as one model, issue 67) are the grid's second axis: a program
+per tile of rows and member, its weights, inputs, states and outputs offset by its member; one
+model is ``M = 1``, the same kernels and launch signature.
 
 Forward, per step, for each block of ``BLOCK_H`` state units: ``z = pre_t + Σ_k h_{t−1}[:, k]
 U[j, k]ᵀ`` by ``tl.dot`` over blocks of ``k`` (``U`` stays in L1/L2 across steps), then

@@ -8,7 +8,8 @@ Forward, per step and block of units: the four gate pre-activations ``pre_t + h_
 ``hs``, ``cs`` and the activated gates go to memory for the backward.  Backward, per step:
 ``∂c_t`` and the four gate gradients elementwise into ``ga``, then ``∂h_{t−1} = ∂hs_{t−1} + ga_t
 W_rec`` by ``tl.dot``; ``∂W_rec = Σ_t ga_tᵀ h_{t−1}`` and the input projection's gradients are
-matrix products outside.  Float32 accumulation.
+matrix products outside.  Float32 accumulation.  Members (M runs as one model) are the grid's
+second axis, as in :mod:`memrnn.ops.elman.triton`.
 """
 
 from __future__ import annotations
