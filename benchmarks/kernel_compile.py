@@ -7,7 +7,8 @@
 Triton's interpreter (``TRITON_INTERPRET=1``, the default test run) checks what the kernels
 compute, not that they compile: a kernel can pass under the interpreter and still fail in
 Triton's compiler, or spill registers to local memory on the GPU.  This script runs every layer
-that has kernels forward and backward on CPU tensors with the kernels forced
+that has kernels (and, as :data:`MEMBER_LAYERS`, the member paths that launch them with the
+members as a grid axis) forward and backward on CPU tensors with the kernels forced
 (:func:`memrnn.ops.dispatch.implementation`), records each kernel launch instead of running it,
 and compiles each distinct launch for the chosen GPU targets through Triton's compiler down to a
 cubin (``ptxas`` ships with Triton).  It prints one row per kernel and target: registers per
@@ -60,6 +61,7 @@ import memrnn.ops.nondeterministic.triton
 import memrnn.ops.second_order_rnn.triton
 import memrnn.ops.stack_rnn.triton  # noqa: F401
 from memrnn.core import create_layer
+from memrnn.members import MemberLayer
 from memrnn.ops.dispatch import implementation
 
 #: the layers whose forward and backward launch every kernel memrnn has, and their sizes here
@@ -108,6 +110,17 @@ LAYERS: dict[str, dict[str, Any]] = {
         "memory_args": {"states": 2, "symbols": 3, "vector_size": 5},
     },
 }
+#: the layers whose member path (issue 67: M runs as one model, :class:`memrnn.members.MemberLayer`)
+#: runs memrnn's kernels with the members as a grid axis (row tiles × members), run as
+#: :data:`MEMBERS` members of these sizes: ``<layer>_members`` (the LSTM's is :class:`memrnn.layers.LSTMLayer`,
+#: whose single run is torch's own).  A member launch that types as a single one (same signature,
+#: constants and alignment: the member is ``tl.program_id(1)``, no argument) is the same cubin and
+#: no row of its own.  Not in ``--quick``: their kernels are the plain recurrences'.
+MEMBER_LAYERS: dict[str, dict[str, Any]] = {
+    "lstm_members": {"input_size": 16, "hidden_size": 64},
+    "elman_members": {"input_size": 16, "hidden_size": 64},
+}
+MEMBERS = 4
 #: ``--quick``: the layers whose launches reach every kernel and every code path that a
 #: constexpr selects, once: each kernel of the plain recurrences; the stack kernels once per
 #: memory (each memory is its own constexpr branch), with the Elman controller where the memory has
@@ -183,9 +196,10 @@ def record_launches(
     layers: Sequence[str] | None = None,
     first_only: bool = False,
 ) -> list[dict[str, Any]]:
-    """Run each layer of ``layers`` (default :data:`LAYERS`) forward and backward with the
-    kernels forced and record every launch (kernel, signature, constexprs, options) instead of
-    running it; with ``first_only``, only the first launch of each kernel by each layer."""
+    """Run each layer of ``layers`` (default :data:`LAYERS` and :data:`MEMBER_LAYERS`) forward and
+    backward with the kernels forced and record every launch (kernel, signature, constexprs,
+    options) instead of running it; with ``first_only``, only the first launch of each kernel by
+    each layer."""
     launches: dict[tuple, dict[str, Any]] = {}
     original = JITFunction.run
     current = {"layer": ""}  # the layer being run: the first to launch a kernel names its row
@@ -227,19 +241,25 @@ def record_launches(
     JITFunction.run = record  # type: ignore[method-assign]
     os.environ["TRITON_INTERPRET"] = "1"  # lets the dispatch send CPU tensors to the kernels
     try:
-        for name in LAYERS if layers is None else layers:
-            kwargs = LAYERS[name]
+        for name in (*LAYERS, *MEMBER_LAYERS) if layers is None else layers:
             current["layer"] = name
             for dtype in dtypes:
                 if dtype == torch.float64 and name not in FLOAT64_LAYERS:
                     continue
-                layer = create_layer(name, **kwargs).to(dtype)
+                lead: tuple[int, ...] = ()
+                if name in MEMBER_LAYERS:
+                    base, kwargs, lead = name.removesuffix("_members"), MEMBER_LAYERS[name], (MEMBERS,)
+                    layer = MemberLayer.build(lambda b=base, k=kwargs: create_layer(b, **k), range(MEMBERS))
+                    layer = layer.to(dtype)
+                else:
+                    layer = create_layer(name, **LAYERS[name]).to(dtype)
                 gen = torch.Generator().manual_seed(0)
                 if name in ONE_HOT:
                     ids = torch.randint(0, layer.input_size, (batch, steps), generator=gen)
                     x = torch.nn.functional.one_hot(ids, layer.input_size).to(dtype)
                 else:
-                    x = torch.randn(batch, steps, layer.input_size, generator=gen).to(dtype).requires_grad_()
+                    shape = (*lead, batch, steps, layer.input_size)
+                    x = torch.randn(shape, generator=gen).to(dtype).requires_grad_()
                 with implementation("triton"):
                     y, _ = layer(x)
                     y.float().sum().backward()
@@ -354,7 +374,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     dtypes = [getattr(torch, d) for d in args.dtypes]
     if args.quick:
         check_quick_layers()
-    layers = QUICK_LAYERS if args.quick else tuple(LAYERS)
+    layers = QUICK_LAYERS if args.quick else (*LAYERS, *MEMBER_LAYERS)
     launches = record_launches(dtypes, layers=layers, first_only=args.quick)
     rows = compile_all(launches, args.targets)
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "

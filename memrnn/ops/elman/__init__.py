@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import torch
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
@@ -34,7 +33,8 @@ def elman_sequence(
     Members (M runs as one model, ``docs/design.md``): ``pre [M, B, T, H]``, ``weight_hh [M, H,
     H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``, member ``m`` exactly the call on its ``[m]``
     slices: the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.elman.cpu.ElmanSequence` with members), the GPU kernels run once per member."""
+    (:class:`memrnn.ops.elman.cpu.ElmanSequence` with members), the GPU kernels take them as a grid axis
+    (:class:`memrnn.ops.elman.triton.ElmanTriton` with members)."""
     if weight_hh.dim() == 3:
         return _members(pre, weight_hh, h0, activation, fn, leak, impl)
     impl = choose(pre, impl, triton_ok=_triton_knows(activation))
@@ -62,7 +62,7 @@ def _members(pre, weight_hh, h0, activation, fn, leak, impl):
         return elman_member_cpu(pre, weight_hh, h0, fn, leak)
     from memrnn.ops.elman.triton import elman_triton
 
-    return torch.stack([elman_triton(pre[m], weight_hh[m], h0[m], activation, leak) for m in range(M)])
+    return elman_triton(pre, weight_hh, h0, activation, leak)
 
 
 def _triton_knows(activation: str) -> bool:

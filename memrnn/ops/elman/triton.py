@@ -1,7 +1,9 @@
 """The Elman recurrence as two persistent Triton kernels, one launch each for the forward and the
 backward pass of a whole sequence (the design of FlashRNN and flash-linear-attention's recurrent
 kernels: the batch split into tiles of rows, one program per tile, the state kept by the program
-for every step).
+for every step).  Members (M runs as one model, issue 67) are the grid's second axis: a program
+per tile of rows and member, its weights, inputs, states and outputs offset by its member; one
+model is ``M = 1``, the same kernels and launch signature.
 
 Forward, per step, for each block of ``BLOCK_H`` state units: ``z = pre_t + Σ_k h_{t−1}[:, k]
 U[j, k]ᵀ`` by ``tl.dot`` over blocks of ``k`` (``U`` stays in L1/L2 across steps), then
@@ -48,10 +50,17 @@ def _elman_fwd(
     CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, NUM_H: tl.constexpr,
 ):  # fmt: skip
     """One program per tile of ``BLOCK_B`` rows; ``pre``/``zs`` ``[T, B, H]``, ``hs`` ``[T+1, B, H]``
-    (``hs[0]`` holds ``h0``), ``w`` ``U [H, H]``, all contiguous."""
+    (``hs[0]`` holds ``h0``), ``w`` ``U [H, H]``, all contiguous.  Members: one program per tile
+    and member (grid axis 1), every buffer with the member first (``pre [M, T, B, H]``, ``U [M, H,
+    H]``, …; one model is ``M = 1``)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_H)
+    m = tl.program_id(1).to(tl.int64)  # the member: its weights, inputs, states and outputs
+    pre_ptr += m * T * B * H
+    zs_ptr += m * T * B * H
+    hs_ptr += m * (T + 1) * B * H
+    w_ptr += m * H * H
     for t in range(T):
         h_prev = hs_ptr + t * B * H
         for jb in tl.static_range(NUM_H):
@@ -85,10 +94,17 @@ def _elman_bwd(
     CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_H: tl.constexpr, NUM_H: tl.constexpr,
 ):  # fmt: skip
     """``ghs`` ``[T+1, B, H]`` (``∂L/∂hs``), ``gz`` ``[T, B, H]`` out; ``g`` ``[2, B, H]`` float32
-    scratch holding ``∂L/∂h_t`` in slot ``t % 2`` (ping-pong); slot 0 ends as ``∂L/∂h_0``."""
+    scratch holding ``∂L/∂h_t`` in slot ``t % 2`` (ping-pong); slot 0 ends as ``∂L/∂h_0``.
+    Members as :func:`_elman_fwd` (grid axis 1; ``g [M, 2, B, H]``)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_H)
+    m = tl.program_id(1).to(tl.int64)
+    ghs_ptr += m * (T + 1) * B * H
+    zs_ptr += m * T * B * H
+    gz_ptr += m * T * B * H
+    g_ptr += m * 2 * B * H
+    w_ptr += m * H * H
     _seed_slot(g_ptr, ghs_ptr, T, B, H, rows, rmask, cols, BLOCK_H, NUM_H)  # g[T % 2] = ∂L/∂h_T
     tl.debug_barrier()
     for i in range(T):
@@ -126,18 +142,22 @@ def _elman_bwd(
 
 class ElmanTriton(torch.autograd.Function):
     """As :class:`memrnn.ops.elman.cpu.ElmanSequence` (``pre [T, B, H]`` time-major ->
-    ``hs [T+1, B, H]``), with the two kernels above."""
+    ``hs [T+1, B, H]``), with the two kernels above.  Members: ``pre [M, T, B, H]``, ``weight_hh [M,
+    H, H]``, ``h0 [M, B, H]`` -> ``hs [M, T+1, B, H]``, one launch per direction for all members (a
+    grid of row tiles × members) and one weight-gradient product per member."""
 
     @staticmethod
     def forward(ctx, pre, weight_hh, h0, code, leak):  # type: ignore[override]
-        T, B, H = pre.shape
+        T, B, H = pre.shape[-3:]
+        lead = pre.shape[:-3]  # (M,) with members
+        M = lead[0] if lead else 1
         pre, weight_hh = pre.contiguous(), weight_hh.contiguous()
-        hs = pre.new_empty(T + 1, B, H)
-        hs[0] = h0
-        zs = pre.new_empty(T, B, H)
+        hs = pre.new_empty(*lead, T + 1, B, H)
+        hs[..., 0, :, :] = h0
+        zs = pre.new_empty(*lead, T, B, H)
         block_h, num_h = unit_blocks(H)
-        grid = (triton.cdiv(B, BLOCK_B),)
-        if T > 0 and B > 0:
+        grid = (triton.cdiv(B, BLOCK_B), M)
+        if T > 0 and B > 0 and M > 0:
             _elman_fwd[grid](
                 pre, weight_hh, hs, zs, T, B, H, float(leak), code, BLOCK_B, block_h, num_h,
                 num_warps=DOT_WARPS,
@@ -153,21 +173,26 @@ class ElmanTriton(torch.autograd.Function):
         if grad_hs is None:
             return None, None, None, None, None
         weight_hh, zs, hs = ctx.saved_tensors
-        T, B, H = zs.shape
+        T, B, H = zs.shape[-3:]
+        lead = zs.shape[:-3]
+        M = lead[0] if lead else 1
         grad_hs = grad_hs.contiguous()
         gz = torch.empty_like(zs)
-        g = torch.zeros(2, B, H, device=zs.device, dtype=torch.float32)
+        g = torch.zeros(*lead, 2, B, H, device=zs.device, dtype=torch.float32)
         block_h, num_h = unit_blocks(H)
-        if T > 0 and B > 0:
-            _elman_bwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _elman_bwd[(triton.cdiv(B, BLOCK_B), M)](
                 grad_hs, weight_hh, zs, gz, g, T, B, H, ctx.leak, ctx.code, BLOCK_B, block_h, num_h,
                 num_warps=DOT_WARPS,
             )  # fmt: skip
-            g_h0 = g[0].to(zs.dtype)
+            g_h0 = g[..., 0, :, :].to(zs.dtype)
         else:
-            g_h0 = grad_hs[0]
+            g_h0 = grad_hs[..., 0, :, :]
         grad_w = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and lead:  # one product per member
+            gz_t = gz.reshape(M, T * B, H).transpose(1, 2).float()
+            grad_w = torch.bmm(gz_t, hs[:, :-1].reshape(M, T * B, H).float()).to(weight_hh.dtype)
+        elif ctx.needs_input_grad[1]:
             grad_w = (gz.reshape(T * B, H).t().float() @ hs[:-1].reshape(T * B, H).float()).to(
                 weight_hh.dtype
             )
@@ -175,9 +200,10 @@ class ElmanTriton(torch.autograd.Function):
 
 
 def elman_triton(pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: str, leak: float = 1.0) -> Tensor:
-    """:class:`ElmanTriton` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``; ``activation``
-    a name of :data:`CODES`."""
+    """:class:`ElmanTriton` batch first: ``pre [B, T, H]`` -> ``hs [B, T+1, H]``; members ``pre [M,
+    B, T, H]``, ``weight_hh [M, H, H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``; ``activation`` a
+    name of :data:`CODES`."""
     if activation not in CODES:
         raise ValueError(f"the Elman kernel has no activation {activation!r}; it has {', '.join(CODES)}")
-    hs = ElmanTriton.apply(pre.transpose(0, 1).contiguous(), weight_hh, h0, CODES[activation], leak)
-    return hs.transpose(0, 1)
+    hs = ElmanTriton.apply(pre.transpose(-3, -2).contiguous(), weight_hh, h0, CODES[activation], leak)
+    return hs.transpose(-3, -2)

@@ -34,7 +34,8 @@ def lstm_sequence(
     dimension, ``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``,
     ``c0`` ``[M, B, N]`` -> ``[M, B, T+1, N]``, member ``m`` exactly the call on its ``[m]`` slices:
     the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members), the GPU kernels run once per member."""
+    (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members), the GPU kernels take them as a grid axis
+    (:class:`memrnn.ops.lstm.triton.LSTMTriton` with members)."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
     impl = choose(x, impl)
@@ -62,8 +63,9 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
         return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
     from memrnn.ops.lstm.triton import lstm_triton
 
-    runs = [lstm_triton(F.linear(x[m], w_in[m], b[m]), w_rec[m], h0[m], c0[m], tanh_units) for m in range(M)]
-    return tuple(torch.stack(r) for r in zip(*runs, strict=True))
+    B, T, n = x.shape[1:]  # the input projection one product per member, then one launch for all
+    pre = torch.baddbmm(b[:, None], x.reshape(M, B * T, n), w_in.transpose(1, 2)).view(M, B, T, -1)
+    return lstm_triton(pre, w_rec, h0, c0, tanh_units)
 
 
 def sigmoids_first(w: Tensor) -> Tensor:

@@ -8,7 +8,8 @@ Forward, per step and block of units: the four gate pre-activations ``pre_t + h_
 ``hs``, ``cs`` and the activated gates go to memory for the backward.  Backward, per step:
 ``∂c_t`` and the four gate gradients elementwise into ``ga``, then ``∂h_{t−1} = ∂hs_{t−1} + ga_t
 W_rec`` by ``tl.dot``; ``∂W_rec = Σ_t ga_tᵀ h_{t−1}`` and the input projection's gradients are
-matrix products outside.  Float32 accumulation.
+matrix products outside.  Float32 accumulation.  Members (M runs as one model) are the grid's
+second axis, as in :mod:`memrnn.ops.elman.triton`.
 """
 
 from __future__ import annotations
@@ -38,11 +39,19 @@ def _lstm_fwd(
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``gates`` ``[T, B, 4N]``, ``hs``/``cs`` ``[T+1, B, N]`` (index 0: the initial
-    state), ``w`` ``W_rec [4N, N]``; one program per tile of rows."""
+    state), ``w`` ``W_rec [4N, N]``; one program per tile of rows (grid axis 0) and member (axis
+    1: every buffer with the member first, ``[M, T, B, 4N]``, ``W_rec [M, 4N, N]``, …; one model is
+    ``M = 1``)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
     G = 4 * N
+    m = tl.program_id(1).to(tl.int64)  # the member: its weights, inputs, states and outputs
+    pre_ptr += m * T * B * G
+    gates_ptr += m * T * B * G
+    hs_ptr += m * (T + 1) * B * N
+    cs_ptr += m * (T + 1) * B * N
+    w_ptr += m * G * N
     for t in range(T):
         h_prev = hs_ptr + t * B * N
         for jb in tl.static_range(NUM_N):
@@ -85,11 +94,21 @@ def _lstm_bwd(
 ):  # fmt: skip
     """``ghs``/``gcs`` ``[T+1, B, N]`` (``∂L/∂hs``, ``∂L/∂cs``), ``ga`` ``[T, B, 4N]`` out (the gate
     pre-activations' gradients); ``gh``/``gc`` ``[2, B, N]`` float32 scratch with ``∂L/∂h_t``,
-    ``∂L/∂c_t`` in slot ``t % 2``; slot 0 ends with the initial state's gradients."""
+    ``∂L/∂c_t`` in slot ``t % 2``; slot 0 ends with the initial state's gradients.  Members as
+    :func:`_lstm_fwd` (grid axis 1; ``gh``/``gc`` ``[M, 2, B, N]``)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
     G = 4 * N
+    m = tl.program_id(1).to(tl.int64)
+    ghs_ptr += m * (T + 1) * B * N
+    gcs_ptr += m * (T + 1) * B * N
+    cs_ptr += m * (T + 1) * B * N
+    gates_ptr += m * T * B * G
+    ga_ptr += m * T * B * G
+    gh_ptr += m * 2 * B * N
+    gc_ptr += m * 2 * B * N
+    w_ptr += m * G * N
     _seed_slot(gh_ptr, ghs_ptr, T, B, N, rows, rmask, cols, BLOCK_N, NUM_N)
     _seed_slot(gc_ptr, gcs_ptr, T, B, N, rows, rmask, cols, BLOCK_N, NUM_N)
     tl.debug_barrier()
@@ -140,19 +159,23 @@ def _lstm_bwd(
 
 class LSTMTriton(torch.autograd.Function):
     """``pre [T, B, 4N]`` (time-major ``x w_inᵀ + b``), ``w_rec [4N, N]``, ``h0``, ``c0`` ``[B, N]``,
-    ``tanh_units`` -> ``hs``, ``cs`` ``[T+1, B, N]``."""
+    ``tanh_units`` -> ``hs``, ``cs`` ``[T+1, B, N]``.  Members: every argument with the member
+    first (``pre [M, T, B, 4N]``, ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``[M, T+1, B,
+    N]``), one launch per direction for all of them (a grid of row tiles × members) and one
+    weight-gradient product per member."""
 
     @staticmethod
     def forward(ctx, pre, w_rec, h0, c0, tanh_units):  # type: ignore[override]
-        T, B, G = pre.shape
-        N = G // 4
+        T, B, G = pre.shape[-3:]
+        lead = pre.shape[:-3]  # (M,) with members
+        M, N = (lead[0] if lead else 1), G // 4
         pre, w_rec = pre.contiguous(), w_rec.contiguous()
-        hs, cs = pre.new_empty(T + 1, B, N), pre.new_empty(T + 1, B, N)
-        hs[0], cs[0] = h0, c0
-        gates = pre.new_empty(T, B, G)
+        hs, cs = pre.new_empty(*lead, T + 1, B, N), pre.new_empty(*lead, T + 1, B, N)
+        hs[..., 0, :, :], cs[..., 0, :, :] = h0, c0
+        gates = pre.new_empty(*lead, T, B, G)
         block, num = unit_blocks(N)
-        if T > 0 and B > 0:
-            _lstm_fwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _lstm_fwd[(triton.cdiv(B, BLOCK_B), M)](
                 pre, w_rec, hs, cs, gates, T, B, N, tanh_units, BLOCK_B, block, num, num_warps=DOT_WARPS
             )
         ctx.tanh_units = tanh_units
@@ -164,31 +187,36 @@ class LSTMTriton(torch.autograd.Function):
     @first_order
     def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
         w_rec, hs, cs, gates = ctx.saved_tensors
-        T, B, G = gates.shape
-        N = G // 4
+        T, B, G = gates.shape[-3:]
+        lead = gates.shape[:-3]
+        M, N = (lead[0] if lead else 1), G // 4
         if grad_hs is None and grad_cs is None:
             return None, None, None, None, None
         grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
         grad_cs = torch.zeros_like(cs) if grad_cs is None else grad_cs.contiguous()
         ga = torch.empty_like(gates)
-        gh = torch.zeros(2, B, N, device=hs.device, dtype=torch.float32)
-        gc = torch.zeros(2, B, N, device=hs.device, dtype=torch.float32)
+        gh = torch.zeros(*lead, 2, B, N, device=hs.device, dtype=torch.float32)
+        gc = torch.zeros(*lead, 2, B, N, device=hs.device, dtype=torch.float32)
         block, num = unit_blocks(N)
-        if T > 0 and B > 0:
-            _lstm_bwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _lstm_bwd[(triton.cdiv(B, BLOCK_B), M)](
                 grad_hs, grad_cs, w_rec, cs, gates, ga, gh, gc, T, B, N, ctx.tanh_units, BLOCK_B, block,
                 num, num_warps=DOT_WARPS,
             )  # fmt: skip
-            g_h0, g_c0 = gh[0].to(hs.dtype), gc[0].to(hs.dtype)
+            g_h0, g_c0 = gh[..., 0, :, :].to(hs.dtype), gc[..., 0, :, :].to(hs.dtype)
         else:
-            g_h0, g_c0 = grad_hs[0], grad_cs[0]
+            g_h0, g_c0 = grad_hs[..., 0, :, :], grad_cs[..., 0, :, :]
         grad_w = None
-        if ctx.needs_input_grad[1]:
+        if ctx.needs_input_grad[1] and lead:  # one product per member
+            ga_t = ga.reshape(M, T * B, G).transpose(1, 2).float()
+            grad_w = torch.bmm(ga_t, hs[:, :-1].reshape(M, T * B, N).float()).to(w_rec.dtype)
+        elif ctx.needs_input_grad[1]:
             grad_w = (ga.reshape(T * B, G).t().float() @ hs[:-1].reshape(T * B, N).float()).to(w_rec.dtype)
         return ga, grad_w, g_h0, g_c0, None
 
 
 def lstm_triton(pre: Tensor, w_rec: Tensor, h0: Tensor, c0: Tensor, tanh_units: int) -> tuple[Tensor, Tensor]:
-    """:class:`LSTMTriton` batch first: ``pre [B, T, 4N]`` -> ``hs``, ``cs`` ``[B, T+1, N]``."""
-    hs, cs = LSTMTriton.apply(pre.transpose(0, 1).contiguous(), w_rec, h0, c0, tanh_units)
-    return hs.transpose(0, 1), cs.transpose(0, 1)
+    """:class:`LSTMTriton` batch first: ``pre [B, T, 4N]`` -> ``hs``, ``cs`` ``[B, T+1, N]``; members
+    ``pre [M, B, T, 4N]``, ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``[M, B, T+1, N]``."""
+    hs, cs = LSTMTriton.apply(pre.transpose(-3, -2).contiguous(), w_rec, h0, c0, tanh_units)
+    return hs.transpose(-3, -2), cs.transpose(-3, -2)
