@@ -37,11 +37,11 @@ def lstm_sequence(
     (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members), the GPU kernels run once per member."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
-    impl = choose(x, impl)
+    impl = choose(x, impl, native_ok=True)
     if impl == "reference":
         return lstm_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
-    if impl == "cpu":
-        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl in ("cpu", "native"):
+        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units, impl == "native")
     from memrnn.ops.lstm.triton import lstm_triton
 
     return lstm_triton(F.linear(x, w_in, b), w_rec, h0, c0, tanh_units)
@@ -55,11 +55,11 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
                 f"with members every argument has the member dimension first: w_rec is {tuple(w_rec.shape)} "
                 f"(M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
             )
-    impl = choose(x, impl)
+    impl = choose(x, impl, native_ok=True)
     if impl == "reference":
         return lstm_member_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
-    if impl == "cpu":
-        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl in ("cpu", "native"):
+        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units, impl == "native")
     from memrnn.ops.lstm.triton import lstm_triton
 
     runs = [lstm_triton(F.linear(x[m], w_in[m], b[m]), w_rec[m], h0[m], c0[m], tanh_units) for m in range(M)]
