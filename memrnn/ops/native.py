@@ -62,6 +62,7 @@ import torch
 _SOURCES = (
     Path(__file__).parent / "stack_rnn" / "native.cpp",
     Path(__file__).parent / "nondeterministic" / "native_step.cpp",
+    Path(__file__).parent / "lstm" / "native_lstm.cpp",
 )
 #: the headers the sources include, never compiled on their own (the memories' codes, each memory's
 #: steps in its folder's ``native.h``, the helpers they share in ``stack_rnn/native_common.h``, the

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.ops.backends import SHAPES, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import SHAPES, assert_kernel_matches, needs_native, needs_triton, randn
 
 
 @needs_triton
@@ -104,3 +104,33 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
         for a, b in zip(single, got, strict=True):
             torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)  # ∂W: bmm against mm
     assert fwd.grids[1:] == bwd.grids[1:] == [(2, 1)] * M
+
+
+@needs_native
+@pytest.mark.parametrize("members", [None, 3])
+@pytest.mark.parametrize(("tanh_units", "outputs"), [(6, "hs"), (4, "both")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_native_loops_equal_the_python_loops_bitwise(members, tanh_units, outputs, dtype):
+    """:class:`memrnn.ops.lstm.cpu.LSTMSequence`'s C++ time loops (``impl="native"``, the default on
+    CPU) make the Python loops' calls: outputs and every gradient equal bit for bit, single and
+    with members, over more than one backward block (T > :data:`memrnn.ops.bptt.BLOCK`), with
+    gradients into ``hs`` alone or into ``hs`` and ``cs``."""
+    from memrnn.ops.bptt import BLOCK
+    from memrnn.ops.dispatch import choose
+    from memrnn.ops.lstm import lstm_sequence
+
+    g = torch.Generator().manual_seed(1)
+    B, T, n, N = 4, BLOCK + 7, 5, 6
+    lead = () if members is None else (members,)
+    shapes = [(B, T, n), (4 * N, n), (4 * N,), (4 * N, N), (B, N), (B, N)]
+    args = [(torch.randn(*lead, *s, generator=g, dtype=dtype) * 0.5).requires_grad_() for s in shapes]
+    weights = [torch.randn(*lead, B, T + 1, N, generator=g, dtype=dtype) for _ in range(2)]
+    assert choose(args[0], None, native_ok=True) == "native"  # the default on CPU
+
+    def run(impl):
+        hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
+        loss = (hs * weights[0]).sum() + ((cs * weights[1]).sum() if outputs == "both" else 0)
+        return (hs, cs, *torch.autograd.grad(loss, args))
+
+    for a, b in zip(run("native"), run("cpu"), strict=True):
+        assert torch.equal(a, b)

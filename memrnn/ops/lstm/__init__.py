@@ -38,11 +38,11 @@ def lstm_sequence(
     (:class:`memrnn.ops.lstm.triton.LSTMTriton` with members)."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
-    impl = choose(x, impl)
+    impl = choose(x, impl, native_ok=True)
     if impl == "reference":
         return lstm_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
-    if impl == "cpu":
-        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl in ("cpu", "native"):
+        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units, impl == "native")
     from memrnn.ops.lstm.triton import lstm_triton
 
     return lstm_triton(F.linear(x, w_in, b), w_rec, h0, c0, tanh_units)
@@ -56,11 +56,11 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
                 f"with members every argument has the member dimension first: w_rec is {tuple(w_rec.shape)} "
                 f"(M = {M}), so {name} must be {dims}-D with {M} first, got {tuple(t.shape)}"
             )
-    impl = choose(x, impl)
+    impl = choose(x, impl, native_ok=True)
     if impl == "reference":
         return lstm_member_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
-    if impl == "cpu":
-        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl in ("cpu", "native"):
+        return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units, impl == "native")
     from memrnn.ops.lstm.triton import lstm_triton
 
     B, T, n = x.shape[1:]  # the input projection one product per member, then one launch for all
