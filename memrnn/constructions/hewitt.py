@@ -220,11 +220,31 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
     """An :class:`~memrnn.layers.LSTMLayer` carrying Hewitt's Dyck-(k,m) stack (Theorems 3, 5):
     ``mk`` or ``3m⌈log2 k⌉ − m`` units, ``W_c̃ = 0``.  ``self.rnn`` is a plain ``nn.LSTM``.
 
+    As members (:class:`memrnn.members.MemberLayer`) it takes the LSTM's member path in float64
+    only (:meth:`member_path_refusal`).
+
     Args:
         input_size: features read (default: the construction's, ``3 + d`` compact or ``2k+2``
             one-hot); larger sizes get zero columns.
         k, m, encoding, inputs, beta, lam, zeta: the construction (module docstring).
     """
+
+    #: as members it computes as an LSTMLayer (memrnn.members.layer.member_path_of)
+    member_path_from = LSTMLayer
+
+    def member_path_refusal(self) -> str | None:
+        """Why members of this layer run the loop instead of the LSTM's member path: in float32
+        and below, the construction's many zero weights leave gradients that are 0 up to
+        rounding, which the member op rounds otherwise than ``nn.LSTM`` and Adam's first step
+        turns into moves of a tenth of the learning rate (a member would leave its single run by
+        ``~1e-3`` after one step); in float64 the two agree to ``1e-10`` over training."""
+        dtype = self.rnn.weight_hh_l0.dtype
+        if dtype == torch.float64:
+            return None
+        return (
+            f"{str(dtype).removeprefix('torch.')}: the construction's near-zero gradients round "
+            "otherwise than nn.LSTM's, which Adam amplifies"
+        )
 
     def __init__(
         self,
@@ -271,6 +291,9 @@ class HewittLSTM(_HewittMixin, LSTMLayer):
 class HewittSimpleRNN(_HewittMixin, ElmanRNN):
     """A sigmoid :class:`~memrnn.layers.ElmanRNN` carrying Hewitt's Dyck-(k,m) stack
     (Theorems 2, 4): ``2mk`` or ``6m⌈log2 k⌉ − 2m`` units.  Arguments as :class:`HewittLSTM`."""
+
+    #: as members it computes as an ElmanRNN (memrnn.members.layer.member_path_of)
+    member_path_from = ElmanRNN
 
     def __init__(
         self,

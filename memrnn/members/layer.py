@@ -50,6 +50,22 @@ def register_member_path(cls: type, path: MemberPath) -> None:
     MEMBER_PATHS[cls] = path
 
 
+def member_path_of(layer: nn.Module) -> tuple[MemberPath | None, str | None]:
+    """``(path, reason)``: the member path of ``layer``'s class (or, for a class that declares
+    ``member_path_from = Base``, computing as its base class does, Base's path) and why it does
+    not cover ``layer`` (None: it does).  A layer may refuse its path with a method
+    ``member_path_refusal() -> str | None`` (e.g. a construction in float32)."""
+    cls = type(layer)
+    path = MEMBER_PATHS.get(cls)
+    if path is None and getattr(cls, "member_path_from", None) is not None:
+        path = MEMBER_PATHS.get(cls.member_path_from)
+    if path is None:
+        return None, f"no member path for {cls.__name__}"
+    refusal = getattr(layer, "member_path_refusal", None)
+    reason = refusal() if refusal is not None else None
+    return path, reason if reason is not None else path.why_not(layer)
+
+
 class MemberLayer(nn.Module):
     """M members of one :class:`~memrnn.core.layer.MemoryLayer`, trained as one model.
 
@@ -92,10 +108,7 @@ class MemberLayer(nn.Module):
     def member_path(self) -> str:
         """How a forward runs: the member path's name, or ``"loop (…)"`` over the members with the
         reason none applies."""
-        path = MEMBER_PATHS.get(type(self.layer))
-        if path is None:
-            return f"loop (no member path for {type(self.layer).__name__})"
-        reason = path.why_not(self.layer)
+        path, reason = member_path_of(self.layer)
         return path.name if reason is None else f"loop ({reason})"
 
     def member(self, m: int) -> MemoryLayer:
@@ -195,11 +208,10 @@ class MemberLayer(nn.Module):
         return self._loop(x, state, mask, outputs_only=False)
 
     def _batched(self) -> bool:
-        path = MEMBER_PATHS.get(type(self.layer))
-        return path is not None and path.why_not(self.layer) is None
+        return member_path_of(self.layer)[1] is None
 
     def _run_path(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
-        path = MEMBER_PATHS[type(self.layer)]
+        path = member_path_of(self.layer)[0]
         if state is None and path.initial is not None:
             state = path.initial(self.layer, x.shape[1], x)
         elif state is None:

@@ -7,6 +7,7 @@ import torch
 
 from memrnn.ops.autograd import first_order
 from memrnn.ops.bptt import blocks, input_grads_block
+from memrnn.ops.native import load
 
 
 class LSTMSequence(torch.autograd.Function):
@@ -164,6 +165,4 @@ class LSTMSequence(torch.autograd.Function):
 
 def _native_ops():
     """memrnn's compiled ops (:func:`memrnn.ops.native.load`; the caller chose ``native``, so they are built)."""
-    from memrnn.ops.native import load
-
     return load()
