@@ -213,3 +213,19 @@ def test_gpu_checks_script_runs_each_part_it_is_given_and_names_an_unknown_one(t
     ]
     assert "commit: abc1234" in (out / "device.txt").read_text()
     assert (out / "breakdown.md").exists()
+
+
+def test_memory_scaling_prints_times_and_peaks(capsys):
+    """``benchmarks/memory_scaling.py`` at T 8: nn.LSTM's row and each depth's row of the memory, each
+    with positive times; the peak-memory measurement (a child process's, per row) run here in this
+    process on one row (its numbers are a machine's measurement: only that they are numbers >= 0)."""
+    from benchmarks import memory_scaling
+
+    rows = memory_scaling.main(
+        ["--lengths", "8", "--memories", "superposition", "--repeats", "1", "--no-memory"]
+    )
+    assert [(r["impl"], r["depth"]) for r in rows] == [("nn.LSTM", "-"), ("memrnn", 4), ("memrnn", 8)]
+    assert all(r["fwd"] > 0 and r["train"] > 0 and r["state_mib"] > 0 for r in rows)
+    assert "| memrnn | superposition | 8 | 4 |" in capsys.readouterr().out
+    fwd, train = memory_scaling._peaks("memrnn", "superposition", 8, 8)
+    assert fwd >= 0 and train >= 0
