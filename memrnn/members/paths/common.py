@@ -45,10 +45,3 @@ def member_ids(x: Tensor, mask: Tensor | None, mode: bool | None, layer: str) ->
             ]
         )
     return input_ids(x, mask, mode, layer)
-
-
-def sigmoids_first(w: Tensor) -> Tensor:
-    """:func:`memrnn.ops.lstm.sigmoids_first` per member: the gate blocks of ``w [M, 4N, ...]`` from
-    torch's ``i, f, g, o`` to the op's ``o, i, f, g``."""
-    M, G = w.shape[:2]
-    return w.view(M, 4, G // 4, *w.shape[2:])[:, [3, 0, 1, 2]].reshape(w.shape)

@@ -18,9 +18,9 @@ from torch import Tensor
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers.counters import CounterLSTM, CounterLSTMState, ReLUCounter, ReLUCounterState
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.members.paths.common import check_dtype, lengths_final, sigmoids_first
+from memrnn.members.paths.common import check_dtype, lengths_final
 from memrnn.ops.counter import counter_sequence
-from memrnn.ops.lstm import lstm_sequence
+from memrnn.ops.lstm import lstm_sequence, sigmoids_first
 
 
 def _always(layer: Any) -> str | None:
@@ -43,7 +43,7 @@ def _counter_lstm_run(
 ) -> tuple[Tensor, CounterLSTMState]:
     check_dtype("CounterLSTM", x, layer.weight)
     H = layer.hidden_size
-    w_in, w_rec, b = (sigmoids_first(w) for w in _merged_weights(layer))  # LSTMSequence's order
+    w_in, w_rec, b = (sigmoids_first(w, 1) for w in _merged_weights(layer))  # LSTMSequence's order
     h0, c0 = torch.cat([state.h, state.e], -1), torch.cat([state.c, state.n], -1)
     tanh_units = H + layer.counters if layer.cell_activation == "tanh" else H
     hs, cs = lstm_sequence(x, w_in, b, w_rec, h0, c0, tanh_units)

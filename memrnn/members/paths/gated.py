@@ -19,9 +19,9 @@ from torch import Tensor, nn
 from memrnn.layers import GRULayer, LSTMLayer
 from memrnn.layers.gated import GRUState, LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
-from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final, sigmoids_first
+from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final
 from memrnn.ops.gru import gru_sequence
-from memrnn.ops.lstm import lstm_sequence
+from memrnn.ops.lstm import lstm_sequence, sigmoids_first
 
 
 def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
@@ -52,9 +52,9 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
             b = w_ih.new_zeros(M, 4 * H)
         hs, cs = lstm_sequence(
             h_in,
-            sigmoids_first(w_ih),
-            sigmoids_first(b),
-            sigmoids_first(w_hh),
+            sigmoids_first(w_ih, 1),
+            sigmoids_first(b, 1),
+            sigmoids_first(w_hh, 1),
             state.h[:, :, lay],
             state.c[:, :, lay],
             H,

@@ -20,7 +20,8 @@ from torch import Tensor, nn
 from memrnn.layers import StackRNN
 from memrnn.members.layer import MEMBER_PATHS, MemberPath, register_member_path
 from memrnn.members.paths import elman, gated  # noqa: F401  (the controllers' paths: their initial states)
-from memrnn.members.paths.common import check_dtype, sigmoids_first
+from memrnn.members.paths.common import check_dtype
+from memrnn.ops.lstm import sigmoids_first
 from memrnn.ops.stack_rnn import stack_rnn_sequence
 from memrnn.ops.stack_rnn.specs import MEMORIES as _FUSED_MEMORIES
 
@@ -48,7 +49,7 @@ def _stack_rnn_run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) 
     c = layer.controller
     if lstm:
         w_ih, w_hh, b_ih, b_hh = c._weights(0)  # as the single layer's forward (its _fused_weights)
-        w_in, b, w_rec = sigmoids_first(w_ih), sigmoids_first(b_ih + b_hh), sigmoids_first(w_hh)
+        w_in, b, w_rec = (sigmoids_first(w, 1) for w in (w_ih, b_ih + b_hh, w_hh))
     else:
         w_in, b, w_rec = c.weight_ih, c.bias, c.weight_hh
     cs, ms = layer.split(state)

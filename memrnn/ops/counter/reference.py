@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from memrnn.ops.members import per_member
+
 
 def counter_reference(
     x: Tensor,
@@ -49,8 +51,4 @@ def counter_member_reference(
     """Members: member ``m`` is :func:`counter_reference` on its ``[m]`` slices: ``x [M, B, T, n]``,
     ``w_in [M, H + 2k, n]``, ``b [M, H + 2k]``, ``w_rec [M, H + 2k, H + k]``, ``r0 [M, B, H + k]``
     -> ``rs [M, B, T+1, H + k]``, moves ``[M, B, T, 2k]``."""
-    runs = [
-        counter_reference(x[m], w_in[m], b[m], w_rec[m], r0[m], hidden, activation) for m in range(x.shape[0])
-    ]
-    rs, moves = zip(*runs, strict=True)
-    return torch.stack(rs), torch.stack(moves)
+    return per_member(counter_reference, x.shape[0], x, w_in, b, w_rec, r0, hidden, activation)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
+from memrnn.ops.members import per_member
+
 
 def elman_reference(
     pre: Tensor, weight_hh: Tensor, h0: Tensor, activation: Callable[[Tensor], Tensor], leak: float = 1.0
@@ -32,6 +34,4 @@ def elman_member_reference(
 ) -> Tensor:
     """Members: member ``m`` is :func:`elman_reference` on ``pre[m]``, ``weight_hh[m]``, ``h0[m]``:
     ``pre [M, B, T, H]``, ``weight_hh [M, H, H]``, ``h0 [M, B, H]`` -> ``hs [M, B, T+1, H]``."""
-    return torch.stack(
-        [elman_reference(pre[m], weight_hh[m], h0[m], activation, leak) for m in range(pre.shape[0])]
-    )
+    return per_member(elman_reference, pre.shape[0], pre, weight_hh, h0, activation, leak)

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from memrnn.ops.members import per_member
+
 
 def gru_cell(
     x_t: Tensor, h: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor | None, b_hh: Tensor | None
@@ -50,16 +52,4 @@ def gru_member_reference(
     ``w_hh[m]``, ``b_hh[m]``, ``h0[m]``: ``x [M, B, T, n]``, ``w_ih [M, 3H, n]``, ``b_ih [M, 3H]``
     or None, ``w_hh [M, 3H, H]``, ``b_hh [M, 3H]`` or None, ``h0 [M, B, H]`` -> ``hs [M, B, T+1,
     H]``."""
-    return torch.stack(
-        [
-            gru_reference(
-                x[m],
-                w_ih[m],
-                None if b_ih is None else b_ih[m],
-                w_hh[m],
-                None if b_hh is None else b_hh[m],
-                h0[m],
-            )
-            for m in range(x.shape[0])
-        ]
-    )
+    return per_member(gru_reference, x.shape[0], x, w_ih, b_ih, w_hh, b_hh, h0)

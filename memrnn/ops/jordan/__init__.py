@@ -11,6 +11,7 @@ from torch import Tensor
 
 from memrnn.ops.dispatch import choose
 from memrnn.ops.jordan.cpu import JordanSequence
+from memrnn.ops.members import per_member
 
 ELEMENTWISE = ("tanh", "sigmoid", "relu", "heaviside", "saturated_linear")
 
@@ -46,12 +47,9 @@ def jordan_member_reference(
 ) -> tuple[Tensor, Tensor]:
     """Members: member ``m`` is :func:`jordan_reference` on its ``[m]`` slices: ``pre [M, T, B, H]``,
     ``U [M, H, F]``, ``E [M, F, H]``, ``r0 [M, B, F]`` -> ``hs [M, T, B, H]``, ``rs [M, T+1, B, F]``."""
-    runs = [
-        jordan_reference(pre[m], weight_fb[m], weight_out[m], r0[m], activation, output_activation)
-        for m in range(pre.shape[0])
-    ]
-    hs, rs = zip(*runs, strict=True)
-    return torch.stack(hs), torch.stack(rs)
+    return per_member(
+        jordan_reference, pre.shape[0], pre, weight_fb, weight_out, r0, activation, output_activation
+    )
 
 
 def jordan_sequence(

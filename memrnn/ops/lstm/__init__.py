@@ -68,10 +68,12 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
     return lstm_triton(pre, w_rec, h0, c0, tanh_units)
 
 
-def sigmoids_first(w: Tensor) -> Tensor:
+def sigmoids_first(w: Tensor, dim: int = 0) -> Tensor:
     """Gate blocks of ``w [4N, ...]`` (or ``[4N]``) from torch's order ``i, f, g, o`` to the fast
-    paths' ``o, i, f, g`` (the three sigmoids first, one contiguous block)."""
-    return w.view(4, w.shape[0] // 4, *w.shape[1:])[[3, 0, 1, 2]].reshape(w.shape)
+    paths' ``o, i, f, g`` (the three sigmoids first, one contiguous block); ``dim`` is the gates'
+    dimension (1 for members' ``[M, 4N, ...]``)."""
+    blocks = w.unflatten(dim, (4, -1))
+    return blocks.index_select(dim, torch.tensor([3, 0, 1, 2], device=w.device)).flatten(dim, dim + 1)
 
 
 __all__ = ["lstm_member_reference", "lstm_reference", "lstm_sequence", "sigmoids_first"]

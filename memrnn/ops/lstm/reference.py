@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from memrnn.ops.members import per_member
+
 
 def lstm_reference(
     x: Tensor, w_in: Tensor, b: Tensor, w_rec: Tensor, h0: Tensor, c0: Tensor, tanh_units: int
@@ -38,7 +40,4 @@ def lstm_member_reference(
     ``w_in[m]``, ``b[m]``, ``w_rec[m]``, ``h0[m]``, ``c0[m]``: ``x [M, B, T, n]``, ``w_in [M, 4N,
     n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``hs``, ``cs``
     ``[M, B, T+1, N]``."""
-    runs = [
-        lstm_reference(*(t[m] for t in (x, w_in, b, w_rec, h0, c0)), tanh_units) for m in range(x.shape[0])
-    ]
-    return torch.stack([h for h, _ in runs]), torch.stack([c for _, c in runs])
+    return per_member(lstm_reference, x.shape[0], x, w_in, b, w_rec, h0, c0, tanh_units)

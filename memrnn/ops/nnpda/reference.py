@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memrnn.ops.members import per_member
 from memrnn.ops.stack import h_sigmoid, stack_op, stack_reading
 from memrnn.ops.tensor import third_order
 
@@ -102,8 +103,4 @@ def nnpda_member_reference(
     m2, n, m1, m2 + 1]``, ``sensitivity [M]``, ``q0 [M, B, n]``, ``stack0 [M, B, D, m2]``, ``tail0
     [M, B, m2]``, ``ids [M, B, T]`` -> ``Q [M, B, T+1, n]``, ``K [M, B, T+1, D, m2]``, ``tail [M,
     B, T+1, m2]``, ``p+ [M, B, T]``."""
-    runs = [
-        nnpda_reference(weight[m], sensitivity[m], q0[m], stack0[m], tail0[m], ids[m], action)
-        for m in range(weight.shape[0])
-    ]
-    return tuple(torch.stack(parts) for parts in zip(*runs, strict=True))  # type: ignore[return-value]
+    return per_member(nnpda_reference, weight.shape[0], weight, sensitivity, q0, stack0, tail0, ids, action)

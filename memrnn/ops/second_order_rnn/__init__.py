@@ -16,6 +16,7 @@ from torch import Tensor
 
 from memrnn.ops.buckets import TokenBuckets, member_buckets
 from memrnn.ops.dispatch import choose, use_buckets
+from memrnn.ops.members import per_member
 from memrnn.ops.second_order_rnn.cpu import SecondOrderSequence
 from memrnn.ops.tensor import second_order
 
@@ -41,14 +42,7 @@ def second_order_member_reference(
     """Members: member ``μ`` is :func:`second_order_reference` on ``weight[μ]``, ``bias[μ]``,
     ``sensitivity[μ]``, ``s0[μ]``, ``ids[μ]``: ``weight [M, n, n, m]``, ``bias [M, n]`` or None,
     ``sensitivity [M]``, ``s0 [M, B, n]``, ``ids [M, B, T]`` -> states ``[M, B, T+1, n]``."""
-    return torch.stack(
-        [
-            second_order_reference(
-                weight[m], None if bias is None else bias[m], sensitivity[m], s0[m], ids[m]
-            )
-            for m in range(weight.shape[0])
-        ]
-    )
+    return per_member(second_order_reference, weight.shape[0], weight, bias, sensitivity, s0, ids)
 
 
 def second_order_sequence(

@@ -13,6 +13,7 @@ from torch import Tensor
 
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.ops.buckets import final_by_length
+from memrnn.ops.members import per_member
 from memrnn.ops.stack_rnn.specs import spec as memory_spec
 
 
@@ -97,16 +98,7 @@ def stack_rnn_member_reference(
     """:func:`stack_rnn_reference` with a member dimension (every argument ``[M, ...]``, ``x [M, B,
     T, n]``, ``lengths [M, B]``, the memory's fields ``[M, B, ...]``), as a loop over the members:
     member ``m``'s results are the reference's on its ``[m]`` slices, stacked."""
-    runs = []
-    for m in range(w_rec.shape[0]):
-        c0_m = None if c0 is None else c0[m]
-        lengths_m = None if lengths is None else lengths[m]
-        mlp_m = tuple((w[m], bias[m]) for w, bias in value_mlp)
-        weights = (w_in[m], b[m], w_rec[m], w_head[m], b_head[m])
-        mem_m = tuple(f[m] for f in memory0)
-        runs.append(
-            stack_rnn_reference(
-                x[m], *weights, h0[m], c0_m, mem_m, lengths=lengths_m, value_mlp=mlp_m, **options
-            )
-        )
-    return tuple(None if r[0] is None else torch.stack(r) for r in zip(*runs, strict=True))
+    return per_member(
+        stack_rnn_reference, w_rec.shape[0], x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0,
+        lengths=lengths, value_mlp=tuple(value_mlp), **options,
+    )  # fmt: skip
