@@ -1,10 +1,11 @@
 """Trimmed windows (issue "pay only for the memory that can still matter"): the superposition
 stack (Joulin & Mikolov 2015) computes only the cells that can be non-zero (from an all-zero
 initial stack) and, without the final state (``finals=False``), only those that can still reach
-the top before the end (rau, DuSell's library, trims to ``min(t, T − t)`` the same way).  Every
-case here runs the trimmed window against the full one (``SuperpositionKernel._live`` patched to
-None) and asserts ``torch.equal`` on outputs, final states and every gradient, on the C++ loop
-(``impl="native"``) and the Python one (``impl="cpu"``)."""
+the top before the end (rau, DuSell's library, trims to ``min(t, T − t)`` the same way); the
+stratification stack and the neural queue (Grefenstette et al. 2015) only the slots that can hold
+strength.  Every case here runs the trimmed window against the full one (the kernel's ``_live``
+patched to None) and asserts ``torch.equal`` on outputs, final states and every gradient, on the
+C++ loop (``impl="native"``) and the Python one (``impl="cpu"``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import torch
 
 from memrnn.layers import StackRNN
 from memrnn.ops.stack_rnn import stack_rnn_sequence
+from memrnn.ops.stratification.cpu import StratificationKernel
 from memrnn.ops.superposition.cpu import SuperpositionKernel
 from tests.ops.backends import needs_native
 
@@ -20,11 +22,19 @@ IMPLS = ["cpu", pytest.param("native", marks=needs_native)]
 N, M_WIDTH, NX = 5, 3, 4  # controller units, cell width, input features
 
 
-def _case(gen, dtype, T, depth, members, lengths, stack0):
-    """The arguments of an LSTM controller on a superposition stack, ``B = 3`` rows; ``stack0``:
-    ``"zero"`` (no gradient wanted), ``"zero_grad"`` (zeros requiring a gradient) or
-    ``"random"``."""
-    B, G, K = 3, 4 * N, 3 + M_WIDTH
+KERNELS = {
+    "superposition": SuperpositionKernel,
+    "stratification": StratificationKernel,
+    "queue": StratificationKernel,
+}
+
+
+def _case(gen, dtype, T, depth, members, lengths, stack0, memory="superposition"):
+    """The arguments of an LSTM controller on a superposition stack (or ``memory``), ``B = 3``
+    rows; ``stack0``: ``"zero"`` (no gradient wanted), ``"zero_grad"`` (zeros requiring a
+    gradient) or ``"random"``."""
+    B, G = 3, 4 * N
+    K = (3 if memory == "superposition" else 2) + M_WIDTH
     lead = (members,) if members else ()
     rnd = lambda *s: (0.5 * torch.randn(*lead, *s, generator=gen, dtype=dtype)).requires_grad_()  # noqa: E731
     args = [
@@ -37,38 +47,47 @@ def _case(gen, dtype, T, depth, members, lengths, stack0):
         rnd(B, N),  # h0
         rnd(B, N),  # c0
     ]
+    shapes = (
+        [(B, depth, M_WIDTH)]
+        if memory == "superposition"
+        else [(B, depth, M_WIDTH), (B, depth), (B, M_WIDTH)]
+    )
     if stack0 == "random":
-        s0 = rnd(B, depth, M_WIDTH)
+        mem0 = tuple(rnd(*sh).sigmoid() if i == 1 else rnd(*sh) for i, sh in enumerate(shapes))
     else:
-        s0 = torch.zeros(*lead, B, depth, M_WIDTH, dtype=dtype, requires_grad=stack0 == "zero_grad")
+        mem0 = tuple(
+            torch.zeros(*lead, *sh, dtype=dtype, requires_grad=stack0 == "zero_grad") for sh in shapes
+        )
     lens = None
     if lengths:
         lens = torch.tensor([T, T - 3, 2]) if lengths == "ragged" else torch.tensor([T - 2, T - 4, 1])
         lens = lens.expand(*lead, B).contiguous()
-    return args, (s0,), lens
+    return args, mem0, lens
 
 
-def _run(args, memory0, lens, impl, finals, loss_on_finals=None):
+def _run(args, memory0, lens, impl, finals, loss_on_finals=None, memory="superposition"):
     """Outputs (and finals) and the gradients of a random weighting of them (of the finals too
     unless ``loss_on_finals`` is False) with respect to every input that requires one."""
     out = stack_rnn_sequence(
-        *args, memory0, controller="lstm", activation="", memory="superposition",
-        value_activation="sigmoid", lengths=lens, impl=impl, finals=finals,
+        *args, memory0, controller="lstm", activation="", memory=memory,
+        value_activation="sigmoid" if memory == "superposition" else "tanh", lengths=lens, impl=impl,
+        finals=finals,
     )  # fmt: skip
     h, r, *fin, _ = out
     gen = torch.Generator().manual_seed(7)
     outs = [h, r] + ([f for f in fin if f is not None] if loss_on_finals is not False else [])
     loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outs)
     inputs = [*args, *memory0]
-    need = [t for t in inputs if t.requires_grad]
+    need = [t for t in inputs if t.requires_grad and t.is_leaf]
     grads = torch.autograd.grad(loss, need)
     return [o.detach() for o in outs], list(grads)
 
 
-def _full_and_trimmed(monkeypatch, *case, impl, finals):
+def _full_and_trimmed(monkeypatch, *case, impl, finals, memory="superposition"):
     """The same call with the full window and with the trimmed one; the trimmed one's ``live``."""
     seen = []
-    real = SuperpositionKernel._live
+    kernel = KERNELS[memory]
+    real = kernel._live
 
     def spy(self, *a):
         out = real(self, *a)
@@ -76,11 +95,11 @@ def _full_and_trimmed(monkeypatch, *case, impl, finals):
         return out
 
     with monkeypatch.context() as mp:
-        mp.setattr(SuperpositionKernel, "_live", lambda self, *a: None)
-        full = _run(*case, impl, finals)
+        mp.setattr(kernel, "_live", lambda self, *a: None)
+        full = _run(*case, impl, finals, memory=memory)
     with monkeypatch.context() as mp:
-        mp.setattr(SuperpositionKernel, "_live", spy)
-        trimmed = _run(*case, impl, finals)
+        mp.setattr(kernel, "_live", spy)
+        trimmed = _run(*case, impl, finals, memory=memory)
     return full, trimmed, seen
 
 
@@ -113,6 +132,44 @@ def test_trimmed_window_equals_the_full_one(
     full, trimmed, seen = _full_and_trimmed(monkeypatch, *case, impl=impl, finals=finals)
     assert seen and seen[0] is not None  # the window was trimmed
     _assert_equal(full, trimmed)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("memory", ["stratification", "queue"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("finals", [False, True])
+@pytest.mark.parametrize(
+    ("depth", "members", "lengths", "stack0"),
+    [(11, 0, None, "zero"), (4, 2, "ragged", "zero"), (6, 0, "short", "zero_grad")],
+)
+def test_stratification_trimmed_window_equals_the_full_one(
+    monkeypatch, gen, impl, memory, dtype, finals, depth, members, lengths, stack0
+):
+    """The stratification stack and the queue from empty: the slots that can hold strength only
+    (the forward; the stack's backward too without finals and the initial state's gradient),
+    bit for bit."""
+    case = _case(gen, dtype, 9, depth, members, lengths, stack0, memory)
+    full, trimmed, seen = _full_and_trimmed(monkeypatch, *case, impl=impl, finals=finals, memory=memory)
+    assert seen and seen[0] is not None
+    backward = memory == "stratification" and not finals and stack0 == "zero"
+    assert bool((seen[0][1] < depth).any()) == backward  # the backward trimmed exactly then
+    _assert_equal(full, trimmed)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("memory", ["stratification", "queue"])
+def test_stratification_nonzero_strengths_are_not_trimmed(impl, memory, gen):
+    """Initial strengths that are not all zero: no trim, and the reference's answer."""
+    args, mem0, lens = _case(gen, torch.float64, 9, 4, 0, "ragged", "random", memory)
+    seen = []
+    real = StratificationKernel._live
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(StratificationKernel, "_live", lambda self, *a: seen.append(real(self, *a)) or seen[-1])
+        got = _run(args, mem0, lens, impl, False, memory=memory)
+    assert seen == [None]
+    ref = _run(args, mem0, lens, "reference", True, loss_on_finals=False, memory=memory)
+    for a, b in zip([*ref[0][:2], *ref[1]], [*got[0], *got[1]], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
