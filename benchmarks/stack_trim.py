@@ -1,22 +1,33 @@
-"""The superposition stack's trimmed windows (Joulin & Mikolov 2015; issue "pay only for the memory
-that can still matter"): an LSTM stack RNN (batch 64, input and controller 64, width 8) at depth
-``T`` and ``T/2``, with the full window ("full": :meth:`SuperpositionKernel._live` switched off, the
-code path as before the trim) against the trimmed one ("trim"), in one process, the two
-alternating ``--repeats`` times (best of each).
+"""Trimmed memory windows (issue "pay only for the memory that can still matter"): an LSTM stack RNN
+(batch 64, input and controller 64, width 8) on the superposition stack (Joulin & Mikolov 2015;
+or the stratification stack or the queue, Grefenstette et al. 2015) at depth ``T`` and ``T/2``,
+with the full window ("full": the kernels' ``_live`` switched off, the code path as before the
+trim) against the trimmed one ("trim"), in one process, the two alternating ``--repeats`` times
+(best of each).
 
     python benchmarks/stack_trim.py [--lengths 64 256 1024] [--repeats 3] [--impls native cpu]
+        [--memories superposition stratification queue] [--rau /tmp/rau/src]
 
-Columns: ``fwd+bwd``: ``StackRNN.outputs`` (no final state, so both trims: the cells that can be
-non-zero and those still readable) and a backward of the summed outputs, as a language model's
-training step runs it; ``fwd``: the same under ``torch.no_grad``; ``fwd+bwd finals``: ``forward``
-with its final state (only the filled trim applies) and a backward.  Times in seconds; ``x``: full
-/ trim.  The outputs and gradients of the two are equal bit for bit (``tests/ops/test_stack_trim.py``);
-this script checks the forward's outputs once per row too."""
+Columns: ``fwd+bwd``: ``StackRNN.outputs`` (no final state, so both of the superposition stack's
+trims: the cells that can be non-zero and those still readable) and a backward of the summed
+outputs, as a language model's training step runs it; ``fwd``: the same under ``torch.no_grad``;
+``fwd+bwd finals``: ``forward`` with its final state (only the filled trim) and a backward
+through the outputs and the memory's first field.  Times in seconds; ``x``: full / trim.  The
+outputs and gradients of the two are equal bit for bit (``tests/ops/test_stack_trim.py``); this
+script checks the outputs once per row too.
+
+``--rau SRC``: also time DuSell's rau (its ``differentiable-stacks`` branch's ``src`` folder:
+``mkdir /tmp/rau; git --git-dir=/work/.mirror/bdusell+rau/repo archive differentiable-stacks src |
+tar -x -C /tmp/rau``), its ``SuperpositionStackRNN`` with the same sizes, an LSTM controller and
+``max_stack_depth=depth`` (it trims to ``min(t, T − t, depth)`` itself), in the same alternation;
+``rau/trim``: rau's time over memrnn's trimmed one (rau also returns the initial state's output,
+``T + 1`` in all)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 
 import torch
@@ -24,18 +35,21 @@ import torch
 from memrnn.layers import StackRNN
 from memrnn.ops.dispatch import implementation
 from memrnn.ops.native import cpu_description
+from memrnn.ops.stratification.cpu import StratificationKernel
 from memrnn.ops.superposition.cpu import SuperpositionKernel
 
 
 @contextlib.contextmanager
 def full_window():
-    """Run the superposition stack with its whole window (no trim), as before the trim."""
-    real = SuperpositionKernel._live
-    SuperpositionKernel._live = lambda self, *a: None
+    """Run the memories with their whole windows (no trim), as before the trim."""
+    real = {k: k._live for k in (SuperpositionKernel, StratificationKernel)}
+    for k in real:
+        k._live = lambda self, *a: None
     try:
         yield
     finally:
-        SuperpositionKernel._live = real
+        for k, f in real.items():
+            k._live = f
 
 
 def _timed(fn) -> float:
@@ -44,17 +58,36 @@ def _timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def pair(fn, repeats: int) -> tuple[float, float]:
-    """Best times of ``fn`` with the full window and trimmed, alternating, after a warm-up each."""
+def pair(fn, repeats: int, other=None) -> tuple[float, ...]:
+    """Best times of ``fn`` with the full window and trimmed (and of ``other`` when given),
+    alternating, after a warm-up each."""
     with full_window():
         _timed(fn)
     _timed(fn)
-    full, trim = [], []
+    if other is not None:
+        _timed(other)
+    full, trim, more = [], [], []
     for _ in range(repeats):
         with full_window():
             full.append(_timed(fn))
         trim.append(_timed(fn))
-    return min(full), min(trim)
+        if other is not None:
+            more.append(_timed(other))
+    return (min(full), min(trim), *([min(more)] if more else []))
+
+
+def rau_model(src: str, size: int, width: int, depth: int) -> torch.nn.Module:
+    """rau's superposition stack RNN (``--rau``) with an LSTM controller of ``size`` units."""
+    if src not in sys.path:
+        sys.path.insert(0, src)
+    from rau.models.rnn.lstm import LSTM
+    from rau.models.stack_nn.rnn.superposition import SuperpositionStackRNN
+
+    return SuperpositionStackRNN(
+        input_size=size, stack_embedding_size=width, push_hidden_state=False,
+        controller=lambda n: LSTM(n, size), controller_output_size=size, include_reading_in_output=False,
+        max_stack_depth=depth,
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -66,53 +99,83 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--impls", nargs="+", default=["native"], choices=["native", "cpu"])
+    ap.add_argument(
+        "--memories",
+        nargs="+",
+        default=["superposition"],
+        choices=["superposition", "stratification", "queue"],
+    )
+    ap.add_argument("--rau", default=None, help="rau's src folder: time its superposition stack RNN too")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     print(f"# {cpu_description()}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(
-        f"# superposition LSTM stack RNN, batch {args.batch}, input = controller = {args.size}, width {args.width}"
+        f"# LSTM stack RNNs, batch {args.batch}, input = controller = {args.size}, width {args.width}; seconds"
     )
-    head = f"{'impl':>6} {'T':>5} {'depth':>5} | {'fwd+bwd full':>12} {'trim':>8} {'x':>5} | {'fwd full':>9} {'trim':>8}"
-    head += f" {'x':>5} | {'fwd+bwd finals full':>19} {'trim':>8} {'x':>5}"
+    head = f"{'memory':>14} {'impl':>6} {'T':>5} {'depth':>5} | {'fwd+bwd full':>12} {'trim':>7} {'x':>5}"
+    head += f" | {'fwd full':>8} {'trim':>7} {'x':>5} | {'fwd+bwd finals full':>19} {'trim':>7} {'x':>5}"
+    if args.rau:
+        head += f" | {'rau fwd+bwd':>11} {'rau/trim':>8} | {'rau fwd':>7} {'rau/trim':>8}"
     print(head)
     rows = []
     gen = torch.Generator().manual_seed(0)
-    for impl in args.impls:
-        for T in args.lengths:
-            for depth in (T, T // 2):
-                torch.manual_seed(0)
-                net = StackRNN(args.size, args.size, memory="superposition", width=args.width, depth=depth)
-                x = torch.randn(args.batch, T, args.size, generator=gen)
-
-                def train(net=net, x=x):
-                    net.outputs(x).sum().backward()
-
-                def infer(net=net, x=x):
-                    with torch.no_grad():
-                        net.outputs(x)
-
-                def train_finals(net=net, x=x):
-                    y, state = net(x)
-                    (y.sum() + state.stack.sum()).backward()
-
-                with implementation(impl):
-                    with torch.no_grad():
-                        y_trim = net.outputs(x)
-                        with full_window():
-                            y_full = net.outputs(x)
-                    assert torch.equal(y_trim, y_full), "the trimmed window's outputs differ"
-                    times = [pair(fn, args.repeats) for fn in (train, infer, train_finals)]
-                row = {"impl": impl, "T": T, "depth": depth}
-                line = f"{impl:>6} {T:>5} {depth:>5}"
-                for name, (full, trim), w in zip(
-                    ("train", "infer", "train_finals"), times, (12, 9, 19), strict=True
-                ):
-                    row[name] = {"full": full, "trim": trim}
-                    line += f" | {full:>{w}.3f} {trim:>8.3f} {full / trim:>5.2f}"
-                print(line, flush=True)
-                rows.append(row)
+    for memory in args.memories:
+        for impl in args.impls:
+            for T in args.lengths:
+                for depth in (T, T // 2):
+                    rows.append(_row(args, gen, memory, impl, T, depth))
     return rows
+
+
+def _row(args, gen: torch.Generator, memory: str, impl: str, T: int, depth: int) -> dict:
+    """Time one (memory, implementation, T, depth) and print its line."""
+    torch.manual_seed(0)
+    net = StackRNN(args.size, args.size, memory=memory, width=args.width, depth=depth)
+    x = torch.randn(args.batch, T, args.size, generator=gen)
+
+    def train():
+        net.outputs(x).sum().backward()
+
+    def infer():
+        with torch.no_grad():
+            net.outputs(x)
+
+    def train_finals():
+        y, state = net(x)
+        (y.sum() + state[2].sum()).backward()  # the outputs and the memory's first field
+
+    rau = rau_train = rau_infer = None
+    if args.rau and memory == "superposition":
+        rau = rau_model(args.rau, args.size, args.width, depth)
+
+        def rau_train():
+            rau(x).sum().backward()
+
+        def rau_infer():
+            with torch.no_grad():
+                rau(x)
+
+    with implementation(impl):
+        with torch.no_grad():
+            y_trim = net.outputs(x)
+            with full_window():
+                y_full = net.outputs(x)
+        if not torch.equal(y_trim, y_full):
+            raise AssertionError(f"{memory} T {T} depth {depth}: the trimmed window's outputs differ")
+        times = [pair(train, args.repeats, rau_train), pair(infer, args.repeats, rau_infer)]
+        times.append(pair(train_finals, args.repeats))
+    row = {"memory": memory, "impl": impl, "T": T, "depth": depth}
+    line = f"{memory:>14} {impl:>6} {T:>5} {depth:>5}"
+    for name, (full, trim, *_), w in zip(("train", "infer", "train_finals"), times, (12, 8, 19), strict=True):
+        row[name] = {"full": full, "trim": trim}
+        line += f" | {full:>{w}.3f} {trim:>7.3f} {full / trim:>5.2f}"
+    if rau is not None:
+        for name, (_, trim, r), w in zip(("train", "infer"), times[:2], (11, 7), strict=True):
+            row[name]["rau"] = r
+            line += f" | {r:>{w}.3f} {r / trim:>8.2f}"
+    print(line, flush=True)
+    return row
 
 
 if __name__ == "__main__":
