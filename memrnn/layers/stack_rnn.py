@@ -439,12 +439,17 @@ class StackRNN(MemoryLayer):
         return cell_step if fused_cell else gate_step
 
     def outputs(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None) -> Tensor:
-        """``forward(x, state, mask)[0]``; with a nondeterministic stack's run, without building
-        the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an evaluation batch of 256
-        at depth 104)."""
+        """``forward(x, state, mask)[0]``, without the final state: a nondeterministic stack's run
+        without building the final window (``[B, depth, depth, Q·S, Q·S]``: 400 MB for an
+        evaluation batch of 256 at depth 104); the fused paths with ``finals=False``
+        (:func:`memrnn.ops.stack_rnn.stack_rnn_sequence`), where the superposition stack trims its
+        window to the cells that can still be read before the end (same outputs and gradients)."""
         if self.memory.kind in _NONDETERMINISTIC:
             return self._nondeterministic_forward(x, state, mask, final=False)[0]
-        return super().outputs(x, state, mask)
+        kind = self._fusable()
+        if kind is None:
+            return super().outputs(x, state, mask)
+        return self._fused_forward(kind, x, state, mask, finals=False)[0]
 
     def forward(self, x: Tensor, state: NamedTuple | None = None, mask: Tensor | None = None):
         """``x [B, T, input_size]`` -> ``(y [B, T, output_size], final state)``: the fast path for
@@ -454,6 +459,19 @@ class StackRNN(MemoryLayer):
         kind = self._fusable()
         if kind is None:
             return super().forward(x, state, mask)
+        return self._fused_forward(kind, x, state, mask)
+
+    def _fused_forward(
+        self,
+        kind: tuple[str, str],
+        x: Tensor,
+        state: NamedTuple | None,
+        mask: Tensor | None,
+        *,
+        finals: bool = True,
+    ) -> tuple[Tensor, NamedTuple | None]:
+        """:meth:`forward` on :func:`memrnn.ops.stack_rnn.stack_rnn_sequence`; the final state None
+        without ``finals``."""
         state, mask = self.check_inputs(x, state, mask)
         w_in, b, w_rec = self._fused_weights(kind[0])
         cs, ms = self.split(state)
@@ -476,12 +494,15 @@ class StackRNN(MemoryLayer):
             lengths=lengths,
             overflow=self.strict,
             value_mlp=self.memory.value_layers(),
+            finals=finals,
         )
         *memory, overflow = rest
         if self.strict:
             self._check_overflow(overflow, mask)
         y = hs if self.output == "hidden" else torch.cat([hs, rs], -1)
         y, _ = masked_outputs(y, mask)
+        if not finals:
+            return y, None
         controller = (h[:, None], c[:, None]) if lstm else (h,)
         return y, self.State(*controller, *memory)
 

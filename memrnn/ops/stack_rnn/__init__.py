@@ -44,6 +44,7 @@ def stack_rnn_sequence(
     overflow: bool = False,
     value_mlp: Sequence[tuple[Tensor, Tensor]] | None = None,
     impl: str | None = None,
+    finals: bool = True,
 ) -> tuple[Tensor, ...]:
     """Run the controller and the memory over ``x [B, T, n]``.
 
@@ -67,6 +68,14 @@ def stack_rnn_sequence(
             :mod:`memrnn.ops.stack_rnn.triton`), ``"cpu"`` (the hand-written BPTT of
             :mod:`memrnn.ops.stack_rnn.cpu`, any device) or ``"native"`` (the same with its time
             loops in C++, ``native.cpp``: CPU, float32/float64, every memory here); None picks by device and dtype (:func:`memrnn.ops.dispatch.choose`).
+        finals: compute each row's final state.  With False (a caller that needs the outputs
+            only, :meth:`memrnn.layers.StackRNN.outputs`) the final ``h``, ``c`` and memory fields
+            are returned as None, and the memory may trim its window to the cells that can still
+            be read before step ``T`` (the superposition stack on the ``"cpu"`` and ``"native"``
+            paths: :meth:`~memrnn.ops.superposition.cpu.SuperpositionKernel._live`); the outputs
+            and every gradient are the same, bit for bit.  (``T``, not ``max(lengths)``: running
+            fewer steps changes the C++ loop's blocks of input projections, hence the last bits;
+            memrnn's collators pad to the longest row, so the two agree.)
 
     Returns:
         ``h [B, T, N]``, ``r [B, T, m]`` (steps 1..T), then each row's final ``h``, ``c`` (None
@@ -82,11 +91,35 @@ def stack_rnn_sequence(
     C++ or Python loops, any device: the memory on the members' ``M·B`` rows as one batch, the
     products per member; the Triton kernels have no member dimension yet).
     """
+    if not finals:
+        return _without_finals(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
+            memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow,
+            value_mlp=value_mlp, impl=impl,
+        )  # fmt: skip
+    return _sequence(
+        x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
+        memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow,
+        value_mlp=value_mlp, impl=impl,
+    )  # fmt: skip
+
+
+def _without_finals(*args, **options):
+    """:func:`stack_rnn_sequence` with ``finals=False`` (its docstring): the finals None."""
+    h, r, *rest, ov = _sequence(*args, finals=False, **options)
+    return (h, r, *[None] * len(rest), ov)  # (the reference and Triton paths compute them anyway)
+
+
+def _sequence(
+    x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, *, controller, activation, memory, value_activation,
+    lengths, overflow, value_mlp, impl, finals=True,
+):  # fmt: skip
+    """:func:`stack_rnn_sequence` (its docstring), every step."""
     if w_rec.dim() == 3:
         return _members(
             x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, controller=controller, activation=activation,
             memory=memory, value_activation=value_activation, lengths=lengths, overflow=overflow,
-            value_mlp=value_mlp, impl=impl,
+            value_mlp=value_mlp, impl=impl, finals=finals,
         )  # fmt: skip
     mlp = _check_value_mlp(value_mlp, w_head, memory, memory0)
     triton_ok = memory in _TRITON_MEMORIES and not mlp
@@ -107,12 +140,23 @@ def stack_rnn_sequence(
         )  # fmt: skip
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 
-    spec = (controller, activation, memory, value_activation, bool(overflow), impl == "native", len(mlp))
+    spec = (
+        controller,
+        activation,
+        memory,
+        value_activation,
+        bool(overflow),
+        impl == "native",
+        len(mlp),
+        finals,
+    )
     flat = [t for layer in mlp for t in layer]
     return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *flat, *memory0)
 
 
-def _members(x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, *, lengths, value_mlp, impl, **options):
+def _members(
+    x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, *, lengths, value_mlp, impl, finals, **options
+):
     """:func:`stack_rnn_sequence` with members (its docstring): shapes checked, then the member
     reference or :class:`StackRNNSequence` with members."""
     M = w_rec.shape[0]
@@ -145,7 +189,7 @@ def _members(x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, *, lengths, val
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 
     names = ("controller", "activation", "memory", "value_activation")
-    spec = (*(options[k] for k in names), bool(options["overflow"]), impl == "native", len(mlp))
+    spec = (*(options[k] for k in names), bool(options["overflow"]), impl == "native", len(mlp), finals)
     flat = [t for layer in mlp for t in layer]
     return hand_written(x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *flat, *memory0)
 

@@ -134,11 +134,14 @@ class StackRNNSequence(torch.autograd.Function):
     ``b [G]``, ``w_rec [G, N]``, ``w_head [K, N]``, ``b_head [K]`` (the layer's action order, then
     the value; the actions only, ``[k, N]`` and ``[k]``, with a value MLP), ``h0 [B, N]``, ``c0
     [B, N]`` (None for Elman), ``lengths [B]`` (None: all ``T``), ``spec = (controller,
-    activation, memory, value_activation, want_overflow, native, L)``, then the value MLP's ``L``
+    activation, memory, value_activation, want_overflow, native, L, finals)``, then the value MLP's ``L``
     layers as ``w_1, b_1, …, w_L, b_L`` (``w_l [H_l, H_{l−1}]``, ``H_0 = N``, ``H_L`` the value's
     units; ReLU between layers; none when ``L = 0``), then the memory's initial state fields ->
     ``h [B, T, N]`` (steps 1..T), ``r [B, T, m]``, final ``h``, ``c`` (None for Elman), the
-    memory's final fields, ``overflow [B, T]`` (not differentiable; zeros unless asked).
+    memory's final fields, ``overflow [B, T]`` (not differentiable; zeros unless asked).  With
+    ``finals`` False the final ``h``, ``c`` and memory fields are None (not computed: a memory may
+    then trim its window to the cells that can still be read, the superposition stack's
+    :meth:`~memrnn.ops.superposition.cpu.SuperpositionKernel._live`).
 
     Members (M runs as one model, ``docs/design.md``): ``w_rec [M, G, N]`` and every weight with
     the member dimension first, ``x [M, B, T, n]``, ``h0``, ``c0`` ``[M, B, N]``, ``lengths [M,
@@ -151,7 +154,7 @@ class StackRNNSequence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, w_in, b, w_rec, w_head, b_head, h0, c0, lengths, spec, *rest):  # type: ignore[override]
-        controller, _, kind, _, want_overflow, native, n_mlp = spec
+        controller, _, kind, _, want_overflow, native, n_mlp, finals = spec
         mlp_w, mlp_b, mem0 = list(rest[: 2 * n_mlp : 2]), list(rest[1 : 2 * n_mlp : 2]), rest[2 * n_mlp :]
         ctx.set_materialize_grads(False)
         M = w_rec.shape[0] if w_rec.dim() == 3 else 0  # members (0: none)
@@ -175,7 +178,11 @@ class StackRNNSequence(torch.autograd.Function):
         G = w_in.shape[-2]
         z = x.new_empty(T + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
-        mem = cls(mem0, T, z[:, N:], want_overflow)
+        # a memory that trims its window (superposition: SuperpositionKernel._live) learns whether the
+        # final state and the initial state's gradient are wanted
+        grad0 = any(ctx.needs_input_grad[10 + 2 * n_mlp :])
+        trim = {"finals": finals, "grad0": grad0} if getattr(cls, "trims", False) else {}
+        mem = cls(mem0, T, z[:, N:], want_overflow, **trim)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
             acts = x.new_empty(T, G, B)
@@ -200,6 +207,7 @@ class StackRNNSequence(torch.autograd.Function):
                 *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x.flatten(0, 1) if M else x,
                 w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
                 *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
+                live=getattr(mem, "live", None),
             )  # fmt: skip
         else:
             mlp = (mlp_w, mlp_b, mlp_h)
@@ -209,16 +217,13 @@ class StackRNNSequence(torch.autograd.Function):
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
         ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers)
         ctx.mark_non_differentiable(overflow)
-        finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
-        finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
-        out = (
-            z[1:, :N].permute(2, 0, 1),
-            z[1:, N : N + mr].permute(2, 0, 1),
-            finals_h,
-            finals_c,
-            *mem.finals(lengths),
-            overflow.t(),
-        )
+        if finals:
+            finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
+            finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
+            last = (finals_h, finals_c, *mem.finals(lengths))
+        else:  # not computed (a trimmed window may not hold them)
+            last = (None,) * (2 + len(mem0))
+        out = (z[1:, :N].permute(2, 0, 1), z[1:, N : N + mr].permute(2, 0, 1), *last, overflow.t())
         if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
             out = tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out)
         return out
@@ -228,7 +233,7 @@ class StackRNNSequence(torch.autograd.Function):
     def backward(ctx, gy_h, gy_r, g_hT, g_cT, *rest):  # type: ignore[override]
         saved = ctx.saved_tensors
         x, w_in, w_z, w_head, acts, z, heads, A, cs, xs = saved[:10]
-        controller, activation, _, value_act, _, native, n_mlp = ctx.spec
+        controller, activation, _, value_act, _, native, n_mlp, _ = ctx.spec
         mlp_w, mlp_h = list(saved[10 : 10 + n_mlp]), list(saved[10 + n_mlp : 9 + 2 * n_mlp])
         mem, N, lengths, M = ctx.mem, ctx.N, ctx.lengths, ctx.members
         g_mem = rest[:-1]
@@ -477,7 +482,7 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
         *_native_codes(spec), mem.D, mem.m, mem.shift, acts, z, w_z, w_head, heads, A, cs, xs, P, S,
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
         g_c, mem.native_grads(), grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, P2,
-        mlp_w, mlp_h, g_mlp, members=M,
+        mlp_w, mlp_h, g_mlp, members=M, live=getattr(mem, "live", None),
     )  # fmt: skip
     mem.after_native(T)
     return gw_head, gb_head

@@ -320,7 +320,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
                   const at::Tensor& S, const int64_t* jp, const at::Tensor& P2,
                   const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
-                  const std::vector<at::Tensor>& mlp_h) {
+                  const std::vector<at::Tensor>& mlp_h, const int64_t* live) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   const Members mb(d.M, B);
@@ -434,9 +434,18 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
     const T* v = hs + k * B;  // [m, B]
     const MemoryForward<T> step{s, T_, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
-                                acc.data(), cov.data(), W.data(), cells.data(), dq.data()};
+                                acc.data(), cov.data(), W.data(), cells.data(), dq.data(), live};
     with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
   }
+}
+
+// The memory's trimmed windows (native_common.h's MemoryForward::live): int64 [2, T+1], or null
+const int64_t* live_of(const std::optional<at::Tensor>& live, int64_t T) {
+  if (!live.has_value()) return nullptr;
+  TORCH_CHECK(live->scalar_type() == at::kLong && live->is_contiguous() && live->dim() == 2 &&
+                  live->size(0) == 2 && live->size(1) == T + 1,
+              "memrnn native stack RNN: live must be a contiguous int64 [2, ", T + 1, "] tensor");
+  return live->data_ptr<int64_t>();
 }
 
 void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
@@ -449,7 +458,8 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const at::Tensor& overflow, const std::optional<at::Tensor>& P,
                        const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2,
                        const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
-                       const std::vector<at::Tensor>& mlp_h, int64_t members) {
+                       const std::vector<at::Tensor>& mlp_h, int64_t members,
+                       const std::optional<at::Tensor>& live) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -473,7 +483,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h);
+                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, acts.size(0)));
   });
 }
 
@@ -519,7 +529,8 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    bool threaded, const at::Tensor& x, const at::Tensor& w_x,
                    const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx,
                    const int64_t* jp, const at::Tensor& P2, const std::vector<at::Tensor>& mlp_w,
-                   const std::vector<at::Tensor>& mlp_h, const std::vector<at::Tensor>& mlp_g) {
+                   const std::vector<at::Tensor>& mlp_h, const std::vector<at::Tensor>& mlp_g,
+                   const int64_t* live) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
@@ -590,7 +601,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     T* gv = gh_s + k * B;
     const MemoryBackward<T> step{s, t, T_, B, N, Z, k, D, m, cur, as, v, zp, Pp, P2p, Sp, jp, gm, gas, gv, gzr,
                                  acc.data(), c1.data(), c2.data(), c3.data(), c4.data(), sums.data(),
-                                 cells.data(), dq.data()};
+                                 cells.data(), dq.data(), live};
     if (ends) {
       add_final<T>(g_hT, gzp, lens, t, B, N);
       if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
@@ -693,7 +704,8 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const at::Tensor& gw_z, const std::optional<at::Tensor>& gw_x,
                         const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2,
                         const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_h,
-                        const std::vector<at::Tensor>& mlp_g, int64_t members) {
+                        const std::vector<at::Tensor>& mlp_g, int64_t members,
+                        const std::optional<at::Tensor>& live) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -725,7 +737,7 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
                             ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
                             w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                            opt(P2), mlp_w, mlp_h, mlp_g);
+                            opt(P2), mlp_w, mlp_h, mlp_g, live_of(live, acts.size(0)));
   });
 }
 
@@ -738,7 +750,7 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2, "
-      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0) -> ()",
+      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0, Tensor? live=None) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
@@ -748,6 +760,6 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
       "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
       "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2, Tensor[] mlp_w, Tensor[] mlp_h, "
-      "Tensor(m!)[] mlp_g, int members=0) -> ()",
+      "Tensor(m!)[] mlp_g, int members=0, Tensor? live=None) -> ()",
       &stack_rnn_backward);
 }

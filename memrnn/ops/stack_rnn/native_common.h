@@ -35,7 +35,9 @@ struct MemoryTraits {
 // Step s of the forward, as a memory's step sees it: the step's actions `as` [k, B] (activated)
 // and value `v` [K − k, B]; the loop's buffers (z's rows at zp, the overflow of step s at ov, P,
 // P2, S, the jumps, cpu.py's layout) and scratch (acc [B], cov [D, B], W [max(D, 1), m, B], cells
-// [3, m, B], dq [forward_rows, D, B]).
+// [3, m, B], dq [forward_rows, D, B]); `live` [2, T+1] (int64; null: the full window): a memory's
+// trimmed windows, row 0 the cells of the state after each step that can matter (see the
+// superposition stack's _live in memrnn/ops/superposition/cpu.py), row 1 its gradient's.
 template <typename T>
 struct MemoryForward {
   int64_t s, T_, B, N, Z, D, m;
@@ -53,12 +55,13 @@ struct MemoryForward {
   T* W;
   T* cells;
   T* dq;
+  const int64_t* live = nullptr;
 };
 
 // Step s of the backward (t = s + 1), as a memory's step sees it: from ∂L/∂(the reading) at gzr
 // and its gradient state gm (cur: the alternating buffers' current one), it writes ∂L/∂actions
 // into gas [k, B] and ∂L/∂v into gv and moves the state's gradient to step s.  Scratch: acc [B],
-// c1..c4 [D, B], sums [5, B], cells [6, m, B], dq [backward_rows, D, B].
+// c1..c4 [D, B], sums [5, B], cells [6, m, B], dq [backward_rows, D, B]; `live` as MemoryForward's.
 template <typename T>
 struct MemoryBackward {
   int64_t s, t, T_, B, N, Z, k, D, m, cur;
@@ -81,6 +84,7 @@ struct MemoryBackward {
   T* sums;
   T* cells;
   T* dq;
+  const int64_t* live = nullptr;
 };
 
 // covered(x) along the D rows of x [D, B] (memrnn.ops.stratification.covered): the inclusive

@@ -25,6 +25,7 @@ class StratificationKernel(MemoryKernel):
     n_actions = 2
     softmax = False
     order = (0, 1)  # push, pop
+    trims = True  # takes finals= and grad0= and trims its window (_live)
 
     @staticmethod
     def rows(D: int, m: int) -> int:
@@ -33,17 +34,59 @@ class StratificationKernel(MemoryKernel):
     #: ``covered``'s direction: ``"stack"`` (pop and read the newest) or ``"queue"`` (the oldest)
     kind = "stack"
 
-    def __init__(self, mem0: tuple[Tensor, ...], T: int, zmem: Tensor, want_overflow: bool) -> None:
+    def __init__(
+        self,
+        mem0: tuple[Tensor, ...],
+        T: int,
+        zmem: Tensor,
+        want_overflow: bool,
+        *,
+        finals: bool = True,
+        grad0: bool = True,
+    ) -> None:
         values0, strengths0, reading0 = mem0
         B, D, m = values0.shape
         self.T, self.D, self.m = T, D, m
         self.P = values0.new_empty(T + D, m, B)
         self.P[T:] = values0.permute(1, 2, 0)
-        self.s = values0.new_empty(T + 1, D, B)
+        self.live = self._live(strengths0, values0, finals, grad0)
+        self._C, self._G = (None, None) if self.live is None else self.live.tolist()  # the Python loop's
+        # with the trim, the slots no step writes are the empty ones: zeros
+        self.s = values0.new_empty(T + 1, D, B) if self.live is None else values0.new_zeros(T + 1, D, B)
         self.s[0] = strengths0.t()
         self.r = zmem
         self.r[0] = reading0.t()
         self.buffers = (self.P, self.s)
+
+    def _live(self, strengths0: Tensor, values0: Tensor, finals: bool, grad0: bool) -> Tensor | None:
+        """The trimmed window (as the superposition stack's,
+        :meth:`memrnn.ops.superposition.cpu.SuperpositionKernel._live`): int64 ``[2, T+1]``, row 0
+        ``C(t)``, the slots of the structure after ``t`` steps that can hold strength, row 1
+        ``G(t)``, the slots whose strengths' gradient the backward computes; None: the full window.
+
+        Only the filled trim applies here.  From all-zero initial strengths, ``t`` steps push at
+        most ``t`` elements, so the slots past ``min(t, D)`` have strength exactly 0: they pop
+        nothing (``max(0 − ·, 0) = 0``), cover nothing and weigh nothing in the reading
+        (``min(0, ·) = 0``), so the forward skips them.  There is no readable trim: an element's
+        weight in the reading depends on the strengths above it, not on its depth, so a deep
+        element is read at once when the ones above it are weak (Grefenstette et al. 2015, eq. 3).
+        The backward skips the empty slots too where their gradient is exactly zero and reaches
+        nothing: the stack (``covered``'s transpose carries gradient upward only, from the empty
+        slots' zero), from all-zero initial values (an empty slot's reading weight has the value's
+        gradient ``Σ v·g_r``), without the final state's gradient (``finals``) and without the
+        initial state's (``grad0``).  Not the queue: its ``covered`` sums the older elements, so its
+        transpose carries the newer elements' gradient into the empty slots, and at a pop of
+        exactly 0 (a saturated sigmoid) the full window's subgradient brings it back into the pop's
+        gradient; the queue trims its forward only."""
+        if strengths0.numel() == 0 or bool(strengths0.any()):
+            return None
+        T, D = self.T, self.D
+        C = torch.arange(T + 1).clamp(max=D)
+        exact_backward = self.kind == "stack" and not finals and not grad0 and not bool(values0.any())
+        G = C if exact_backward else torch.full_like(C, D)
+        if bool((C == D).all()) and bool((G == D).all()):
+            return None
+        return torch.stack([C, G])
 
     s_ = views(lambda k: k.s)
     r_ = views(lambda k: k.r)
@@ -55,6 +98,18 @@ class StratificationKernel(MemoryKernel):
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         push, pop = a
         old, new = self.s_[s], self.s_[s + 1]
+        n = self.D if self._C is None else self._C[s]
+        if n < self.D:  # the trimmed window (_live): the first n slots, the same operations
+            n1 = self._C[s + 1]
+            old = old[:n]
+            popped = torch.clamp_min(old - torch.clamp_min(pop - covered(old, self.kind, -2), 0), 0)
+            self.head_[s + 1].copy_(push)
+            new[1 : n + 1].copy_(popped)
+            self.v_[s].copy_(v)
+            new = new[:n1]
+            w = torch.minimum(new, torch.clamp_min(1 - covered(new, self.kind, -2), 0))
+            torch.sum(w[:, None] * self.win_[s + 1][:n1], 0, out=self.r_[s + 1])
+            return torch.zeros_like(push)  # slot D − 1 is still empty: it drops nothing
         popped = torch.clamp_min(old - torch.clamp_min(pop - covered(old, self.kind, -2), 0), 0)
         self.head_[s + 1].copy_(push)
         self.tail_[s + 1].copy_(popped[:-1])
@@ -96,14 +151,20 @@ class StratificationKernel(MemoryKernel):
     def backward(self, s: int, g_r: Tensor, a: tuple[Tensor, ...], v: Tensor, ga: Tensor, gv: Tensor) -> None:
         lo, m1, m2, da, db3, w = self._block
         j = s - lo
-        g_w = (self.win_[s + 1] * g_r).sum(1)  # ∂L/∂w [D, B]
-        self.gwin_[s + 1].addcmul_(w[j], g_r)
-        g_new = torch.addcmul(self.g, g_w, da[j])
-        g_new -= covered_transpose(g_w * db3[j], self.kind, -2)
+        D = self.D
+        n1, n = (D, D) if self._G is None else (self._G[s + 1], self._G[s])  # slots of S_{s+1}, S_s
+        win = self.win_[s + 1][:n1]
+        g_w = (win * g_r).sum(1)  # ∂L/∂w [n1, B]
+        self.gwin_[s + 1][:n1].addcmul_(w[j][:n1], g_r)
+        g_new = torch.addcmul(self.g[:n1], g_w, da[j][:n1])
+        g_new -= covered_transpose(g_w * db3[j][:n1], self.kind, -2)
         ga[0] = g_new[0]
-        g_a2 = torch.zeros_like(g_new)
-        torch.mul(g_new[1:], m2[j], out=g_a2[:-1])
-        g_a1 = g_a2 * m1[j]  # −∂L/∂(pop − covered)
+        g_a2 = g_new.new_zeros(n, g_new.shape[-1])
+        if n == D:
+            torch.mul(g_new[1:], m2[j], out=g_a2[:-1])
+        else:  # the trimmed window (_live): slot n − 1 moves to slot n < D
+            torch.mul(g_new[1 : n + 1], m2[j][:n], out=g_a2)
+        g_a1 = g_a2 * m1[j][:n]  # −∂L/∂(pop − covered)
         torch.sum(g_a1, 0, out=ga[1])
         ga[1].neg_()
         self.g = g_a2 + covered_transpose(g_a1, self.kind, -2)
@@ -127,7 +188,10 @@ class StratificationKernel(MemoryKernel):
         return None if gr is None else gr.t() * rows
 
     def initial_grads(self, g_r: Tensor) -> tuple[Tensor, ...]:
-        return self.gP[self.T :].permute(2, 0, 1), self.g.t(), g_r.t()
+        g = self.g
+        if self._G is not None:  # the trimmed slots' gradient is not wanted (_live): zeros
+            g = torch.cat([g[: self._G[0]], g.new_zeros(self.D - self._G[0], g.shape[-1])])
+        return self.gP[self.T :].permute(2, 0, 1), g.t(), g_r.t()
 
 
 class QueueKernel(StratificationKernel):

@@ -3,6 +3,9 @@
 // queue's a StratificationKernel read from the other end): values slide in P [T+D, m, B] (the
 // value pushed at step s at P[T-1-s]), strengths s [T+1, D, B], the reading in z's memory rows
 // [m, B]; actions push, pop (a sigmoid each).  Gradient state gm = (gP [T+D, m, B], g [D, B]).
+// Trimmed window (`live`, from StratificationKernel._live in cpu.py): the forward runs over the
+// slots that can hold strength (C(t) = min(t, D) from zero strengths; the others are zeros in S),
+// the backward over G(t) slots; every value computed is the full window's, bit for bit.
 #pragma once
 
 #include "stack_rnn/native_common.h"
@@ -29,9 +32,11 @@ struct StratificationOf {
     const T* pop = as + B;
     const T* old = Sp + s * D * B;
     T* nw = Sp + (s + 1) * D * B;
-    covered(old, cov, D, B, from_top, f.acc);
+    const int64_t n = f.live ? f.live[s] : D, n1 = f.live ? f.live[s + 1] : D;  // slots of S_s, S_{s+1}
+    covered(old, cov, n, B, from_top, f.acc);
     // popped[i] = max(old[i] − max(pop − covered[i], 0), 0) moves down one cell
-    for (int64_t i = 0; i < D; ++i) {
+    if (n < D && f.want_overflow) std::fill(ov, ov + B, T(0));  // slot D − 1 still empty
+    for (int64_t i = 0; i < n; ++i) {
       T* dst = i + 1 < D ? nw + (i + 1) * B : nullptr;
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
@@ -45,11 +50,11 @@ struct StratificationOf {
     }
     std::copy(push, push + B, nw);
     std::copy(v, v + m * B, Pp + (T_ - 1 - s) * m * B);
-    covered(nw, cov, D, B, from_top, f.acc);
+    covered(nw, cov, n1, B, from_top, f.acc);
     T* r = zp + (s + 1) * Z * B + N * B;  // [m, B]
     std::fill(r, r + m * B, T(0));
     const T* win = Pp + (T_ - 1 - s) * m * B;  // window of step s+1: P[T−s−1 : T−s−1+D]
-    read_cells(nw, cov, D, m, B, [&](int64_t i) { return win + i * m * B; }, r);
+    read_cells(nw, cov, n1, m, B, [&](int64_t i) { return win + i * m * B; }, r);
   }
 
   // the final values (gfin[0], [B, D, m]) into gP's window, strengths (gfin[1]) into g, reading
@@ -85,20 +90,22 @@ struct StratificationOf {
     const T* pop = as + B;
     const T* win = Pp + (T_ - t) * m * B;  // step t's window, [D, m, B]
     T* gwin = gP + (T_ - t) * m * B;
+    // the slots of S_{s+1} and S_s whose strengths' gradient can matter (the trimmed window)
+    const int64_t n1 = gs.live ? gs.live[T_ + 1 + t] : D, n = gs.live ? gs.live[T_ + 1 + s] : D;
     // the reading: c3 = g_new before the covered term, c4 = what goes back through it
-    covered(nw, c1, D, B, from_top, acc);
-    std::copy(g, g + D * B, c3);
-    read_cells_backward(nw, c1, D, m, B, [&](int64_t i) { return win + i * m * B; },
+    covered(nw, c1, n1, B, from_top, acc);
+    std::copy(g, g + n1 * B, c3);
+    read_cells_backward(nw, c1, n1, m, B, [&](int64_t i) { return win + i * m * B; },
                         [&](int64_t i) { return gwin + i * m * B; }, gzr, c3, c4);
-    covered(c4, c1, D, B, !from_top, acc);  // covered_transpose
+    covered(c4, c1, n1, B, !from_top, acc);  // covered_transpose
     MEMRNN_SIMD
-    for (int64_t j = 0; j < D * B; ++j) c3[j] -= c1[j];  // c3 = g_new
+    for (int64_t j = 0; j < n1 * B; ++j) c3[j] -= c1[j];  // c3 = g_new
     std::copy(c3, c3 + B, gas);  // push
-    covered(old, c1, D, B, from_top, acc);
+    covered(old, c1, n, B, from_top, acc);
     // the pop: a1 = pop − covered(old), a2 = old − max(a1, 0); c4 = g_a1 (= −∂L/∂a1), c2 = g_a2
     T* gpop = gas + B;
     std::fill(gpop, gpop + B, T(0));
-    for (int64_t i = 0; i < D; ++i) {
+    for (int64_t i = 0; i < n; ++i) {
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         const int64_t ib = i * B + b;
@@ -111,9 +118,9 @@ struct StratificationOf {
         gpop[b] -= ga1;
       }
     }
-    covered(c4, c1, D, B, !from_top, acc);
+    covered(c4, c1, n, B, !from_top, acc);
     MEMRNN_SIMD
-    for (int64_t j = 0; j < D * B; ++j) g[j] = c2[j] + c1[j];
+    for (int64_t j = 0; j < n * B; ++j) g[j] = c2[j] + c1[j];
     const T* gvs = gP + (T_ - 1 - s) * m * B;
     std::copy(gvs, gvs + m * B, gv);
   }

@@ -2,7 +2,11 @@
 // (memrnn/ops/stack_rnn/native.cpp; its Python kernel: memrnn/ops/superposition/cpu.py): z's
 // memory rows are cells 0..D-1 and a zero cell D ([D+1, m, B]); actions pop, no-op, push (a
 // softmax).  Gradient state gm = (gpp0, gpp1) [D+2, m, B] each (a zero cell each side),
-// alternating.
+// alternating.  Trimmed windows (`live`, from SuperpositionKernel._live in cpu.py): step s computes
+// cells 0..C(s+1)−1 of S_{s+1} and writes zeros into the next two (which the next step may read as
+// the structurally empty cells below); the backward computes cells 0..G(s)−1 of ∂L/∂S_s (zeros into
+// the next two) and sums the actions' gradients over the cells of S_s whose products can be non-zero.
+// Every cell computed is the full window's, bit for bit (the same loops over fewer cells).
 #pragma once
 
 #include "stack_rnn/native_common.h"
@@ -29,16 +33,20 @@ struct Superposition {
     tile(as, t_pop, m, B);
     tile(as + B, t_noop, m, B);
     tile(push, t_push, m, B);
-    for (int64_t i = 0; i < D; ++i) {
+    const int64_t hi = f.live ? f.live[s + 1] : D;  // the cells computed
+    for (int64_t i = 0; i < hi; ++i) {
       const T* above = i == 0 ? v : old + (i - 1) * c;
       mix3(nw + i * c, old + i * c, t_noop, above, t_push, old + (i + 1) * c, t_pop, c);
     }
+    std::fill(nw + hi * c, nw + std::min(hi + 2, D) * c, T(0));
     if (f.want_overflow) {
+      const bool empty = f.live && f.live[s] < D;  // the bottom cell not yet reached: zero
       const T* last = old + (D - 1) * m * B;
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
         T mx = 0;
-        for (int64_t j = 0; j < m; ++j) mx = std::max(mx, std::abs(last[j * B + b]));
+        if (!empty)
+          for (int64_t j = 0; j < m; ++j) mx = std::max(mx, std::abs(last[j * B + b]));
         ov[b] = push[b] * mx;
       }
     }
@@ -53,7 +61,7 @@ struct Superposition {
 
   template <typename T>
   static void backward(const MemoryBackward<T>& g) {
-    const int64_t s = g.s, B = g.B, N = g.N, Z = g.Z, D = g.D, m = g.m, cur = g.cur;
+    const int64_t s = g.s, T_ = g.T_, B = g.B, N = g.N, Z = g.Z, D = g.D, m = g.m, cur = g.cur;
     const T* as = g.as;
     const T* v = g.v;
     const T* zp = g.zp;
@@ -75,19 +83,26 @@ struct Superposition {
     std::fill(su, su + 3 * c, T(0));
     MEMRNN_SIMD
     for (int64_t j = 0; j < c; ++j) gc[j] += gzr[j];
-    for (int64_t i = 0; i < D; ++i) {
+    // the cells of S_s whose products with ∂L/∂S_{s+1} can be non-zero (L), of ∂L/∂S_s computed (Gn)
+    const int64_t* lv = g.live;
+    const int64_t Gn = lv ? lv[T_ + 1 + s] : D;
+    const int64_t L = lv ? std::min(std::min(lv[s], lv[T_ + 1 + s + 1] + 1), D) : D;
+    for (int64_t i = 0; i < std::max(L, Gn); ++i) {
       const T* o0 = old + i * c;
       const T* gu = gc + (i - 1) * c;
       const T* g0 = gc + i * c;
       const T* gd = gc + (i + 1) * c;
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < c; ++j) {
-        su[j] += gu[j] * o0[j];
-        su[c + j] += g0[j] * o0[j];
-        su[2 * c + j] += gd[j] * o0[j];
+      if (i < L) {
+        MEMRNN_SIMD
+        for (int64_t j = 0; j < c; ++j) {
+          su[j] += gu[j] * o0[j];
+          su[c + j] += g0[j] * o0[j];
+          su[2 * c + j] += gd[j] * o0[j];
+        }
       }
-      mix3(gn + i * c, g0, t_noop, gd, t_push, gu, t_pop, c);
+      if (i < Gn) mix3(gn + i * c, g0, t_noop, gd, t_push, gu, t_pop, c);
     }
+    std::fill(gn + Gn * c, gn + std::min(Gn + 2, D) * c, T(0));
     MEMRNN_SIMD
     for (int64_t j = 0; j < c; ++j) {
       su[2 * c + j] += gc[j] * v[j];
