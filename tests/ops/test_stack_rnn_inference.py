@@ -1,0 +1,181 @@
+"""The stack RNN's fused forward without history (``memrnn.ops.stack_rnn``: :class:`NoHistory`,
+``_Ring``): when nothing can ask for a gradient (``torch.no_grad``, ``torch.inference_mode``, or no
+argument requiring one) the Python and C++ loops keep only the steps the next step needs, and give
+the training forward's results bit for bit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from memrnn.ops.dispatch import native_available
+from memrnn.ops.stack_rnn import SPECS, cpu, stack_rnn_sequence
+from memrnn.ops.stack_rnn.specs import spec as memory_spec
+
+
+def _case(memory, controller, dtype, gen, *, T=11, mlp=False, M=0):
+    """Arguments of ``stack_rnn_sequence`` (B 4, n 3, N 5, m 2, depth 3; lengths T, 7, 0, 4, each
+    member's rolled by its index), every float tensor but the jumps requiring a gradient."""
+    s = memory_spec(memory)
+    B, n, N, m, D = 4, 3, 5, 2, 3
+    units, k = s.reads * m, s.n_actions
+    G = 4 * N if controller == "lstm" else N
+    lead = (M,) if M else ()
+    r = lambda *shape: (0.5 * torch.randn(*lead, *shape, generator=gen, dtype=dtype)).requires_grad_()  # noqa: E731
+    u = lambda *shape: torch.rand(*lead, *shape, generator=gen, dtype=dtype).requires_grad_()  # noqa: E731
+    if memory in ("superposition", "tape"):
+        mem0 = (r(B, D, m),)
+    elif memory == "tape_jump":
+        mem0 = (torch.tensor([1.0, 2.0, 0.0, 4.0], dtype=dtype).expand(*lead, B).contiguous(), r(B, D, m))
+    elif memory == "deque":
+        mem0 = (r(B, 2 * D, m), u(B, 2 * D), r(B, 2 * m))
+    else:
+        mem0 = (r(B, D, m), u(B, D), r(B, m))
+    head = (r(k, N), r(k)) if mlp else (r(k + units, N), r(k + units))
+    args = (
+        r(B, T, n),
+        r(G, n + units),
+        r(G),
+        r(G, N),
+        *head,
+        r(B, N),
+        r(B, N) if controller == "lstm" else None,
+    )
+    lengths = torch.tensor([T, 7, 0, 4])
+    if M:
+        lengths = torch.stack([lengths.roll(i) for i in range(M)])
+    kwargs = dict(controller=controller, activation="tanh", memory=memory, value_activation=s.value_activation,
+                  lengths=lengths, overflow=True)  # fmt: skip
+    if mlp:
+        kwargs["value_mlp"] = ((r(5, N), r(5)), (r(units, 5), r(units)))
+    return (*args, mem0), kwargs
+
+
+def _detached(args, kwargs):
+    """The same arguments, none requiring a gradient."""
+    d = lambda t: None if t is None else t.detach()  # noqa: E731
+    args = (*(d(a) for a in args[:-1]), tuple(d(f) for f in args[-1]))
+    kwargs = dict(kwargs)
+    if "value_mlp" in kwargs:
+        kwargs["value_mlp"] = tuple(tuple(d(t) for t in layer) for layer in kwargs["value_mlp"])
+    return args, kwargs
+
+
+def _check_bit_for_bit(args, kwargs, impl, monkeypatch):
+    """Under ``no_grad``, ``inference_mode`` and with no argument requiring a gradient, the results
+    (outputs, final states, overflow) equal the training forward's (``torch.equal``), and each of the
+    three ran without history (``_Ring`` built once per call)."""
+    rings = []
+    real = cpu._Ring.__init__
+    monkeypatch.setattr(cpu._Ring, "__init__", lambda self, *a: rings.append(1) or real(self, *a))
+    want = stack_rnn_sequence(*args, **kwargs, impl=impl)
+    assert want[0].grad_fn is not None and rings == []  # the training forward
+    with torch.no_grad():
+        got = [stack_rnn_sequence(*args, **kwargs, impl=impl)]
+    with torch.inference_mode():
+        got.append(stack_rnn_sequence(*args, **kwargs, impl=impl))
+    got.append(stack_rnn_sequence(*_detached(args, kwargs)[0], **_detached(args, kwargs)[1], impl=impl))
+    assert rings == [1, 1, 1]
+    for results in got:
+        assert len(results) == len(want)
+        for i, (a, b) in enumerate(zip(results, want, strict=True)):
+            assert (a is None) == (b is None), i
+            if a is not None:
+                assert a.shape == b.shape and a.dtype == b.dtype, i
+                assert torch.equal(a, b.detach()), f"result {i} differs"
+                assert a.grad_fn is None
+
+
+IMPLS = [
+    "cpu",
+    pytest.param("native", marks=pytest.mark.skipif(not native_available(), reason="no C++ build")),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+@pytest.mark.parametrize("memory", list(SPECS))
+def test_no_history_forward_equals_the_training_forward(memory, controller, impl, dtype, monkeypatch):
+    """Every memory x controller, Python and C++ loops, float64 and float32, rows of lengths T, 7, 0
+    and 4 (right padding) at T = 11 (two rewinds of the ring of RING = 4 steps; the Python loop's
+    projection cut to blocks of 3 steps): bit for bit the training forward; the tapes with a value
+    MLP."""
+    monkeypatch.setattr(cpu, "_PROJECT", 3)
+    gen = torch.Generator().manual_seed(69)
+    args, kwargs = _case(memory, controller, dtype, gen, mlp=memory.startswith("tape"))
+    _check_bit_for_bit(args, kwargs, impl, monkeypatch)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("memory", list(SPECS))
+def test_no_history_forward_with_members(memory, impl, monkeypatch):
+    """Members (``[M, B, ...]``, M 2, each member's lengths its own), an LSTM controller, float64:
+    bit for bit the training forward."""
+    gen = torch.Generator().manual_seed(70)
+    args, kwargs = _case(memory, "lstm", torch.float64, gen, M=2, mlp=memory == "tape")
+    _check_bit_for_bit(args, kwargs, impl, monkeypatch)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_history_forward_long_and_without_lengths(impl, monkeypatch):
+    """T = 75 (the C++ loop's projection blocks of 8, 16, 32 and 19 steps through its two-block
+    ring; the Python loop's default blocks), no lengths, and T = 0 and 1: bit for bit."""
+    gen = torch.Generator().manual_seed(71)
+    for memory in SPECS:
+        for T in (75, 1, 0):
+            args, kwargs = _case(memory, "lstm", torch.float32, gen, T=T)
+            kwargs["lengths"] = None
+            _check_bit_for_bit(args, kwargs, impl, monkeypatch)
+            monkeypatch.undo()
+
+
+_PEAK = """
+import resource, sys, torch
+from memrnn.ops.stack_rnn import stack_rnn_sequence
+impl = sys.argv[1]
+B, n, N, m, D = 16, 8, 16, 8, 256
+g = torch.Generator().manual_seed(0)
+def forward(T, grad):
+    r = lambda *s: (0.3 * torch.randn(*s, generator=g)).requires_grad_(grad)
+    args = (r(B, T, n), r(4 * N, n + m), r(4 * N), r(4 * N, N), r(3 + m, N), r(3 + m), r(B, N), r(B, N))
+    kw = dict(controller="lstm", activation="tanh", memory="superposition", value_activation="tanh", impl=impl)
+    with torch.set_grad_enabled(grad):
+        out = stack_rnn_sequence(*args, (r(B, D, m),), **kw)
+    return (out[0].numel() + out[1].numel()) * 4
+forward(2, False), forward(2, True)  # warm-up: torch, memrnn and the C++ loops loaded
+for T, grad in ((64, False), (256, False), (64, True), (256, True)):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    outputs = forward(T, grad)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, outputs)
+"""
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_history_forward_memory_is_flat_in_T(impl):
+    """Peak memory of a forward without history, against T.
+
+    Method: one fresh Python process (``_PEAK``; after a warm-up call that loads torch, memrnn and
+    the C++ loops) runs four forwards, each peaking higher than the one before: without history
+    at T = 64 then 256, with it (arguments requiring gradients) at T = 64 then 256.  The rise of
+    the process's peak resident set size (``getrusage``'s ``ru_maxrss``) across a forward is by how
+    much its peak exceeds every earlier one's, so across the second forward of a pair it is how
+    much more memory T = 256 needs than T = 64 (0 if no more).  Less the outputs' growth (``h [B,
+    T, N]``, ``r [B, T, m]``), that is what the forward keeps besides them.  The superposition
+    stack at depth 256, B 16, N 16, m 8 (its state 128 KiB; a step of history 130 KiB, 24 MiB from
+    T = 64 to 256): without history it grows by less than 10% of the training forward's growth and
+    by less than 2 MiB; the training forward's grows by more than 3/4 of its history's."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _PEAK, impl], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()  # fmt: skip
+    rise = [int(v) for v in out[0::2]]
+    outputs = [int(v) for v in out[1::2]]
+    infer = rise[1] - (outputs[1] - outputs[0])
+    train = rise[3] - (outputs[3] - outputs[2])
+    history = (256 - 64) * (16 + 257 * 8) * 16 * 4  # z's steps from T = 64 to 256, bytes
+    assert train > 0.75 * history, (train, history)
+    assert infer < 0.1 * train and infer < 2 * 2**20, (infer, train)
