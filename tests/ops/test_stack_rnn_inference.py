@@ -168,8 +168,10 @@ def test_no_history_forward_memory_is_flat_in_T(impl):
     T, N]``, ``r [B, T, m]``), that is what the forward keeps besides them.  The superposition
     stack at depth 256, B 16, N 16, m 8 (its state 128 KiB; a step of history 130 KiB, 24 MiB from
     T = 64 to 256): without history it grows by less than 10% of the training forward's growth and
-    by less than 2 MiB; the training forward's grows by more than 3/4 of its history's."""
+    by less than 2 MiB; the training forward's grows by more than half its history's."""
+    # glibc's malloc: blocks of 64 KiB and more mapped on their own and given back when freed
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     out = subprocess.run([sys.executable, "-c", _PEAK, impl], env=env, capture_output=True, text=True,
                          check=True).stdout.split()  # fmt: skip
     rise = [int(v) for v in out[0::2]]
@@ -177,5 +179,5 @@ def test_no_history_forward_memory_is_flat_in_T(impl):
     infer = rise[1] - (outputs[1] - outputs[0])
     train = rise[3] - (outputs[3] - outputs[2])
     history = (256 - 64) * (16 + 257 * 8) * 16 * 4  # z's steps from T = 64 to 256, bytes
-    assert train > 0.75 * history, (train, history)
+    assert train > 0.5 * history, (train, history)
     assert infer < 0.1 * train and infer < 2 * 2**20, (infer, train)

@@ -141,9 +141,10 @@ def _forward_loop(
 #: without history, the steps between two rewinds of z, cs and the memory's buffers to their first
 #: slot (:class:`_Ring`): they hold ``RING + 1`` steps
 RING = 4
-#: the steps whose input projection the no-history forward computes at once (the C++ loop's
-#: largest block, ``native.cpp``'s ``block_starts``; its acts hold two such blocks)
+#: the steps whose input projection the Python loop's no-history forward computes at once
 _PROJECT = 32
+#: the C++ loop's largest block of steps (``native.cpp``'s ``kRingBlock``)
+_NATIVE_BLOCK = 32
 
 
 class NoHistory:
@@ -324,7 +325,7 @@ class StackRNNSequence(torch.autograd.Function):
         mem = cls(mem0, Tm, z[:, N:], want_overflow)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
-            acts = x.new_empty(2 * _PROJECT if ring else T, G, B)  # without history: two blocks
+            acts = x.new_empty(2 * _NATIVE_BLOCK if ring else T, G, B)  # without history: two blocks
         elif ring:  # the loop projects a block of steps at a time (_Ring.project)
             acts = x.new_empty(_PROJECT, G, B)
         elif M:  # each member's projection [M, T, G, B'], as columns [T, G, M·B']
@@ -344,12 +345,14 @@ class StackRNNSequence(torch.autograd.Function):
             cs[0] = c0.t()
             xs = x.new_empty(Ts, N, B)
         hist = _Ring(T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) if ring else None
-        if native:
+        if hist is not None and T == 0:
+            pass  # no step: every row's final state is its initial one (hist.fin's)
+        elif native:
             _native_ops().stack_rnn_forward(
                 *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x.flatten(0, 1) if M else x,
                 w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
                 *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
-                **({} if hist is None else hist.native_args()),
+                **({"keep": []} if hist is None else hist.native_args()),
             )  # fmt: skip
         else:
             mlp = (mlp_w, mlp_b, mlp_h)
