@@ -135,49 +135,48 @@ def test_no_history_forward_long_and_without_lengths(impl, monkeypatch):
 
 
 _PEAK = """
-import resource, sys, torch
+import re, sys, torch
 from memrnn.ops.stack_rnn import stack_rnn_sequence
-impl = sys.argv[1]
 B, n, N, m, D = 16, 8, 16, 8, 256
 g = torch.Generator().manual_seed(0)
-def forward(T, grad):
+def status(field):  # KiB
+    return int(re.search(field + r":\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+def forward(T, impl, grad):  # the peak memory it took, less its outputs
     r = lambda *s: (0.3 * torch.randn(*s, generator=g)).requires_grad_(grad)
     args = (r(B, T, n), r(4 * N, n + m), r(4 * N), r(4 * N, N), r(3 + m, N), r(3 + m), r(B, N), r(B, N))
     kw = dict(controller="lstm", activation="tanh", memory="superposition", value_activation="tanh", impl=impl)
-    with torch.set_grad_enabled(grad):
-        out = stack_rnn_sequence(*args, (r(B, D, m),), **kw)
-    return (out[0].numel() + out[1].numel()) * 4
-forward(2, False), forward(2, True)  # warm-up: torch, memrnn and the C++ loops loaded
-for T, grad in ((64, False), (256, False), (64, True), (256, True)):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    outputs = forward(T, grad)
-    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, outputs)
+    mem0 = (r(B, D, m),)
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident set size starts again from the current one
+    before = status("VmRSS")
+    out = stack_rnn_sequence(*args, mem0, **kw)
+    return (status("VmHWM") - before) * 1024 - (out[0].numel() + out[1].numel()) * 4
+for impl, grad in (a.split(":") for a in sys.argv[1:]):
+    forward(2, impl, grad == "1")  # warm-up: the path's code loaded
+    print(forward(256, impl, grad == "1") - forward(64, impl, grad == "1"))
 """
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-def test_no_history_forward_memory_is_flat_in_T(impl):
+def test_no_history_forward_memory_is_flat_in_T():
     """Peak memory of a forward without history, against T.
 
-    Method: one fresh Python process (``_PEAK``; after a warm-up call that loads torch, memrnn and
-    the C++ loops) runs four forwards, each peaking higher than the one before: without history
-    at T = 64 then 256, with it (arguments requiring gradients) at T = 64 then 256.  The rise of
-    the process's peak resident set size (``getrusage``'s ``ru_maxrss``) across a forward is by how
-    much its peak exceeds every earlier one's, so across the second forward of a pair it is how
-    much more memory T = 256 needs than T = 64 (0 if no more).  Less the outputs' growth (``h [B,
-    T, N]``, ``r [B, T, m]``), that is what the forward keeps besides them.  The superposition
-    stack at depth 256, B 16, N 16, m 8 (its state 128 KiB; a step of history 130 KiB, 24 MiB from
-    T = 64 to 256): without history it grows by less than 10% of the training forward's growth and
-    by less than 2 MiB; the training forward's grows by more than half its history's."""
-    # glibc's malloc: blocks of 64 KiB and more mapped on their own and given back when freed
+    Method: a fresh Python process (``_PEAK``, glibc's malloc told to map blocks of 64 KiB and more
+    on their own, so that a freed buffer leaves the resident set) runs each forward after
+    resetting the peak resident set size to the current one (Linux's ``/proc/self/clear_refs``);
+    the peak (``VmHWM``) less the resident set before (``VmRSS``), less the outputs' bytes (``h
+    [B, T, N]``, ``r [B, T, m]``), is what the forward held besides its outputs.  The
+    superposition stack at depth 256, B 16, N 16, m 8 (its state 128 KiB; a step of history 130
+    KiB, 24 MiB from T = 64 to 256): from T = 64 to 256 that grows by less than 2 MiB and less
+    than 10% of the training forward's growth (arguments requiring gradients), which grows by
+    more than half its history's.  The Python loop, and the C++ loop where it is built."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"
-    out = subprocess.run([sys.executable, "-c", _PEAK, impl], env=env, capture_output=True, text=True,
+    impls = ["cpu", *(["native"] if native_available() else [])]
+    runs = [f"{impl}:{grad}" for impl in impls for grad in (0, 1)]
+    out = subprocess.run([sys.executable, "-c", _PEAK, *runs], env=env, capture_output=True, text=True,
                          check=True).stdout.split()  # fmt: skip
-    rise = [int(v) for v in out[0::2]]
-    outputs = [int(v) for v in out[1::2]]
-    infer = rise[1] - (outputs[1] - outputs[0])
-    train = rise[3] - (outputs[3] - outputs[2])
     history = (256 - 64) * (16 + 257 * 8) * 16 * 4  # z's steps from T = 64 to 256, bytes
-    assert train > 0.5 * history, (train, history)
-    assert infer < 0.1 * train and infer < 2 * 2**20, (infer, train)
+    for i, impl in enumerate(impls):
+        infer, train = int(out[2 * i]), int(out[2 * i + 1])
+        assert infer < 2 * 2**20 and infer < 0.1 * train, (impl, infer, train, history)
+        assert train > 0.5 * history, (impl, infer, train, history)
