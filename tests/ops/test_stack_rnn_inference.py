@@ -102,7 +102,7 @@ IMPLS = [
 @pytest.mark.parametrize("memory", list(SPECS))
 def test_no_history_forward_equals_the_training_forward(memory, controller, impl, dtype, monkeypatch):
     """Every memory x controller, Python and C++ loops, float64 and float32, rows of lengths T, 7, 0
-    and 4 (right padding) at T = 11 (two rewinds of the ring of RING = 4 steps; the Python loop's
+    and 4 (right padding) at T = 11 (the ring rewound every RING = 2 steps; the Python loop's
     projection cut to blocks of 3 steps): bit for bit the training forward; the tapes with a value
     MLP."""
     monkeypatch.setattr(cpu, "_PROJECT", 3)
