@@ -134,6 +134,18 @@ def test_no_history_forward_long_and_without_lengths(impl, monkeypatch):
             monkeypatch.undo()
 
 
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_history_forward_refuses_lengths_outside_the_sequence(impl):
+    """A length above T or below 0 would leave its row's final state unset: a ValueError naming it."""
+    args, kwargs = _detached(
+        *_case("superposition", "elman", torch.float64, torch.Generator().manual_seed(1))
+    )
+    for bad in (12, -1):
+        kwargs["lengths"] = torch.tensor([11, bad, 0, 4])
+        with pytest.raises(ValueError, match=f"got a length of {bad}"):
+            stack_rnn_sequence(*args, **kwargs, impl=impl)
+
+
 _PEAK = """
 import re, sys, torch
 from memrnn.ops.stack_rnn import stack_rnn_sequence

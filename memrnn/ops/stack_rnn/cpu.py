@@ -198,8 +198,12 @@ class _Ring:
         self.lengths = lengths
         if lengths is None:
             self.ends = {T: slice(None)}
-        else:
-            self.ends = {int(t): (lengths == t).nonzero().flatten() for t in set(lengths.tolist()) if t > 0}
+            return
+        present = sorted(set(lengths.tolist()))
+        if present[0] < 0 or present[-1] > T:  # a row that would never end: its final state unset
+            bad = present[0] if present[0] < 0 else present[-1]
+            raise ValueError(f"lengths must lie in [0, T] = [0, {T}] (x's steps); got a length of {bad}")
+        self.ends = {int(t): (lengths == t).nonzero().flatten() for t in present if t > 0}
 
     def project(self, lo: int) -> None:
         """acts[:n] = the inputs' projection of steps ``lo .. lo+n−1`` (the training forward's product,
