@@ -72,14 +72,15 @@ def _products(M: int):
 
 
 def _forward_loop(
-    spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M=0
+    spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M=0, ring=None
 ) -> None:
     """The forward loop of :class:`StackRNNSequence` in Python (every device and dtype); ``mlp =
     (weights, biases, hidden buffers [T, H_l, B])`` of the value MLP, each empty without one;
-    ``M`` members (0: none) as :func:`_products`."""
+    ``M`` members (0: none) as :func:`_products`.  ``ring`` (a :class:`_Ring`, None: keep every
+    step): the forward without history, its buffers' time slots reused (:class:`_Ring`)."""
     controller, activation, _, value_act, want_overflow = spec[:5]
     addmm_, addmm, _ = _products(M)
-    T, k = acts.shape[0], A.shape[1]
+    T, k = (acts.shape[0] if ring is None else ring.T), A.shape[1]
     lstm = controller == "lstm"
     a_, zr_, h_, hd_ = acts.unbind(0), z[:, : N + mr].unbind(0), z[:, :N].unbind(0), heads.unbind(0)
     ha_, hv_, A_ = heads[:, :k].unbind(0), heads[:, k:].unbind(0), A.unbind(0)
@@ -98,32 +99,180 @@ def _forward_loop(
     outs = [*(h.unbind(0) for h in mlp_h), hv_] if mlp_w else []
     layers = [(w, bb.unsqueeze(-1), o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
     for s in range(T):
-        addmm_(a_[s], w_z, zr_[s])
+        # p: the time slot of z, cs and the memory's buffers that step s reads (it writes p + 1);
+        # a: its slot of acts; j: of the per-step buffers (heads, A, xs, the MLP's)
+        p = a = j = s
+        if ring is not None:
+            p, a, j = s % ring.steps, s % _PROJECT, 0
+            if s and p == 0:
+                ring.rewind()
+            if a == 0:
+                ring.project(s)
+        addmm_(a_[a], w_z, zr_[p])
         if lstm:
-            sig_[s].sigmoid_()
-            g_[s].tanh_()
-            torch.mul(f_[s], c_[s], out=c_[s + 1])
-            c_[s + 1].addcmul_(i_[s], g_[s])
-            torch.tanh(c_[s + 1], out=x_[s])
-            torch.mul(o_[s], x_[s], out=h_[s + 1])
+            sig_[a].sigmoid_()
+            g_[a].tanh_()
+            torch.mul(f_[a], c_[p], out=c_[p + 1])
+            c_[p + 1].addcmul_(i_[a], g_[a])
+            torch.tanh(c_[p + 1], out=x_[j])
+            torch.mul(o_[a], x_[j], out=h_[p + 1])
         else:
-            h_[s + 1].copy_(act(a_[s]))
-        addmm(b_head.unsqueeze(-1), w_head, h_[s + 1], head_[s])
-        inp = h_[s + 1]
-        for j, (w, bb, o) in enumerate(layers, 1):
-            addmm(bb, w, inp, o[s])
-            if j < len(layers):
-                o[s].relu_()  # a hidden layer's activation, kept for the backward
-            inp = o[s]
+            h_[p + 1].copy_(act(a_[a]))
+        addmm(b_head.unsqueeze(-1), w_head, h_[p + 1], head_[j])
+        inp = h_[p + 1]
+        for n, (w, bb, o) in enumerate(layers, 1):
+            addmm(bb, w, inp, o[j])
+            if n < len(layers):
+                o[j].relu_()  # a hidden layer's activation, kept for the backward
+            inp = o[j]
         if afn is not None:
-            torch.softmax(ha_[s], 0, out=A_[s])
+            torch.softmax(ha_[j], 0, out=A_[j])
         else:
-            torch.sigmoid(ha_[s], out=A_[s])
+            torch.sigmoid(ha_[j], out=A_[j])
         if vfn is not None:
-            vfn(hv_[s])
-        lost = mem.forward(s, rows_[s], hv_[s])
+            vfn(hv_[j])
+        lost = mem.forward(p, rows_[j], hv_[j])
         if lost is not None and want_overflow:
             overflow[s] = lost
+        if ring is not None:
+            ring.keep(s, p + 1)
+
+
+#: without history, the steps between two rewinds of z, cs and the memory's buffers to their first
+#: slot (:class:`_Ring`): they hold ``RING + 1`` steps.  At 1 to 16 the time of a superposition LSTM
+#: forward (B 64, N 64, m 8, depth = T = 1024) did not differ beyond this CPU's noise; memory grows
+#: with it by a state per step
+RING = 2
+#: the steps whose input projection the Python loop's no-history forward computes at once
+_PROJECT = 32
+#: the C++ loop's largest block of steps (``native.cpp``'s ``kRingBlock``)
+_NATIVE_BLOCK = 32
+
+
+class NoHistory:
+    """The ``ctx`` of a :class:`StackRNNSequence` forward that nothing will differentiate
+    (:func:`memrnn.ops.stack_rnn.opaque.hand_written` calls ``StackRNNSequence.forward`` with it
+    when no gradient is needed): it saves nothing, and the forward keeps no history (:class:`_Ring`)."""
+
+    no_history = True
+
+    def set_materialize_grads(self, value: bool) -> None:
+        pass
+
+    def save_for_backward(self, *tensors: Tensor | None) -> None:
+        pass
+
+    def mark_non_differentiable(self, *tensors: Tensor) -> None:
+        pass
+
+
+class _Ring:
+    """The forward without history: O(batch × state) memory instead of O(T × batch × state).
+
+    z, cs and the memory's buffers hold ``Tm + 1`` steps (``Tm = min(T, RING)``; the memory's
+    kernel is built for ``Tm`` steps, ``memrnn/ops/<memory>/cpu.py``, unchanged): step ``s`` runs
+    as the kernel's step ``s mod Tm``, and before each step with ``s mod Tm = 0`` (``s > 0``) the
+    state of the last slot moves to the first (:meth:`rewind`): z's and cs's slot, and the sliding
+    buffers' windows (``P``, newest first, its window at step ``t`` ``P[Tm−t : Tm−t+D]``; the
+    DeQue's ``P2``, oldest first, ``P2[t : t+D]``; the strengths ``S [Tm+1, ·, B]``: the layout of
+    :meth:`memrnn.ops.memory.MemoryKernel.native_buffers`).  The per-step buffers (heads, the
+    actions, the LSTM's ``tanh c``, the value MLP's) hold one step, the inputs' projection one
+    block of :data:`_PROJECT` steps (two in C++, whose next block is projected on another thread).
+    After each step, ``[h ; r]`` is copied to the outputs (``zout [T, N + mr, B]``) and each row
+    whose length is the step's keeps its state (:meth:`keep`) in a kernel built for 0 steps
+    (``fin``, which starts at the initial state: rows of length 0), whose ``finals`` are the final
+    state.  The arithmetic is the training forward's, op for op: outputs, final states and
+    overflow equal its own bit for bit."""
+
+    def __init__(self, T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) -> None:
+        self.T, self.steps, self.mr, self.mem, self.z, self.cs = T, z.shape[0] - 1, mr, mem, z, cs
+        self.acts, self.x, self.w_in, self.b, self.M = acts, x, w_in, b, M
+        N, B = h0.shape[-1], z.shape[-1]
+        self.N = N
+        self.zout = z.new_empty(T, N + mr, B)
+        zf = z.new_empty(1, *z.shape[1:])  # the final [h ; memory rows], kept row by row
+        zf[0, :N] = h0.t()
+        self.fin = cls(mem0, 0, zf[:, N:], False)
+        self.zfin = zf[0]
+        self.cfin = None if cs is None else c0.t().contiguous()
+        self.lengths = lengths
+        if lengths is None:
+            self.ends = {T: slice(None)}
+            return
+        present = sorted(set(lengths.tolist()))
+        if present[0] < 0 or present[-1] > T:  # a row that would never end: its final state unset
+            bad = present[0] if present[0] < 0 else present[-1]
+            raise ValueError(f"lengths must lie in [0, T] = [0, {T}] (x's steps); got a length of {bad}")
+        self.ends = {int(t): (lengths == t).nonzero().flatten() for t in present if t > 0}
+
+    def project(self, lo: int) -> None:
+        """acts[:n] = the inputs' projection of steps ``lo .. lo+n−1`` (the training forward's product,
+        on a block of its steps)."""
+        x, w_in, b, M, acts = self.x, self.w_in, self.b, self.M, self.acts
+        hi = min(self.T, lo + _PROJECT)
+        n, nx = hi - lo, x.shape[-1]
+        if M:
+            proj = torch.matmul(w_in[:, None, :, :nx], x.permute(0, 2, 3, 1)[:, lo:hi]).add_(
+                b[:, None, :, None]
+            )
+            acts[:n].view(n, acts.shape[1], M, -1).copy_(proj.permute(1, 2, 0, 3))
+        else:
+            torch.bmm(w_in[:, :nx].expand(n, -1, nx), x[:, lo:hi].permute(1, 2, 0), out=acts[:n]).add_(
+                b[:, None]
+            )
+
+    def rewind(self) -> None:
+        """Move the state in the last time slot (``Tm``) to the first."""
+        Tm, D = self.steps, self.mem.D
+        self.z[0] = self.z[Tm]
+        if self.cs is not None:
+            self.cs[0] = self.cs[Tm]
+        P, S, P2 = self.mem.native_buffers()
+        if S is not None:
+            S[0] = S[Tm]
+        if P is not None:
+            P[Tm : Tm + D] = P[:D].clone()
+        if P2 is not None:
+            P2[:D] = P2[Tm : Tm + D].clone()
+
+    def keep(self, s: int, slot: int) -> None:
+        """After step ``s`` (its state in time slot ``slot``): its outputs, and the final state of
+        the rows whose length is ``s + 1``."""
+        N, mr, z = self.N, self.mr, self.z
+        self.zout[s] = z[slot, : N + mr]
+        rows = self.ends.get(s + 1)
+        if rows is None:
+            return
+        self.zfin[:, rows] = z[slot][:, rows]
+        if self.cs is not None:
+            self.cfin[:, rows] = self.cs[slot][:, rows]
+        (P, S, P2), (Pf, Sf, P2f) = self.mem.native_buffers(), self.fin.native_buffers()
+        Tm, D = self.steps, self.mem.D
+        if S is not None:
+            Sf[0][:, rows] = S[slot][:, rows]
+        if P is not None:
+            Pf[:, :, rows] = P[Tm - slot : Tm - slot + D][:, :, rows]
+        if P2 is not None:
+            P2f[:, :, rows] = P2[slot : slot + D][:, :, rows]
+
+    def native_args(self) -> dict:
+        """The C++ loop's arguments for the same (``native.cpp``'s ``ring``, ``lens``, ``keep``)."""
+        empty = self.z.new_empty(0)
+        lens = None if self.lengths is None else self.lengths.to(torch.long).contiguous()
+        keep = [self.zout, self.zfin, self.cfin, *self.fin.native_buffers()]
+        return {"ring": self.steps, "lens": lens, "keep": [empty if t is None else t for t in keep]}
+
+    def results(self, overflow: Tensor) -> tuple[Tensor | None, ...]:
+        """The forward's results (:class:`StackRNNSequence`'s, rows first)."""
+        N = self.N
+        return (
+            self.zout[:, :N].permute(2, 0, 1),
+            self.zout[:, N:].permute(2, 0, 1),
+            self.zfin[:N].t(),
+            None if self.cfin is None else self.cfin.t(),
+            *self.fin.finals(None),
+            overflow.t(),
+        )
 
 
 class StackRNNSequence(torch.autograd.Function):
@@ -176,42 +325,63 @@ class StackRNNSequence(torch.autograd.Function):
         else:
             w_head, b_head = w_head[perm], b_head[perm]  # the kernel's action order
         G = w_in.shape[-2]
-        z = x.new_empty(T + 1, N + cls.rows(D, m), B)
+        # without history (nothing will differentiate this call: :class:`NoHistory`) z, cs and the
+        # memory's buffers hold RING + 1 steps, the per-step buffers one (_Ring)
+        ring = getattr(ctx, "no_history", False)
+        Tm, Ts = (min(T, RING), 1) if ring else (T, T)
+        z = x.new_empty(Tm + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
         # a memory that trims its window (superposition: SuperpositionKernel._live) learns whether the
-        # final state and the initial state's gradient are wanted
-        grad0 = any(ctx.needs_input_grad[10 + 2 * n_mlp :])
-        trim = {"finals": finals, "grad0": grad0} if getattr(cls, "trims", False) else {}
-        mem = cls(mem0, T, z[:, N:], want_overflow, **trim)
+        # final state and the initial state's gradient are wanted; without history it runs whole
+        # (its live ranges are per step, the ring's slots are not)
+        trim = {}
+        if getattr(cls, "trims", False):  # without history the kernel's steps are the ring's slots
+            trim = (
+                {"trim": False}
+                if ring
+                else {"finals": finals, "grad0": any(ctx.needs_input_grad[10 + 2 * n_mlp :])}
+            )
+        mem = cls(mem0, Tm, z[:, N:], want_overflow, **trim)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
-            acts = x.new_empty(T, G, B)
+            acts = x.new_empty(2 * _NATIVE_BLOCK if ring else T, G, B)  # without history: two blocks
+        elif ring:  # the loop projects a block of steps at a time (_Ring.project)
+            acts = x.new_empty(_PROJECT, G, B)
         elif M:  # each member's projection [M, T, G, B'], as columns [T, G, M·B']
             proj = torch.matmul(w_in[:, None, :, :nx], x.permute(0, 2, 3, 1)).add_(b[:, None, :, None])
             acts = proj.permute(1, 2, 0, 3).reshape(T, G, B)
         else:
             acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
         K = k + mlp_w[-1].shape[-2] if mlp_w else Kh  # the actions' and the value's rows
-        heads = x.new_empty(T, K, B)  # pre-activations; the value rows activated in place
-        mlp_h = [x.new_empty(T, w.shape[-2], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
-        A = x.new_empty(T, k, B)  # the actions
+        heads = x.new_empty(Ts, K, B)  # pre-activations; the value rows activated in place
+        mlp_h = [x.new_empty(Ts, w.shape[-2], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
+        A = x.new_empty(Ts, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
         cs = xs = None
         if lstm:
-            cs = x.new_empty(T + 1, N, B)
+            cs = x.new_empty(Tm + 1, N, B)
             cs[0] = c0.t()
-            xs = x.new_empty(T, N, B)
-        if native:
+            xs = x.new_empty(Ts, N, B)
+        hist = _Ring(T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) if ring else None
+        if hist is not None and T == 0:
+            pass  # no step: every row's final state is its initial one (hist.fin's)
+        elif native:
             _native_ops().stack_rnn_forward(
                 *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x.flatten(0, 1) if M else x,
                 w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
                 *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
                 live=getattr(mem, "live", None),
+                **({"keep": []} if hist is None else hist.native_args()),
             )  # fmt: skip
         else:
             mlp = (mlp_w, mlp_b, mlp_h)
-            _forward_loop(spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M)
+            _forward_loop(
+                spec, mem, N, mr, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow, mlp, M, hist
+            )
+        if hist is not None:
+            out = hist.results(overflow)
+            return tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out) if M else out
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm, ctx.members = spec, mem, N, lengths, perm, M
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem

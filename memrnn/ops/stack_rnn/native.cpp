@@ -114,15 +114,19 @@ class Pipeline {
 // runs before the loop can start and the backward's last task (the first block's gradients)
 // after it ends, both with no loop beside them: small first blocks keep those waits short, and
 // doubling lets the second thread keep ahead of the loop after them.
+// (Without history, acts holds two blocks of kRingBlock steps, the largest block: the loop's and
+// the one projected beside it.)
+constexpr int64_t kRingBlock = 32;
 std::vector<int64_t> block_starts(int64_t T) {
   std::vector<int64_t> starts;
-  for (int64_t lo = 0, n = 8; lo < T; lo += n, n = std::min<int64_t>(2 * n, 32)) starts.push_back(lo);
+  for (int64_t lo = 0, n = 8; lo < T; lo += n, n = std::min<int64_t>(2 * n, kRingBlock)) starts.push_back(lo);
   starts.push_back(T);
   return starts;
 }
 
 struct Dims {
   int64_t T, B, N, G, Z, mr, K, Ka, k, D, m;  // K: heads' rows; Ka: w_head's (K, or k with an MLP)
+  int64_t Th;  // the steps the per-step buffers hold (T; 1 without history)
   int64_t M;  // members (0: one run)
 };
 
@@ -157,6 +161,7 @@ Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
              int64_t m, int64_t members) {
   Dims d{};
   d.T = acts.size(0);
+  d.Th = d.T;
   d.G = acts.size(1);
   d.B = acts.size(2);
   d.Z = z.size(1);
@@ -245,9 +250,9 @@ void check_mlp(const Dims& d, const std::vector<at::Tensor>& w, const std::vecto
     }
     if (l + 1 < L) {
       const at::Tensor& buf = bufs[l];
-      TORCH_CHECK(buf.dim() == 3 && buf.size(0) == d.T && buf.size(1) == out && buf.size(2) == d.B &&
+      TORCH_CHECK(buf.dim() == 3 && buf.size(0) == d.Th && buf.size(1) == out && buf.size(2) == d.B &&
                       buf.is_contiguous(),
-                  "memrnn native stack RNN: ", bufs_name, "[", l, "] must be a contiguous [", d.T, ", ",
+                  "memrnn native stack RNN: ", bufs_name, "[", l, "] must be a contiguous [", d.Th, ", ",
                   out, ", ", d.B, "] buffer");
     }
     in = out;
@@ -320,9 +325,13 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& xs, const at::Tensor& overflow, const at::Tensor& P,
                   const at::Tensor& S, const int64_t* jp, const at::Tensor& P2,
                   const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
-                  const std::vector<at::Tensor>& mlp_h, const int64_t* live) {
+                  const std::vector<at::Tensor>& mlp_h, const int64_t* live, int64_t ring,
+                  const int64_t* lens, const std::vector<at::Tensor>& keep) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
+  // Without history (ring > 0, the header's "No history"): z, cs and the memory's buffers hold
+  // Tm + 1 steps, the per-step buffers one, acts two blocks of kRingBlock steps
+  const int64_t Tm = ring > 0 ? ring : T_;
   const Members mb(d.M, B);
   const std::vector<at::Tensor> w_z_m = mb.split(w_z), w_head_m = mb.split(w_head);
   std::vector<std::vector<at::Tensor>> mlp_w_m;
@@ -356,8 +365,48 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
       const at::Tensor xb = xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx});
       const at::Tensor y = at::addmm(mb.w(bias, i), mb.w(w_x, i), xb.t());  // [G, n·B]
-      mb.cols(acts.narrow(0, lo, n), i).copy_(y.view({G, n, Bm}).transpose(0, 1));
+      mb.cols(acts.narrow(0, ring > 0 ? (j % 2) * kRingBlock : lo, n), i).copy_(y.view({G, n, Bm}).transpose(0, 1));
     }
+  };
+  // without history: the outputs [h ; r] of each step into zout [T, N + mr, B], each row's final
+  // state (z's and cs's slot, the strengths' S, the windows of P and P2) into keep's buffers at
+  // its length (all rows at T without lens), and the rewind of the last slot to the first
+  T* zoutp = nullptr;
+  T* finp[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // z, cs, P, S, P2 at each row's length
+  std::vector<char> ends(T_ + 1, 0);
+  const int64_t SD = S.defined() ? S.size(1) : 0, R = N + d.mr;
+  if (ring > 0) {
+    zoutp = keep[0].data_ptr<T>();
+    for (int i = 0; i < 5; ++i) finp[i] = keep[i + 1].numel() ? keep[i + 1].template data_ptr<T>() : nullptr;
+    if (lens == nullptr) {
+      if (T_ > 0) ends[T_] = 1;
+    } else {
+      for (int64_t b = 0; b < B; ++b)
+        if (lens[b] > 0 && lens[b] <= T_) ends[lens[b]] = 1;
+    }
+  }
+  auto copy_cols = [&](const T* src, T* dst, int64_t rows, int64_t t) {
+    if (dst == nullptr) return;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < B; ++b)
+        if (lens == nullptr || lens[b] == t) dst[r * B + b] = src[r * B + b];
+  };
+  auto keep_step = [&](int64_t s, int64_t slot) {
+    std::copy(zp + slot * Z * B, zp + slot * Z * B + R * B, zoutp + s * R * B);
+    const int64_t t = s + 1;
+    if (!ends[t]) return;
+    copy_cols(zp + slot * Z * B, finp[0], Z, t);
+    if (lstm) copy_cols(csp + slot * N * B, finp[1], N, t);
+    if (Pp) copy_cols(Pp + (Tm - slot) * m * B, finp[2], D * m, t);
+    if (Sp) copy_cols(Sp + slot * SD * B, finp[3], SD, t);
+    if (P2p) copy_cols(P2p + slot * m * B, finp[4], D * m, t);
+  };
+  auto rewind = [&] {
+    std::copy(zp + Tm * Z * B, zp + (Tm + 1) * Z * B, zp);
+    if (lstm) std::copy(csp + Tm * N * B, csp + (Tm + 1) * N * B, csp);
+    if (Sp) std::copy(Sp + Tm * SD * B, Sp + (Tm + 1) * SD * B, Sp);
+    if (Pp) std::copy_backward(Pp, Pp + D * m * B, Pp + (Tm + D) * m * B);  // P[Tm : Tm+D] = P[0 : D]
+    if (P2p) std::copy(P2p + Tm * m * B, P2p + (Tm + D) * m * B, P2p);      // P2[0 : D] = P2[Tm : Tm+D]
   };
   if (T_ > 0) project(0);
   for (int64_t s = 0; s < T_; ++s) {
@@ -365,10 +414,15 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       pipe.finish();  // this block's projection is ready; start the next block's
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
-    at::Tensor a_s = acts.select(0, s);  // [G, B]
-    mb.addmm_(a_s, w_z_m, z.select(0, s).narrow(0, 0, N + d.mr));
-    T* a = ap + s * d.G * B;
-    T* h = zp + (s + 1) * Z * B;
+    // p: the slot of z, cs and the memory's buffers that step s reads (it writes p + 1); ai: its
+    // slot of acts; j: of the per-step buffers (all s with history)
+    const int64_t p = ring > 0 ? s % Tm : s, j = ring > 0 ? 0 : s;
+    const int64_t ai = ring > 0 ? ((next - 1) % 2) * kRingBlock + (s - starts[next - 1]) : s;
+    if (ring > 0 && s > 0 && p == 0) rewind();
+    at::Tensor a_s = acts.select(0, ai);  // [G, B]
+    mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
+    T* a = ap + ai * d.G * B;
+    T* h = zp + (p + 1) * Z * B;
     if (lstm) {
       // o, i, f = σ(·), g = tanh(·) = 2σ(2·) − 1: one vectorised sigmoid over all four blocks
       T* g = a + 3 * N * B;
@@ -378,16 +432,16 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       const T* o = a;
       const T* i = a + N * B;
       const T* f = a + 2 * N * B;
-      const T* c0 = csp + s * N * B;
-      T* c1 = csp + (s + 1) * N * B;
-      T* tc = xsp + s * N * B;  // tanh(c)
+      const T* c0 = csp + p * N * B;
+      T* c1 = csp + (p + 1) * N * B;
+      T* tc = xsp + j * N * B;  // tanh(c)
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
         g[j] = T(2) * g[j] - T(1);
         c1[j] = f[j] * c0[j] + i[j] * g[j];
         tc[j] = T(2) * c1[j];
       }
-      xs.select(0, s).sigmoid_();  // tanh(c) = 2σ(2c) − 1
+      xs.select(0, j).sigmoid_();  // tanh(c) = 2σ(2c) − 1
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
         tc[j] = T(2) * tc[j] - T(1);
@@ -395,14 +449,14 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       }
     } else {
       std::copy(a, a + N * B, h);
-      activate_(z.select(0, s + 1).narrow(0, 0, N), h, N * B, activation);
+      activate_(z.select(0, p + 1).narrow(0, 0, N), h, N * B, activation);
     }
-    at::Tensor hd = heads.select(0, s);
-    const at::Tensor h_s = z.select(0, s + 1).narrow(0, 0, N);
+    at::Tensor hd = heads.select(0, j);
+    const at::Tensor h_s = z.select(0, p + 1).narrow(0, 0, N);
     at::Tensor hd_head = hd.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
     mb.mm_out(hd_head, w_head_m, h_s);
-    if (!mlp_w.empty()) mlp_forward<T>(mlp_w_m, mlp_b, mlp_h, s, h_s, hd.narrow(0, Ka, K - Ka), B, mb);
-    T* hs = hp + s * K * B;
+    if (!mlp_w.empty()) mlp_forward<T>(mlp_w_m, mlp_b, mlp_h, j, h_s, hd.narrow(0, Ka, K - Ka), B, mb);
+    T* hs = hp + j * K * B;
     for (int64_t i = 0; i < mb.count(); ++i) {  // member i's bias on its columns
       for (int64_t r = 0; r < Ka; ++r) {
         const T br = bhp[i * Ka + r];
@@ -411,7 +465,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
         for (int64_t b = 0; b < mb.Bm; ++b) hr[b] += br;
       }
     }
-    T* as = Ap + s * k * B;
+    T* as = Ap + j * k * B;
     if (mt.softmax) {  // softmax over the k actions
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
@@ -419,7 +473,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
         for (int64_t r = 1; r < k; ++r) mx = std::max(mx, hs[r * B + b]);
         for (int64_t r = 0; r < k; ++r) as[r * B + b] = hs[r * B + b] - mx;
       }
-      at::Tensor as_t = A.select(0, s);
+      at::Tensor as_t = A.select(0, j);
       as_t.exp_();
       MEMRNN_SIMD
       for (int64_t b = 0; b < B; ++b) {
@@ -429,13 +483,14 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       }
     } else {
       std::copy(hs, hs + k * B, as);
-      A.select(0, s).sigmoid_();
+      A.select(0, j).sigmoid_();
     }
     activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
     const T* v = hs + k * B;  // [m, B]
-    const MemoryForward<T> step{s, T_, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
+    const MemoryForward<T> step{p, Tm, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
                                 acc.data(), cov.data(), W.data(), cells.data(), dq.data(), live};
     with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
+    if (ring > 0) keep_step(s, p + 1);
   }
 }
 
@@ -459,7 +514,8 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const std::optional<at::Tensor>& S, const std::optional<at::Tensor>& P2,
                        const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
                        const std::vector<at::Tensor>& mlp_h, int64_t members,
-                       const std::optional<at::Tensor>& live) {
+                       const std::optional<at::Tensor>& live, int64_t ring,
+                       const std::optional<at::Tensor>& lens, const std::vector<at::Tensor>& keep) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -476,14 +532,31 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
               "memrnn native stack RNN: the DeQue needs its top half's buffer P2");
   TORCH_CHECK(!mt.windows || (P_.defined() && S_.defined()),
               "memrnn native stack RNN: the stratification memories need P and S");
-  const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
+  Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
+  if (ring > 0) {  // without history: T from x, the buffers' steps checked here
+    d.T = x.size(1);
+    d.Th = 1;
+    TORCH_CHECK(ring <= d.T && z.size(0) == ring + 1 && acts.size(0) == 2 * kRingBlock && heads.size(0) == 1 &&
+                    A.size(0) == 1 && (!cs_.defined() || (cs_.size(0) == ring + 1 && xs_.size(0) == 1)),
+                "memrnn native stack RNN: without history z and cs hold ring + 1 = ", ring + 1,
+                " steps, acts ", 2 * kRingBlock, ", heads, A and xs one");
+    TORCH_CHECK(keep.size() == 6 && keep[0].dim() == 3 && keep[0].size(0) == d.T &&
+                    keep[0].size(1) == d.N + d.mr && keep[0].size(2) == d.B,
+                "memrnn native stack RNN: without history keep holds zout [T, N + mr, B] and the final ",
+                "state's z, cs, P, S, P2 (empty where none)");
+    for (const auto& t : keep) check_contiguous(t, "keep");
+    TORCH_CHECK(!lens.has_value() || (lens->scalar_type() == at::kLong && lens->is_contiguous() &&
+                                      lens->numel() == d.B),
+                "memrnn native stack RNN: lens must be ", d.B, " contiguous int64 lengths");
+  }
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, acts.size(0)));
+                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, acts.size(0)), ring,
+                           ring > 0 && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep);
   });
 }
 
@@ -750,7 +823,8 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor(b!) z, Tensor w_z, "
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2, "
-      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0, Tensor? live=None) -> ()",
+      "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0, Tensor? live=None, *, int ring=0, "
+      "Tensor? lens=None, Tensor(l!)[] keep) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "

@@ -25,7 +25,7 @@ class StratificationKernel(MemoryKernel):
     n_actions = 2
     softmax = False
     order = (0, 1)  # push, pop
-    trims = True  # takes finals= and grad0= and trims its window (_live)
+    trims = True  # takes finals=, grad0= and trim= (False: the whole window) and trims its window (_live)
 
     @staticmethod
     def rows(D: int, m: int) -> int:
@@ -43,13 +43,14 @@ class StratificationKernel(MemoryKernel):
         *,
         finals: bool = True,
         grad0: bool = True,
+        trim: bool = True,
     ) -> None:
         values0, strengths0, reading0 = mem0
         B, D, m = values0.shape
         self.T, self.D, self.m = T, D, m
         self.P = values0.new_empty(T + D, m, B)
         self.P[T:] = values0.permute(1, 2, 0)
-        self.live = self._live(strengths0, values0, finals, grad0)
+        self.live = None if not trim else self._live(strengths0, values0, finals, grad0)
         self._C, self._G = (None, None) if self.live is None else self.live.tolist()  # the Python loop's
         # with the trim, the slots no step writes are the empty ones: zeros
         self.s = values0.new_empty(T + 1, D, B) if self.live is None else values0.new_zeros(T + 1, D, B)

@@ -20,7 +20,7 @@ class SuperpositionKernel(MemoryKernel):
     n_actions = 3
     softmax = True
     order = (1, 2, 0)  # kernel row j holds the layer's action order[j] (push, pop, no-op)
-    trims = True  # takes finals= and grad0= and trims its window (_live)
+    trims = True  # takes finals=, grad0= and trim= (False: the whole window) and trims its window (_live)
 
     @staticmethod
     def rows(D: int, m: int) -> int:
@@ -35,6 +35,7 @@ class SuperpositionKernel(MemoryKernel):
         *,
         finals: bool = True,
         grad0: bool = True,
+        trim: bool = True,
     ) -> None:
         (stack0,) = mem0
         B, D, m = stack0.shape
@@ -43,7 +44,9 @@ class SuperpositionKernel(MemoryKernel):
         Sp[:, D] = 0
         Sp[0, :D] = stack0.permute(1, 2, 0)
         self.Sp = Sp
-        self.live = self._live(bool(stack0.any()) if stack0.numel() else False, finals, grad0)
+        self.live = (
+            None if not trim else self._live(bool(stack0.any()) if stack0.numel() else False, finals, grad0)
+        )
         self._C, self._G = (None, None) if self.live is None else self.live.tolist()  # the Python loop's
 
     def _live(self, nonzero0: bool, finals: bool, grad0: bool) -> Tensor | None:
