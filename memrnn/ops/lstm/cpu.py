@@ -191,7 +191,8 @@ class FusedLSTMSequence(torch.autograd.Function):
     The recurrence runs on :class:`LSTMSequence`'s time-major ``[T, M, units, B]`` buffers, but what
     enters and leaves is batch first (the projection ``[M, B, T, 4N]``, ``hs``, ``cs`` contiguous
     ``[M, B, T+1, N]``): the C++ loops transpose each step on the way in and out, where ATen's
-    permuted copies of these tensors cost more than the loops (5-10 ns a value).  The weight and
+    permuted copies of these tensors cost more than the loops (5-10 ns a value).  Inside, the
+    batch is padded to whole vectors (8 float32, 4 float64 values).  The weight and
     input gradients are one batched product per member each over the whole sequence.
     """
 
@@ -213,10 +214,11 @@ class FusedLSTMSequence(torch.autograd.Function):
     @first_order
     def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
         x_rows, w_in, w_rec, acts, cs, xs, h_prev = ctx.saved_tensors
-        T, M, G, B = acts.shape
+        M, B, T = h_prev.shape[:3]
+        G = acts.shape[2]
         ghs = None if grad_hs is None else grad_hs.contiguous()
         gcs = None if grad_cs is None else grad_cs.contiguous()
-        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, cs, xs, w_rec, ghs, gcs, ctx.tanh_units)
+        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, cs, xs, w_rec, ghs, gcs, B, ctx.tanh_units)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         ga = ga.view(M, B * T, G)
         grad_w_rec = torch.bmm(ga.transpose(1, 2), h_prev.view(M, B * T, G // 4))

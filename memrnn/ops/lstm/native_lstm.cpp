@@ -109,8 +109,9 @@ std::vector<Tensor> lstm_backward_steps(int64_t lo, int64_t hi, Tensor k, Tensor
 // the float64 loop, as close as the float32 ATen loop is: tests/ops/test_lstm.py).
 //
 // Layout: the recurrence runs time major, members inside, batch innermost (a step's [M, rows, B]
-// is one contiguous block, every inner loop runs over contiguous values): acts [T, M, 4N, B]
-// (activated), cs [T+1, M, N, B], xs [T, M, N, B]; w_rec [M, 4N, N].  What enters and leaves is
+// is one contiguous block, every inner loop runs over contiguous values): acts [T, M, 4N, Bp]
+// (activated), cs [T+1, M, N, Bp], xs [T, M, N, Bp] with Bp the batch padded to whole vectors
+// (kLanes; the padding columns hold zeros throughout); w_rec [M, 4N, N].  What enters and leaves is
 // batch first, as the products around it want it, and the kernels transpose it on the way in and
 // out (ATen's permuted copies of these small-inner-dimension tensors cost 5-10 ns a value, the most
 // of the step after the loops): the projection proj and its gradient ga [M, B, T, 4N], the outputs
@@ -150,42 +151,47 @@ inline T fused_tanh(T x) {
   return x < T(0) ? -t : t;
 }
 
-// out[p, :] += Σ_q coef[p·sp + q·sq] in[q, :] for p < P, q < Q over B columns: out's rows at out +
-// p·so, in's at in + q·si.  Register blocked, 4 rows of out × one vector of kLanes columns at a time
-// (a loop over B per (p, q) costs more in loop overhead than in arithmetic at B = 10-16).
+// The lanes of one AVX register: the fused cell's buffers pad the batch to a multiple of it.
+template <typename T>
+constexpr int64_t kLanes = 32 / sizeof(T);
+
+// out[p, :] += Σ_q coef[p·sp + q·sq] in[q, :] for p < P, q < Q over B columns (B a multiple of
+// kLanes): out's rows at out + p·so, in's at in + q·si.  Register blocked, 4 rows of out × one
+// vector of kLanes columns at a time (a loop over B per (p, q) costs more in loop overhead than in
+// arithmetic at B = 10-16; a scalar tail of columns cost more than padding them).
 template <typename T>
 void small_gemm(T* out, int64_t so, const T* in, int64_t si, const T* coef, int64_t sp, int64_t sq, int64_t P,
                 int64_t Q, int64_t B) {
-  constexpr int64_t kLanes = 32 / sizeof(T), kRows = 4;
-  const int64_t B_vec = B - B % kLanes;
+  constexpr int64_t L = kLanes<T>, kRows = 4;
   int64_t p = 0;
   for (; p + kRows <= P; p += kRows) {
-    for (int64_t b = 0; b < B_vec; b += kLanes) {
-      T acc[kRows][kLanes];
+    for (int64_t b = 0; b < B; b += L) {
+      T acc[kRows][L];
       for (int64_t r = 0; r < kRows; ++r) {
         MEMRNN_LSTM_SIMD
-        for (int64_t l = 0; l < kLanes; ++l) acc[r][l] = out[(p + r) * so + b + l];
+        for (int64_t l = 0; l < L; ++l) acc[r][l] = out[(p + r) * so + b + l];
       }
       for (int64_t q = 0; q < Q; ++q) {
         const T* x = in + q * si + b;
         for (int64_t r = 0; r < kRows; ++r) {
           const T c = coef[(p + r) * sp + q * sq];
           MEMRNN_LSTM_SIMD
-          for (int64_t l = 0; l < kLanes; ++l) acc[r][l] += c * x[l];
+          for (int64_t l = 0; l < L; ++l) acc[r][l] += c * x[l];
         }
       }
       for (int64_t r = 0; r < kRows; ++r) {
         MEMRNN_LSTM_SIMD
-        for (int64_t l = 0; l < kLanes; ++l) out[(p + r) * so + b + l] = acc[r][l];
+        for (int64_t l = 0; l < L; ++l) out[(p + r) * so + b + l] = acc[r][l];
       }
     }
   }
-  for (int64_t q = 0; q < Q; ++q) {  // the rows and columns left over
-    const T* x = in + q * si;
-    for (int64_t r = 0; r < P; ++r) {
-      const T c = coef[r * sp + q * sq];
-      T* y = out + r * so;
-      for (int64_t b = r < p ? B_vec : 0; b < B; ++b) y[b] += c * x[b];
+  for (; p < P; ++p) {  // the rows left over
+    T* y = out + p * so;
+    for (int64_t q = 0; q < Q; ++q) {
+      const T c = coef[p * sp + q * sq];
+      const T* x = in + q * si;
+      MEMRNN_LSTM_SIMD
+      for (int64_t b = 0; b < B; ++b) y[b] += c * x[b];
     }
   }
 }
@@ -233,14 +239,15 @@ inline void backward_cells(const T* o, const T* i, const T* f, const T* g, const
 // [M, B, S, N] (the state each step reads: the weight gradient's operand).
 template <typename T>
 void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* acts, T* hs, T* cs, T* xs,
-                        T* h_out, T* c_out, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
-  const int64_t G = 4 * N, nb = N * B, ub = u * B;
+                        T* h_out, T* c_out, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp,
+                        int64_t u) {
+  const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
   for (int64_t m = 0; m < M; ++m) {  // the initial state, transposed to [N, B] columns
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t k = 0; k < N; ++k) {
         const T hv = h0[(m * B + b) * N + k], cv = c0[(m * B + b) * N + k];
-        hs[(m * N + k) * B + b] = hv;
-        cs[(m * N + k) * B + b] = cv;
+        hs[(m * N + k) * Bp + b] = hv;
+        cs[(m * N + k) * Bp + b] = cv;
         h_out[((m * B + b) * (S + 1)) * N + k] = hv;
         c_out[((m * B + b) * (S + 1)) * N + k] = cv;
       }
@@ -248,7 +255,7 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
   }
   for (int64_t s = 0; s < S; ++s) {
     for (int64_t m = 0; m < M; ++m) {
-      T* a = acts + (s * M + m) * G * B;
+      T* a = acts + (s * M + m) * G * Bp;
       const T* hp = hs + (s * M + m) * nb;
       T* h1 = hs + ((s + 1) * M + m) * nb;
       const T* cp = cs + (s * M + m) * nb;
@@ -256,11 +263,11 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
       T* x = xs + (s * M + m) * nb;
       for (int64_t b = 0; b < B; ++b) {  // the step's projection, transposed to [G, B] columns
         const T* row = proj + ((m * B + b) * S + s) * G;
-        for (int64_t r = 0; r < G; ++r) a[r * B + b] = row[r];
+        for (int64_t r = 0; r < G; ++r) a[r * Bp + b] = row[r];
         T* prev = h_prev + ((m * B + b) * S + s) * N;
-        for (int64_t k = 0; k < N; ++k) prev[k] = hp[k * B + b];
+        for (int64_t k = 0; k < N; ++k) prev[k] = hp[k * Bp + b];
       }
-      small_gemm(a, B, hp, B, w + m * G * N, N, 1, G, N, B);  // gates += w_rec h_{s}
+      small_gemm(a, Bp, hp, Bp, w + m * G * N, N, 1, G, N, Bp);  // gates += w_rec h_{s}
       T *o = a, *i = a + nb, *f = a + 2 * nb, *g = a + 3 * nb;
       forward_cells<true>(o, i, f, g, cp, c1, x, h1, ub);
       forward_cells<false>(o + ub, i + ub, f + ub, g + ub, cp + ub, c1 + ub, x + ub, h1 + ub, nb - ub);
@@ -268,24 +275,25 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
         T* ho = h_out + ((m * B + b) * (S + 1) + s + 1) * N;
         T* co = c_out + ((m * B + b) * (S + 1) + s + 1) * N;
         for (int64_t k = 0; k < N; ++k) {
-          ho[k] = h1[k * B + b];
-          co[k] = c1[k * B + b];
+          ho[k] = h1[k * Bp + b];
+          co[k] = c1[k * Bp + b];
         }
       }
     }
   }
 }
 
-// out [N, B] = grad[m, :, s, :] of a batch-first gradient [M, B, S+1, N] (transposed), or 0.
+// out [N, Bp] = grad[m, :, s, :] of a batch-first gradient [M, B, S+1, N] (transposed; the padding
+// columns b >= B left as they are), or 0.
 template <typename T>
-inline void gather_grad(const T* grad, int64_t m, int64_t s, int64_t S, int64_t N, int64_t B, T* out) {
+inline void gather_grad(const T* grad, int64_t m, int64_t s, int64_t S, int64_t N, int64_t B, int64_t Bp, T* out) {
   if (grad == nullptr) {
-    std::fill(out, out + N * B, T(0));
+    std::fill(out, out + N * Bp, T(0));
     return;
   }
   for (int64_t b = 0; b < B; ++b) {
     const T* row = grad + ((m * B + b) * (S + 1) + s) * N;
-    for (int64_t k = 0; k < N; ++k) out[k * B + b] = row[k];
+    for (int64_t k = 0; k < N; ++k) out[k * Bp + b] = row[k];
   }
 }
 
@@ -294,17 +302,17 @@ inline void gather_grad(const T* grad, int64_t m, int64_t s, int64_t S, int64_t 
 // proj) and g_h0, g_c0 [M, B, N].
 template <typename T>
 void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
-                         T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
-  const int64_t G = 4 * N, nb = N * B, ub = u * B;
-  std::vector<T> gh(M * nb), gc(M * nb), step(G * B), inc(nb);
+                         T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp, int64_t u) {
+  const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
+  std::vector<T> gh(M * nb), gc(M * nb), step(G * Bp), inc(nb);  // zeros: the padding stays 0
   for (int64_t m = 0; m < M; ++m) {
-    gather_grad(ghs, m, S, S, N, B, gh.data() + m * nb);
-    gather_grad(gcs, m, S, S, N, B, gc.data() + m * nb);
+    gather_grad(ghs, m, S, S, N, B, Bp, gh.data() + m * nb);
+    gather_grad(gcs, m, S, S, N, B, Bp, gc.data() + m * nb);
   }
   for (int64_t s = S - 1; s >= 0; --s) {
     for (int64_t m = 0; m < M; ++m) {
       const int64_t at = (s * M + m) * nb;  // this step and member in [S(+1), M, N, B]
-      const T* a = acts + (s * M + m) * G * B;
+      const T* a = acts + (s * M + m) * G * Bp;
       const T *o = a, *i = a + nb, *f = a + 2 * nb, *g = a + 3 * nb;
       T *d = step.data(), *go = d, *gi = d + nb, *gf = d + 2 * nb, *gg = d + 3 * nb;
       const T *cp = cs + at, *x = xs + at;
@@ -315,24 +323,24 @@ void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, co
         backward_cells<false, false>(o + ub, i + ub, f + ub, g + ub, cp + ub, x + ub, dh + ub, dc + ub,
                                      inc.data() + ub, go + ub, gi + ub, gf + ub, gg + ub, nb - ub);
       } else {
-        gather_grad(gcs, m, s, S, N, B, inc.data());
+        gather_grad(gcs, m, s, S, N, B, Bp, inc.data());
         backward_cells<true, true>(o, i, f, g, cp, x, dh, dc, inc.data(), go, gi, gf, gg, ub);
         backward_cells<false, true>(o + ub, i + ub, f + ub, g + ub, cp + ub, x + ub, dh + ub, dc + ub,
                                     inc.data() + ub, go + ub, gi + ub, gf + ub, gg + ub, nb - ub);
       }
       for (int64_t b = 0; b < B; ++b) {  // ga, batch first
         T* row = ga + ((m * B + b) * S + s) * G;
-        for (int64_t r = 0; r < G; ++r) row[r] = d[r * B + b];
+        for (int64_t r = 0; r < G; ++r) row[r] = d[r * Bp + b];
       }
-      gather_grad(ghs, m, s, S, N, B, dh);  // g_h = ghs[s] (or 0) + w_recᵀ ga
-      small_gemm(dh, B, d, B, w + m * G * N, 1, N, N, G, B);
+      gather_grad(ghs, m, s, S, N, B, Bp, dh);  // g_h = ghs[s] (or 0) + w_recᵀ ga
+      small_gemm(dh, Bp, d, Bp, w + m * G * N, 1, N, N, G, Bp);
     }
   }
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t k = 0; k < N; ++k) {
-        g_h0[(m * B + b) * N + k] = gh[(m * N + k) * B + b];
-        g_c0[(m * B + b) * N + k] = gc[(m * N + k) * B + b];
+        g_h0[(m * B + b) * N + k] = gh[(m * N + k) * Bp + b];
+        g_c0[(m * B + b) * N + k] = gc[(m * N + k) * Bp + b];
       }
     }
   }
@@ -344,7 +352,7 @@ void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
 }
 
 // The forward (fused_forward_impl): proj [M, B, T, 4N], w_rec [M, 4N, N], h0, c0 [M, B, N] ->
-// acts [T, M, 4N, B], cs [T+1, M, N, B], xs [T, M, N, B] (the backward's), h_out, c_out
+// acts [T, M, 4N, Bp], cs [T+1, M, N, Bp], xs [T, M, N, Bp] (the backward's), h_out, c_out
 // [M, B, T+1, N] (the outputs), h_prev [M, B, T, N].
 std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Tensor c0, int64_t tanh_units) {
   const auto dtype = proj.scalar_type();
@@ -352,36 +360,42 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Ten
     check_fused(*t, name, dtype);
   const int64_t M = proj.size(0), B = proj.size(1), S = proj.size(2), N = w_rec.size(2), G = 4 * N;
   const auto opt = proj.options();
-  Tensor acts = at::empty({S, M, G, B}, opt), hs = at::empty({S + 1, M, N, B}, opt);
-  Tensor cs = at::empty({S + 1, M, N, B}, opt), xs = at::empty({S, M, N, B}, opt);
+  int64_t Bp = B;  // the batch padded to whole vectors: the padding columns stay 0 throughout
+  AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_pad", [&] { Bp = (B + kLanes<scalar_t> - 1) / kLanes<scalar_t> * kLanes<scalar_t>; });
+  const auto alloc = [&](at::IntArrayRef size) { return Bp == B ? at::empty(size, opt) : at::zeros(size, opt); };
+  Tensor acts = alloc({S, M, G, Bp}), hs = alloc({S + 1, M, N, Bp});
+  Tensor cs = alloc({S + 1, M, N, Bp}), xs = alloc({S, M, N, Bp});
   Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
   Tensor h_prev = at::empty({M, B, S, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
     fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(),
                                  c0.data_ptr<scalar_t>(), acts.data_ptr<scalar_t>(), hs.data_ptr<scalar_t>(),
                                  cs.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(),
-                                 c_out.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
+                                 c_out.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, Bp,
+                                 tanh_units);
   });
   return {acts, cs, xs, h_out, c_out, h_prev};
 }
 
-// The backward (fused_backward_impl): ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero)
-// -> ga [M, B, T, 4N] (the projection's gradient), g_h0, g_c0 [M, B, N].
+// The backward (fused_backward_impl): ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero),
+// batch = B (acts' last dimension is B padded to whole vectors) -> ga [M, B, T, 4N] (the projection's gradient), g_h0, g_c0 [M, B, N].
 std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor cs, Tensor xs, Tensor w_rec, std::optional<Tensor> ghs,
-                                        std::optional<Tensor> gcs, int64_t tanh_units) {
+                                        std::optional<Tensor> gcs, int64_t batch, int64_t tanh_units) {
   const auto dtype = acts.scalar_type();
   for (const auto& [t, name] : {std::pair{&acts, "acts"}, {&cs, "cs"}, {&xs, "xs"}, {&w_rec, "w_rec"}})
     check_fused(*t, name, dtype);
   if (ghs.has_value()) check_fused(*ghs, "ghs", dtype);
   if (gcs.has_value()) check_fused(*gcs, "gcs", dtype);
-  const int64_t S = acts.size(0), M = acts.size(1), N = w_rec.size(2), B = acts.size(3), G = 4 * N;
+  const int64_t S = acts.size(0), M = acts.size(1), N = w_rec.size(2), Bp = acts.size(3), G = 4 * N;
+  const int64_t B = batch;  // the real batch; acts' last dimension is it padded
+  TORCH_CHECK(B <= Bp, "lstm_fused_backward: batch ", B, " exceeds the buffers' ", Bp);
   const auto opt = acts.options();
   Tensor ga = at::empty({M, B, S, G}, opt), g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_backward", [&] {
     fused_backward_impl<scalar_t>(
         acts.data_ptr<scalar_t>(), cs.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
         ghs.has_value() ? ghs->data_ptr<scalar_t>() : nullptr, gcs.has_value() ? gcs->data_ptr<scalar_t>() : nullptr,
-        ga.data_ptr<scalar_t>(), g_h0.data_ptr<scalar_t>(), g_c0.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
+        ga.data_ptr<scalar_t>(), g_h0.data_ptr<scalar_t>(), g_c0.data_ptr<scalar_t>(), M, S, N, B, Bp, tanh_units);
   });
   return {ga, g_h0, g_c0};
 }
@@ -401,6 +415,6 @@ TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
           &lstm_fused_forward);
   lib.def(
       "lstm_fused_backward(Tensor acts, Tensor cs, Tensor xs, Tensor w_rec, Tensor? ghs, Tensor? gcs, "
-      "int tanh_units) -> Tensor[]",
+      "int batch, int tanh_units) -> Tensor[]",
       &lstm_fused_backward);
 }
