@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memrnn.ops.lstm.cpu import LSTMSequence
 from tests.ops.backends import SHAPES, assert_kernel_matches, needs_native, needs_triton, randn
 
 
@@ -114,7 +115,10 @@ def test_native_loops_equal_the_python_loops_bitwise(members, tanh_units, output
     """:class:`memrnn.ops.lstm.cpu.LSTMSequence`'s C++ time loops (``impl="native"``, the default on
     CPU) make the Python loops' calls: outputs and every gradient equal bit for bit, single and
     with members, over more than one backward block (T > :data:`memrnn.ops.bptt.BLOCK`), with
-    gradients into ``hs`` alone or into ``hs`` and ``cs``."""
+    gradients into ``hs`` alone or into ``hs`` and ``cs``.  With members in float32 and float64
+    ``"native"`` is the fused cell instead (its own sigmoid, tanh and sums: not bit for bit, so
+    checked to a tolerance by the next test); here it is :class:`LSTMSequence`'s C++ loop, called
+    directly."""
     from memrnn.ops.bptt import BLOCK
     from memrnn.ops.dispatch import choose
     from memrnn.ops.lstm import lstm_sequence
@@ -128,9 +132,62 @@ def test_native_loops_equal_the_python_loops_bitwise(members, tanh_units, output
     assert choose(args[0], None, native_ok=True) == "native"  # the default on CPU
 
     def run(impl):
-        hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
+        if members is None:
+            hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
+        else:  # LSTMSequence itself: the member path's "native" is the fused cell in float32/64
+            hs, cs = LSTMSequence.apply(*args, tanh_units, impl == "native")
         loss = (hs * weights[0]).sum() + ((cs * weights[1]).sum() if outputs == "both" else 0)
         return (hs, cs, *torch.autograd.grad(loss, args))
 
     for a, b in zip(run("native"), run("cpu"), strict=True):
         assert torch.equal(a, b)
+
+
+@needs_native
+@pytest.mark.parametrize(("tanh_units", "outputs"), [(6, "hs"), (4, "both"), (0, "cs")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fused_member_cell_equals_the_python_loop_to_rounding(monkeypatch, tanh_units, outputs, dtype):
+    """The member path's default on CPU (``impl="native"``, float32 and float64) is the fused C++
+    cell (:class:`memrnn.ops.lstm.cpu.FusedLSTMSequence`).  Its sigmoid, tanh and summation order
+    are its own, not ATen's, so it is not the Python loop bit for bit: float64, outputs and every
+    gradient within 1e-12 of the ``"cpu"`` loop's; float32, within 1e-5 of the float64 loop's (as the
+    float32 ``"cpu"`` loop is: its own distance from them reaches 4e-5 on the largest gradients).
+    Over T > BLOCK steps, with counter cells, gradients into ``hs``, ``cs`` or both, and x
+    without a gradient."""
+    from memrnn.ops.bptt import BLOCK
+    from memrnn.ops.lstm import cpu, lstm_sequence
+
+    calls = []
+    monkeypatch.setattr(cpu.FusedLSTMSequence, "apply", _counting(cpu.FusedLSTMSequence.apply, calls))
+    g = torch.Generator().manual_seed(2)
+    M, B, T, n, N = 3, 5, BLOCK + 7, 4, 6
+    shapes = [(M, B, T, n), (M, 4 * N, n), (M, 4 * N), (M, 4 * N, N), (M, B, N), (M, B, N)]
+    base = [torch.randn(*s, generator=g, dtype=torch.float64) * 0.5 for s in shapes]
+    weights = [torch.randn(M, B, T + 1, N, generator=g, dtype=torch.float64) for _ in range(2)]
+
+    def run(impl, dt):
+        args = [a.to(dt).requires_grad_(i != 0 or outputs != "cs") for i, a in enumerate(base)]
+        hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
+        loss = (hs * weights[0].to(dt)).sum() if outputs != "cs" else 0
+        loss = loss + ((cs * weights[1].to(dt)).sum() if outputs != "hs" else 0)
+        wrt = [a for a in args if a.requires_grad]
+        return [t.double() for t in (hs, cs, *torch.autograd.grad(loss, wrt))]
+
+    got = run(None, dtype)  # the default
+    assert len(calls) == 1
+    exact = run("cpu", torch.float64)
+    if dtype == torch.float64:
+        for a, b in zip(got, exact, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    else:
+        for a, b in zip(got, exact, strict=True):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    assert len(calls) == 1
+
+
+def _counting(fn, calls):
+    def wrapped(*args):
+        calls.append(1)
+        return fn(*args)
+
+    return wrapped

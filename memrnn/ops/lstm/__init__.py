@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
-from memrnn.ops.lstm.cpu import LSTMSequence
+from memrnn.ops.lstm.cpu import FUSED_DTYPES, FusedLSTMSequence, LSTMSequence
 from memrnn.ops.lstm.reference import lstm_member_reference, lstm_reference
 
 
@@ -34,7 +34,9 @@ def lstm_sequence(
     dimension, ``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``, ``w_rec [M, 4N, N]``, ``h0``,
     ``c0`` ``[M, B, N]`` -> ``[M, B, T+1, N]``, member ``m`` exactly the call on its ``[m]`` slices:
     the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members), the GPU kernels take them as a grid axis
+    (:class:`memrnn.ops.lstm.cpu.LSTMSequence` with members; by default, ``"native"``, in float32
+    and float64, the fused C++ cell :class:`memrnn.ops.lstm.cpu.FusedLSTMSequence`: within 1e-6
+    float32 of the ``"cpu"`` loop, not bit for bit), the GPU kernels take them as a grid axis
     (:class:`memrnn.ops.lstm.triton.LSTMTriton` with members)."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl)
@@ -59,6 +61,8 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
     impl = choose(x, impl, native_ok=True)
     if impl == "reference":
         return lstm_member_reference(x, w_in, b, w_rec, h0, c0, tanh_units)
+    if impl == "native" and x.dtype in FUSED_DTYPES:  # the fused cell (not the Python loop bit for bit)
+        return FusedLSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units)
     if impl in ("cpu", "native"):
         return LSTMSequence.apply(x, w_in, b, w_rec, h0, c0, tanh_units, impl == "native")
     from memrnn.ops.lstm.triton import lstm_triton

@@ -166,3 +166,63 @@ class LSTMSequence(torch.autograd.Function):
 def _native_ops():
     """memrnn's compiled ops (:func:`memrnn.ops.native.load`; the caller chose ``native``, so they are built)."""
     return load()
+
+
+#: the dtypes the fused cell's C++ loops take (others run :class:`LSTMSequence`)
+FUSED_DTYPES = (torch.float32, torch.float64)
+
+
+class FusedLSTMSequence(torch.autograd.Function):
+    """:class:`LSTMSequence` with members (``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``,
+    ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``hs``, ``cs`` ``[M, B, T+1, N]``, gate order
+    o, i, f, g) through a fused cell in C++ (``lstm_fused_forward`` / ``lstm_fused_backward`` in
+    ``memrnn/ops/lstm/native_lstm.cpp``): one pass per step and member over ``[units, batch]`` does
+    the recurrent product, the activations and the cell update (forward) or the local derivatives,
+    the gate gradients and the product with ``w_recᵀ`` (backward), where :class:`LSTMSequence`
+    makes one batched product and six to eight elementwise ATen passes per step (and computes
+    the local derivatives blockwise).  :func:`memrnn.ops.lstm.lstm_sequence`'s member path on CPU
+    (``impl="native"``, float32 and float64).
+
+    Its sigmoid, tanh and sums are its own, so it is not :class:`LSTMSequence` bit for bit: float64
+    within 1e-12 of it, float32 within 1e-5 of the float64 loop, as close as :class:`LSTMSequence`'s
+    float32 loop is (``tests/ops/test_lstm.py``).  The single-run path keeps :class:`LSTMSequence`'s
+    ATen calls (``tests/ops/test_bitwise_fixture.py`` records them).
+
+    The recurrence runs on :class:`LSTMSequence`'s time-major ``[T, M, units, B]`` buffers, but what
+    enters and leaves is batch first (the projection ``[M, B, T, 4N]``, ``hs``, ``cs`` contiguous
+    ``[M, B, T+1, N]``): the C++ loops transpose each step on the way in and out, where ATen's
+    permuted copies of these tensors cost more than the loops (5-10 ns a value).  Inside, the
+    batch is padded to whole vectors (8 float32, 4 float64 values).  The weight and
+    input gradients are one batched product per member each over the whole sequence.
+    """
+
+    @staticmethod
+    def forward(ctx, x, w_in, b, w_rec, h0, c0, tanh_units):  # type: ignore[override]
+        M, B, T, n_in = x.shape
+        ctx.set_materialize_grads(False)
+        x_rows = x.reshape(M, B * T, n_in)
+        proj = torch.baddbmm(b[:, None], x_rows, w_in.transpose(1, 2))  # [M, B·T, 4N]
+        w_rec = w_rec.contiguous()
+        acts, cs, xs, h_out, c_out, h_prev = _native_ops().lstm_fused_forward(
+            proj.view(M, B, T, -1), w_rec, h0.contiguous(), c0.contiguous(), tanh_units
+        )
+        ctx.tanh_units = tanh_units
+        ctx.save_for_backward(x_rows, w_in, w_rec, acts, cs, xs, h_prev)
+        return h_out, c_out
+
+    @staticmethod
+    @first_order
+    def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
+        x_rows, w_in, w_rec, acts, cs, xs, h_prev = ctx.saved_tensors
+        M, B, T = h_prev.shape[:3]
+        G = acts.shape[2]
+        ghs = None if grad_hs is None else grad_hs.contiguous()
+        gcs = None if grad_cs is None else grad_cs.contiguous()
+        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, cs, xs, w_rec, ghs, gcs, B, ctx.tanh_units)
+        need_x, need_w, need_b = ctx.needs_input_grad[:3]
+        ga = ga.view(M, B * T, G)
+        grad_w_rec = torch.bmm(ga.transpose(1, 2), h_prev.view(M, B * T, G // 4))
+        grad_w_in = torch.bmm(ga.transpose(1, 2), x_rows) if need_w else None
+        grad_b = ga.sum(1) if need_b else None
+        grad_x = torch.bmm(ga, w_in).view(M, B, T, -1) if need_x else None
+        return grad_x, grad_w_in, grad_b, grad_w_rec, g_h0, g_c0, None
