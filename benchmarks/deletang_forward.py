@@ -151,13 +151,13 @@ class PlainLoop(nn.Module):
 
     def forward(self, x: Tensor, jump: Tensor, step_fn: Callable | None = None) -> Tensor:
         step = self.step if step_fn is None else step_fn
-        B, T, _ = x.shape
+        B = x.shape[0]
         h = x.new_zeros(B, self.hidden)
         memory = x.new_zeros(B, self.cells, self.width)
         index = self.shift_index(jump)
         outputs = []
-        for t in range(T):
-            h, memory = step(x[:, t], h, memory, index)
+        for x_t in x.transpose(0, 1).contiguous():  # each step's input contiguous, whatever T
+            h, memory = step(x_t, h, memory, index)
             outputs.append(h)
         return torch.stack(outputs, 1)
 
@@ -203,19 +203,43 @@ def one_hot_inputs(batch: int, T: int, inputs: int, gen: torch.Generator) -> Ten
 
 def compiled_step(loop: PlainLoop) -> tuple[Callable, str]:
     """``torch.compile(loop.step)`` (mode default, static shapes), or ``(None, why)`` when it fails."""
+    import torch._inductor.config
+
+    # compile in this process: no pool of compile workers left beside the timings on a shared CPU
+    torch._inductor.config.compile_threads = 1
     try:
         return torch.compile(loop.step, dynamic=False), ""
     except Exception as e:  # reported in the table, not hidden
         return None, f"{type(e).__name__}: {e}"
 
 
-def run_row(config: str, hidden: int, T: int, args, gen: torch.Generator, compiled: dict) -> dict:
-    """Check and time one (config, hidden, T); ``compiled`` caches each (config, hidden)'s compiled
-    step (one per shape: the batch and the model's sizes, not T)."""
+def build_models(config: str, hidden: int, args) -> dict:
+    """The layer, its plain loop and (unless ``--no-compile``) the loop's compiled step, with the
+    compile's time or why it failed: one of each per (config, hidden), shared by every T (a step's
+    shapes do not depend on T)."""
     inputs = len(chomsky_task("reverse_string").input_symbols) + 1
     layer = build(config, hidden, inputs, seed=args.seed)
     loop = PlainLoop(layer).eval()
-    x = one_hot_inputs(args.batch, T, inputs, gen)
+    models = {"layer": layer, "loop": loop, "inputs": inputs, "step": None, "why": "", "compile_s": 0.0}
+    if args.no_compile:
+        return models
+    step, why = compiled_step(loop)
+    t0 = time.perf_counter()
+    if step is not None:
+        x = one_hot_inputs(args.batch, 2, inputs, torch.Generator().manual_seed(args.seed))
+        try:
+            with torch.no_grad():
+                loop(x, torch.ones(args.batch, dtype=torch.long), step)  # the first call compiles
+        except Exception as e:  # reported
+            step, why = None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
+    models.update(step=step, why=why, compile_s=time.perf_counter() - t0)
+    return models
+
+
+def run_row(models: dict, config: str, hidden: int, T: int, args, gen: torch.Generator) -> dict:
+    """Check and time one (config, hidden, T) with ``models`` (:func:`build_models`)."""
+    layer, loop, step = models["layer"], models["loop"], models["step"]
+    x = one_hot_inputs(args.batch, T, models["inputs"], gen)
     jump = torch.full((args.batch,), T // 2, dtype=torch.long)
     state = layer.initial_state(args.batch, input_lengths=jump.float())
 
@@ -225,33 +249,18 @@ def run_row(config: str, hidden: int, T: int, args, gen: torch.Generator, compil
     def loop_fn() -> Tensor:
         return loop(x, jump)
 
+    def compiled_fn() -> Tensor:
+        return loop(x, jump, step)
+
     row = {"config": config, "hidden": hidden, "T": T}
     fns = {"memrnn": memrnn_fn, "loop": loop_fn}
     chosen = contextlib.nullcontext() if args.impl is None else implementation(args.impl)
     with torch.no_grad(), chosen:
         want = memrnn_fn()
         row["err_loop"] = check_close(f"{config} h{hidden} T{T} loop", loop_fn(), want)
-        if not args.no_compile:
-            key = (config, hidden)
-            if key not in compiled:
-                step, why = compiled_step(loop)
-                t0 = time.perf_counter()
-                if step is not None:
-                    try:
-                        loop(x[:, :2], jump, step)  # the first calls compile
-                    except Exception as e:  # reported
-                        step, why = None, f"{type(e).__name__}: {str(e).splitlines()[0]}"
-                compiled[key] = (step, why, time.perf_counter() - t0)
-            step, why, seconds = compiled[key]
-            row["compile_s"], row["compile_error"] = seconds, why
-            if step is not None:
-
-                def compiled_fn(step=step) -> Tensor:
-                    # the loop's weights are the compiled graph's inputs: the same numbers
-                    return loop(x, jump, step)
-
-                row["err_compiled"] = check_close(f"{config} h{hidden} T{T} compiled", compiled_fn(), want)
-                fns["compiled"] = compiled_fn
+        if step is not None:
+            row["err_compiled"] = check_close(f"{config} h{hidden} T{T} compiled", compiled_fn(), want)
+            fns["compiled"] = compiled_fn
         times = interleaved(fns, args.repeats)
     row.update({k: 1e3 * v for k, v in times.items()})
     return row
@@ -326,19 +335,26 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     gen = torch.Generator().manual_seed(args.seed)
     rows: list[dict] = []
-    compiled: dict = {}
+    notes = []
     for config in args.configs:
         for hidden in args.hidden:
+            models = build_models(config, hidden, args)
+            if not args.no_compile:
+                notes.append(
+                    f"compile {config} h{hidden}: "
+                    + (
+                        f"{models['compile_s']:.1f} s (excluded)"
+                        if models["step"]
+                        else f"failed, {models['why']}"
+                    )
+                )
             for T in args.lengths:
-                row = run_row(config, hidden, T, args, gen, compiled)
+                row = run_row(models, config, hidden, T, args, gen)
                 rows.append(row)
                 print(fmt(row), flush=True)
-    notes = []
-    for (config, hidden), (step, why, seconds) in compiled.items():
-        notes.append(
-            f"compile {config} h{hidden}: "
-            + (f"{seconds:.1f} s (excluded)" if step is not None else f"failed, {why}")
-        )
+    if not args.no_compile:  # one graph per (config, hidden) expected: none recompiled for another T
+        graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+        notes.append(f"torch.compile graphs: {graphs} for {len(args.configs) * len(args.hidden)} models")
     err = max(max(r.get("err_loop", 0.0), r.get("err_compiled", 0.0)) for r in rows)
     notes.append(f"largest output difference from memrnn's (relative): {err:.2g}")
     notes.append(f"load average at end {_load()}")
