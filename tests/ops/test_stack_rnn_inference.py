@@ -194,19 +194,37 @@ def test_no_history_forward_memory_is_flat_in_T():
         assert train > 0.5 * history, (impl, infer, train, history)
 
 
+@pytest.mark.parametrize("impl", ["native", "cpu"])
 @pytest.mark.parametrize("memory", ["superposition", "stratification", "queue"])
-def test_outputs_without_history_equal_the_trimmed_training_outputs(memory):
+def test_outputs_without_history_equal_the_trimmed_training_outputs(memory, impl):
     """``StackRNN.outputs`` (``finals=False``: the trimmed windows, ``tests/ops/test_stack_trim.py``)
-    under ``no_grad`` (the no-history ring, which runs the whole window) equals its training call
-    bit for bit, from the zero initial state that lets the trims apply."""
+    under ``no_grad`` (the no-history ring: the superposition stack trims there too, its live ranges
+    read at each slot's step) equals its training call bit for bit, from the zero initial state
+    that lets the trims apply; so does ``forward`` with its final state (the ring then runs the
+    whole window)."""
     from memrnn.layers import StackRNN
+    from memrnn.ops.dispatch import implementation
 
+    if impl == "native" and not native_available():
+        pytest.skip("no C++ compiler: the C++ loops are not built")
     torch.manual_seed(0)
     layer = StackRNN(3, 5, memory, "lstm", width=2, depth=6).double()
     x = torch.randn(4, 9, 3, dtype=torch.float64)
     mask = torch.arange(9) < torch.tensor([9, 5, 1, 7])[:, None]
+    with implementation(impl):
+        _check_trimmed_ring(layer, x, mask)
+
+
+def _check_trimmed_ring(layer, x, mask):
     want = layer.outputs(x, mask=mask)
     assert want.grad_fn is not None
     with torch.no_grad():
         got = layer.outputs(x, mask=mask)
     assert torch.equal(got, want.detach())
+    # forward (finals wanted: the ring runs its whole window) from the same zero state
+    want_y, want_state = layer(x, mask=mask)
+    with torch.no_grad():
+        got_y, got_state = layer(x, mask=mask)
+    assert torch.equal(got_y, want_y.detach())
+    for g, w in zip(got_state, want_state, strict=True):
+        assert torch.equal(g, w.detach())

@@ -98,6 +98,7 @@ def _forward_loop(
     # the value MLP's layers: (weight, bias column, per-step outputs), the last into the value rows
     outs = [*(h.unbind(0) for h in mlp_h), hv_] if mlp_w else []
     layers = [(w, bb.unsqueeze(-1), o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
+    live = getattr(mem, "_C", None)  # a trimming memory's live ranges by step (None: none)
     for s in range(T):
         # p: the time slot of z, cs and the memory's buffers that step s reads (it writes p + 1);
         # a: its slot of acts; j: of the per-step buffers (heads, A, xs, the MLP's)
@@ -131,6 +132,8 @@ def _forward_loop(
             torch.sigmoid(ha_[j], out=A_[j])
         if vfn is not None:
             vfn(hv_[j])
+        if ring is not None and live is not None:
+            mem._C = _Shifted(live, s - p)  # the kernel reads its live ranges at its slot p
         lost = mem.forward(p, rows_[j], hv_[j])
         if lost is not None and want_overflow:
             overflow[s] = lost
@@ -147,6 +150,19 @@ RING = 2
 _PROJECT = 32
 #: the C++ loop's largest block of steps (``native.cpp``'s ``kRingBlock``)
 _NATIVE_BLOCK = 32
+
+
+class _Shifted:
+    """``seq`` read ``off`` later: ``_Shifted(seq, off)[i] == seq[i + off]`` (a trimming memory's live
+    ranges, indexed by the ring's slot ``p`` at step ``s = p + off``)."""
+
+    __slots__ = ("off", "seq")
+
+    def __init__(self, seq, off: int) -> None:
+        self.seq, self.off = seq, off
+
+    def __getitem__(self, i: int):
+        return self.seq[i + self.off]
 
 
 class NoHistory:
@@ -335,12 +351,14 @@ class StackRNNSequence(torch.autograd.Function):
         # final state and the initial state's gradient are wanted; without history it runs whole
         # (its live ranges are per step, the ring's slots are not)
         trim = {}
-        if getattr(cls, "trims", False):  # without history the kernel's steps are the ring's slots
-            trim = (
-                {"trim": False}
-                if ring
-                else {"finals": finals, "grad0": any(ctx.needs_input_grad[10 + 2 * n_mlp :])}
-            )
+        if getattr(cls, "trims", False) and not ring:
+            trim = {"finals": finals, "grad0": any(ctx.needs_input_grad[10 + 2 * n_mlp :])}
+        elif getattr(cls, "trims", False):  # without history the kernel's slots are not its steps:
+            # the live ranges count the sequence's (live_steps), and each step reads them shifted by
+            # its slot (_Shifted, native.cpp's live + s − p); only without finals, which the ring
+            # keeps from its slots, whole
+            ok = getattr(cls, "ring_trims", False) and not finals
+            trim = {"finals": False, "grad0": False, "live_steps": T} if ok else {"trim": False}
         mem = cls(mem0, Tm, z[:, N:], want_overflow, **trim)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead

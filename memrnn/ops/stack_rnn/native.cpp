@@ -487,8 +487,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     }
     activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
     const T* v = hs + k * B;  // [m, B]
+    // a trimming memory reads its live ranges by step: at slot p, shifted by s − p (0 with history)
     const MemoryForward<T> step{p, Tm, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
-                                acc.data(), cov.data(), W.data(), cells.data(), dq.data(), live};
+                                acc.data(), cov.data(), W.data(), cells.data(), dq.data(),
+                                live ? live + (s - p) : nullptr};
     with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
     if (ring > 0) keep_step(s, p + 1);
   }
@@ -555,7 +557,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, acts.size(0)), ring,
+                           P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, ring > 0 ? d.T : acts.size(0)), ring,
                            ring > 0 && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep);
   });
 }

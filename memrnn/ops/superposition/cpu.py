@@ -21,6 +21,7 @@ class SuperpositionKernel(MemoryKernel):
     softmax = True
     order = (1, 2, 0)  # kernel row j holds the layer's action order[j] (push, pop, no-op)
     trims = True  # takes finals=, grad0= and trim= (False: the whole window) and trims its window (_live)
+    ring_trims = True  # and live_steps=, for a ring of slots (its forward reads _C and live by step only)
 
     @staticmethod
     def rows(D: int, m: int) -> int:
@@ -36,10 +37,14 @@ class SuperpositionKernel(MemoryKernel):
         finals: bool = True,
         grad0: bool = True,
         trim: bool = True,
+        live_steps: int | None = None,
     ) -> None:
         (stack0,) = mem0
         B, D, m = stack0.shape
         self.T, self.D, self.m, self.want_overflow = T, D, m, want_overflow
+        # the steps the live ranges count: T, or the whole sequence's when the buffers are a ring of
+        # slots (the forward without history, memrnn.ops.stack_rnn.cpu._Ring)
+        self.live_T = T if live_steps is None else live_steps
         Sp = zmem.view(T + 1, D + 1, m, B)
         Sp[:, D] = 0
         Sp[0, :D] = stack0.permute(1, 2, 0)
@@ -67,7 +72,7 @@ class SuperpositionKernel(MemoryKernel):
 
         Every cell computed is the full window's, bit for bit: the skipped ones are either
         exact zeros (a mix of zeros) or feed nothing that is computed."""
-        T, D = self.T, self.D
+        T, D = self.live_T, self.D
         filled = not nonzero0
         readable = not finals and not self.want_overflow
         if not filled and not readable:
