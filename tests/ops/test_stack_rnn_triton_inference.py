@@ -9,17 +9,23 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memrnn.ops.dispatch import interpreting, triton_available
 from memrnn.ops.stack_rnn import stack_rnn_sequence
 from memrnn.ops.stack_rnn.specs import TRITON_MEMORIES
 from memrnn.ops.stack_rnn.specs import spec as memory_spec
 from tests.ops.backends import DEVICE, needs_triton
+from tests.ops.race_check import detect_races, poisoned_empties, reversed_programs
+
+needs_interpreter = pytest.mark.skipif(
+    not triton_available() or not interpreting(), reason="needs Triton's interpreter (TRITON_INTERPRET=1)"
+)
 
 
-def _case(memory, controller, gen, *, T=11, B=4, lengths=(11, 7, 0, 4)):
-    """Arguments of ``stack_rnn_sequence`` (n 3, N 8, m 2, depth 3; lengths T, 7, 0, 4 by default),
+def _case(memory, controller, gen, *, T=11, B=4, D=3, lengths=(11, 7, 0, 4)):
+    """Arguments of ``stack_rnn_sequence`` (n 3, N 8, m 2; lengths T, 7, 0, 4 by default),
     float32, every float tensor but the jumps requiring a gradient."""
     s = memory_spec(memory)
-    n, N, m, D = 3, 8, 2, 3
+    n, N, m = 3, 8, 2
     units, k = s.reads * m, s.n_actions
     G = 4 * N if controller == "lstm" else N
 
@@ -32,7 +38,7 @@ def _case(memory, controller, gen, *, T=11, B=4, lengths=(11, 7, 0, 4)):
     if memory in ("superposition", "tape"):
         mem0 = (r(B, D, m),)
     elif memory == "tape_jump":
-        mem0 = (torch.tensor([1.0, 2.0, 0.0, 4.0] * (B // 4), device=DEVICE), r(B, D, m))
+        mem0 = (torch.tensor([1.0, 2.0, 0.0, 4.0] * B, device=DEVICE)[:B], r(B, D, m))
     elif memory == "deque":
         mem0 = (r(B, 2 * D, m), u(B, 2 * D), r(B, 2 * m))
     else:
@@ -91,6 +97,40 @@ def test_no_history_launch_equals_the_training_launch(memory, controller, monkey
         got = stack_rnn_sequence(*args, **kwargs)
     assert [a[-1] for a in launches] == [False, True]  # the training launch, then one without history
     _assert_equal(got, want)
+
+
+@needs_triton
+@pytest.mark.parametrize("memory", ["stratification", "deque"])
+def test_no_history_rewinds_a_window_of_several_chunks(memory, monkeypatch):
+    """Depth 130 (the sliding values' window in two chunks of 128 slots, the ring's 2 steps
+    overlapping it: the rewind moves each chunk whole, in the order that reads a slot before it is
+    overwritten), T 5: bit for bit the training launch."""
+    launches = _spy(monkeypatch)
+    args, kwargs = _case(memory, "elman", torch.Generator().manual_seed(4), T=5, D=130, lengths=(5, 3, 0, 4))
+    want = stack_rnn_sequence(*args, **kwargs)
+    with torch.no_grad():
+        got = stack_rnn_sequence(*args, **kwargs)
+    assert [a[-1] for a in launches] == [False, True]
+    _assert_equal(got, want)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("memory", TRITON_MEMORIES)
+def test_no_history_launch_does_not_race(memory):
+    """Three tiles of batch rows (B 35), T 5, an LSTM controller, lengths 0..5: the launch without
+    history neither races (``tests.ops.race_check``: no address stored by two programs, none
+    read back without a barrier) nor depends on its programs' order or on fresh memory's contents
+    (programs last to first, fresh memory NaN: the same results bit for bit)."""
+    gen = torch.Generator().manual_seed(8)
+    lengths = tuple(torch.randint(0, 6, (35,), generator=gen).tolist())
+    args, kwargs = _case(memory, "lstm", gen, T=5, B=35, lengths=lengths)
+    args = _detached(args)
+    with detect_races() as report:
+        first = stack_rnn_sequence(*args, **kwargs)
+    assert not report, dict(report)
+    with reversed_programs(), poisoned_empties():
+        second = stack_rnn_sequence(*args, **kwargs)
+    _assert_equal(second, first)
 
 
 @needs_triton
