@@ -130,21 +130,21 @@ def _keep(
         cols = tl.arange(0, BLOCK_N)
         for jb in tl.static_range(NUM_N):
             j = jb * BLOCK_N + cols
-            m2 = ends[:, None] & (j < N)[None, :]
-            c = tl.load(cs_ptr + (u + 1) * B * N + rows[:, None] * N + j[None, :], mask=m2, other=0.0)
-            tl.store(cf_ptr + rows[:, None] * N + j[None, :], c, mask=m2)
+            mc = ends[:, None] & (j < N)[None, :]
+            cell = tl.load(cs_ptr + (u + 1) * B * N + rows[:, None] * N + j[None, :], mask=mc, other=0.0)
+            tl.store(cf_ptr + rows[:, None] * N + j[None, :], cell, mask=mc)
     for f0 in range(0, SW, BLOCK_F):
         fi = f0 + tl.arange(0, BLOCK_F)
         mf = ends[:, None] & (fi < SW)[None, :]
-        cell = tl.load(s_ptr + (u + 1) * B * SW + rows[:, None] * SW + fi[None, :], mask=mf, other=0.0)
-        tl.store(sf_ptr + rows[:, None] * SW + fi[None, :], cell, mask=mf)
+        cells = tl.load(s_ptr + (u + 1) * B * SW + rows[:, None] * SW + fi[None, :], mask=mf, other=0.0)
+        tl.store(sf_ptr + rows[:, None] * SW + fi[None, :], cells, mask=mf)
     if MEM == STRATIFICATION or MEM == QUEUE or MEM == DEQUE:  # noqa: SIM109 (constexpr selects)
         # the values' window: P[R−1−u+i] (newest first); the DeQue's top half Pt[u+1+i−D], i ≥ D
         W = 2 * D if MEM == DEQUE else D
         m = M // 2 if MEM == DEQUE else M
         mcols = tl.arange(0, BLOCK_M)
-        for c in range(tl.cdiv(W, BLOCK_D)):
-            di = c * BLOCK_D + tl.arange(0, BLOCK_D)
+        for ch in range(tl.cdiv(W, BLOCK_D)):
+            di = ch * BLOCK_D + tl.arange(0, BLOCK_D)
             m3 = (ends[:, None] & (di < W)[None, :])[:, :, None] & (mcols < m)[None, None, :]
             slot = tl.where(di < D, R - 1 - u + di, R + D + u + 1 + di - D)
             v = tl.load(
@@ -175,41 +175,41 @@ def _rewind(
     kcols = tl.arange(0, BLOCK_K)
     for kb in tl.static_range(NUM_K):
         k = kb * BLOCK_K + kcols
-        m2 = rmask[:, None] & (k < NZ)[None, :]
-        off = rows[:, None] * NZ + k[None, :]
-        tl.store(zs_ptr + off, tl.load(zs_ptr + R * B * NZ + off, mask=m2, other=0.0), mask=m2)
+        mz = rmask[:, None] & (k < NZ)[None, :]
+        zoff = rows[:, None] * NZ + k[None, :]
+        tl.store(zs_ptr + zoff, tl.load(zs_ptr + R * B * NZ + zoff, mask=mz, other=0.0), mask=mz)
     if LSTM:
         cols = tl.arange(0, BLOCK_N)
         for jb in tl.static_range(NUM_N):
             j = jb * BLOCK_N + cols
-            m2 = rmask[:, None] & (j < N)[None, :]
-            off = rows[:, None] * N + j[None, :]
-            tl.store(cs_ptr + off, tl.load(cs_ptr + R * B * N + off, mask=m2, other=0.0), mask=m2)
+            mc = rmask[:, None] & (j < N)[None, :]
+            coff = rows[:, None] * N + j[None, :]
+            tl.store(cs_ptr + coff, tl.load(cs_ptr + R * B * N + coff, mask=mc, other=0.0), mask=mc)
     for f0 in range(0, SW, BLOCK_F):
         fi = f0 + tl.arange(0, BLOCK_F)
         mf = rmask[:, None] & (fi < SW)[None, :]
-        off = rows[:, None] * SW + fi[None, :]
-        tl.store(s_ptr + off, tl.load(s_ptr + R * B * SW + off, mask=mf, other=0.0), mask=mf)
+        soff = rows[:, None] * SW + fi[None, :]
+        tl.store(s_ptr + soff, tl.load(s_ptr + R * B * SW + soff, mask=mf, other=0.0), mask=mf)
     if MEM == STRATIFICATION or MEM == QUEUE or MEM == DEQUE:  # noqa: SIM109 (constexpr selects)
         m = M // 2 if MEM == DEQUE else M
         mcols = tl.arange(0, BLOCK_M)
-        off = rows[:, None, None] * m + mcols[None, None, :]
+        poff = rows[:, None, None] * m + mcols[None, None, :]
         chunks = tl.cdiv(D, BLOCK_D)
-        for c in range(chunks):  # P[0 : D] -> P[R : R+D], from the far end
-            di = (chunks - 1 - c) * BLOCK_D + tl.arange(0, BLOCK_D)
+        for ch in range(chunks):  # P[0 : D] -> P[R : R+D], from the far end
+            di = (chunks - 1 - ch) * BLOCK_D + tl.arange(0, BLOCK_D)
             m3 = (rmask[:, None] & (di < D)[None, :])[:, :, None] & (mcols < m)[None, None, :]
-            v = tl.load(p_ptr + di[None, :, None] * B * m + off, mask=m3, other=0.0)
+            v = tl.load(p_ptr + di[None, :, None] * B * m + poff, mask=m3, other=0.0)
             tl.debug_barrier()
-            tl.store(p_ptr + (R + di)[None, :, None] * B * m + off, v, mask=m3)
+            tl.store(p_ptr + (R + di)[None, :, None] * B * m + poff, v, mask=m3)
             tl.debug_barrier()
         if MEM == DEQUE:  # Pt = P[R+D :]: Pt[R : R+D] -> Pt[0 : D], from the near end
             top = p_ptr + (R + D) * B * m
-            for c in range(chunks):
-                di = c * BLOCK_D + tl.arange(0, BLOCK_D)
-                m3 = (rmask[:, None] & (di < D)[None, :])[:, :, None] & (mcols < m)[None, None, :]
-                v = tl.load(top + (R + di)[None, :, None] * B * m + off, mask=m3, other=0.0)
+            for ch2 in range(chunks):
+                dj = ch2 * BLOCK_D + tl.arange(0, BLOCK_D)
+                mt = (rmask[:, None] & (dj < D)[None, :])[:, :, None] & (mcols < m)[None, None, :]
+                vt = tl.load(top + (R + dj)[None, :, None] * B * m + poff, mask=mt, other=0.0)
                 tl.debug_barrier()
-                tl.store(top + di[None, :, None] * B * m + off, v, mask=m3)
+                tl.store(top + dj[None, :, None] * B * m + poff, vt, mask=mt)
                 tl.debug_barrier()
 
 
