@@ -21,19 +21,19 @@ needs_interpreter = pytest.mark.skipif(
 )
 
 
-def _case(memory, controller, gen, *, T=11, B=4, D=3, lengths=(11, 7, 0, 4)):
-    """Arguments of ``stack_rnn_sequence`` (n 3, N 8, m 2; lengths T, 7, 0, 4 by default),
-    float32, every float tensor but the jumps requiring a gradient."""
+def _case(memory, controller, gen, *, T=11, B=4, D=3, lengths=(11, 7, 0, 4), dtype=torch.float32):
+    """Arguments of ``stack_rnn_sequence`` (n 3, N 8, m 2; lengths T, 7, 0, 4 by default), every
+    float tensor but the jumps requiring a gradient."""
     s = memory_spec(memory)
     n, N, m = 3, 8, 2
     units, k = s.reads * m, s.n_actions
     G = 4 * N if controller == "lstm" else N
 
     def r(*shape):
-        return (0.5 * torch.randn(*shape, generator=gen)).to(DEVICE).requires_grad_()
+        return (0.5 * torch.randn(*shape, generator=gen)).to(DEVICE, dtype).requires_grad_()
 
     def u(*shape):
-        return torch.rand(*shape, generator=gen).to(DEVICE).requires_grad_()
+        return torch.rand(*shape, generator=gen).to(DEVICE, dtype).requires_grad_()
 
     if memory in ("superposition", "tape"):
         mem0 = (r(B, D, m),)
@@ -131,6 +131,21 @@ def test_no_history_launch_does_not_race(memory):
     with reversed_programs(), poisoned_empties():
         second = stack_rnn_sequence(*args, **kwargs)
     _assert_equal(second, first)
+
+
+@needs_triton
+def test_no_history_launch_in_bfloat16(monkeypatch):
+    """bfloat16 storage (float32 arithmetic), the superposition stack and an LSTM controller, T 5:
+    the launch without history copies the state in its storage dtype, so its results equal the
+    training launch's bit for bit too."""
+    launches = _spy(monkeypatch)
+    gen = torch.Generator().manual_seed(6)
+    args, kwargs = _case("superposition", "lstm", gen, T=5, lengths=(5, 3, 0, 4), dtype=torch.bfloat16)
+    want = stack_rnn_sequence(*args, **kwargs)
+    with torch.no_grad():
+        got = stack_rnn_sequence(*args, **kwargs)
+    assert [a[-1] for a in launches] == [False, True] and got[0].dtype == torch.bfloat16
+    _assert_equal(got, want)
 
 
 @needs_triton
