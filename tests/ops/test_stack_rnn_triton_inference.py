@@ -134,6 +134,21 @@ def test_no_history_launch_does_not_race(memory):
 
 
 @needs_triton
+@pytest.mark.parametrize("memory", TRITON_MEMORIES)
+def test_no_history_one_step_and_none(memory, monkeypatch):
+    """T 1 (a ring of one step, rewound after every step) with rows of lengths 1 and 0, and T 0
+    (no launch: every row's final state its initial one): bit for bit the training forward."""
+    launches = _spy(monkeypatch)
+    for T, lengths in ((1, (1, 0, 1, 0)), (0, None)):
+        args, kwargs = _case(memory, "lstm", torch.Generator().manual_seed(7), T=T, lengths=lengths)
+        want = stack_rnn_sequence(*args, **kwargs)
+        with torch.no_grad():
+            got = stack_rnn_sequence(*args, **kwargs)
+        _assert_equal(got, want)
+    assert [a[-1] for a in launches] == [False, True]  # T 0 launches nothing
+
+
+@needs_triton
 def test_no_history_launch_in_bfloat16(monkeypatch):
     """bfloat16 storage (float32 arithmetic), the superposition stack and an LSTM controller, T 5:
     the launch without history copies the state in its storage dtype, so its results equal the
