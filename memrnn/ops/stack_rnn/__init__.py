@@ -82,10 +82,10 @@ def stack_rnn_sequence(
         for Elman) and memory fields at its length, and ``overflow [B, T]``.
 
     Without gradients (``torch.no_grad``, ``torch.inference_mode``, or no argument requiring
-    one) the ``"cpu"`` and ``"native"`` paths keep no history: memory O(B × the state) besides the
-    outputs instead of O(T × B × the state), the same results bit for bit
-    (:class:`memrnn.ops.stack_rnn.cpu.NoHistory`); a length outside ``[0, T]`` is then a
-    ``ValueError``.  The Triton kernels still write every step's state.
+    one) the ``"cpu"``, ``"native"`` and ``"triton"`` paths keep no history: memory O(B × the
+    state) besides the outputs instead of O(T × B × the state), the same results bit for bit
+    (:class:`memrnn.ops.stack_rnn.cpu.NoHistory`; the kernels' ``NO_HISTORY``,
+    :mod:`memrnn.ops.stack_rnn.triton`); a length outside ``[0, T]`` is then a ``ValueError``.
 
     Members (M runs as one model, ``docs/design.md``): every argument with a leading member
     dimension, ``x [M, B, T, n]``, ``w_in [M, G, n + m]``, ``b [M, G]``, ``w_rec [M, G, N]``,

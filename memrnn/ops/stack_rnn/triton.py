@@ -108,13 +108,120 @@ _DEQUE, _TAPE_JUMP = MEMORY_CODES["deque"], MEMORY_CODES["tape_jump"]
 
 
 @triton.jit
+def _keep(
+    t, u, R, rows, rmask, zs_ptr, cs_ptr, s_ptr, p_ptr, out_ptr, zf_ptr, cf_ptr, sf_ptr, pf_ptr, len_ptr,
+    B, N, M, D, SW, LSTM: tl.constexpr, MEM: tl.constexpr, BLOCK_B: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+    BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """After step ``t`` of a launch without history (its state in slot ``u + 1``): ``[h ; r]``
+    into ``out[t]``, and the state of the tile's rows whose length is ``t + 1`` into the finals
+    (:func:`_stack_fwd`'s ``NO_HISTORY``); copies in the storage dtype."""
+    NZ = N + M
+    ends = rmask & (tl.load(len_ptr + rows, mask=rmask, other=-1) == t + 1)
+    kcols = tl.arange(0, BLOCK_K)
+    for kb in tl.static_range(NUM_K):
+        k = kb * BLOCK_K + kcols
+        m2 = rmask[:, None] & (k < NZ)[None, :]
+        z = tl.load(zs_ptr + (u + 1) * B * NZ + rows[:, None] * NZ + k[None, :], mask=m2, other=0.0)
+        tl.store(out_ptr + t * B * NZ + rows[:, None] * NZ + k[None, :], z, mask=m2)
+        tl.store(zf_ptr + rows[:, None] * NZ + k[None, :], z, mask=m2 & ends[:, None])
+    if LSTM:
+        cols = tl.arange(0, BLOCK_N)
+        for jb in tl.static_range(NUM_N):
+            j = jb * BLOCK_N + cols
+            mc = ends[:, None] & (j < N)[None, :]
+            cell = tl.load(cs_ptr + (u + 1) * B * N + rows[:, None] * N + j[None, :], mask=mc, other=0.0)
+            tl.store(cf_ptr + rows[:, None] * N + j[None, :], cell, mask=mc)
+    for f0 in range(0, SW, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = ends[:, None] & (fi < SW)[None, :]
+        cells = tl.load(s_ptr + (u + 1) * B * SW + rows[:, None] * SW + fi[None, :], mask=mf, other=0.0)
+        tl.store(sf_ptr + rows[:, None] * SW + fi[None, :], cells, mask=mf)
+    if MEM == STRATIFICATION or MEM == QUEUE or MEM == DEQUE:  # noqa: SIM109 (constexpr selects)
+        # the values' window: P[R−1−u+i] (newest first); the DeQue's top half Pt[u+1+i−D], i ≥ D
+        W = 2 * D if MEM == DEQUE else D
+        m = M // 2 if MEM == DEQUE else M
+        mcols = tl.arange(0, BLOCK_M)
+        for ch in range(tl.cdiv(W, BLOCK_D)):
+            di = ch * BLOCK_D + tl.arange(0, BLOCK_D)
+            m3 = (ends[:, None] & (di < W)[None, :])[:, :, None] & (mcols < m)[None, None, :]
+            slot = tl.where(di < D, R - 1 - u + di, R + D + u + 1 + di - D)
+            v = tl.load(
+                p_ptr + slot[None, :, None] * B * m + rows[:, None, None] * m + mcols[None, None, :],
+                mask=m3,
+                other=0.0,
+            )
+            tl.store(
+                pf_ptr + rows[:, None, None] * (W * m) + di[None, :, None] * m + mcols[None, None, :],
+                v,
+                mask=m3,
+            )
+
+
+@triton.jit
+def _rewind(
+    R, rows, rmask, zs_ptr, cs_ptr, s_ptr, p_ptr, B, N, M, D, SW, LSTM: tl.constexpr, MEM: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+    BLOCK_F: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+):  # fmt: skip
+    """The ring of a launch without history back to its first slot: the state of slot ``R`` into
+    slot 0 (``zs``, ``cs``, ``s``), and the sliding values' window of step ``R − 1`` to where step 0
+    reads it: ``P[0 : D] -> P[R : R+D]`` (newest first), the DeQue's top half ``Pt[R : R+D] ->
+    Pt[0 : D]`` (oldest first).  The two ranges of a window overlap when ``R < D``: each chunk is
+    loaded whole before it is stored, the chunks in the order that reads every row before it is
+    overwritten."""
+    NZ = N + M
+    kcols = tl.arange(0, BLOCK_K)
+    for kb in tl.static_range(NUM_K):
+        k = kb * BLOCK_K + kcols
+        mz = rmask[:, None] & (k < NZ)[None, :]
+        zoff = rows[:, None] * NZ + k[None, :]
+        tl.store(zs_ptr + zoff, tl.load(zs_ptr + R * B * NZ + zoff, mask=mz, other=0.0), mask=mz)
+    if LSTM:
+        cols = tl.arange(0, BLOCK_N)
+        for jb in tl.static_range(NUM_N):
+            j = jb * BLOCK_N + cols
+            mc = rmask[:, None] & (j < N)[None, :]
+            coff = rows[:, None] * N + j[None, :]
+            tl.store(cs_ptr + coff, tl.load(cs_ptr + R * B * N + coff, mask=mc, other=0.0), mask=mc)
+    for f0 in range(0, SW, BLOCK_F):
+        fi = f0 + tl.arange(0, BLOCK_F)
+        mf = rmask[:, None] & (fi < SW)[None, :]
+        soff = rows[:, None] * SW + fi[None, :]
+        tl.store(s_ptr + soff, tl.load(s_ptr + R * B * SW + soff, mask=mf, other=0.0), mask=mf)
+    if MEM == STRATIFICATION or MEM == QUEUE or MEM == DEQUE:  # noqa: SIM109 (constexpr selects)
+        m = M // 2 if MEM == DEQUE else M
+        mcols = tl.arange(0, BLOCK_M)
+        poff = rows[:, None, None] * m + mcols[None, None, :]
+        chunks = tl.cdiv(D, BLOCK_D)
+        for ch in range(chunks):  # P[0 : D] -> P[R : R+D], from the far end
+            di = (chunks - 1 - ch) * BLOCK_D + tl.arange(0, BLOCK_D)
+            m3 = (rmask[:, None] & (di < D)[None, :])[:, :, None] & (mcols < m)[None, None, :]
+            v = tl.load(p_ptr + di[None, :, None] * B * m + poff, mask=m3, other=0.0)
+            tl.debug_barrier()
+            tl.store(p_ptr + (R + di)[None, :, None] * B * m + poff, v, mask=m3)
+            tl.debug_barrier()
+        if MEM == DEQUE:  # Pt = P[R+D :]: Pt[R : R+D] -> Pt[0 : D], from the near end
+            top = p_ptr + (R + D) * B * m
+            for ch2 in range(chunks):
+                dj = ch2 * BLOCK_D + tl.arange(0, BLOCK_D)
+                mt = (rmask[:, None] & (dj < D)[None, :])[:, :, None] & (mcols < m)[None, None, :]
+                vt = tl.load(top + (R + dj)[None, :, None] * B * m + poff, mask=mt, other=0.0)
+                tl.debug_barrier()
+                tl.store(top + dj[None, :, None] * B * m + poff, vt, mask=mt)
+                tl.debug_barrier()
+
+
+@triton.jit
 def _stack_fwd(
     pre_ptr, wz_ptr, wh_ptr, bh_ptr, zs_ptr, cs_ptr, gates_ptr, hd_ptr, s_ptr, p_ptr, ovf_ptr, jp_ptr, x_ptr,
-    T, B, N, M, D, SW, KH,
+    out_ptr, zf_ptr, cf_ptr, sf_ptr, pf_ptr, len_ptr,
+    T, B, N, M, D, SW, KH, R,
     LSTM: tl.constexpr, CODE: tl.constexpr, VCODE: tl.constexpr, MEM: tl.constexpr,
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
     BLOCK_K: tl.constexpr, NUM_K: tl.constexpr, BLOCK_KH: tl.constexpr, BLOCK_F: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, PRELOAD: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, NO_HISTORY: tl.constexpr, PRELOAD: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``gates`` ``[T, B, G]`` (``G = 4N`` LSTM, ``N`` Elman; ``gates`` holds the LSTM's
     activated gates or the Elman pre-activation), ``wz [G, N+M]``, ``wh [KH, N]``, ``bh [KH]``,
@@ -126,7 +233,17 @@ def _stack_fwd(
     of the DeQue); index 0 of ``zs``, ``cs`` and ``s`` holds the initial state.  ``MEM``: the
     memory's code (:data:`MEMORY_CODES`, from its spec) (``M`` is
     the reading's width: ``2m`` for the DeQue).  ``PRELOAD``: the weight tiles are loaded once,
-    before the time loop (:func:`_preload`)."""
+    before the time loop (:func:`_preload`).
+
+    ``NO_HISTORY`` (a forward nothing will differentiate, :func:`_forward_no_history`): ``zs``,
+    ``cs`` and ``s`` hold ``R + 1`` steps, ``hd`` ``R``, the sliding values ``p [R+D, B, M]``
+    (the DeQue's ``[2(R+D), B, M/2]``), ``gates`` is not written: step ``t`` runs as the buffers'
+    step ``u = t mod R`` (the memories' steps as they are, with ``R`` for ``T``), after which
+    ``[h ; r]`` goes to ``out [T, B, N+M]`` and the rows whose length (``len [B]``, int64) is
+    ``t + 1`` store their state: ``[h ; r]`` in ``zf [B, N+M]``, ``c`` in ``cf [B, N]``, the
+    cells or strengths in ``sf [B, SW]``, the values' window in ``pf [B, D, M]`` (the DeQue's
+    ``[B, 2D, M/2]``); after ``u = R − 1`` the last slot moves to the first (:func:`_rewind`).
+    The arithmetic is the history launch's, op for op."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -150,8 +267,14 @@ def _stack_fwd(
             pk = kb * BLOCK_N + cols
             whs = whs + (_load_tile(wh_ptr, pk, pk < N, hcols, hcols < KH, 1, N),)  # noqa: RUF005
     for t in range(T):
+        if NO_HISTORY:  # the ring's slot, and the steps the sliding values' buffer is laid out for
+            u = t % R
+            TB = R
+        else:
+            u = t
+            TB = T
         # 1. the controller
-        z_prev = zs_ptr + t * B * NZ
+        z_prev = zs_ptr + u * B * NZ
         for jb in tl.static_range(NUM_N):
             j = jb * BLOCK_N + cols
             jmask = j < N
@@ -178,19 +301,21 @@ def _stack_fwd(
             if LSTM:
                 o, i, f, g = _sig(a0), _sig(a1), _sig(a2), _tanh(a3)
                 off = rows[:, None] * N + j[None, :]
-                c_prev = tl.load(cs_ptr + t * B * N + off, mask=m2, other=0.0).to(tl.float32)
+                c_prev = tl.load(cs_ptr + u * B * N + off, mask=m2, other=0.0).to(tl.float32)
                 c = f * c_prev + i * g
                 h = o * _tanh(c)
-                tl.store(cs_ptr + (t + 1) * B * N + off, c.to(cs_ptr.dtype.element_ty), mask=m2)
-                tl.store(gb, o.to(ty), mask=m2)
-                tl.store(gb + N, i.to(ty), mask=m2)
-                tl.store(gb + 2 * N, f.to(ty), mask=m2)
-                tl.store(gb + 3 * N, g.to(ty), mask=m2)
+                tl.store(cs_ptr + (u + 1) * B * N + off, c.to(cs_ptr.dtype.element_ty), mask=m2)
+                if not NO_HISTORY:
+                    tl.store(gb, o.to(ty), mask=m2)
+                    tl.store(gb + N, i.to(ty), mask=m2)
+                    tl.store(gb + 2 * N, f.to(ty), mask=m2)
+                    tl.store(gb + 3 * N, g.to(ty), mask=m2)
             else:
                 h = _act(a0, CODE)
-                tl.store(gb, a0.to(ty), mask=m2)
+                if not NO_HISTORY:
+                    tl.store(gb, a0.to(ty), mask=m2)
             tl.store(
-                zs_ptr + (t + 1) * B * NZ + rows[:, None] * NZ + j[None, :],
+                zs_ptr + (u + 1) * B * NZ + rows[:, None] * NZ + j[None, :],
                 h.to(zs_ptr.dtype.element_ty),
                 mask=m2,
             )
@@ -206,7 +331,7 @@ def _stack_fwd(
         # each tensor's largest value on an H200, against 2e-7 for torch's float32;
         # ``python -m benchmarks.kernel_precision``)
         acc = _rec_matvec(
-            (acc,), zs_ptr + (t + 1) * B * NZ, NZ, rows, rmask, wh_ptr, N, 1, 0, hcols, hmask, N,
+            (acc,), zs_ptr + (u + 1) * B * NZ, NZ, rows, rmask, wh_ptr, N, 1, 0, hcols, hmask, N,
             BLOCK_N, NUM_N, STACK_DOT_PRECISION, whs, 0, PRELOAD,
         )[0]  # fmt: skip
         # softmax over the three (the jump tape: five) actions (``==`` chains: Triton's constexpr selects)
@@ -218,7 +343,7 @@ def _stack_fwd(
         else:  # sigmoid push and pop strengths (the DeQue's: at both ends)
             heads = tl.where((hcols < (4 if MEM == DEQUE else 2))[None, :], _sig(acc), _act(acc, VCODE))
         tl.store(
-            hd_ptr + t * B * KH + rows[:, None] * KH + hcols[None, :],
+            hd_ptr + u * B * KH + rows[:, None] * KH + hcols[None, :],
             heads.to(hd_ptr.dtype.element_ty),
             mask=rmask[:, None] & hmask[None, :],
         )
@@ -226,18 +351,18 @@ def _stack_fwd(
         # 3. the memory
         if MEM == SUPERPOSITION:
             lost = _superposition_step(
-                t, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_B, BLOCK_F
+                u, rows, rmask, hd_ptr, s_ptr, zs_ptr, B, N, M, SW, KH, NZ, BLOCK_B, BLOCK_F
             )
         elif MEM == TAPE:
-            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, False, BLOCK_F)
+            _tape_step(u, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, False, BLOCK_F)
             lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
         elif MEM == TAPE_JUMP:
-            _tape_step(t, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, True, BLOCK_F)
+            _tape_step(u, rows, rmask, hd_ptr, s_ptr, zs_ptr, jp_ptr, B, N, M, SW, KH, NZ, True, BLOCK_F)
             lost = tl.zeros((BLOCK_B,), dtype=tl.float32)
         elif MEM == DEQUE:
             lost = _deque_step(
-                t,
-                T,
+                u,
+                TB,
                 rows,
                 rmask,
                 hd_ptr,
@@ -257,11 +382,24 @@ def _stack_fwd(
             )
         else:
             lost = _strat_step(
-                t, T, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
+                u, TB, rows, rmask, hd_ptr, s_ptr, p_ptr, zs_ptr, B, N, M, D, KH, NZ,
                 MEM == QUEUE, BLOCK_B, BLOCK_D, BLOCK_M,
             )  # fmt: skip
         tl.store(ovf_ptr + t * B + rows, lost.to(ovf_ptr.dtype.element_ty), mask=rmask)
         tl.debug_barrier()
+        if NO_HISTORY:
+            _keep(
+                t, u, R, rows, rmask, zs_ptr, cs_ptr, s_ptr, p_ptr, out_ptr, zf_ptr, cf_ptr, sf_ptr, pf_ptr,
+                len_ptr, B, N, M, D, SW, LSTM, MEM, BLOCK_B, BLOCK_N, NUM_N, BLOCK_K, NUM_K, BLOCK_F, BLOCK_D,
+                BLOCK_M,
+            )  # fmt: skip
+            tl.debug_barrier()  # the window just kept may overlap where the rewind moves it
+            if u == R - 1:
+                _rewind(
+                    R, rows, rmask, zs_ptr, cs_ptr, s_ptr, p_ptr, B, N, M, D, SW, LSTM, MEM, BLOCK_N, NUM_N,
+                    BLOCK_K, NUM_K, BLOCK_F, BLOCK_D, BLOCK_M,
+                )  # fmt: skip
+            tl.debug_barrier()
 
 
 @triton.jit
@@ -461,8 +599,9 @@ class StackRNNTriton(torch.autograd.Function):
         if T > 0 and B > 0:
             _launch(_stack_fwd, triton.cdiv(B, BLOCK_B), (
                 pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
-                jp, x, T, B, N, M, D, SW, KH, lstm, code, vcode, mem,
+                jp, x, zs, zs, zs, zs, zs, jp, T, B, N, M, D, SW, KH, T, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
+                False,
             ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
@@ -524,6 +663,88 @@ class StackRNNTriton(torch.autograd.Function):
             g_b_head = ghd.float().sum((0, 1)).to(dt)
         g_c0 = gc[0].to(dt) if lstm else None
         return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None, None
+
+
+#: without history, the steps between two rewinds of the ring (:func:`_rewind`): ``zs``, ``cs`` and
+#: ``s`` hold ``RING + 1`` steps, the sliding values ``RING + D`` (the CPU loops' ``RING``,
+#: :data:`memrnn.ops.stack_rnn.cpu.RING`; not timed on a GPU: a rewind copies the state once per
+#: ``RING`` steps, each step reads it about three times)
+RING = 2
+
+
+def _forward_no_history(
+    pre: Tensor,
+    w_z: Tensor,
+    w_head: Tensor,
+    b_head: Tensor,
+    h0: Tensor,
+    c0: Tensor | None,
+    s0: Tensor,
+    p0: Tensor | None,
+    r0: Tensor,
+    jp: Tensor,
+    spec: tuple[bool, int, int, int],
+    lengths: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor | None, Tensor, Tensor | None, Tensor]:
+    """:class:`StackRNNTriton`'s forward for a call that nothing will differentiate, without history
+    (``_stack_fwd``'s ``NO_HISTORY``): O(B × the state) memory besides the outputs instead of
+    O(T × B × the state); the same arithmetic, op for op.  The arguments are
+    :meth:`StackRNNTriton.forward`'s, ``lengths [B]`` (None: all ``T``) -> ``out [T, B, N+M]``
+    (``[h ; r]`` of each step), each row's final ``[h ; r]`` ``[B, N+M]``, ``c [B, N]`` (None for
+    Elman), cells or strengths ``[B, SW]``, values ``[B, D, M]`` (the DeQue's ``[B, 2D, M/2]``;
+    None for the other memories), and ``overflow [T, B]``."""
+    lstm, code, vcode, mem = spec
+    T, B, _ = pre.shape
+    N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
+    strat, deque = mem in _STRAT, mem == _DEQUE
+    M = KH - N_ACTIONS[mem]
+    D = p0.shape[1] if strat else SW // 2 if deque else SW // M
+    NZ = N + M
+    if lengths is None:
+        lens = torch.full((B,), T, dtype=torch.int64, device=pre.device)
+    else:
+        lens = lengths.to(device=pre.device, dtype=torch.int64).contiguous()
+        bad = lens[(lens < 0) | (lens > T)]
+        if bad.numel():  # a row that would never end: its final state unset
+            raise ValueError(
+                f"lengths must lie in [0, T] = [0, {T}] (x's steps); got a length of {int(bad[0])}"
+            )
+    pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
+    R = max(1, min(T, RING))
+    # the finals start at the initial state: the rows of length 0 keep it
+    zf = pre.new_empty(B, NZ)
+    zf[:, :N], zf[:, N:] = h0, r0
+    cf = pre.new_empty(B, N).copy_(c0) if lstm else None
+    sf = pre.new_empty(B, SW).copy_(s0)
+    pf = pre.new_empty(p0.shape).copy_(p0) if strat or deque else None
+    zs = pre.new_empty(R + 1, B, NZ)
+    zs[0] = zf
+    cs = pre.new_empty(R + 1, B, N) if lstm else None
+    if lstm:
+        cs[0] = c0
+    s = pre.new_empty(R + 1, B, SW)
+    s[0] = s0
+    hd = pre.new_empty(R, B, KH)
+    p = None
+    if strat:
+        p = pre.new_empty(R + D, B, M)
+        p[R:] = p0.transpose(0, 1)
+    if deque:  # the bottom half's buffer, then the top half's
+        p = pre.new_empty(2 * (R + D), B, M // 2)
+        p[R : R + D] = p0[:, :D].transpose(0, 1)
+        p[R + D : R + 2 * D] = p0[:, D:].transpose(0, 1)
+    x = torch.empty(B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
+    out = pre.new_empty(T, B, NZ)
+    ovf = pre.new_zeros(T, B)
+    if T > 0 and B > 0:
+        _launch(_stack_fwd, triton.cdiv(B, BLOCK_B), (
+            pre, w_z, w_head, b_head, zs, zs if cs is None else cs, pre, hd, s, s if p is None else p, ovf,
+            jp, x, out, zf, zf if cf is None else cf, sf, sf if pf is None else pf, lens,
+            T, B, N, M, D, SW, KH, R, lstm, code, vcode, mem,
+            BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
+            True,
+        ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
+    return out, zf, cf, sf, pf, ovf
 
 
 #: the most bytes of float32 weight tiles (W_z's and W_head's, padded to their blocks) that the
@@ -623,9 +844,19 @@ def stack_rnn_triton(
         if jump is not None
         else torch.zeros(1, dtype=torch.int32, device=x.device)
     )
-    zs, cs, s, p, ovf = StackRNNTriton.apply(
-        pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, jp, (lstm, code, VALUE_CODES[value_activation], mem)
-    )
+    spec = (lstm, code, VALUE_CODES[value_activation], mem)
+    args = (pre, w_z, w_head, b_head, h0, c0, s0, p0, r0)
+    if not torch.is_grad_enabled() or not any(t is not None and t.requires_grad for t in (*args, jump)):
+        # nothing can ask for a gradient (the test of memrnn.ops.stack_rnn.opaque.hand_written): no history
+        with torch.no_grad():
+            out, zf, cf, sf, pf, ovf = _forward_no_history(*args, jp, spec, lengths)
+        out_b = out.transpose(0, 1)  # [B, T, N+M]
+        if mem in (*_STRAT, _DEQUE):
+            finals = (pf, sf, zf[:, N:])
+        else:
+            finals = (sf.reshape(B, D, M),) if jump is None else (jump, sf.reshape(B, D, M))
+        return out_b[:, :, :N], out_b[:, :, N:], zf[:, :N], cf, *finals, ovf.t()
+    zs, cs, s, p, ovf = StackRNNTriton.apply(*args, jp, spec)
     zs_b = zs.transpose(0, 1)  # [B, T+1, N+M]
     h_fin = final_by_length(zs_b[:, :, :N], lengths)
     c_fin = final_by_length(cs.transpose(0, 1), lengths) if lstm else None
