@@ -229,3 +229,14 @@ def test_memory_scaling_prints_times_and_peaks(capsys):
     assert "| memrnn | superposition | 8 | 4 |" in capsys.readouterr().out
     fwd, train = memory_scaling._peaks("memrnn", "superposition", 8, 8)
     assert fwd >= 0 and train >= 0
+
+
+def test_deletang_forward_smoke():
+    """``benchmarks/deletang_forward.py --smoke``: one tiny row per configuration (Delétang et al.'s
+    Stack-RNN and Tape-RNN), the plain per-step loop checked equal to memrnn's outputs and final
+    memory (the torch.compile column is left out here: it compiles for 20-40 s)."""
+    from benchmarks import deletang_forward
+
+    rows = deletang_forward.main(["--smoke", "--no-compile"])
+    assert [r["config"] for r in rows] == ["stack_rnn", "tape_rnn"]
+    assert all(r["err_loop"] <= 1e-5 for r in rows)
