@@ -12,9 +12,9 @@ state, so the trimmed windows apply).  Times: best of ``--repeats`` calls, each 
 alternating with ``nn.LSTM(64, 64)``'s, so a shared machine's drift moves both.  Peak memory: a
 fresh child process per row builds the layer and its input, resets its peak resident set size to
 the current one (Linux's ``/proc/self/clear_refs``), runs one forward under ``no_grad`` and reads the
-peak (``VmHWM``), then the same for one forward+backward; the table gives the two increases (MiB).  Large tensors
-come from ``mmap`` and go back to the system when freed, so the peak RSS is the peak of live tensors
-up to the allocator's small-block slack (~1 MiB).  ``state+out`` is what a forward cannot avoid:
+peak (``VmHWM``), then the same for one forward+backward; the table gives the two increases (MiB).  The child runs with
+``MALLOC_MMAP_THRESHOLD_=65536``: blocks from 64 KiB come from ``mmap`` and go back to the system
+when freed, so the peak RSS is the peak of live tensors up to the allocator's small-block slack.  ``state+out`` is what a forward cannot avoid:
 the memory's state for one step plus the outputs ``[B, T, N]``.  rau's columns are its
 ``SuperpositionStackRNN``/``StratificationStackRNN`` with an LSTM controller (its language model's
 recurrence, ``get_stack_rnn_recurrence``), which trim the superposition stack to
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -113,8 +114,15 @@ def peaks(kind: str, memory: str, T: int, depth: int, rau: str | None) -> tuple[
         "print(json.dumps(_peaks(*json.loads(sys.argv[2]))))"
     )
     args = json.dumps([kind, memory, T, depth])
+    # large blocks from mmap, returned to the system when freed: the peak RSS is then the peak of
+    # live tensors, not of what glibc's heap kept from earlier calls
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
     out = subprocess.run(
-        [sys.executable, "-c", code, json.dumps(env_path), args], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, json.dumps(env_path), args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
