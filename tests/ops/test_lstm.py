@@ -166,7 +166,7 @@ def test_fused_member_cell_equals_the_python_loop_to_rounding(monkeypatch, tanh_
     weights = [torch.randn(M, B, T + 1, N, generator=g, dtype=torch.float64) for _ in range(2)]
 
     def run(impl, dt):
-        args = [a.to(dt).requires_grad_(i != 0 or outputs != "cs") for i, a in enumerate(base)]
+        args = [a.to(dt, copy=True).requires_grad_(i != 0 or outputs != "cs") for i, a in enumerate(base)]
         hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
         loss = (hs * weights[0].to(dt)).sum() if outputs != "cs" else 0
         loss = loss + ((cs * weights[1].to(dt)).sum() if outputs != "hs" else 0)
