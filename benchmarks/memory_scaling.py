@@ -28,10 +28,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import torch
 
+from benchmarks.stack_rnn_speed import best_of_pair
 from memrnn.layers import StackRNN
 from memrnn.ops.native import cpu_description
 
@@ -127,15 +127,9 @@ def peaks(kind: str, memory: str, T: int, depth: int, rau: str | None) -> tuple[
     return tuple(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-def _time(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def times(call, base, x: torch.Tensor, repeats: int) -> dict[str, float]:
     """Best-of-``repeats`` seconds of ``call``'s forward (no_grad) and forward+backward, and of
-    ``base``'s, the two alternating."""
+    ``base``'s, the two alternating (:func:`benchmarks.stack_rnn_speed.best_of_pair`)."""
 
     def fwd(f):
         def run():
@@ -149,11 +143,7 @@ def times(call, base, x: torch.Tensor, repeats: int) -> dict[str, float]:
 
     out = {}
     for mode, wrap in (("fwd", fwd), ("train", train)):
-        a, b = wrap(base), wrap(call)
-        a(), b()  # warm-up
-        pairs = [(_time(a), _time(b)) for _ in range(repeats)]
-        out[f"lstm_{mode}"] = min(p[0] for p in pairs)
-        out[mode] = min(p[1] for p in pairs)
+        out[f"lstm_{mode}"], out[mode] = best_of_pair(wrap(base), wrap(call), repeats)
     return out
 
 
