@@ -98,7 +98,10 @@ def _forward_loop(
     # the value MLP's layers: (weight, bias column, per-step outputs), the last into the value rows
     outs = [*(h.unbind(0) for h in mlp_h), hv_] if mlp_w else []
     layers = [(w, bb.unsqueeze(-1), o) for w, bb, o in zip(mlp_w, mlp_b, outs, strict=True)]
-    live = getattr(mem, "_C", None)  # a trimming memory's live ranges by step (None: none)
+    # a trimming memory's live ranges by step, read at its ring slot p (s − p steps behind)
+    shifted = None
+    if ring is not None and getattr(mem, "_C", None) is not None:
+        mem._C = shifted = _Shifted(mem._C, 0)
     for s in range(T):
         # p: the time slot of z, cs and the memory's buffers that step s reads (it writes p + 1);
         # a: its slot of acts; j: of the per-step buffers (heads, A, xs, the MLP's)
@@ -132,8 +135,8 @@ def _forward_loop(
             torch.sigmoid(ha_[j], out=A_[j])
         if vfn is not None:
             vfn(hv_[j])
-        if ring is not None and live is not None:
-            mem._C = _Shifted(live, s - p)  # the kernel reads its live ranges at its slot p
+        if shifted is not None:
+            shifted.off = s - p
         lost = mem.forward(p, rows_[j], hv_[j])
         if lost is not None and want_overflow:
             overflow[s] = lost
