@@ -212,15 +212,28 @@ def test_outputs_without_history_equal_the_trimmed_training_outputs(memory, impl
     x = torch.randn(4, 9, 3, dtype=torch.float64)
     mask = torch.arange(9) < torch.tensor([9, 5, 1, 7])[:, None]
     with implementation(impl):
-        _check_trimmed_ring(layer, x, mask)
+        _check_trimmed_ring(layer, x, mask, memory)
 
 
-def _check_trimmed_ring(layer, x, mask):
+def _check_trimmed_ring(layer, x, mask, memory):
+    from memrnn.ops.stack_rnn.specs import KERNELS
+
     want = layer.outputs(x, mask=mask)
     assert want.grad_fn is not None
-    with torch.no_grad():
+    kernels = []
+    real = KERNELS[memory].__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        kernels.append(self)
+
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(KERNELS[memory], "__init__", spy)
         got = layer.outputs(x, mask=mask)
     assert torch.equal(got, want.detach())
+    # the ring's kernel (built for its slots, not T steps) trims the superposition stack only
+    ring = [k for k in kernels if getattr(k, "T", None) not in (None, 0, x.shape[1])]
+    assert ring and all((k.live is not None) == (memory == "superposition") for k in ring)
     # forward (finals wanted: the ring runs its whole window) from the same zero state
     want_y, want_state = layer(x, mask=mask)
     with torch.no_grad():
