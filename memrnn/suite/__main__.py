@@ -5,6 +5,7 @@
                                    [--members auto|M]       (seeds and lrs of a cell as members of one process)
     python -m memrnn.suite cell    SUITE --cell NAME        one cell in this process
     python -m memrnn.suite slurm   SUITE [--submit]         a SLURM array script (and sbatch it)
+                                   [--members auto|M]       (a task per process of members, as `run`)
     python -m memrnn.suite sweep   SUITE                    a W&B sweep configuration
     python -m memrnn.suite collect SUITE [--wandb E/P/ID]   the results table, curves and plot
 
@@ -138,6 +139,9 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--parallel", type=int, help="at most this many array tasks at once")
     q.add_argument("--python", help="the interpreter on the nodes (default: this one)")
     q.add_argument("--submit", action="store_true", help="run sbatch on the script")
+    q.add_argument("--members", type=_members_arg, metavar="auto|M",
+                   help="a task per group of members: the process `run --members` starts for the cells "
+                   "that differ only in seed and learning rate (at most M; auto: all of them)")  # fmt: skip
     q = add("sweep", "write a W&B sweep configuration of the suite's grid")
     q.add_argument("--config", type=Path, help="where to write it (default: <out>/sweep.yaml)")
     q = add("collect", "the results table, per-length curves and plot of the finished cells")
@@ -206,6 +210,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (KeyError, ValueError) as e:
                 print(f"error: {e.args[0]}", file=sys.stderr)
                 return 2
+            if not results:  # done by another process since the group was written (a SLURM array's)
+                print(
+                    f"[suite {suite.name}] {', '.join(c.name for c in group)}: done; --force runs them again"
+                )
             for name, result in results.items():
                 note = " (diverged: stopped)" if result["diverged"] else ""
                 print(f"[suite {suite.name}] {name}: {suite.metric} = {result['score']:.6g}{note}")
@@ -283,9 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"error: --option takes KEY=VALUE, got {o!r}", file=sys.stderr)
                 return 2
             options[key] = value
+        todo = [c for c in _select(suite, args) if cell_status(suite, c) != "done"]
         try:
-            text = slurm_script(suite, cells=_select(suite, args), options=options, parallel=args.parallel,
-                                extra=extra, python=args.python)  # fmt: skip
+            text = slurm_script(suite, cells=todo, options=options, parallel=args.parallel, extra=extra,
+                                python=args.python, members=args.members)  # fmt: skip
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -293,8 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         script.parent.mkdir(parents=True, exist_ok=True)
         (suite.out / "logs").mkdir(parents=True, exist_ok=True)  # sbatch does not create --output's folder
         script.write_text(text)
-        n = sum(cell_status(suite, c) != "done" for c in _select(suite, args))
-        print(f"wrote {script}: a job array of {n} cell(s); submit with `sbatch {script}`")
+        if args.members is None:
+            tasks = f"{len(todo)} cell(s)"
+        else:
+            tasks = f"{len(suite.member_groups(todo, args.members))} group(s) of members ({len(todo)} cells)"
+        print(f"wrote {script}: a job array of {tasks}; submit with `sbatch {script}`")
         if args.submit:
             done = subprocess.run(["sbatch", str(script)], capture_output=True, text=True)
             sys.stdout.write(done.stdout)

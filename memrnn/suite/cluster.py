@@ -1,6 +1,7 @@
 """Launch a suite's cells elsewhere: a SLURM job array (:func:`slurm_script`) or a W&B sweep
 (:func:`wandb_sweep`).  Both run ``python -m memrnn.suite cell <suite> …`` once per cell, which
-is :func:`memrnn.suite.runner.run_cell` in a process of its own."""
+is :func:`memrnn.suite.runner.run_cell` in a process of its own; with ``members`` the array runs
+one process per group of members instead (:mod:`memrnn.suite.groups`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from memrnn.suite.runner import cell_status
+from memrnn.suite.runner import _cell_command, cell_status
 from memrnn.suite.spec import Cell, Suite
 
 #: SLURM's default MaxArraySize is 1001 (array indices 0..1000)
@@ -27,6 +28,7 @@ def slurm_script(
     python: str | None = None,
     workdir: str | Path | None = None,
     max_array_size: int = MAX_ARRAY_SIZE,
+    members: str | int | None = None,
 ) -> str:
     """An ``sbatch`` script whose job array runs one cell per task: the cells of ``cells``
     (default: every cell of the suite) that are not done, listed by name in the script, so a
@@ -39,8 +41,19 @@ def slurm_script(
     start (default: here; the suite file and its configs must be reachable from the nodes).
     More cells than ``max_array_size`` (SLURM's ``MaxArraySize``) share the tasks: task ``i``
     runs cells ``i``, ``i + size``, … one after the other.  A task whose cell fails goes on with
-    its next cell and exits non-zero.  Raises ``ValueError`` when nothing is left to run."""
+    its next cell and exits non-zero.
+
+    ``members`` (``"auto"`` or a whole number, as ``run --members``): a task per group of the
+    cells not done (:meth:`Suite.member_groups`, at most ``members`` a group), running the
+    command ``run --members`` runs for it, ``python -m memrnn.suite cell SUITE --cell NAME …
+    --members`` (a group of one: its cell alone).  The groups are named by their cells, not by an
+    index into the grouping, which would point at other cells once some finish between writing
+    and running (the grouping is of the cells not done): a cell done by then is skipped, and a
+    group killed at its time limit continues from its checkpoint when submitted again.  Raises
+    ``ValueError`` when nothing is left to run, and for a suite whose cells cannot be members
+    (``share_data``)."""
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
+    groups = None if members is None else suite.member_groups(todo, members)
     if not todo:
         raise ValueError(f"every cell of suite {suite.name!r} is done: nothing to submit")
     if max_array_size < 1:
@@ -55,12 +68,18 @@ def slurm_script(
         **suite.slurm,
         **(options or {}),
     }
-    size = min(len(todo), max_array_size)
+    size = min(len(todo) if groups is None else len(groups), max_array_size)
     array = f"0-{size - 1}" + (f"%{parallel}" if parallel else "")
+    written = f"python -m memrnn.suite slurm {shlex.quote(str(suite.path))}"
+    if groups is None:
+        what = "in a job array"
+    else:
+        written += f" --members {members}"
+        what = f"in a job array of {len(groups)} group(s) of members, one process each"
     lines = [
         "#!/bin/bash",
-        f"# memrnn suite {suite.name!r}: {len(todo)} cell(s) not done when this was written, in a job array.",
-        f"# Written by `python -m memrnn.suite slurm {shlex.quote(str(suite.path))}`; submit with `sbatch <this file>`.",
+        f"# memrnn suite {suite.name!r}: {len(todo)} cell(s) not done when this was written, {what}.",
+        f"# Written by `{written}`; submit with `sbatch <this file>`.",
         f"#SBATCH --array={array}",
     ]
     for key, value in merged.items():
@@ -70,6 +89,32 @@ def slurm_script(
         if key == "array":
             raise ValueError("the array is the suite's cells: do not set 'array' in the slurm options")
         lines.append(f"#SBATCH --{key}" if value is True else f"#SBATCH --{key}={value}")
+    lines += [
+        "set -euo pipefail",
+        f"mkdir -p {shlex.quote(str(out / 'logs'))}",
+        f"cd {shlex.quote(str(Path(workdir or Path.cwd()).resolve()))}",
+    ]
+    if groups is not None:
+        python = python or sys.executable
+        lines += [
+            "# group i: the command `run --members` runs for it (`cell` skips the cells done by then)",
+            "group() {",
+            '  case "$1" in',
+            *(
+                f"    {i}) {_wrap(_group_command(suite, g, extra, python, out))} ;;"
+                for i, g in enumerate(groups)
+            ),
+            '    *) echo "no group $1" >&2; return 2 ;;',
+            "  esac",
+            "}",
+            'export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"',
+            "status=0",
+            f"for ((i = SLURM_ARRAY_TASK_ID; i < {len(groups)}; i += {size})); do",
+            '  group "$i" || status=$?',
+            "done",
+            "exit $status",
+        ]
+        return "\n".join(lines) + "\n"
     parts = [
         shlex.quote(a)
         for a in (python or sys.executable, "-m", "memrnn.suite", "cell", str(suite.path), "--out", str(out))
@@ -78,9 +123,6 @@ def slurm_script(
     if extra:
         parts += ["--", *(shlex.quote(a) for a in extra)]
     lines += [
-        "set -euo pipefail",
-        f"mkdir -p {shlex.quote(str(out / 'logs'))}",
-        f"cd {shlex.quote(str(Path(workdir or Path.cwd()).resolve()))}",
         "CELLS=(",
         *(f"  {shlex.quote(c.name)}" for c in todo),
         ")",
@@ -92,6 +134,27 @@ def slurm_script(
         "exit $status",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _wrap(command: Sequence[str], width: int = 100) -> str:
+    """``command`` quoted for bash, over continued lines of about ``width`` characters."""
+    lines = [""]
+    for word in map(shlex.quote, command):
+        if lines[-1] and len(lines[-1]) + 1 + len(word) > width:
+            lines.append("")
+        lines[-1] += (" " if lines[-1] else "") + word
+    return " \\\n         ".join(lines)
+
+
+def _group_command(
+    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], python: str, out: Path
+) -> list[str]:
+    """The command :func:`memrnn.suite.runner.run_local` runs for a group of members, with the
+    nodes' interpreter and the runs' folder as an absolute path (the script ``cd``s first)."""
+    cmd = _cell_command(suite, cells, extra, members=len(cells) > 1)
+    cmd[0] = python
+    cmd[cmd.index("--out") + 1] = str(out)
+    return cmd
 
 
 def wandb_sweep(suite: Suite, *, extra: Sequence[str] = (), python: str = "${interpreter}") -> dict[str, Any]:

@@ -1,18 +1,21 @@
 """A suite's cells as members (``python -m memrnn.suite run SUITE --members auto``,
 :mod:`memrnn.suite.groups`): cells that differ only in seed and learning rate train in one
 process, each member writes its cell's ``result.json`` equal to the cell's single run, and a
-killed group continues from its checkpoint."""
+killed group continues from its checkpoint; ``slurm --members`` makes each group an array task."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
 import warnings
 
 import pytest
 import torch
 
 from memrnn.lit import SequenceModule
-from memrnn.suite import Suite, cell_status, collect, run_cell
+from memrnn.suite import Suite, cell_status, collect, run_cell, run_local, runner, slurm_script
 from memrnn.suite.__main__ import main
 from memrnn.suite.groups import run_group
 
@@ -102,3 +105,116 @@ def test_a_killed_group_continues_and_the_cli_groups_a_suite(tmp_path, capsys):
         if c.task == "parity_check" and c.lr == 0.003:
             result = json.loads((suite.cell_dir(c) / "result.json").read_text())
             assert result["members"] == 2 and result["group"].endswith("lr0.003-seed0_lr0.003-seed1")
+
+
+def _task_commands(script: str, tasks: int) -> list[list[list[str]]]:
+    """The commands each of the first ``tasks`` array tasks of ``script`` runs (written with
+    ``python="echo"``: each prints its arguments after the interpreter)."""
+    return [
+        [shlex.split(line) for line in subprocess.run(
+            ["bash", "-c", script], env=dict(os.environ, SLURM_ARRAY_TASK_ID=str(i)), capture_output=True,
+            text=True, check=True).stdout.splitlines()]
+        for i in range(tasks)
+    ]  # fmt: skip
+
+
+def test_slurm_members_makes_a_task_per_group_running_what_run_members_runs(tmp_path, monkeypatch, capsys):
+    suite = _suite(tmp_path)  # 2 tasks x 2 lrs x 2 seeds
+    extra = ["--trainer.max_steps=3"]
+    started = []  # what `run --members 3` starts: a stand-in for its processes records their commands
+
+    class Started:
+        returncode = 0
+
+        def __init__(self, command, **kwargs):
+            started.append(command)
+
+        def poll(self):
+            return 0
+
+    with monkeypatch.context() as m:
+        m.setattr(runner.subprocess, "Popen", Started)
+        run_local(suite, members=3, extra=extra, log=lambda _: None)
+    assert [len([a for a in c if a.startswith("lstm/")]) for c in started] == [3, 1, 3, 1]
+    script = slurm_script(suite, members=3, extra=extra, python="echo", parallel=2)
+    assert "#SBATCH --array=0-3%2\n" in script and "in a job array of 4 group(s) of members" in script
+    tasks = _task_commands(script, 4)
+    assert [t for (t,) in tasks] == [c[1:] for c in started]  # the same commands, one per task
+    assert "--members" in tasks[0][0] and "--members" not in tasks[1][0]  # a group of one: its cell alone
+    assert tasks[0][0][-2:] == ["--", "--trainer.max_steps=3"]
+    # ungrouped: a task per cell
+    assert "#SBATCH --array=0-7\n" in slurm_script(suite, python="echo")
+    # past the array limit the tasks share the groups
+    shared = _task_commands(slurm_script(suite, members=3, extra=extra, python="echo", max_array_size=3), 3)
+    assert "#SBATCH --array=0-2\n" in slurm_script(suite, members=3, python="echo", max_array_size=3)
+    assert [len(t) for t in shared] == [2, 1, 1]
+    assert sorted(c for t in shared for c in t) == sorted(c[1:] for c in started)
+    # the cells done are left out of the groups
+    done = suite.cell("lstm/parity_check/lr0.01/seed0")
+    suite.cell_dir(done).mkdir(parents=True)
+    (suite.cell_dir(done) / "result.json").write_text("{}")
+    script = slurm_script(suite, members="auto", python="echo")
+    assert "#SBATCH --array=0-1\n" in script and "8 cell(s)" not in script and "7 cell(s) not done" in script
+    ((first,), (second,)) = _task_commands(script, 2)
+    assert [a for a in first if a.startswith("lstm/")] == [
+        "lstm/parity_check/lr0.01/seed1", "lstm/parity_check/lr0.003/seed0", "lstm/parity_check/lr0.003/seed1"]  # fmt: skip
+    assert len([a for a in second if a.startswith("lstm/")]) == 4
+    # the command line: filters, --parallel and --python with --members
+    path = tmp_path / "members.sbatch"
+    code = main(["slurm", str(suite.path), "--out", str(suite.out), "--members", "auto", "--lr", "0.003",
+                 "--parallel", "2", "--python", "echo", "--script", str(path), "--", "--trainer.max_steps=3"])  # fmt: skip
+    assert code == 0 and "a job array of 2 group(s) of members (4 cells)" in capsys.readouterr().out
+    text = path.read_text()
+    assert "#SBATCH --array=0-1%2\n" in text and "lr0.01" not in text
+    for (command,), task in zip(_task_commands(text, 2), ("parity_check", "reverse_string"), strict=True):
+        assert [a for a in command if a.startswith("lstm/")] == [
+            f"lstm/{task}/lr0.003/seed{s}" for s in (0, 1)
+        ]
+        assert command[-3:] == ["--members", "--", "--trainer.max_steps=3"]
+    # a suite whose cells cannot be members: run --members's own refusal
+    (tmp_path / "shared").mkdir()
+    shared_data = Suite.load(write_suite(tmp_path / "shared", lrs=[0.01], share_data=True))
+    assert main(["slurm", str(shared_data.path), "--out", str(shared_data.out), "--members", "auto"]) == 2
+    assert "shares data across architectures (share_data)" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="share_data"):
+        slurm_script(shared_data, members=2)
+
+
+def test_an_array_task_of_members_writes_its_groups_results_and_resumes(tmp_path, capsys):
+    """Each task's command (run here through ``main``, as the node runs it) trains its group's
+    cells as members; a cell done since the script was written is skipped; a killed group
+    continues from its checkpoint when its task runs again, and a finished one does nothing."""
+    suite = _suite(tmp_path)
+    cells = [c for c in suite.cells() if c.lr == 0.01]
+    script = slurm_script(suite, cells=cells, members="auto", python="echo")
+    ((first,), (second,)) = _task_commands(script, 2)
+    assert first[:3] == ["-m", "memrnn.suite", "cell"]
+    elsewhere = suite.cell("lstm/reverse_string/lr0.01/seed0")  # finished elsewhere since
+    suite.cell_dir(elsewhere).mkdir(parents=True)
+    (suite.cell_dir(elsewhere) / "result.json").write_text('{"score": 0.5}')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(first[2:]) == 0
+        assert main(second[2:]) == 0
+    results = {c.name: json.loads((suite.cell_dir(c) / "result.json").read_text()) for c in cells}
+    assert results.pop(elsewhere.name) == {"score": 0.5}
+    for name, result in results.items():
+        assert result["cell"] == name and result["steps"] == 2
+        assert result["members"] == (2 if "parity_check" in name else 1)  # the cells not done when it ran
+        assert result["continued_from"] is None
+    assert all(cell_status(suite, c) == "pending" for c in suite.cells() if c not in cells)
+    group = [suite.cell(a) for a in first if a.startswith("lstm/")]
+    for c in group:  # killed at its time limit: STARTED and the group's checkpoint, no results
+        (suite.cell_dir(c) / "result.json").unlink()
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(first[2:]) == 0
+    for c in group:
+        result = json.loads((suite.cell_dir(c) / "result.json").read_text())
+        assert result["continued_from"] and result["members"] == 2 and result["steps"] == 2
+    stamps = [(suite.cell_dir(c) / "result.json").stat().st_mtime_ns for c in group]
+    capsys.readouterr()
+    assert main(first[2:]) == 0
+    assert ": done; --force runs them again" in capsys.readouterr().out
+    assert [(suite.cell_dir(c) / "result.json").stat().st_mtime_ns for c in group] == stamps

@@ -491,6 +491,40 @@ def test_slurm_tasks_share_cells_past_the_array_limit(tmp_path):
         slurm_script(suite, options={"array": "0-1"})
 
 
+def test_slurm_script_without_members_is_pinned(tmp_path):
+    """The ungrouped array script, byte for byte (``slurm --members`` added a grouped one beside
+    it and left this one as it was)."""
+    suite = Suite.load(write_suite(tmp_path, lrs=[0.01], slurm={"time": "1:00:00"}))
+    text = slurm_script(suite, parallel=2, python="py", workdir=tmp_path, extra=["--trainer.max_steps=9"],
+                        options={"mem": "4G"})  # fmt: skip
+    want = """#!/bin/bash
+# memrnn suite 'tiny': 4 cell(s) not done when this was written, in a job array.
+# Written by `python -m memrnn.suite slurm {d}/suite.yaml`; submit with `sbatch <this file>`.
+#SBATCH --array=0-3%2
+#SBATCH --job-name=memrnn-tiny
+#SBATCH --output={d}/runs/logs/slurm-%A_%a.log
+#SBATCH --cpus-per-task=1
+#SBATCH --time=1:00:00
+#SBATCH --mem=4G
+set -euo pipefail
+mkdir -p {d}/runs/logs
+cd {d}
+CELLS=(
+  lstm/parity_check/lr0.01/seed0
+  lstm/parity_check/lr0.01/seed1
+  lstm/reverse_string/lr0.01/seed0
+  lstm/reverse_string/lr0.01/seed1
+)
+export OMP_NUM_THREADS="${{SLURM_CPUS_PER_TASK:-1}}"
+status=0
+for ((i = SLURM_ARRAY_TASK_ID; i < ${{#CELLS[@]}}; i += 4)); do
+  py -m memrnn.suite cell {d}/suite.yaml --out {d}/runs --cell "${{CELLS[$i]}}" -- --trainer.max_steps=9 || status=$?
+done
+exit $status
+"""
+    assert text == want.format(d=tmp_path.resolve())
+
+
 def test_wandb_sweep_is_valid_and_its_agent_command_runs_a_cell(ran, tmp_path):
     """The sweep configuration passes W&B's own schema check (the ``sweeps`` package that
     ``wandb sweep``'s local controller uses); W&B's grid gives exactly the suite's cells; the
