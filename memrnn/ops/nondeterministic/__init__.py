@@ -35,7 +35,11 @@ On CPU tensors of float32 and float64 the stack runs in C++ (``native_step.cpp``
 :class:`NondeterministicRun`: a whole sequence's columns written once into one store (the window
 above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed term by term, batch
 last so that each loop over the batch vectorises, and start times that are still log 0 never
-computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
+computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.  A run
+nothing will differentiate (``torch.no_grad``, ``torch.inference_mode``; in the sequence driver
+also nothing requiring a gradient) keeps no history: its store is a ring of the last ``depth`` columns, so that the
+memory-limited stacks' forward takes their window's memory whatever the length (the unlimited
+stack's window is its whole sequence: :class:`NondeterministicRun`).
 ``StackRNN`` runs its sequences this way (:mod:`memrnn.ops.nondeterministic.sequence`: the
 controller's steps around one run); :func:`nondeterministic_step` on CPU is a run of one step.  On
 CUDA tensors of float32 and float64 the same run goes through Triton kernels
