@@ -35,7 +35,11 @@ On CPU tensors of float32 and float64 the stack runs in C++ (``native_step.cpp``
 :class:`NondeterministicRun`: a whole sequence's columns written once into one store (the window
 above is copied at every step, ``O(depth²)`` bytes), the log-sum-exps formed term by term, batch
 last so that each loop over the batch vectorises, and start times that are still log 0 never
-computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.
+computed, so that from the fresh stack step ``s`` costs ``O(min(s, depth)² · Q³S²)``.  A run
+nothing will differentiate (``torch.no_grad``, ``torch.inference_mode``; in the sequence driver
+also nothing requiring a gradient) keeps no history: its store is a ring of the last ``depth`` columns, so that the
+memory-limited stacks' forward takes their window's memory whatever the length (the unlimited
+stack's window is its whole sequence: :class:`NondeterministicRun`).
 ``StackRNN`` runs its sequences this way (:mod:`memrnn.ops.nondeterministic.sequence`: the
 controller's steps around one run); :func:`nondeterministic_step` on CPU is a run of one step.  On
 CUDA tensors of float32 and float64 the same run goes through Triton kernels
@@ -203,6 +207,20 @@ class NondeterministicRun:
     (first order).  The final window equals :func:`nondeterministic_step`'s but below its
     diagonal (log 0 here; the torch step slides along whatever the starting window held there).
 
+    Without history (``history=False``; by default a run made where gradients are off, under
+    ``torch.no_grad`` or ``torch.inference_mode``) nothing can go back through the run: it keeps
+    one step's arrays, and in C++ its store and forward weights are rings of the last ``depth``
+    columns (``native_step.cpp``'s header, "Without history"), so that its memory is its window's,
+    ``O(B · depth² · QS²)`` (``· m`` for a vector run), whatever the number of steps: the
+    memory-limited stacks (DuSell & Chiang 2022's RNS-RNN with its window, 2023's vector RNS-RNN)
+    evaluate long sequences in the memory of their state.  With ``depth ≥ steps`` (the unlimited
+    NS-RNN, 2020) every column is kept all the same: that stack's state is itself ``O(T)``
+    columns of ``O(T)`` start times.  Its readings and final windows equal a run's with history
+    bit for bit (the same arithmetic; ``tests/ops/test_nondeterministic_inference.py``); each row's
+    final window is copied out when the run has taken ``lengths[b]`` steps (later steps overwrite
+    it), so :meth:`final` comes after the longest row's.  The Triton run without history keeps one
+    step's arrays but every column (its kernels walk the store's diagonals by fixed strides).
+
     The nodes of a backward pass write into one gradient store, a fresh one for every pass (a
     second pass through the same graph, ``retain_graph=True``, gives the first one's gradients
     exactly): each step's node hands the next (earlier) one a zero-size token, so autograd runs
@@ -221,6 +239,7 @@ class NondeterministicRun:
         lengths: Tensor | None = None,
         zeta: Tensor | None = None,
         impl: str | None = None,
+        history: bool | None = None,
     ) -> None:
         impl = run_impl(gamma, impl)
         if impl not in ("native", "triton"):
@@ -230,9 +249,19 @@ class NondeterministicRun:
             )
         self.impl = impl
         self.vector_size = 0 if zeta is None else zeta.shape[-1]
-        self.arrays = _RunArrays(gamma, steps, states, lengths, impl, self.vector_size)
+        history = torch.is_grad_enabled() if history is None else bool(history)
+        self.arrays = _RunArrays(gamma, steps, states, lengths, impl, self.vector_size, history)
         self.steps, self.taken = self.arrays.steps, 0
         self.token = _Start.apply(self.arrays, gamma, alpha, zeta)
+        if self.arrays.ring:
+            # each row's final window, copied out of the rings at its length (_capture); the rows
+            # of the full length at final()
+            a = self.arrays
+            self._ends = {n for n in a.lengths.tolist() if n < a.steps}
+            self._longest = int(a.lengths.max()) if a.batch else 0
+            self._window: tuple[Tensor, Tensor, Tensor] | None = None
+            if 0 in self._ends:
+                self._capture()
 
     def step(
         self, push: Tensor, repl: Tensor, pop: Tensor, vector: Tensor | None = None
@@ -249,19 +278,51 @@ class NondeterministicRun:
             )
         if vector is None:
             vector = push.new_zeros(push.shape[0], 0)
+        if not self.arrays.keep and torch.is_grad_enabled():
+            wanted = [t for t in (push, repl, pop, vector) if t.requires_grad]
+            if wanted:
+                raise RuntimeError(
+                    f"NondeterministicRun: made without history (history=False, or under torch.no_grad), "
+                    f"but step {self.taken}'s weights require a gradient: make the run with history=True"
+                )
         top, eta, self.token = _Step.apply(self.arrays, self.taken, self.token, push, repl, pop, vector)
         self.taken += 1
+        if self.arrays.ring and self.taken in self._ends:
+            self._capture()
         return top if self.vector_size == 0 else (top, eta)
 
     def final(self) -> tuple[Tensor, ...]:
         """Each row's window after its ``lengths[b]`` steps: ``(gamma [B, depth, depth, QS, QS],
-        alpha [B, depth + 1, QS])``, and ``zeta [B, depth, depth, QS, QS, m]`` for a vector run."""
-        gamma, alpha, zeta = _Final.apply(self.arrays, self.token)
+        alpha [B, depth + 1, QS])``, and ``zeta [B, depth, depth, QS, QS, m]`` for a vector run.
+        Without history (in C++) the run must have taken the longest row's steps, and every call
+        returns the same tensors."""
+        if self.arrays.ring:
+            if self.taken < self._longest:
+                raise RuntimeError(
+                    f"NondeterministicRun: a run without history gives its final windows once it has taken "
+                    f"its longest row's {self._longest} steps, not after {self.taken}"
+                )
+            gamma, alpha, zeta = self._capture()
+        else:
+            gamma, alpha, zeta = _Final.apply(self.arrays, self.token)
         return (gamma, alpha) if self.vector_size == 0 else (gamma, alpha, zeta)
+
+    def _capture(self) -> tuple[Tensor, Tensor, Tensor]:
+        """Without history: the windows of the rows whose length is the steps taken, copied out of
+        the rings into the run's final windows (made log 0 at the first copy)."""
+        a = self.arrays
+        if self._window is None:
+            B, D, QS, m = a.batch, a.depth, a.qs, self.vector_size
+            full = lambda *shape: a.store.new_full(shape, LOG_ZERO)  # noqa: E731
+            self._window = (full(B, D, D, QS, QS), full(B, D + 1, QS), full(B, D, D, QS, QS, m))
+        a.ops.ns_run_window_into(a.store, a.alphas, a.geo, a.lengths, self.taken, *self._window)
+        return self._window
 
     def nbytes(self) -> int:
         """The bytes this run keeps for its backward (the store, the forward weights and every
-        step's arrays; the gradient store, made in the backward, is as large as the first two)."""
+        step's arrays; the gradient store, made in the backward, is as large as the first two);
+        without history, those it holds for its next steps (the store's and the forward weights'
+        rings in C++, one step's arrays)."""
         a = self.arrays
         arrays = (a.store, a.alphas, *(t for t in a.buffers if isinstance(t, Tensor)))  # not the caller's
         return sum(t.numel() * t.element_size() for t in arrays)
@@ -272,7 +333,14 @@ class _RunArrays:
     every step's arrays (``native_step.cpp``) and the gradient store."""
 
     def __init__(
-        self, gamma: Tensor, steps: int, states: int, lengths: Tensor | None, impl: str, vector_size: int
+        self,
+        gamma: Tensor,
+        steps: int,
+        states: int,
+        lengths: Tensor | None,
+        impl: str,
+        vector_size: int,
+        history: bool,
     ) -> None:
         if impl == "triton":
             from memrnn.ops.nondeterministic.triton import TRITON_RUN_OPS
@@ -284,10 +352,19 @@ class _RunArrays:
                 raise RuntimeError("NondeterministicRun needs memrnn's C++ ops (memrnn.ops.native)")
         self.impl, self.vector_size, self.qs = impl, int(vector_size), int(gamma.shape[-1])
         self.batch, self.states, self.steps = int(gamma.shape[0]), int(states), int(steps)
+        self.depth = int(gamma.shape[1])
         if lengths is None:
             lengths = torch.full((self.batch,), self.steps, dtype=torch.long)
         self.lengths = lengths.to(device, torch.long).contiguous()
-        self.keep = torch.is_grad_enabled()  # keep every step's arrays for the backward
+        if impl == "native" and self.batch:
+            low, high = int(self.lengths.min()), int(self.lengths.max())
+            if low < 0 or high > self.steps:
+                raise ValueError(
+                    f"NondeterministicRun: lengths must lie in 0..{self.steps} (the run's steps), got a length "
+                    f"of {low if low < 0 else high}"
+                )
+        self.keep = bool(history)  # keep every step's arrays for the backward
+        self.ring = not self.keep and impl == "native"  # the C++ store's rings (no history)
         self._grads: tuple[Tensor, Tensor] | None = None
         self._pass = -1
 
@@ -314,9 +391,12 @@ class _RunArrays:
 class _Start(torch.autograd.Function):
     @staticmethod
     def forward(ctx, run, gamma, alpha, zeta):  # type: ignore[override]
-        run.store, run.alphas, run.geo = run.ops.ns_run_start(
-            gamma.contiguous(), alpha.contiguous(), None if zeta is None else zeta.contiguous(), run.steps
-        )
+        z = None if zeta is None else zeta.contiguous()
+        window = (gamma.contiguous(), alpha.contiguous(), z, run.steps)
+        if run.impl == "native":  # without history its store and forward weights are rings
+            run.store, run.alphas, run.geo = run.ops.ns_run_start(*window, run.keep)
+        else:
+            run.store, run.alphas, run.geo = run.ops.ns_run_start(*window)
         run.buffers = run.ops.ns_run_buffers(
             run.store, run.geo, run.states, max(run.steps, 1) if run.keep else 1
         )

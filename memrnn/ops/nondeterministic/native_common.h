@@ -147,16 +147,24 @@ struct Terms {
 // scalar remainders, at three times the cost of the rest.  Padded lanes hold log weight 0.
 constexpr int64_t kLanes = 16;
 
+// x in a ring of n slots (n ≥ 1; x ≥ 0): x itself while it fits, so that a run with history,
+// whose rings hold every column, takes no division.
+inline int64_t wrap(int64_t x, int64_t n) { return x < n ? x : x % n; }
+
 // Offsets (in elements) into the store, the alphas and one step's saved arrays.  The store
 // keeps columns J0.. (in the absolute numbering of the header; the starting window's columns
-// before J0 hold nothing alive) and start offsets 0..Do−1 (no later offset is ever alive).
+// before J0 hold nothing alive) and start offsets 0..Do−1 (no later offset is ever alive), column
+// J in slot (J − J0) mod Rc and α's entry A in slot A mod Ra: with history the rings hold every
+// column and entry (Rc = D − J0 + T, Ra = D + T + 1: no slot is reused), without history the
+// last D columns and D + 1 entries (native_step.cpp's header: "Without history").
 struct Geo {
   int64_t B, D, Do, J0, Q, S, QS, C;  // C: channels (γ, then ζ's m)
+  int64_t Rc = 1, Ra = 1;             // the store's column slots and the alphas' slots (≥ 1)
   int64_t col(int64_t J, int64_t o, int64_t ch, int64_t u, int64_t v) const {  // store[J][o][ch][u][v][0]
-    return (((((J - J0) * Do + o) * C + ch) * QS + u) * QS + v) * B;
+    return ((((wrap(J - J0, Rc) * Do + o) * C + ch) * QS + u) * QS + v) * B;
   }
   bool stored(int64_t J, int64_t o) const { return J >= J0 && o < Do; }
-  int64_t al(int64_t A, int64_t u) const { return (A * QS + u) * B; }
+  int64_t al(int64_t A, int64_t u) const { return (wrap(A, Ra) * QS + u) * B; }
   int64_t sq(int64_t o, int64_t ch, int64_t u, int64_t v) const { return (((o * C + ch) * QS + u) * QS + v) * B; }
   int64_t gp(int64_t k, int64_t w, int64_t r) const { return ((k * QS + w) * Q + r) * B; }
   int64_t pop(int64_t o, int64_t ch, int64_t u, int64_t r, int64_t y) const {

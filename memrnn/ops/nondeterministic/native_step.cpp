@@ -22,6 +22,26 @@
 // Do = min(D, live + T), so the store is [D − J0 + T][Do][C][QS][QS][B] (C channels, below; T+1
 // columns of T+1 offsets from the fresh stack, where live = 1).
 //
+// Without history (a run nothing will differentiate: NondeterministicRun's history=False, e.g.
+// under torch.no_grad) the store and the alphas are rings (Geo::col, Geo::al): column J in slot
+// (J − J0) mod D, α's entry A in slot A mod (D + 1), so that a run's memory is that of its window,
+// O(B·D·Do·C·QS²), whatever T (with history it is O(B·(D + T)·Do·C·QS²)).  This is what the
+// step's geometry allows: step s (column J) reads columns J−1..J−L and α's entries J−L..J (L ≤ D,
+// below), all of them before it writes column J and α's entry J+1, so column J may take the slot
+// of column J − D and entry J+1 that of entry J − D, the oldest ones it read.  No step reads an
+// offset left from a slot's earlier column: step s + c reads column J at offsets up to
+// min(live + s, D − c) ≤ min(L, D − 1), all of which step s wrote; and column J reuses a slot
+// only once J − J0 ≥ D, i.e. live + s ≥ D, when L = D and step s writes every offset 0..D−1, so
+// a window read from the rings holds what the history store holds (its fresh log 0 included,
+// where the slot's first column has offsets no step wrote).  A row's window after
+// its lengths[b] steps is columns lengths[b]..lengths[b]+D−1 and α's entries lengths[b]..+D: in the
+// rings exactly while the run has taken lengths[b] steps, when ns_run_window_into copies it out
+// (the run copies each row's at its length; rows run on past their lengths).  The ring is the
+// window's own size, hence the limited (memory-limited RNS-RNN) stack's saving: with D ≥ T the
+// columns are all kept anyway (D − J0 + T ≤ D slots), the unlimited NS-RNN's state being O(T)
+// columns of O(T) offsets itself.  The step's arithmetic is the same op for op, so the run gives
+// the history run's numbers bit for bit; it has no backward.
+//
 // Live starts.  Starts earlier than every entry alive in the starting window (above LOG_ZERO / 2)
 // can never gain weight: their entries stay log 0 exactly and are never computed.  From the fresh
 // stack, step s computes s + 2 start offsets (not D + 1), so an unlimited stack (D ≥ T) costs
@@ -264,10 +284,12 @@ void check(const at::Tensor& t, const char* name, at::ScalarType dtype, at::IntA
               ", expected ", shape);
 }
 
-// The geometry of a run: geo = [D, Do, J0, live] (int64; ns_run_start's), the store
-// [cols][Do][C][QS][QS][Bp].
+// The geometry of a run: geo = [D, Do, J0, live, steps, Rc, Ra] (int64; ns_run_start's), the
+// store [slots][Do][C][QS][QS][Bp] (slots: Rc, or 0 where the run has no column at all).
+constexpr int64_t kGeo = 7;
+
 Geo geo_of(const at::Tensor& store, const at::Tensor& geo, int64_t Q) {
-  TORCH_CHECK(geo.scalar_type() == at::kLong && geo.numel() == 4 && geo.is_contiguous(),
+  TORCH_CHECK(geo.scalar_type() == at::kLong && geo.numel() == kGeo && geo.is_contiguous(),
               "memrnn nondeterministic stack: bad run geometry");
   TORCH_CHECK(store.dim() == 6, "memrnn nondeterministic stack: bad store");
   const int64_t* p = geo.data_ptr<int64_t>();
@@ -275,6 +297,8 @@ Geo geo_of(const at::Tensor& store, const at::Tensor& geo, int64_t Q) {
   g.D = p[0];
   g.Do = p[1];
   g.J0 = p[2];
+  g.Rc = p[5];
+  g.Ra = p[6];
   g.C = store.size(2);
   g.QS = store.size(3);
   g.Q = Q;
@@ -284,15 +308,24 @@ Geo geo_of(const at::Tensor& store, const at::Tensor& geo, int64_t Q) {
 }
 
 int64_t live_of(const at::Tensor& geo) { return geo.data_ptr<int64_t>()[3]; }
+int64_t steps_of(const at::Tensor& geo) { return geo.data_ptr<int64_t>()[4]; }
+
+// Whether the run keeps every column (history), not the rings of the last ones.
+bool has_history(const at::Tensor& geo) {
+  const int64_t* p = geo.data_ptr<int64_t>();
+  return p[5] >= std::max<int64_t>(1, p[0] - p[2] + p[4]) && p[6] == p[0] + p[4] + 1;
+}
 
 // Every entry of a window ([B][D][D][QS][QS] and [B][D+1][QS], batch first; ζ's [B][D][D][QS][QS][m])
 // that the store holds and where: f(window offset, store offset) for γ's upper triangle, fz(ζ
 // window offset, store offset) for ζ's, fa(window, alphas offset) for α.  Row b's window is the
-// one after lengths[b] steps of the run (column D − 1 + lengths[b] last).
+// one after lengths[b] steps of the run (column D − 1 + lengths[b] last); only ≥ 0: the rows
+// whose lengths[b] is `only` alone (the others are not visited).
 template <typename F, typename FZ, typename FA>
-void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FZ fz, FA fa) {
+void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FZ fz, FA fa, int64_t only = -1) {
   const int64_t D = g.D, QS = g.QS, sq = QS * QS, m = g.C - 1;
   for (int64_t b = 0; b < B; ++b) {
+    if (only >= 0 && lengths[b] != only) continue;
     const int64_t last = D - 1 + (lengths ? lengths[b] : 0);
     for (int64_t a = 0; a < D; ++a)
       for (int64_t c = a; c < D; ++c) {
@@ -310,11 +343,14 @@ void for_window(const Geo& g, const int64_t* lengths, int64_t B, F f, FZ fz, FA 
 
 // A run of `steps` steps from the window (gamma [B, D, D, QS, QS], alpha [B, D+1, QS], and for the
 // vector stack zeta [B, D, D, QS, QS, m], batch first) -> (store, alphas, geo): the window written
-// in (everything else log 0) and the run's geometry [D, Do, J0, live], live being the largest
-// start offset, counted from the window's last end, of an entry alive in it (start offsets up to
-// live + s are computed at step s).
+// in (everything else log 0) and the run's geometry [D, Do, J0, live, steps, Rc, Ra], live being
+// the largest start offset, counted from the window's last end, of an entry alive in it (start
+// offsets up to live + s are computed at step s), Rc and Ra the rings' slots (every column and
+// entry with history, the last D columns and D + 1 entries without: the header's "Without
+// history").
 std::tuple<at::Tensor, at::Tensor, at::Tensor> ns_run_start(const at::Tensor& gamma, const at::Tensor& alpha,
-                                                             const std::optional<at::Tensor>& zeta, int64_t steps) {
+                                                             const std::optional<at::Tensor>& zeta, int64_t steps,
+                                                             bool history) {
   TORCH_CHECK(gamma.dim() == 5 && alpha.dim() == 3, "memrnn nondeterministic stack: bad ranks");
   const int64_t B = gamma.size(0), D = gamma.size(1), QS = gamma.size(3);
   TORCH_CHECK(D >= 1 && steps >= 0, "memrnn nondeterministic stack: bad sizes");
@@ -337,9 +373,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> ns_run_start(const at::Tensor& ga
     }
   });
   const int64_t Do = std::max<int64_t>(1, std::min(D, live + steps)), J0 = D - std::min(D, live);
-  at::Tensor geo = at::tensor(std::vector<int64_t>{D, Do, J0, live}, at::kLong);
-  at::Tensor store = at::full({D - J0 + steps, Do, 1 + m, QS, QS, Bp}, kLogZero, gamma.options());
-  at::Tensor alphas = at::full({D + steps + 1, QS, Bp}, kLogZero, gamma.options());
+  const int64_t cols = D - J0 + steps, Rc = history ? cols : std::min(D, cols), Ra = history ? D + steps + 1 : D + 1;
+  at::Tensor geo = at::tensor(std::vector<int64_t>{D, Do, J0, live, steps, std::max<int64_t>(Rc, 1), Ra}, at::kLong);
+  at::Tensor store = at::full({Rc, Do, 1 + m, QS, QS, Bp}, kLogZero, gamma.options());
+  at::Tensor alphas = at::full({Ra, QS, Bp}, kLogZero, gamma.options());
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_start", [&] {
     const Geo g = geo_of(store, geo, 1);
     const scalar_t* G = gamma.data_ptr<scalar_t>();
@@ -410,8 +447,7 @@ std::vector<at::Tensor> ns_run_step(at::Tensor store, at::Tensor alphas, at::Ten
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step", [&] {
     const Geo g = geo_of(store, geo, Q);
     const int64_t J = g.D + s;
-    TORCH_CHECK(s >= 0 && J - g.J0 < store.size(0) && J + 1 < alphas.size(0), "memrnn nondeterministic stack: step ",
-                s, " is beyond the run");
+    TORCH_CHECK(s >= 0 && s < steps_of(geo), "memrnn nondeterministic stack: step ", s, " is beyond the run");
     const Saved<scalar_t> sv = saved_at<scalar_t>(buffers, k);
     std::vector<scalar_t> P(QS * QS * g.B), V(std::max<int64_t>(m, 1) * g.B), E(std::max<int64_t>(m, 1) * QS * g.B);
     to_batch_last(push, P.data(), g.B);
@@ -438,6 +474,7 @@ std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::
   const int64_t QS = store.size(3), B = g_top.size(0), m = store.size(2) - 1;
   check(g_top, "the gradient of alpha", dt, {B, QS});
   check(g_eta, "the gradient of eta", dt, {B, m, QS});
+  TORCH_CHECK(has_history(geo), "memrnn nondeterministic stack: a run without history has no backward");
   std::vector<at::Tensor> out;
   AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_step_backward", [&] {
     const Geo g = geo_of(store, geo, Q);
@@ -469,6 +506,9 @@ std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor&
   const int64_t QS = store.size(3), m = store.size(2) - 1;
   TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.is_contiguous() && lengths.numel() == B,
               "memrnn nondeterministic stack: lengths must be B int64");
+  TORCH_CHECK(has_history(geo),
+              "memrnn nondeterministic stack: a run without history gives each row's window at its length "
+              "(ns_run_window_into)");
   at::Tensor gamma, alpha, zeta;
   AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_run_window", [&] {
     const Geo g = geo_of(store, geo, 1);
@@ -484,6 +524,35 @@ std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor&
                [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; });
   });
   return {gamma, alpha, zeta};
+}
+
+// ns_run_window for the rows whose length is `taken`, the steps the run has taken (the rows' windows
+// are then in the store, with history or without), written into gamma [B, D, D, QS, QS], alpha
+// [B, D+1, QS] and zeta [B, D, D, QS, QS, m] (batch first, contiguous; made log 0 by the caller,
+// the entries the store does not hold are left as they are); the other rows are left as they are.
+void ns_run_window_into(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& geo,
+                        const at::Tensor& lengths, int64_t taken, at::Tensor gamma, at::Tensor alpha,
+                        at::Tensor zeta) {
+  const int64_t QS = store.size(3), m = store.size(2) - 1, B = gamma.size(0);
+  const auto dt = store.scalar_type();
+  TORCH_CHECK(lengths.scalar_type() == at::kLong && lengths.is_contiguous() && lengths.numel() == B,
+              "memrnn nondeterministic stack: lengths must be B int64");
+  TORCH_CHECK(taken >= 0 && taken <= steps_of(geo), "memrnn nondeterministic stack: ", taken,
+              " steps taken by a run of ", steps_of(geo));
+  const int64_t D = geo.data_ptr<int64_t>()[0];
+  check(gamma, "gamma", dt, {B, D, D, QS, QS});
+  check(alpha, "alpha", dt, {B, D + 1, QS});
+  check(zeta, "zeta", dt, {B, D, D, QS, QS, m});
+  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_window_into", [&] {
+    const Geo g = geo_of(store, geo, 1);
+    const scalar_t* st = store.data_ptr<scalar_t>();
+    const scalar_t* al = alphas.data_ptr<scalar_t>();
+    scalar_t* G = gamma.data_ptr<scalar_t>();
+    scalar_t* Z = zeta.data_ptr<scalar_t>();
+    scalar_t* A = alpha.data_ptr<scalar_t>();
+    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { G[w] = st[o]; },
+               [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; }, taken);
+  });
 }
 
 // The backward of ns_run_window: the windows' gradients added to gstore and galphas.
@@ -507,8 +576,10 @@ void ns_run_window_backward(at::Tensor gstore, at::Tensor galphas, const at::Ten
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
-  lib.def("ns_run_start(Tensor gamma, Tensor alpha, Tensor? zeta, int steps) -> (Tensor, Tensor, Tensor)",
-          &ns_run_start);
+  lib.def(
+      "ns_run_start(Tensor gamma, Tensor alpha, Tensor? zeta, int steps, bool history=True) -> (Tensor, Tensor, "
+      "Tensor)",
+      &ns_run_start);
   lib.def("ns_run_buffers(Tensor store, Tensor geo, int states, int n) -> Tensor[]", &ns_run_buffers);
   lib.def(
       "ns_run_step(Tensor(a!) store, Tensor(b!) alphas, Tensor(c!)[] buffers, Tensor geo, int k, int s, "
@@ -520,6 +591,10 @@ TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
       &ns_run_step_backward);
   lib.def("ns_run_window(Tensor store, Tensor alphas, Tensor geo, Tensor lengths, int batch, float fill) -> Tensor[]",
           &ns_run_window);
+  lib.def(
+      "ns_run_window_into(Tensor store, Tensor alphas, Tensor geo, Tensor lengths, int taken, Tensor(a!) gamma, "
+      "Tensor(b!) alpha, Tensor(c!) zeta) -> ()",
+      &ns_run_window_into);
   lib.def(
       "ns_run_window_backward(Tensor(a!) gstore, Tensor(b!) galphas, Tensor geo, Tensor lengths, Tensor g_gamma, "
       "Tensor g_alpha, Tensor g_zeta) -> ()",

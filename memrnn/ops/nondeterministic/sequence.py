@@ -8,6 +8,11 @@ At each step the controller reads ``[x_t ; r_{t−1}]`` and gives ``h_t``; the s
 runs as one :class:`memrnn.ops.nondeterministic.NondeterministicRun` (C++ on CPU, Triton kernels on
 CUDA; float32/float64; first order): each column of inner weights written once, not a
 ``[depth, depth]`` window copied and masked at every step, start times still log 0 skipped.
+When nothing can ask for a gradient (``torch.no_grad``, ``torch.inference_mode``, or neither the
+stack's state nor the first step's transition weights requiring one) the run keeps no history
+(:class:`~memrnn.ops.nondeterministic.NondeterministicRun`'s ``history=False``: in C++, the last
+``depth`` columns, so that a memory-limited stack's forward takes the memory of its state whatever
+``T``), and the driver keeps no step's reading it does not return.
 Elsewhere (other dtypes, ``torch.compile``/``export``, ``impl="cpu"``) the stack's torch step
 runs after the controller's at each step, rows past their length frozen.  Both equal the layer's
 reference loop over ``step`` (``tests/ops/test_nondeterministic*.py``); rows past their length run
@@ -88,38 +93,54 @@ def nondeterministic_sequence(
             x, controller_step, controller_state, stack, stack_state, mask, readings
         )
         return h, r, cs, (ms if final else None)
-    B, T = x.shape[:2]
+    T = x.shape[1]
     lengths = None if mask is None else mask.sum(1)
     vector = "zeta" in stack_state._fields
     zeta = stack_state.zeta if vector else None
-    run = NondeterministicRun(
-        stack_state.gamma, stack_state.alpha, T, states=stack.states, lengths=lengths, zeta=zeta,
-        impl=run_impl(x, impl),
-    )  # fmt: skip
+    # each row's last step, whose η is the vector stack's final one (rows of length 0: any)
+    last = None if lengths is None else (lengths - 1).clamp(min=0)
     cs = controller_state
     reading = stack.read(stack_state)
-    hs, rs, etas = [], [], []
+    hs, rs = [], []
+    run, eta = None, None
     masks = mask.unbind(1) if mask is not None else [None] * T
     for t, m_t in enumerate(masks):
         h, new = controller_step(t, reading, cs)
         cs = new if m_t is None else state_where(m_t, new, cs)
-        out = run.step(*stack.transitions(h))
+        actions = stack.transitions(h)
+        if run is None:  # made at the first step, when its weights say whether a gradient can be asked for
+            run = NondeterministicRun(
+                stack_state.gamma, stack_state.alpha, T, states=stack.states, lengths=lengths if final else None,
+                zeta=zeta, impl=run_impl(x, impl), history=_history(stack_state, actions),
+            )  # fmt: skip
+        out = run.step(*actions)
         reading = stack.reading(out)
-        if vector:  # η is part of the vector stack's state
-            etas.append(out[1])
+        if vector and final:  # η is part of the vector stack's state: each row's at its last step
+            pick = last is not None and eta is not None
+            eta = torch.where((last == t)[:, None, None], out[1], eta) if pick else out[1]
         hs.append(h)
-        rs.append(reading)
+        if readings:
+            rs.append(reading)
     h_all, r_all = _outputs(hs, rs if readings else None, mask)
     if not final:
         return h_all, r_all, cs, None
     memory = run.final()  # (gamma, alpha[, zeta]), each row's after its own last step
     if vector:  # and η after that step
-        eta = torch.stack(etas, 1)
-        memory += (eta[:, -1] if lengths is None else eta[torch.arange(B), (lengths - 1).clamp(min=0)],)
+        memory += (eta,)
     if lengths is not None:  # rows that took no step keep their state as it came, bit for bit
         memory = state_where(lengths == 0, tuple(stack_state[1:]), memory)
     steps = stack_state.steps + (T if lengths is None else lengths.to(stack_state.steps.dtype))
     return h_all, r_all, cs, type(stack_state)(steps, *memory)
+
+
+def _history(stack_state: NamedTuple, actions: tuple[Tensor, ...]) -> bool:
+    """Whether a gradient can be asked for through the run: gradients on, and the stack's state or
+    the first step's transition weights requiring one (those of the later steps come from the same
+    parameters, inputs and controller state; a run without history refuses a step whose weights
+    require one)."""
+    return torch.is_grad_enabled() and any(
+        isinstance(t, Tensor) and t.requires_grad for t in (*stack_state, *actions)
+    )
 
 
 def _torch_sequence(
