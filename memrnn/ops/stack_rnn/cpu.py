@@ -153,6 +153,10 @@ RING = 2
 _PROJECT = 32
 #: the C++ loop's largest block of steps (``native.cpp``'s ``kRingBlock``)
 _NATIVE_BLOCK = 32
+#: the steps between the checkpoints of a recomputed memory (``native.cpp``'s "Recomputed memory":
+#: the training forward keeps the memory every this many steps and the backward reruns the steps
+#: between, instead of storing every step's window; 0: never)
+RECOMPUTE = 32
 
 
 class _Shifted:
@@ -348,6 +352,12 @@ class StackRNNSequence(torch.autograd.Function):
         # memory's buffers hold RING + 1 steps, the per-step buffers one (_Ring)
         ring = getattr(ctx, "no_history", False)
         Tm, Ts = (min(T, RING), 1) if ring else (T, T)
+        # a recomputed memory (native.cpp's "Recomputed memory"; the C++ loop, a memory that can
+        # rerun its steps, no final state): z is a ring of RECOMPUTE + 1 slots, the controller's
+        # rows of every step in zh and the memory every RECOMPUTE steps in ck
+        rc = 0
+        if RECOMPUTE > 0 and native and not ring and not finals and getattr(cls, "recomputes", False):
+            rc = Tm = min(T, RECOMPUTE)
         z = x.new_empty(Tm + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
         # a memory that trims its window (superposition: SuperpositionKernel._live) learns whether the
@@ -356,6 +366,8 @@ class StackRNNSequence(torch.autograd.Function):
         trim = {}
         if getattr(cls, "trims", False) and not ring:
             trim = {"finals": finals, "grad0": any(ctx.needs_input_grad[10 + 2 * n_mlp :])}
+            if rc:  # its live ranges count the sequence's steps (as the ring's, below)
+                trim["live_steps"] = T
         elif getattr(cls, "trims", False):  # without history the kernel's slots are not its steps:
             # the live ranges count the sequence's (live_steps), and each step reads them shifted by
             # its slot (_Shifted, native.cpp's live + s − p); only without finals, which the ring
@@ -381,10 +393,13 @@ class StackRNNSequence(torch.autograd.Function):
         lstm = controller == "lstm"
         cs = xs = None
         if lstm:
-            cs = x.new_empty(Tm + 1, N, B)
+            cs = x.new_empty((Tm if ring else T) + 1, N, B)  # (a recomputed memory rings z only)
             cs[0] = c0.t()
             xs = x.new_empty(Ts, N, B)
         hist = _Ring(T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) if ring else None
+        saved = []  # a recomputed memory's zh and ck
+        if rc:
+            saved = [x.new_empty(T + 1, N + mr, B), x.new_empty(-(-T // rc), z.shape[1], B)]
         if hist is not None and T == 0:
             pass  # no step: every row's final state is its initial one (hist.fin's)
         elif native:
@@ -392,7 +407,7 @@ class StackRNNSequence(torch.autograd.Function):
                 *_native_codes(spec), bool(want_overflow), D, m, mem.shift, x.flatten(0, 1) if M else x,
                 w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
                 *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
-                live=getattr(mem, "live", None),
+                live=getattr(mem, "live", None), recompute=rc, saved=saved,
                 **({"keep": []} if hist is None else hist.native_args()),
             )  # fmt: skip
         else:
@@ -404,9 +419,12 @@ class StackRNNSequence(torch.autograd.Function):
             out = hist.results(overflow)
             return tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out) if M else out
         ctx.spec, ctx.mem, ctx.N, ctx.lengths, ctx.perm, ctx.members = spec, mem, N, lengths, perm, M
+        ctx.recompute = rc
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
-        ctx.save_for_backward(x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers)
+        ctx.save_for_backward(
+            x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers, *saved
+        )
         ctx.mark_non_differentiable(overflow)
         if finals:
             finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
@@ -414,7 +432,8 @@ class StackRNNSequence(torch.autograd.Function):
             last = (finals_h, finals_c, *mem.finals(lengths))
         else:  # not computed (a trimmed window may not hold them)
             last = (None,) * (2 + len(mem0))
-        out = (z[1:, :N].permute(2, 0, 1), z[1:, N : N + mr].permute(2, 0, 1), *last, overflow.t())
+        zc = saved[0] if rc else z  # every step's [h ; r]
+        out = (zc[1:, :N].permute(2, 0, 1), zc[1:, N : N + mr].permute(2, 0, 1), *last, overflow.t())
         if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
             out = tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out)
         return out
@@ -427,6 +446,7 @@ class StackRNNSequence(torch.autograd.Function):
         controller, activation, _, value_act, _, native, n_mlp, _ = ctx.spec
         mlp_w, mlp_h = list(saved[10 : 10 + n_mlp]), list(saved[10 + n_mlp : 9 + 2 * n_mlp])
         mem, N, lengths, M = ctx.mem, ctx.N, ctx.lengths, ctx.members
+        saved_rc = list(saved[-2:]) if ctx.recompute else []  # a recomputed memory's zh and ck
         g_mem = rest[:-1]
         if M:  # the members' rows as one batch of M·B columns, as the forward ran them
             flat = lambda g: None if g is None else g.flatten(0, 1)  # noqa: E731
@@ -486,7 +506,7 @@ class StackRNNSequence(torch.autograd.Function):
             grad_w_head_k, grad_b_head_k = _native_backward(
                 ctx.spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT, g_cT,
                 g_mem, ga, ghd, gA, gz, g_c, grad_b, x.flatten(0, 1) if M else x, w_in[..., :nx].contiguous(),
-                grad_w_z, grad_w_x, grad_x, mlp_w, mlp_h, g_mlp, M,
+                grad_w_z, grad_w_x, grad_x, mlp_w, mlp_h, g_mlp, M, ctx.recompute, saved_rc,
             )  # fmt: skip
         for lo, hi in [] if native else blocks(T):
             n = hi - lo
@@ -567,7 +587,8 @@ class StackRNNSequence(torch.autograd.Function):
             grad_b_head_k = ghd[:, :Ka].sum((0, 2))
         grad_mlp = []  # the value MLP's layers: ∂L/∂ each output [T, H_l, B] times its input
         if mlp_w:
-            for g_out, inp in zip([*g_mlp, ghd[:, k:]], [z[1:, :N], *mlp_h], strict=True):
+            zc = saved_rc[0] if ctx.recompute else z  # every step's [h ; r]
+            for g_out, inp in zip([*g_mlp, ghd[:, k:]], [zc[1:, :N], *mlp_h], strict=True):
                 if M:
                     grad_mlp += [_member_outer(g_out, inp, M), g_out.unflatten(-1, (M, rows)).sum((0, 3)).t()]
                 else:
@@ -652,7 +673,7 @@ def _native_ops():
 
 def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
                      g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x,
-                     mlp_w, mlp_h, g_mlp, M=0):  # fmt: skip
+                     mlp_w, mlp_h, g_mlp, M=0, recompute=0, saved=()):  # fmt: skip
     """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
     ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
     gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
@@ -660,7 +681,8 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
     needed) and ``g_mlp`` (``∂L/∂`` the value MLP's hidden pre-activations, ``[T, H_l, B]``);
     returns the gradients of the head's weight and bias (the kernel's action order).  ``M``
     members (0: none) as :class:`StackRNNSequence`'s: the weights and their gradients ``[M, ...]``,
-    the rows ``M·B``."""
+    the rows ``M·B``.  ``recompute`` and ``saved``: a recomputed memory's (``native.cpp``'s), z
+    then its ring."""
     T, B = acts.shape[0], acts.shape[-1]
     N, K = w_head.shape[-1], w_head.shape[-2]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731
@@ -673,7 +695,7 @@ def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths,
         *_native_codes(spec), mem.D, mem.m, mem.shift, acts, z, w_z, w_head, heads, A, cs, xs, P, S,
         lens, gy_h, gy_r, cont(g_hT), cont(g_cT), [cont(g) for g in g_fin], ga, ghd, gA, gz,
         g_c, mem.native_grads(), grad_b, gw_head, gb_head, x, w_x, grad_w_z, grad_w_x, grad_x, P2,
-        mlp_w, mlp_h, g_mlp, members=M, live=getattr(mem, "live", None),
+        mlp_w, mlp_h, g_mlp, members=M, live=getattr(mem, "live", None), recompute=recompute, saved=list(saved),
     )  # fmt: skip
     mem.after_native(T)
     return gw_head, gb_head

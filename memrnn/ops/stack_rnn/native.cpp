@@ -30,6 +30,19 @@
 //   5 Grefenstette et al.'s DeQue: ops/deque/native.h.
 // The loops call them through one switch on MemoryKind (with_memory below).
 //
+// Recomputed memory (`recompute` K > 0; cpu.py's StackRNNSequence, for a memory whose state
+// lives in z only and that can rerun its steps from the stored actions: the superposition stack):
+// the training forward keeps z as a ring of K + 1 slots (as without history) and stores, instead
+// of every step's window, the controller's rows [h_t ; r_t] of every step (`saved[0]`, zh [T+1,
+// N+mr, B]) and the memory's state every K steps (`saved[1]`, ck [ceil(T/K), Z, B]: each
+// checkpoint only the rows that can be non-zero or read, the trimmed window's); the other per-step
+// buffers (acts, heads, A, cs, xs, the MLP's) keep every step.  The backward, entering each block
+// of K steps from its end, restores the block's checkpoint into slot 0 and reruns the memory's
+// forward steps from the stored actions and values into the ring, then goes back through the block
+// as with a full history.  The memory's steps are the forward's, op for op, so every gradient
+// equals the full history's bit for bit; the history is O(T·(N+m) + (T/K + K)·window) instead of
+// O(T·window), and the forward stops paying for first touching T windows of fresh memory.
+//
 // Members (`members` M > 0; 0 for one run): M runs as one model (cpu.py's StackRNNSequence with
 // members).  The memory has no weights, so the loops run it once on the members' rows as one
 // batch: the B columns are M blocks of B / M, member-major (x, the outputs' gradients and gx as
@@ -315,6 +328,13 @@ void mlp_backward(const std::vector<std::vector<at::Tensor>>& w_t, const std::ve
   mb.addmm_(gh, w_t[0], g);
 }
 
+// Recomputed memory (the header's): the rows of z's slot at step t that can be non-zero or be read:
+// h and the read rows, then the cells a trimmed window computed (live[t]) and the two zero cells
+// written past them; all D cells without trimming (cell D, zero in every slot, is never written)
+inline int64_t live_rows(const int64_t* live, int64_t t, int64_t N, int64_t D, int64_t m, int64_t Z) {
+  return live ? std::min(N + std::min(live[t] + 2, D) * m, Z) : N + D * m;
+}
+
 template <typename T>
 void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
                   bool want_overflow, bool threaded, const Dims& d, const at::Tensor& x,
@@ -326,12 +346,18 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
                   const at::Tensor& S, const int64_t* jp, const at::Tensor& P2,
                   const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
                   const std::vector<at::Tensor>& mlp_h, const int64_t* live, int64_t ring,
-                  const int64_t* lens, const std::vector<at::Tensor>& keep) {
+                  const int64_t* lens, const std::vector<at::Tensor>& keep, int64_t recompute,
+                  const std::vector<at::Tensor>& saved) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   // Without history (ring > 0, the header's "No history"): z, cs and the memory's buffers hold
   // Tm + 1 steps, the per-step buffers one, acts two blocks of kRingBlock steps
   const int64_t Tm = ring > 0 ? ring : T_;
+  // Recomputed memory (the header's): z holds rc + 1 slots; zh every step's [h ; r], ck the
+  // checkpoints
+  const int64_t rc = recompute;
+  T* zhp = rc > 0 ? saved[0].data_ptr<T>() : nullptr;
+  T* ckp = rc > 0 ? saved[1].data_ptr<T>() : nullptr;
   const Members mb(d.M, B);
   const std::vector<at::Tensor> w_z_m = mb.split(w_z), w_head_m = mb.split(w_head);
   std::vector<std::vector<at::Tensor>> mlp_w_m;
@@ -401,13 +427,27 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     if (Sp) copy_cols(Sp + slot * SD * B, finp[3], SD, t);
     if (P2p) copy_cols(P2p + slot * m * B, finp[4], D * m, t);
   };
-  auto rewind = [&] {
-    std::copy(zp + Tm * Z * B, zp + (Tm + 1) * Z * B, zp);
+  // (z: the superposition stack's rows that step s's state can hold, live_rows; all of them for
+  // the other memories, whose rows are not cells from the top)
+  auto rewind = [&](int64_t s) {
+    const int64_t zr = static_cast<MemoryKind>(memory) == kSuperposition ? live_rows(live, s, N, D, m, Z) : Z;
+    std::copy(zp + Tm * Z * B, zp + Tm * Z * B + zr * B, zp);
     if (lstm) std::copy(csp + Tm * N * B, csp + (Tm + 1) * N * B, csp);
     if (Sp) std::copy(Sp + Tm * SD * B, Sp + (Tm + 1) * SD * B, Sp);
     if (Pp) std::copy_backward(Pp, Pp + D * m * B, Pp + (Tm + D) * m * B);  // P[Tm : Tm+D] = P[0 : D]
     if (P2p) std::copy(P2p + Tm * m * B, P2p + (Tm + D) * m * B, P2p);      // P2[0 : D] = P2[Tm : Tm+D]
   };
+  // recomputed memory: slot `slot`'s rows that step t's state can hold (live_rows) into checkpoint
+  // c, and the rewind of slot rc to slot 0 (those rows only: the rest is never read)
+  auto checkpoint = [&](int64_t t, int64_t slot) {
+    const int64_t n = live_rows(live, t, N, D, m, Z) * B;
+    std::copy(zp + slot * Z * B, zp + slot * Z * B + n, ckp + (t / rc) * Z * B);
+    if (slot != 0) std::copy(zp + slot * Z * B, zp + slot * Z * B + n, zp);
+  };
+  if (rc > 0 && T_ > 0) {
+    std::copy(zp, zp + R * B, zhp);
+    checkpoint(0, 0);
+  }
   if (T_ > 0) project(0);
   for (int64_t s = 0; s < T_; ++s) {
     if (s == starts[next]) {
@@ -416,9 +456,11 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     }
     // p: the slot of z, cs and the memory's buffers that step s reads (it writes p + 1); ai: its
     // slot of acts; j: of the per-step buffers (all s with history)
-    const int64_t p = ring > 0 ? s % Tm : s, j = ring > 0 ? 0 : s;
+    // (recomputed memory: p is z's slot, pc cs's step)
+    const int64_t p = ring > 0 ? s % Tm : rc > 0 ? s % rc : s, j = ring > 0 ? 0 : s, pc = ring > 0 ? p : s;
     const int64_t ai = ring > 0 ? ((next - 1) % 2) * kRingBlock + (s - starts[next - 1]) : s;
-    if (ring > 0 && s > 0 && p == 0) rewind();
+    if (ring > 0 && s > 0 && p == 0) rewind(s);
+    if (rc > 0 && s > 0 && p == 0) checkpoint(s, rc);
     at::Tensor a_s = acts.select(0, ai);  // [G, B]
     mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
     T* a = ap + ai * d.G * B;
@@ -432,8 +474,8 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       const T* o = a;
       const T* i = a + N * B;
       const T* f = a + 2 * N * B;
-      const T* c0 = csp + p * N * B;
-      T* c1 = csp + (p + 1) * N * B;
+      const T* c0 = csp + pc * N * B;
+      T* c1 = csp + (pc + 1) * N * B;
       T* tc = xsp + j * N * B;  // tanh(c)
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
@@ -488,11 +530,12 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     activate_(hd.narrow(0, k, K - k), hs + k * B, (K - k) * B, value_act);
     const T* v = hs + k * B;  // [m, B]
     // a trimming memory reads its live ranges by step: at slot p, shifted by s − p (0 with history)
-    const MemoryForward<T> step{p, Tm, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B, Pp, P2p, Sp, jp,
-                                acc.data(), cov.data(), W.data(), cells.data(), dq.data(),
+    const MemoryForward<T> step{p, rc > 0 ? rc : Tm, B, N, Z, D, m, want_overflow, as, v, zp, ovp + s * B,
+                                Pp, P2p, Sp, jp, acc.data(), cov.data(), W.data(), cells.data(), dq.data(),
                                 live ? live + (s - p) : nullptr};
     with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
     if (ring > 0) keep_step(s, p + 1);
+    if (rc > 0) std::copy(zp + (p + 1) * Z * B, zp + (p + 1) * Z * B + R * B, zhp + (s + 1) * R * B);
   }
 }
 
@@ -503,6 +546,30 @@ const int64_t* live_of(const std::optional<at::Tensor>& live, int64_t T) {
                   live->size(0) == 2 && live->size(1) == T + 1,
               "memrnn native stack RNN: live must be a contiguous int64 [2, ", T + 1, "] tensor");
   return live->data_ptr<int64_t>();
+}
+
+// Recomputed memory (the header's): a memory that reruns its steps from z alone, z a ring of K + 1
+// slots, zh [T+1, N+mr, B] and ck [ceil(T/K), Z, B]
+void check_recompute(const Dims& d, int64_t memory, int64_t recompute, int64_t ring, const at::Tensor& z,
+                     const std::vector<at::Tensor>& saved, const char* where) {
+  if (recompute == 0) {
+    TORCH_CHECK(saved.empty(), "memrnn native stack RNN ", where, ": saved is for recompute > 0");
+    return;
+  }
+  TORCH_CHECK(recompute > 0 && ring == 0 && static_cast<MemoryKind>(memory) == kSuperposition,
+              "memrnn native stack RNN ", where, ": recompute = ", recompute,
+              " needs the superposition stack with history (ring 0)");
+  const int64_t nck = (d.T + recompute - 1) / recompute;
+  TORCH_CHECK(z.size(0) == recompute + 1 && saved.size() == 2 && saved[0].dim() == 3 &&
+                  saved[0].size(0) == d.T + 1 && saved[0].size(1) == d.N + d.mr && saved[0].size(2) == d.B &&
+                  saved[1].dim() == 3 && saved[1].size(0) == nck && saved[1].size(1) == d.Z &&
+                  saved[1].size(2) == d.B,
+              "memrnn native stack RNN ", where, ": recompute = ", recompute, " needs z [", recompute + 1,
+              ", Z, B] and saved = [zh [T+1, N+mr, B], ck [", nck, ", Z, B]]");
+  for (const auto& t : saved) {
+    check_contiguous(t, "saved");
+    TORCH_CHECK(t.scalar_type() == z.scalar_type(), "memrnn native stack RNN: saved's dtype must be z's");
+  }
 }
 
 void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, int64_t value_act,
@@ -517,7 +584,8 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                        const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_b,
                        const std::vector<at::Tensor>& mlp_h, int64_t members,
                        const std::optional<at::Tensor>& live, int64_t ring,
-                       const std::optional<at::Tensor>& lens, const std::vector<at::Tensor>& keep) {
+                       const std::optional<at::Tensor>& lens, const std::vector<at::Tensor>& keep,
+                       int64_t recompute, const std::vector<at::Tensor>& saved) {
   const at::Tensor cs_ = cs.value_or(at::Tensor()), xs_ = xs.value_or(at::Tensor());
   const at::Tensor P_ = P.value_or(at::Tensor()), S_ = S.value_or(at::Tensor());
   for (const auto& [t, name] : {std::pair{acts, "acts"}, {z, "z"}, {w_z, "w_z"}, {w_x, "w_x"},
@@ -552,13 +620,15 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                 "memrnn native stack RNN: lens must be ", d.B, " contiguous int64 lengths");
   }
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
+  check_recompute(d, memory, recompute, ring, z, saved, "forward");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
                            P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, ring > 0 ? d.T : acts.size(0)), ring,
-                           ring > 0 && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep);
+                           ring > 0 && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep,
+                           recompute, saved);
   });
 }
 
@@ -605,7 +675,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
                    const at::Tensor& gw_z, const at::Tensor& gw_x, const at::Tensor& gx,
                    const int64_t* jp, const at::Tensor& P2, const std::vector<at::Tensor>& mlp_w,
                    const std::vector<at::Tensor>& mlp_h, const std::vector<at::Tensor>& mlp_g,
-                   const int64_t* live) {
+                   const int64_t* live, int64_t recompute, const std::vector<at::Tensor>& saved) {
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const int64_t G = d.G, mr = d.mr;
   const bool lstm = controller == kLSTM;
@@ -613,6 +683,12 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   const T* hp = heads.data_ptr<T>();
   const T* Ap = A.data_ptr<T>();
   const T* ap = acts.data_ptr<T>();
+  // Recomputed memory (the header's): z is a ring of rc + 1 slots the memory's steps are rerun
+  // into, a block at a time; the controller's rows [h ; r] of every step are zc's (z's otherwise)
+  const int64_t rc = recompute;
+  const at::Tensor zc = rc > 0 ? saved[0] : z;
+  const int64_t Zc = zc.size(1);
+  const T* zcp = zc.data_ptr<T>();
   const T* csp = lstm ? cs.data_ptr<T>() : nullptr;
   const T* xsp = lstm ? xs.data_ptr<T>() : nullptr;
   const T* Pp = P.defined() ? P.data_ptr<T>() : nullptr;
@@ -648,7 +724,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     for (int64_t i = 0; i < mb.count(); ++i) {  // member by member: its columns, its rows of x
       const at::Tensor gb_ = mb.cols(ga.narrow(0, lo, n), i).transpose(0, 1).reshape({G, n * Bm});
       const at::Tensor zb =
-          mb.cols(z.narrow(0, lo, n).narrow(1, 0, N + mr), i).transpose(0, 1).reshape({N + mr, n * Bm});
+          mb.cols(zc.narrow(0, lo, n).narrow(1, 0, N + mr), i).transpose(0, 1).reshape({N + mr, n * Bm});
       mb.w(gw_z, i).addmm_(gb_, zb.t());
       const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
       if (gw_x.defined()) mb.w(gw_x, i).addmm_(gb_, xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx}));
@@ -661,8 +737,24 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
   auto block = static_cast<int64_t>(starts.size()) - 2;  // the block being undone
+  // recomputed memory: the block of steps c·rc .. c·rc + rc − 1 rerun into z's ring from its
+  // checkpoint (the forward's steps, op for op; no overflow)
+  T* zr = z.data_ptr<T>();
+  const T* ckp = rc > 0 ? saved[1].data_ptr<T>() : nullptr;
+  auto rerun = [&](int64_t c) {
+    const int64_t lo = c * rc, hi = std::min(lo + rc, T_);
+    std::copy(ckp + c * Z * B, ckp + c * Z * B + live_rows(live, lo, N, D, m, Z) * B, zr);
+    for (int64_t s = lo; s < hi; ++s) {
+      const MemoryForward<T> f{s - lo, rc, B, N, Z, D, m, false, Ap + s * k * B, hp + s * K * B + k * B,
+                               zr, acc.data(), nullptr, nullptr, nullptr, jp, acc.data(), c1.data(),
+                               c2.data(), cells.data(), dq.data(), live ? live + lo : nullptr};
+      with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(f); });
+    }
+  };
   for (int64_t s = T_ - 1; s >= 0; --s) {
     const int64_t t = s + 1;
+    if (rc > 0 && (s == T_ - 1 || s % rc == rc - 1)) rerun(s / rc);
+    const int64_t off = rc > 0 ? (s / rc) * rc : 0;  // the ring's first step (0 with history)
     add_step(gyh, gzp, s, N, B);  // ∂L/∂h_{s+1} and ∂L/∂r_{s+1} from the outputs
     add_step(gyr, gzr, s, mr, B);
     bool ends = false;
@@ -674,9 +766,9 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     T* gas = gAp + s * k * B;
     T* gh_s = ghp + s * K * B;
     T* gv = gh_s + k * B;
-    const MemoryBackward<T> step{s, t, T_, B, N, Z, k, D, m, cur, as, v, zp, Pp, P2p, Sp, jp, gm, gas, gv, gzr,
-                                 acc.data(), c1.data(), c2.data(), c3.data(), c4.data(), sums.data(),
-                                 cells.data(), dq.data(), live};
+    const MemoryBackward<T> step{s - off, t, T_, B, N, Z, k, D, m, cur, as, v, zp, Pp, P2p, Sp, jp, gm, gas, gv,
+                                 gzr, acc.data(), c1.data(), c2.data(), c3.data(), c4.data(), sums.data(),
+                                 cells.data(), dq.data(), live ? live + off : nullptr};
     if (ends) {
       add_final<T>(g_hT, gzp, lens, t, B, N);
       if (lstm) add_final<T>(g_cT, gcp, lens, t, B, N);
@@ -712,7 +804,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     const at::Tensor gha_s = ghd_s.narrow(0, 0, Ka);  // the head's rows (all of them without an MLP)
     mb.mm_out(gh, w_head_t_m, gha_s);
     if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh, mb);
-    const at::Tensor h_t = z.select(0, t).narrow(0, 0, N);
+    const at::Tensor h_t = zc.select(0, t).narrow(0, 0, N);
     for (int64_t i = 0; i < mb.count(); ++i) gw_head_m[i].addmm_(mb.cols(gha_s, i), mb.cols(h_t, i).t());
     T* gas_ = gap + s * G * B;
     if (lstm) {
@@ -734,7 +826,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
         gcp[j] = gc * f[j];
       }
     } else {
-      const T* h = zp + t * Z * B;
+      const T* h = zcp + t * Zc * B;
       MEMRNN_SIMD
       for (int64_t j = 0; j < N * B; ++j) {
         const T g_h = ghh[j] + gzp[j];
@@ -780,7 +872,8 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
                         const std::optional<at::Tensor>& gx, const std::optional<at::Tensor>& P2,
                         const std::vector<at::Tensor>& mlp_w, const std::vector<at::Tensor>& mlp_h,
                         const std::vector<at::Tensor>& mlp_g, int64_t members,
-                        const std::optional<at::Tensor>& live) {
+                        const std::optional<at::Tensor>& live, int64_t recompute,
+                        const std::vector<at::Tensor>& saved) {
   auto opt = [](const std::optional<at::Tensor>& t) { return t.value_or(at::Tensor()); };
   std::vector<at::Tensor> fin;
   for (const auto& t : gfin) fin.push_back(opt(t));
@@ -806,13 +899,14 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
   check_mlp(d, mlp_w, nullptr, mlp_h, "mlp_h");
   check_mlp(d, mlp_w, nullptr, mlp_g, "mlp_g");
+  check_recompute(d, memory, recompute, 0, z, saved, "backward");
   OneThread one;
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
                             ghd, gA, gz, g_c, gm, opt(gb), gw_head, gb_head, one.had_more(), x,
                             w_x, gw_z, opt(gw_x), opt(gx), jumps ? jumps->data_ptr<int64_t>() : nullptr,
-                            opt(P2), mlp_w, mlp_h, mlp_g, live_of(live, acts.size(0)));
+                            opt(P2), mlp_w, mlp_h, mlp_g, live_of(live, acts.size(0)), recompute, saved);
   });
 }
 
@@ -826,16 +920,16 @@ TORCH_LIBRARY(memrnn_native, lib) {
       "Tensor w_head, Tensor b_head, Tensor(c!) heads, Tensor(d!) A, Tensor(e!)? cs, "
       "Tensor(f!)? xs, Tensor(g!) overflow, Tensor(h!)? P, Tensor(i!)? S, Tensor(j!)? P2, "
       "Tensor[] mlp_w, Tensor[] mlp_b, Tensor(k!)[] mlp_h, int members=0, Tensor? live=None, *, int ring=0, "
-      "Tensor? lens=None, Tensor(l!)[] keep) -> ()",
+      "Tensor? lens=None, Tensor(l!)[] keep, int recompute=0, Tensor(m!)[] saved) -> ()",
       &stack_rnn_forward);
   lib.def(
       "stack_rnn_backward(int controller, int activation, int memory, int value_act, int D, "
-      "int m, Tensor? jumps, Tensor acts, Tensor z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
+      "int m, Tensor? jumps, Tensor acts, Tensor(o!) z, Tensor w_z, Tensor w_head, Tensor heads, Tensor A, "
       "Tensor? cs, Tensor? xs, Tensor? P, Tensor? S, Tensor lens, Tensor? gyh, Tensor? gyr, "
       "Tensor? g_hT, Tensor? g_cT, Tensor?[] gfin, Tensor(a!) ga, Tensor(b!) ghd, "
       "Tensor(c!) gA, Tensor(d!) gz, Tensor(e!) g_c, Tensor(f!)[] gm, Tensor(g!)? gb, "
       "Tensor(h!) gw_head, Tensor(i!) gb_head, Tensor x, Tensor w_x, Tensor(j!) gw_z, "
       "Tensor(k!)? gw_x, Tensor(l!)? gx, Tensor? P2, Tensor[] mlp_w, Tensor[] mlp_h, "
-      "Tensor(m!)[] mlp_g, int members=0, Tensor? live=None) -> ()",
+      "Tensor(m!)[] mlp_g, int members=0, Tensor? live=None, *, int recompute=0, Tensor(n!)[] saved) -> ()",
       &stack_rnn_backward);
 }

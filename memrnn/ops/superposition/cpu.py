@@ -22,6 +22,7 @@ class SuperpositionKernel(MemoryKernel):
     order = (1, 2, 0)  # kernel row j holds the layer's action order[j] (push, pop, no-op)
     trims = True  # takes finals=, grad0= and trim= (False: the whole window) and trims its window (_live)
     ring_trims = True  # and live_steps=, for a ring of slots (its forward reads _C and live by step only)
+    recomputes = True  # its state is z's rows only: native.cpp's "Recomputed memory" reruns its steps
 
     @staticmethod
     def rows(D: int, m: int) -> int:

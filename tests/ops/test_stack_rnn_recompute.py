@@ -1,0 +1,159 @@
+"""The recomputed memory (``native.cpp``'s "Recomputed memory", issue "pay only for the memory that
+can still matter"): without the final state, the superposition stack's (Joulin & Mikolov 2015)
+training forward on the C++ loop keeps its window only every ``RECOMPUTE`` steps and the backward
+reruns the steps between.  Every case runs it against the stored history (``RECOMPUTE = 0``) and
+asserts ``torch.equal`` on the outputs and every gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import memrnn.ops.stack_rnn.cpu as stack_cpu
+from memrnn.ops.stack_rnn import stack_rnn_sequence
+from tests.ops.backends import needs_native
+
+pytestmark = needs_native
+N, WIDTH, NX, B = 5, 3, 4, 3  # controller units, cell width, input features, rows
+
+
+def _case(gen, dtype, controller, T, depth, members, lengths, stack0):
+    """Arguments of a controller on a superposition stack; ``stack0``: ``"zero"``, ``"zero_grad"``
+    (zeros requiring a gradient) or ``"random"`` (nothing trimmed)."""
+    G = (4 if controller == "lstm" else 1) * N
+    lead = (members,) if members else ()
+    rnd = lambda *s: (0.5 * torch.randn(*lead, *s, generator=gen, dtype=dtype)).requires_grad_()  # noqa: E731
+    args = [
+        rnd(B, T, NX),
+        rnd(G, NX + WIDTH),
+        rnd(G),
+        rnd(G, N),
+        rnd(3 + WIDTH, N),
+        rnd(3 + WIDTH),
+        rnd(B, N),
+    ]
+    args.append(rnd(B, N) if controller == "lstm" else None)
+    if stack0 == "random":
+        mem0 = (rnd(B, depth, WIDTH),)
+    else:
+        mem0 = (torch.zeros(*lead, B, depth, WIDTH, dtype=dtype, requires_grad=stack0 == "zero_grad"),)
+    lens = None
+    if lengths:
+        lens = torch.tensor([T, max(T - 3, 0), min(2, T)]).expand(*lead, B).contiguous()
+    return args, mem0, lens
+
+
+def _run(args, mem0, lens, controller, retain=False):
+    """Outputs and the gradients of a random weighting of them (twice with ``retain``: the second
+    backward of the same graph)."""
+    h, r, *_ = stack_rnn_sequence(
+        *args, mem0, controller=controller, activation="tanh", memory="superposition",
+        value_activation="sigmoid", lengths=lens, impl="native", finals=False,
+    )  # fmt: skip
+    gen = torch.Generator().manual_seed(7)
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in (h, r))
+    need = [t for t in [*args, *mem0] if t is not None and t.requires_grad]
+    grads = list(torch.autograd.grad(loss, need, retain_graph=retain))
+    if retain:
+        grads += list(torch.autograd.grad(loss, need))
+    return [h.detach(), r.detach()], grads
+
+
+def _assert_equal(a, b):
+    for kind, x, y in (("output", a[0], b[0]), ("gradient", a[1], b[1])):
+        assert len(x) == len(y)
+        for i, (u, v) in enumerate(zip(x, y, strict=True)):
+            assert torch.equal(u, v), f"{kind} {i}: max diff {(u - v).abs().max()}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+@pytest.mark.parametrize(
+    ("T", "depth", "every", "members", "lengths", "stack0"),
+    [
+        (1, 4, 3, None, None, "zero"),  # one step
+        (7, 4, 3, None, "ragged", "zero"),  # blocks of 3, the last one short; depth < T
+        (9, 11, 1, 2, "ragged", "zero"),  # a checkpoint every step; members
+        (12, 6, 4, None, None, "zero_grad"),  # blocks that divide T; the initial stack's gradient
+        (10, 5, 32, 2, "ragged", "random"),  # one block (T < RECOMPUTE); a full window
+        (40, 40, 16, None, "ragged", "zero"),  # depth = T
+    ],
+)
+def test_recomputed_memory_equals_the_stored_history(
+    monkeypatch, gen, dtype, controller, T, depth, every, members, lengths, stack0
+):
+    """Outputs and the gradients of every input, weight and the initial stack: bit for bit."""
+    case = _case(gen, dtype, controller, T, depth, members, lengths, stack0)
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    stored = _run(*case, controller)
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", every)
+    _assert_equal(stored, _run(*case, controller))
+
+
+def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen):
+    """What the backward keeps: z as a ring of ``RECOMPUTE + 1`` slots, every step's ``[h ; r]``
+    and ``ceil(T / RECOMPUTE)`` checkpoints, not ``T + 1`` windows; and a second backward of the
+    same graph (the ring rerun again) gives the same gradients."""
+    T, depth, every = 20, 20, 8
+    case = _case(gen, torch.float64, "lstm", T, depth, None, "ragged", "zero")
+    rows = N + (depth + 1) * WIDTH  # z's rows: h, the cells and the zero cell
+
+    def saved_z_steps():
+        shapes = []
+        with torch.autograd.graph.saved_tensors_hooks(
+            lambda t: shapes.append(tuple(t.shape)) or t, lambda t: t
+        ):
+            stack_rnn_sequence(
+                *case[0], case[1], controller="lstm", activation="", memory="superposition",
+                value_activation="sigmoid", lengths=case[2], impl="native", finals=False,
+            )  # fmt: skip
+        return sorted(s[0] for s in shapes if len(s) == 3 and s[1:] == (rows, B))
+
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    assert saved_z_steps() == [T + 1]
+    stored = _run(*case, "lstm")
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", every)
+    assert saved_z_steps() == [-(-T // every), every + 1]  # the checkpoints, the ring
+    got = _run(*case, "lstm", retain=True)
+    _assert_equal(stored, (got[0], got[1][: len(got[1]) // 2]))
+    _assert_equal(stored, (got[0], got[1][len(got[1]) // 2 :]))
+
+
+def test_recomputed_memory_only_without_finals(monkeypatch, gen):
+    """With the final state the history is stored (its final window is read from it): the same
+    results as without recomputing."""
+    case = _case(gen, torch.float64, "lstm", 9, 5, None, "ragged", "zero")
+
+    def run():
+        out = stack_rnn_sequence(
+            *case[0], case[1], controller="lstm", activation="", memory="superposition",
+            value_activation="sigmoid", lengths=case[2], impl="native", finals=True,
+        )  # fmt: skip
+        return [o.detach() for o in out if o is not None]
+
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    stored = run()
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 2)
+    for a, b in zip(stored, run(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_recomputed_memory_with_a_value_mlp(monkeypatch, gen):
+    """A value MLP (its weights' gradients read every step's ``h``, kept apart from the ring)."""
+    args, mem0, lens = _case(gen, torch.float64, "lstm", 13, 6, None, "ragged", "zero")
+    args[4], args[5] = args[4][:3].detach().requires_grad_(), args[5][:3].detach().requires_grad_()
+    rnd = lambda *s: (0.5 * torch.randn(*s, generator=gen, dtype=torch.float64)).requires_grad_()  # noqa: E731
+    mlp = [(rnd(7, N), rnd(7)), (rnd(WIDTH, 7), rnd(WIDTH))]
+
+    def run():
+        h, r, *_ = stack_rnn_sequence(
+            *args, mem0, controller="lstm", activation="", memory="superposition", value_activation="sigmoid",
+            value_mlp=mlp, lengths=lens, impl="native", finals=False,
+        )  # fmt: skip
+        return torch.autograd.grad(h.sin().sum() + r.cos().sum(), [*args, *(t for p in mlp for t in p)])
+
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    stored = run()
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 4)
+    for i, (a, b) in enumerate(zip(stored, run(), strict=True)):
+        assert torch.equal(a, b), f"gradient {i}"
