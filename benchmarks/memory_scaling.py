@@ -19,6 +19,12 @@ the memory's state for one step plus the outputs ``[B, T, N]``.  rau's columns a
 ``SuperpositionStackRNN``/``StratificationStackRNN`` with an LSTM controller (its language model's
 recurrence, ``get_stack_rnn_recurrence``), which trim the superposition stack to
 ``min(t, T − t)`` cells when no final state is asked for.
+
+First-touch page faults are a large part of a long sequence's forward+backward here (a fresh
+``mmap`` per large tensor, 4 KiB pages): torch's own ``THP_MEM_ALLOC_ENABLE=1`` (2 MiB-aligned
+allocations advised to transparent huge pages, where the kernel allows them) removes most of them
+for every row alike.  The header says whether it was set; run the script once with and once
+without it to see both.
 """
 
 from __future__ import annotations
@@ -168,7 +174,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         sys.path.insert(0, args.rau)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, cpu ({cpu_description()}), 1 thread; batch {B}, input = controller = {S}, "
-          f"width {WIDTH}, LSTM controller; ms: best of {args.repeats}; MiB: peak RSS increase")  # fmt: skip
+          f"width {WIDTH}, LSTM controller; ms: best of {args.repeats}; MiB: peak RSS increase; "
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', 'unset')}")  # fmt: skip
     print("| impl | memory | T | depth | fwd ms | fwd+bwd ms | ×LSTM fwd | ×LSTM fwd+bwd | fwd MiB | "
           "fwd+bwd MiB | state+out MiB |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|---|---|")

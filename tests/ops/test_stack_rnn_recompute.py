@@ -157,3 +157,23 @@ def test_recomputed_memory_with_a_value_mlp(monkeypatch, gen):
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", 4)
     for i, (a, b) in enumerate(zip(stored, run(), strict=True)):
         assert torch.equal(a, b), f"gradient {i}"
+
+
+def test_recomputed_memory_with_the_overflow(monkeypatch, gen):
+    """Asking for the overflow (which reads the bottom cell, so only the filled trim applies): the
+    overflow, the outputs and the gradients as with the stored history (the rerun skips it)."""
+    args, mem0, lens = _case(gen, torch.float64, "lstm", 23, 6, None, "ragged", "zero")
+
+    def run():
+        h, r, *_, ov = stack_rnn_sequence(
+            *args, mem0, controller="lstm", activation="", memory="superposition", value_activation="sigmoid",
+            overflow=True, lengths=lens, impl="native", finals=False,
+        )  # fmt: skip
+        return (ov, h.detach(), *torch.autograd.grad(h.sin().sum() + r.cos().sum(), args))
+
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    stored = run()
+    assert stored[0].abs().sum() > 0  # the stack overflowed somewhere
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 4)
+    for i, (a, b) in enumerate(zip(stored, run(), strict=True)):
+        assert torch.equal(a, b), f"result {i}"
