@@ -1,12 +1,13 @@
 """Trimmed memory windows (issue "pay only for the memory that can still matter"): an LSTM stack RNN
 (batch 64, input and controller 64, width 8) on the superposition stack (Joulin & Mikolov 2015;
-or the stratification stack or the queue, Grefenstette et al. 2015) at depth ``T`` and ``T/2``,
+or the stratification stack, the queue or the DeQue, Grefenstette et al. 2015) at depth ``T`` and
+``T/2`` (``--depths``: other depths too),
 with the full window ("full": the kernels' ``_live`` switched off, the code path as before the
 trim) against the trimmed one ("trim"), in one process, the two alternating ``--repeats`` times
 (best of each).
 
     python benchmarks/stack_trim.py [--lengths 64 256 1024] [--repeats 3] [--impls native cpu]
-        [--memories superposition stratification queue] [--rau /tmp/rau/src]
+        [--memories superposition stratification queue deque] [--depths 32] [--rau /tmp/rau/src]
 
 Columns: ``fwd+bwd``: ``StackRNN.outputs`` (no final state, so both of the superposition stack's
 trims: the cells that can be non-zero and those still readable) and a backward of the summed
@@ -40,6 +41,7 @@ import time
 import torch
 
 from memrnn.layers import StackRNN
+from memrnn.ops.deque.cpu import DequeKernel
 from memrnn.ops.dispatch import implementation
 from memrnn.ops.native import cpu_description
 from memrnn.ops.stratification.cpu import StratificationKernel
@@ -49,7 +51,7 @@ from memrnn.ops.superposition.cpu import SuperpositionKernel
 @contextlib.contextmanager
 def full_window():
     """Run the memories with their whole windows (no trim), as before the trim."""
-    real = {k: k._live for k in (SuperpositionKernel, StratificationKernel)}
+    real = {k: k._live for k in (SuperpositionKernel, StratificationKernel, DequeKernel)}
     for k in real:
         k._live = lambda self, *a: None
     try:
@@ -110,8 +112,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--memories",
         nargs="+",
         default=["superposition"],
-        choices=["superposition", "stratification", "queue"],
+        choices=["superposition", "stratification", "queue", "deque"],
     )
+    ap.add_argument("--depths", type=int, nargs="*", default=[], help="fixed depths, beside T and T/2")
     ap.add_argument("--rau", default=None, help="rau's src folder: time its superposition stack RNN too")
     args = ap.parse_args(argv)
     if args.threads:
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for memory in args.memories:
         for impl in args.impls:
             for T in args.lengths:
-                for depth in (T, T // 2):
+                for depth in dict.fromkeys([T, T // 2, *args.depths]):
                     rows.append(_row(args, gen, memory, impl, T, depth))
     return rows
 
