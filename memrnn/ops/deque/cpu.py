@@ -68,10 +68,9 @@ class DequeKernel(MemoryKernel):
         self._C, self._G = (None, None) if self.live is None else self.live.tolist()  # the Python loop's
         # a pop that ties at the empty middle in some step (_live): the backward then runs whole
         self._tie: Tensor | None = None
-        # with the trim, the cells no step writes are the empty ones: zeros
-        self.s = (
-            values0.new_empty(T + 1, 2 * D, B) if self.live is None else values0.new_zeros(T + 1, 2 * D, B)
-        )
+        self.s = values0.new_empty(T + 1, 2 * D, B)
+        if self.live is not None:  # the cells no step writes are the empty middle of S_1 … S_D: zeros
+            self.s[1 : D + 1].zero_()
         self.s[0] = strengths0.t()
         self.r = zmem
         self.r[0] = reading0.t()
