@@ -29,7 +29,16 @@ loops, superposition: fwd+bwd full -> trimmed 0.55 -> 0.39 s at T = d = 256, 5.3
 T = d = 1024 (3.3x; fwd alone 2.8 -> 0.87 s), 4.0 -> 2.3 s at T 1024, d 512; rau over trimmed:
 fwd+bwd 5.8x / 5.6x at T 256 (d = T, T/2), 7.4x / 6.7x at T 1024, fwd 2.8x / 2.9x at T 1024.
 The stratification stack and the queue: within noise of the full window (their memory is a
-small part of a step), 1.0-1.4x."""
+small part of a step), 1.0-1.4x.
+
+The DeQue (``--memories deque --lengths 256 1024 --depths 32``, the C++ loops, load 1-3.5 on the
+shared 2-core CPU, best of 3, so ±15-30%): fwd+bwd full -> trimmed 0.51 -> 0.26 s at T = d = 256
+(2.0x), 7.7 -> 2.5 s at T = d = 1024 (3.1x; with the final state 8.5 -> 3.5 s, 2.4x), 1.2x at
+d = T/2 (2.9 -> 2.4 s at T 1024), within noise at d = 32 (0.94-1.26x over repeated runs of best of
+7-9 at T 1024); ``fwd`` (under ``no_grad``, the ring without history) runs whole: 0.9-1.0x.  Its
+Python loop at T 256: 1.2x / 1.0x / 0.9x fwd+bwd at d = 256 / 128 / 32 (1.62 -> 1.32 s at d = 256);
+it sums the readings and the pops' gradients over all cells (their empty ones 0), since torch's
+sum over the cells rounds by position."""
 
 from __future__ import annotations
 
