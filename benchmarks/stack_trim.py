@@ -1,12 +1,13 @@
 """Trimmed memory windows (issue "pay only for the memory that can still matter"): an LSTM stack RNN
 (batch 64, input and controller 64, width 8) on the superposition stack (Joulin & Mikolov 2015;
-or the stratification stack or the queue, Grefenstette et al. 2015) at depth ``T`` and ``T/2``,
+or the stratification stack, the queue or the DeQue, Grefenstette et al. 2015) at depth ``T`` and
+``T/2`` (``--depths``: other depths too),
 with the full window ("full": the kernels' ``_live`` switched off, the code path as before the
 trim) against the trimmed one ("trim"), in one process, the two alternating ``--repeats`` times
 (best of each).
 
     python benchmarks/stack_trim.py [--lengths 64 256 1024] [--repeats 3] [--impls native cpu]
-        [--memories superposition stratification queue] [--rau /tmp/rau/src]
+        [--memories superposition stratification queue deque] [--depths 32] [--rau /tmp/rau/src]
 
 Columns: ``fwd+bwd``: ``StackRNN.outputs`` (no final state, so both of the superposition stack's
 trims: the cells that can be non-zero and those still readable) and a backward of the summed
@@ -28,7 +29,16 @@ loops, superposition: fwd+bwd full -> trimmed 0.55 -> 0.39 s at T = d = 256, 5.3
 T = d = 1024 (3.3x; fwd alone 2.8 -> 0.87 s), 4.0 -> 2.3 s at T 1024, d 512; rau over trimmed:
 fwd+bwd 5.8x / 5.6x at T 256 (d = T, T/2), 7.4x / 6.7x at T 1024, fwd 2.8x / 2.9x at T 1024.
 The stratification stack and the queue: within noise of the full window (their memory is a
-small part of a step), 1.0-1.4x."""
+small part of a step), 1.0-1.4x.
+
+The DeQue (``--memories deque --lengths 256 1024 --depths 32``, the C++ loops, load 1-3.5 on the
+shared 2-core CPU, best of 3, so ±15-30%): fwd+bwd full -> trimmed 0.51 -> 0.26 s at T = d = 256
+(2.0x), 7.7 -> 2.5 s at T = d = 1024 (3.1x; with the final state 8.5 -> 3.5 s, 2.4x), 1.2x at
+d = T/2 (2.9 -> 2.4 s at T 1024), within noise at d = 32 (0.94-1.26x over repeated runs of best of
+7-9 at T 1024); ``fwd`` (under ``no_grad``, the ring without history) runs whole: 0.9-1.0x.  Its
+Python loop at T 256: 1.2x / 1.0x / 0.9x fwd+bwd at d = 256 / 128 / 32 (1.62 -> 1.32 s at d = 256);
+it sums the readings and the pops' gradients over all cells (their empty ones 0), since torch's
+sum over the cells rounds by position."""
 
 from __future__ import annotations
 
@@ -40,6 +50,7 @@ import time
 import torch
 
 from memrnn.layers import StackRNN
+from memrnn.ops.deque.cpu import DequeKernel
 from memrnn.ops.dispatch import implementation
 from memrnn.ops.native import cpu_description
 from memrnn.ops.stratification.cpu import StratificationKernel
@@ -49,7 +60,7 @@ from memrnn.ops.superposition.cpu import SuperpositionKernel
 @contextlib.contextmanager
 def full_window():
     """Run the memories with their whole windows (no trim), as before the trim."""
-    real = {k: k._live for k in (SuperpositionKernel, StratificationKernel)}
+    real = {k: k._live for k in (SuperpositionKernel, StratificationKernel, DequeKernel)}
     for k in real:
         k._live = lambda self, *a: None
     try:
@@ -110,8 +121,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--memories",
         nargs="+",
         default=["superposition"],
-        choices=["superposition", "stratification", "queue"],
+        choices=["superposition", "stratification", "queue", "deque"],
     )
+    ap.add_argument("--depths", type=int, nargs="*", default=[], help="fixed depths, beside T and T/2")
     ap.add_argument("--rau", default=None, help="rau's src folder: time its superposition stack RNN too")
     args = ap.parse_args(argv)
     if args.threads:
@@ -130,7 +142,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for memory in args.memories:
         for impl in args.impls:
             for T in args.lengths:
-                for depth in (T, T // 2):
+                for depth in dict.fromkeys([T, T // 2, *args.depths]):
                     rows.append(_row(args, gen, memory, impl, T, depth))
     return rows
 

@@ -3,9 +3,10 @@ stack (Joulin & Mikolov 2015) computes only the cells that can be non-zero (from
 initial stack) and, without the final state (``finals=False``), only those that can still reach
 the top before the end (rau, DuSell's library, trims to ``min(t, T − t)`` the same way); the
 stratification stack and the neural queue (Grefenstette et al. 2015) only the slots that can hold
-strength.  Every case here runs the trimmed window against the full one (the kernel's ``_live``
-patched to None) and asserts ``torch.equal`` on outputs, final states and every gradient, on the
-C++ loop (``impl="native"``) and the Python one (``impl="cpu"``)."""
+strength, and the DeQue (the same paper) the cells at each end that can.  Every case here runs
+the trimmed window against the full one (the kernel's ``_live`` patched to None) and asserts
+``torch.equal`` on outputs, final states and every gradient, on the C++ loop (``impl="native"``)
+and the Python one (``impl="cpu"``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from memrnn.layers import StackRNN
+from memrnn.ops.deque.cpu import DequeKernel
 from memrnn.ops.stack_rnn import stack_rnn_sequence
 from memrnn.ops.stratification.cpu import StratificationKernel
 from memrnn.ops.superposition.cpu import SuperpositionKernel
@@ -26,20 +28,23 @@ KERNELS = {
     "superposition": SuperpositionKernel,
     "stratification": StratificationKernel,
     "queue": StratificationKernel,
+    "deque": DequeKernel,
 }
 
 
 def _case(gen, dtype, T, depth, members, lengths, stack0, memory="superposition"):
     """The arguments of an LSTM controller on a superposition stack (or ``memory``), ``B = 3``
     rows; ``stack0``: ``"zero"`` (no gradient wanted), ``"zero_grad"`` (zeros requiring a
-    gradient) or ``"random"``."""
+    gradient), ``"random"`` or ``"values"`` (a strength memory's: zero strengths, random values
+    and reading, no gradient wanted)."""
     B, G = 3, 4 * N
-    K = (3 if memory == "superposition" else 2) + M_WIDTH
+    reads = 2 if memory == "deque" else 1  # the DeQue reads (and pushes) at both ends
+    K = {"superposition": 3, "deque": 4}.get(memory, 2) + reads * M_WIDTH
     lead = (members,) if members else ()
     rnd = lambda *s: (0.5 * torch.randn(*lead, *s, generator=gen, dtype=dtype)).requires_grad_()  # noqa: E731
     args = [
         rnd(B, T, NX),  # x
-        rnd(G, NX + M_WIDTH),  # w_in
+        rnd(G, NX + reads * M_WIDTH),  # w_in
         rnd(G),
         rnd(G, N),
         rnd(K, N),  # w_head
@@ -47,13 +52,19 @@ def _case(gen, dtype, T, depth, members, lengths, stack0, memory="superposition"
         rnd(B, N),  # h0
         rnd(B, N),  # c0
     ]
+    cells = depth * reads  # the DeQue's 2·depth cells, bottom first
     shapes = (
         [(B, depth, M_WIDTH)]
         if memory == "superposition"
-        else [(B, depth, M_WIDTH), (B, depth), (B, M_WIDTH)]
+        else [(B, cells, M_WIDTH), (B, cells), (B, reads * M_WIDTH)]
     )
     if stack0 == "random":
         mem0 = tuple(rnd(*sh).sigmoid() if i == 1 else rnd(*sh) for i, sh in enumerate(shapes))
+    elif stack0 == "values":
+        mem0 = tuple(
+            torch.zeros(*lead, *sh, dtype=dtype) if i == 1 else rnd(*sh).detach()
+            for i, sh in enumerate(shapes)
+        )
     else:
         mem0 = tuple(
             torch.zeros(*lead, *sh, dtype=dtype, requires_grad=stack0 == "zero_grad") for sh in shapes
@@ -157,14 +168,72 @@ def test_stratification_trimmed_window_equals_the_full_one(
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("memory", ["stratification", "queue"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("finals", [False, True])
+@pytest.mark.parametrize(
+    ("depth", "members", "lengths", "stack0"),
+    [
+        (11, 0, None, "zero"),  # depth > T: only the steps bound the ends
+        (4, 2, "ragged", "zero"),  # depth < T: the ends meet; members
+        (6, 0, "short", "zero_grad"),  # the initial state's gradient: the backward runs whole
+        (5, 0, "ragged", "values"),  # nonzero initial values: the backward runs whole
+    ],
+)
+def test_deque_trimmed_window_equals_the_full_one(
+    monkeypatch, gen, impl, dtype, finals, depth, members, lengths, stack0
+):
+    """The DeQue (Grefenstette et al. 2015) from empty strengths: the ``min(t, D)`` cells at each end
+    only (the forward; the backward too unless the initial state's gradient is wanted or its
+    values are not zero; the final state's gradient may be), bit for bit."""
+    case = _case(gen, dtype, 9, depth, members, lengths, stack0, "deque")
+    full, trimmed, seen = _full_and_trimmed(monkeypatch, *case, impl=impl, finals=finals, memory="deque")
+    t = torch.arange(10)
+    assert seen and seen[0] is not None and torch.equal(seen[0][0], t.clamp(max=depth))
+    backward = stack0 == "zero"
+    assert torch.equal(seen[0][1], t.clamp(max=depth) if backward else torch.full_like(t, depth))
+    _assert_equal(full, trimmed)
+
+
+def _tied_deque_case(dtype):
+    """A DeQue whose bottom push and pop are both ``σ(0) = ½`` at every step (their head rows 0):
+    the bottom pop then takes exactly what the bottom half holds, a tie at the empty middle
+    (``DequeKernel._live``, (c)) at each step the top pop leaves the bottom alone."""
+    args, mem0, lens = _case(torch.Generator().manual_seed(4), dtype, 9, 6, 0, "ragged", "zero", "deque")
+    with torch.no_grad():
+        args[4][2:4] = 0  # w_head's push_bot, pop_bot rows (the layer's action order)
+        args[5][2:4] = 0
+    return args, mem0, lens
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_deque_tie_at_the_middle_runs_the_backward_whole(monkeypatch, impl, dtype):
+    """A pop that ties exactly at the empty middle lets the middle's gradient into the pop's (the
+    full window's subgradient at ``max(·, 0)``): the forward finds the tie and the backward runs
+    whole (``live``'s row 1 back to ``D``), so the trimmed window still equals the full one; on the
+    Python loop, without the tie check it would not."""
+    case = _tied_deque_case(dtype)
+    full, trimmed, seen = _full_and_trimmed(monkeypatch, *case, impl=impl, finals=False, memory="deque")
+    assert seen[0] is not None and bool((seen[0][0] < 6).any()) and bool((seen[0][1] == 6).all())
+    _assert_equal(full, trimmed)
+    if impl == "cpu":
+        monkeypatch.setattr(
+            DequeKernel, "_middle_tie", staticmethod(lambda u, *a: torch.zeros_like(u, dtype=bool))
+        )
+        unchecked = _run(*case, impl, False, memory="deque")
+        assert any(not torch.equal(a, b) for a, b in zip(full[1], unchecked[1], strict=True))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("memory", ["stratification", "queue", "deque"])
 def test_stratification_nonzero_strengths_are_not_trimmed(impl, memory, gen):
     """Initial strengths that are not all zero: no trim, and the reference's answer."""
     args, mem0, lens = _case(gen, torch.float64, 9, 4, 0, "ragged", "random", memory)
     seen = []
-    real = StratificationKernel._live
+    kernel = KERNELS[memory]
+    real = kernel._live
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(StratificationKernel, "_live", lambda self, *a: seen.append(real(self, *a)) or seen[-1])
+        mp.setattr(kernel, "_live", lambda self, *a: seen.append(real(self, *a)) or seen[-1])
         got = _run(args, mem0, lens, impl, False, memory=memory)
     assert seen == [None]
     ref = _run(args, mem0, lens, "reference", True, loss_on_finals=False, memory=memory)
@@ -239,7 +308,7 @@ def test_without_finals_the_op_returns_none_and_the_same_outputs(impl, gen):
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("memory", ["superposition", "stratification"])
+@pytest.mark.parametrize("memory", ["superposition", "stratification", "deque"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_stack_rnn_outputs_equals_forward_with_gradients(memory, dtype):
     """``StackRNN.outputs`` (``finals=False``: the trimmed window) equals ``forward(...)[0]``, its
