@@ -95,6 +95,7 @@ class StratificationKernel(MemoryKernel):
     tail_ = views(lambda k: k.s[:, 1:])
     win_ = functools.cached_property(lambda k: windows(k.P, k.T, k.D))
     v_ = functools.cached_property(lambda k: k.P[: k.T].unbind(0)[::-1])
+    _rows = functools.cached_property(lambda k: torch.zeros_like(k.win_[0]))  # a trimmed reading's [D, m, B]
 
     def forward(self, s: int, a: tuple[Tensor, ...], v: Tensor) -> Tensor | None:
         push, pop = a
@@ -109,7 +110,12 @@ class StratificationKernel(MemoryKernel):
             self.v_[s].copy_(v)
             new = new[:n1]
             w = torch.minimum(new, torch.clamp_min(1 - covered(new, self.kind, -2), 0))
-            torch.sum(w[:, None] * self.win_[s + 1][:n1], 0, out=self.r_[s + 1])
+            # the reading sums all D slots, the empty ones as zeros, as the full window does:
+            # torch's sum over the slots rounds by its own grouping of rows, which fewer rows
+            # change (_rows' rows from n1 on were never written: C only grows)
+            rows = self._rows
+            torch.mul(w[:, None], self.win_[s + 1][:n1], out=rows[:n1])
+            torch.sum(rows, 0, out=self.r_[s + 1])
             return torch.zeros_like(push)  # slot D − 1 is still empty: it drops nothing
         popped = torch.clamp_min(old - torch.clamp_min(pop - covered(old, self.kind, -2), 0), 0)
         self.head_[s + 1].copy_(push)
@@ -166,7 +172,10 @@ class StratificationKernel(MemoryKernel):
         else:  # the trimmed window (_live): slot n − 1 moves to slot n < D
             torch.mul(g_new[1 : n + 1], m2[j][:n], out=g_a2)
         g_a1 = g_a2 * m1[j][:n]  # −∂L/∂(pop − covered)
-        torch.sum(g_a1, 0, out=ga[1])
+        if n == D:
+            torch.sum(g_a1, 0, out=ga[1])
+        else:  # summed over all D slots, the trimmed ones as zeros (the forward's reading's reason)
+            torch.sum(torch.cat([g_a1, g_a1.new_zeros(D - n, g_a1.shape[-1])]), 0, out=ga[1])
         ga[1].neg_()
         self.g = g_a2 + covered_transpose(g_a1, self.kind, -2)
         gv.copy_(self.gv_[s])
