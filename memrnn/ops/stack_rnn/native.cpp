@@ -432,10 +432,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     if (Sp) copy_cols(Sp + slot * SD * B, finp[3], SD, t);
     if (P2p) copy_cols(P2p + slot * m * B, finp[4], D * m, t);
   };
-  // (z: the superposition stack's rows that step s's state can hold, live_rows; all of them for
-  // the other memories, whose rows are not cells from the top)
+  // (z: a memory of cells' rows that step s's state can hold, live_rows, the superposition
+  // stack's; all of them for the other memories, whose rows are not cells from the top)
   auto rewind = [&](int64_t s) {
-    const int64_t zr = static_cast<MemoryKind>(memory) == kSuperposition ? live_rows(live, s, N, D, m, Z) : Z;
+    const int64_t zr = mt.cells ? live_rows(live, s, N, D, m, Z) : Z;
     std::copy(zp + Tm * Z * B, zp + Tm * Z * B + zr * B, zp);
     if (lstm) std::copy(csp + Tm * N * B, csp + (Tm + 1) * N * B, csp);
     if (Sp) std::copy(Sp + Tm * SD * B, Sp + (Tm + 1) * SD * B, Sp);
@@ -567,9 +567,9 @@ void check_recompute(const Dims& d, int64_t memory, int64_t recompute, int64_t r
     TORCH_CHECK(saved.empty(), "memrnn native stack RNN ", where, ": saved is for recompute > 0");
     return;
   }
-  TORCH_CHECK(recompute > 0 && ring == 0 && static_cast<MemoryKind>(memory) == kSuperposition,
+  TORCH_CHECK(recompute > 0 && ring == 0 && traits_of(memory).cells,
               "memrnn native stack RNN ", where, ": recompute = ", recompute,
-              " needs the superposition stack with history (ring 0)");
+              " needs a memory of cells (the superposition stack) with history (ring 0)");
   const int64_t nck = (d.T + recompute - 1) / recompute;
   TORCH_CHECK(z.size(0) == recompute + 1 && (saved.size() == 2 || saved.size() == 3) && saved[0].dim() == 3 &&
                   saved[0].size(0) == d.T + 1 && saved[0].size(1) == d.N + d.mr && saved[0].size(2) == d.B &&
