@@ -148,7 +148,9 @@ def test_no_history_forward_refuses_lengths_outside_the_sequence(impl):
 
 _PEAK = """
 import re, sys, torch
+import memrnn.ops.stack_rnn.cpu as stack_cpu
 from memrnn.ops.stack_rnn import stack_rnn_sequence
+stack_cpu.RECOMPUTE = 0  # the training forward stores its history (the control)
 B, n, N, m, D = 16, 8, 16, 8, 256
 g = torch.Generator().manual_seed(0)
 def status(field):  # KiB
@@ -180,7 +182,9 @@ def test_no_history_forward_memory_is_flat_in_T():
     superposition stack at depth 256, B 16, N 16, m 8 (its state 128 KiB; a step of history 130
     KiB, 24 MiB from T = 64 to 256): from T = 64 to 256 that grows by less than 2 MiB and less
     than 10% of the training forward's growth (arguments requiring gradients), which grows by
-    more than half its history's.  The Python loop, and the C++ loop where it is built."""
+    more than half its history's (stored: ``RECOMPUTE = 0``; the recomputed memory's is
+    ``tests/ops/test_stack_rnn_recompute.py``'s).  The Python loop, and the C++ loop where it is
+    built."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
     env["MALLOC_MMAP_THRESHOLD_"] = "65536"
     impls = ["cpu", *(["native"] if native_available() else [])]

@@ -1,8 +1,9 @@
 """The recomputed memory (``native.cpp``'s "Recomputed memory", issue "pay only for the memory that
-can still matter"): without the final state, the superposition stack's (Joulin & Mikolov 2015)
-training forward on the C++ loop keeps its window only every ``RECOMPUTE`` steps and the backward
-reruns the steps between.  Every case runs it against the stored history (``RECOMPUTE = 0``) and
-asserts ``torch.equal`` on the outputs and every gradient."""
+can still matter"): the superposition stack's (Joulin & Mikolov 2015) training forward on the C++
+loop keeps its window only every ``RECOMPUTE`` steps (and each row's final window at its length)
+and the backward reruns the steps between.  Every case runs it against the stored history
+(``RECOMPUTE = 0``) and asserts ``torch.equal`` on the outputs, the final states and every
+gradient."""
 
 from __future__ import annotations
 
@@ -43,20 +44,22 @@ def _case(gen, dtype, controller, T, depth, members, lengths, stack0):
     return args, mem0, lens
 
 
-def _run(args, mem0, lens, controller, retain=False):
-    """Outputs and the gradients of a random weighting of them (twice with ``retain``: the second
-    backward of the same graph)."""
-    h, r, *_ = stack_rnn_sequence(
+def _run(args, mem0, lens, controller, retain=False, finals=False):
+    """Outputs (and final states) and the gradients of a random weighting of them (twice with
+    ``retain``: the second backward of the same graph)."""
+    h, r, *fin, _ = stack_rnn_sequence(
         *args, mem0, controller=controller, activation="tanh", memory="superposition",
-        value_activation="sigmoid", lengths=lens, impl="native", finals=False,
+        value_activation="sigmoid", lengths=lens, impl="native", finals=finals,
     )  # fmt: skip
+    outs = [h, r, *(f for f in fin if f is not None)]
+    assert len(outs) == (2 + len(fin) - (controller != "lstm") if finals else 2)
     gen = torch.Generator().manual_seed(7)
-    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in (h, r))
+    loss = sum((o * torch.randn(o.shape, generator=gen, dtype=o.dtype)).sum() for o in outs)
     need = [t for t in [*args, *mem0] if t is not None and t.requires_grad]
     grads = list(torch.autograd.grad(loss, need, retain_graph=retain))
     if retain:
         grads += list(torch.autograd.grad(loss, need))
-    return [h.detach(), r.detach()], grads
+    return [o.detach() for o in outs], grads
 
 
 def _assert_equal(a, b):
@@ -66,6 +69,7 @@ def _assert_equal(a, b):
             assert torch.equal(u, v), f"{kind} {i}: max diff {(u - v).abs().max()}"
 
 
+@pytest.mark.parametrize("finals", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("controller", ["lstm", "elman"])
 @pytest.mark.parametrize(
@@ -80,17 +84,19 @@ def _assert_equal(a, b):
     ],
 )
 def test_recomputed_memory_equals_the_stored_history(
-    monkeypatch, gen, dtype, controller, T, depth, every, members, lengths, stack0
+    monkeypatch, gen, finals, dtype, controller, T, depth, every, members, lengths, stack0
 ):
-    """Outputs and the gradients of every input, weight and the initial stack: bit for bit."""
+    """Outputs, final states and the gradients of every input, weight and the initial stack: bit
+    for bit."""
     case = _case(gen, dtype, controller, T, depth, members, lengths, stack0)
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
-    stored = _run(*case, controller)
+    stored = _run(*case, controller, finals=finals)
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", every)
-    _assert_equal(stored, _run(*case, controller))
+    _assert_equal(stored, _run(*case, controller, finals=finals))
 
 
-def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen):
+@pytest.mark.parametrize("finals", [False, True])
+def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen, finals):
     """What the backward keeps: z as a ring of ``RECOMPUTE + 1`` slots, every step's ``[h ; r]``
     and ``ceil(T / RECOMPUTE)`` checkpoints, not ``T + 1`` windows; and a second backward of the
     same graph (the ring rerun again) gives the same gradients."""
@@ -105,37 +111,18 @@ def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen):
         ):
             stack_rnn_sequence(
                 *case[0], case[1], controller="lstm", activation="", memory="superposition",
-                value_activation="sigmoid", lengths=case[2], impl="native", finals=False,
+                value_activation="sigmoid", lengths=case[2], impl="native", finals=finals,
             )  # fmt: skip
         return sorted(s[0] for s in shapes if len(s) == 3 and s[1:] == (rows, B))
 
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
     assert saved_z_steps() == [T + 1]
-    stored = _run(*case, "lstm")
+    stored = _run(*case, "lstm", finals=finals)
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", every)
     assert saved_z_steps() == [-(-T // every), every + 1]  # the checkpoints, the ring
-    got = _run(*case, "lstm", retain=True)
+    got = _run(*case, "lstm", retain=True, finals=finals)
     _assert_equal(stored, (got[0], got[1][: len(got[1]) // 2]))
     _assert_equal(stored, (got[0], got[1][len(got[1]) // 2 :]))
-
-
-def test_recomputed_memory_only_without_finals(monkeypatch, gen):
-    """With the final state the history is stored (its final window is read from it): the same
-    results as without recomputing."""
-    case = _case(gen, torch.float64, "lstm", 9, 5, None, "ragged", "zero")
-
-    def run():
-        out = stack_rnn_sequence(
-            *case[0], case[1], controller="lstm", activation="", memory="superposition",
-            value_activation="sigmoid", lengths=case[2], impl="native", finals=True,
-        )  # fmt: skip
-        return [o.detach() for o in out if o is not None]
-
-    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
-    stored = run()
-    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 2)
-    for a, b in zip(stored, run(), strict=True):
-        assert torch.equal(a, b)
 
 
 def test_recomputed_memory_with_a_value_mlp(monkeypatch, gen):

@@ -353,10 +353,10 @@ class StackRNNSequence(torch.autograd.Function):
         ring = getattr(ctx, "no_history", False)
         Tm, Ts = (min(T, RING), 1) if ring else (T, T)
         # a recomputed memory (native.cpp's "Recomputed memory"; the C++ loop, a memory that can
-        # rerun its steps, no final state): z is a ring of RECOMPUTE + 1 slots, the controller's
-        # rows of every step in zh and the memory every RECOMPUTE steps in ck
+        # rerun its steps): z is a ring of RECOMPUTE + 1 slots, the controller's rows of every step
+        # in zh, the memory every RECOMPUTE steps in ck (and each row's final memory in zf)
         rc = 0
-        if RECOMPUTE > 0 and native and not ring and not finals and getattr(cls, "recomputes", False):
+        if RECOMPUTE > 0 and native and not ring and getattr(cls, "recomputes", False):
             rc = Tm = min(T, RECOMPUTE)
         z = x.new_empty(Tm + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
@@ -397,9 +397,13 @@ class StackRNNSequence(torch.autograd.Function):
             cs[0] = c0.t()
             xs = x.new_empty(Ts, N, B)
         hist = _Ring(T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) if ring else None
-        saved = []  # a recomputed memory's zh and ck
+        saved, fin = [], None  # a recomputed memory's zh and ck (and zf)
         if rc:
             saved = [x.new_empty(T + 1, N + mr, B), x.new_empty(-(-T // rc), z.shape[1], B)]
+            if finals:  # each row's final memory rows, from the initial state (rows of length 0)
+                zf = x.new_zeros(1, z.shape[1], B)
+                fin = cls(mem0, 0, zf[:, N:], False, trim=False)
+                saved.append(zf)
         if hist is not None and T == 0:
             pass  # no step: every row's final state is its initial one (hist.fin's)
         elif native:
@@ -408,6 +412,7 @@ class StackRNNSequence(torch.autograd.Function):
                 w_in[..., :nx].contiguous(), b, acts, z, w_z, w_head, b_head, heads, A, cs, xs, overflow,
                 *mem.native_buffers(), mlp_w, [bb.contiguous() for bb in mlp_b], mlp_h, members=M,
                 live=getattr(mem, "live", None), recompute=rc, saved=saved,
+                **({"lens": lengths.to(torch.long).contiguous()} if rc and lengths is not None else {}),
                 **({"keep": []} if hist is None else hist.native_args()),
             )  # fmt: skip
         else:
@@ -423,16 +428,16 @@ class StackRNNSequence(torch.autograd.Function):
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
         ctx.save_for_backward(
-            x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers, *saved
+            x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers, *saved[:2]
         )
         ctx.mark_non_differentiable(overflow)
+        zc = saved[0] if rc else z  # every step's [h ; r]
         if finals:
-            finals_h = final_by_length(z[:, :N].permute(2, 0, 1), lengths)
+            finals_h = final_by_length(zc[:, :N].permute(2, 0, 1), lengths)
             finals_c = final_by_length(cs.permute(2, 0, 1), lengths) if lstm else None
-            last = (finals_h, finals_c, *mem.finals(lengths))
+            last = (finals_h, finals_c, *(mem.finals(lengths) if fin is None else fin.finals(None)))
         else:  # not computed (a trimmed window may not hold them)
             last = (None,) * (2 + len(mem0))
-        zc = saved[0] if rc else z  # every step's [h ; r]
         out = (zc[1:, :N].permute(2, 0, 1), zc[1:, N : N + mr].permute(2, 0, 1), *last, overflow.t())
         if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
             out = tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out)

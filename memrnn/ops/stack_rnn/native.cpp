@@ -41,7 +41,9 @@
 // forward steps from the stored actions and values into the ring, then goes back through the block
 // as with a full history.  The memory's steps are the forward's, op for op, so every gradient
 // equals the full history's bit for bit; the history is O(T·(N+m) + (T/K + K)·window) instead of
-// O(T·window), and the forward stops paying for first touching T windows of fresh memory.
+// O(T·window), and the forward stops paying for first touching T windows of fresh memory.  With
+// the final state wanted, `saved[2]` ([Z, B], its memory rows holding the initial state) takes
+// each row's memory rows at its length (`lens`), as the ring's `keep` does.
 //
 // Members (`members` M > 0; 0 for one run): M runs as one model (cpu.py's StackRNNSequence with
 // members).  The memory has no weights, so the loops run it once on the members' rows as one
@@ -358,6 +360,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   const int64_t rc = recompute;
   T* zhp = rc > 0 ? saved[0].data_ptr<T>() : nullptr;
   T* ckp = rc > 0 ? saved[1].data_ptr<T>() : nullptr;
+  T* zfp = rc > 0 && saved.size() == 3 ? saved[2].data_ptr<T>() : nullptr;  // the final memory rows
   const Members mb(d.M, B);
   const std::vector<at::Tensor> w_z_m = mb.split(w_z), w_head_m = mb.split(w_head);
   std::vector<std::vector<at::Tensor>> mlp_w_m;
@@ -401,9 +404,11 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   T* finp[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // z, cs, P, S, P2 at each row's length
   std::vector<char> ends(T_ + 1, 0);
   const int64_t SD = S.defined() ? S.size(1) : 0, R = N + d.mr;
-  if (ring > 0) {
-    zoutp = keep[0].data_ptr<T>();
-    for (int i = 0; i < 5; ++i) finp[i] = keep[i + 1].numel() ? keep[i + 1].template data_ptr<T>() : nullptr;
+  if (ring > 0 || zfp != nullptr) {
+    if (ring > 0) {
+      zoutp = keep[0].data_ptr<T>();
+      for (int i = 0; i < 5; ++i) finp[i] = keep[i + 1].numel() ? keep[i + 1].template data_ptr<T>() : nullptr;
+    }
     if (lens == nullptr) {
       if (T_ > 0) ends[T_] = 1;
     } else {
@@ -427,10 +432,10 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     if (Sp) copy_cols(Sp + slot * SD * B, finp[3], SD, t);
     if (P2p) copy_cols(P2p + slot * m * B, finp[4], D * m, t);
   };
-  // (z: the superposition stack's rows that step s's state can hold, live_rows; all of them for
-  // the other memories, whose rows are not cells from the top)
+  // (z: a memory of cells' rows that step s's state can hold, live_rows, the superposition
+  // stack's; all of them for the other memories, whose rows are not cells from the top)
   auto rewind = [&](int64_t s) {
-    const int64_t zr = static_cast<MemoryKind>(memory) == kSuperposition ? live_rows(live, s, N, D, m, Z) : Z;
+    const int64_t zr = mt.cells ? live_rows(live, s, N, D, m, Z) : Z;
     std::copy(zp + Tm * Z * B, zp + Tm * Z * B + zr * B, zp);
     if (lstm) std::copy(csp + Tm * N * B, csp + (Tm + 1) * N * B, csp);
     if (Sp) std::copy(Sp + Tm * SD * B, Sp + (Tm + 1) * SD * B, Sp);
@@ -536,6 +541,12 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     with_memory(memory, [&](auto mem) { decltype(mem)::template forward<T>(step); });
     if (ring > 0) keep_step(s, p + 1);
     if (rc > 0) std::copy(zp + (p + 1) * Z * B, zp + (p + 1) * Z * B + R * B, zhp + (s + 1) * R * B);
+    // recomputed memory with the final state: each row's memory rows at its length (the rows past
+    // the live ones are zero in saved[2] and in the full window alike)
+    if (zfp != nullptr && ends[s + 1]) {
+      const int64_t n = live_rows(live, s + 1, N, D, m, Z) - N;
+      copy_cols(zp + (p + 1) * Z * B + N * B, zfp + N * B, n, s + 1);
+    }
   }
 }
 
@@ -556,16 +567,18 @@ void check_recompute(const Dims& d, int64_t memory, int64_t recompute, int64_t r
     TORCH_CHECK(saved.empty(), "memrnn native stack RNN ", where, ": saved is for recompute > 0");
     return;
   }
-  TORCH_CHECK(recompute > 0 && ring == 0 && static_cast<MemoryKind>(memory) == kSuperposition,
+  TORCH_CHECK(recompute > 0 && ring == 0 && traits_of(memory).cells,
               "memrnn native stack RNN ", where, ": recompute = ", recompute,
-              " needs the superposition stack with history (ring 0)");
+              " needs a memory of cells (the superposition stack) with history (ring 0)");
   const int64_t nck = (d.T + recompute - 1) / recompute;
-  TORCH_CHECK(z.size(0) == recompute + 1 && saved.size() == 2 && saved[0].dim() == 3 &&
+  TORCH_CHECK(z.size(0) == recompute + 1 && (saved.size() == 2 || saved.size() == 3) && saved[0].dim() == 3 &&
                   saved[0].size(0) == d.T + 1 && saved[0].size(1) == d.N + d.mr && saved[0].size(2) == d.B &&
                   saved[1].dim() == 3 && saved[1].size(0) == nck && saved[1].size(1) == d.Z &&
                   saved[1].size(2) == d.B,
               "memrnn native stack RNN ", where, ": recompute = ", recompute, " needs z [", recompute + 1,
-              ", Z, B] and saved = [zh [T+1, N+mr, B], ck [", nck, ", Z, B]]");
+              ", Z, B] and saved = [zh [T+1, N+mr, B], ck [", nck, ", Z, B] (, the final rows [Z, B])]");
+  TORCH_CHECK(saved.size() == 2 || saved[2].numel() == d.Z * d.B,
+              "memrnn native stack RNN ", where, ": the final rows saved[2] hold ", d.Z * d.B, " elements");
   for (const auto& t : saved) {
     check_contiguous(t, "saved");
     TORCH_CHECK(t.scalar_type() == z.scalar_type(), "memrnn native stack RNN: saved's dtype must be z's");
@@ -615,10 +628,10 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                 "memrnn native stack RNN: without history keep holds zout [T, N + mr, B] and the final ",
                 "state's z, cs, P, S, P2 (empty where none)");
     for (const auto& t : keep) check_contiguous(t, "keep");
-    TORCH_CHECK(!lens.has_value() || (lens->scalar_type() == at::kLong && lens->is_contiguous() &&
-                                      lens->numel() == d.B),
-                "memrnn native stack RNN: lens must be ", d.B, " contiguous int64 lengths");
   }
+  TORCH_CHECK(!lens.has_value() || (lens->scalar_type() == at::kLong && lens->is_contiguous() &&
+                                    lens->numel() == d.B),
+              "memrnn native stack RNN: lens must be ", d.B, " contiguous int64 lengths");
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
   check_recompute(d, memory, recompute, ring, z, saved, "forward");
   OneThread one;
@@ -627,7 +640,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
                            cs_, xs_, overflow, P_, S_, jumps ? jumps->data_ptr<int64_t>() : nullptr,
                            P2.value_or(at::Tensor()), mlp_w, mlp_b, mlp_h, live_of(live, ring > 0 ? d.T : acts.size(0)), ring,
-                           ring > 0 && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep,
+                           (ring > 0 || recompute > 0) && lens.has_value() ? lens->data_ptr<int64_t>() : nullptr, keep,
                            recompute, saved);
   });
 }

@@ -30,6 +30,10 @@ struct MemoryTraits {
   int64_t grad_buffers;   // its gradient state's buffers (gm)
   int64_t forward_rows;   // its forward scratch, in [D, B] rows (beside the shared scratch)
   int64_t backward_rows;  // its backward scratch, in [D, B] rows
+  // its rows after h are cells from the top ([D+1, m, B]: a trimmed window's live cells are the
+  // first ones) and its state is z's alone, so its steps can be rerun from z (native.cpp's
+  // "Recomputed memory")
+  bool cells = false;
 };
 
 // Step s of the forward, as a memory's step sees it: the step's actions `as` [k, B] (activated)

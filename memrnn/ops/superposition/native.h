@@ -14,7 +14,7 @@
 namespace {
 
 struct Superposition {
-  static constexpr MemoryTraits kTraits{true, false, false, false, 2, 0, 0};
+  static constexpr MemoryTraits kTraits{true, false, false, false, 2, 0, 0, true};
 
   template <typename T>
   static void forward(const MemoryForward<T>& f) {
