@@ -97,9 +97,9 @@ def test_recomputed_memory_equals_the_stored_history(
 
 @pytest.mark.parametrize("finals", [False, True])
 def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen, finals):
-    """What the backward keeps: z as a ring of ``RECOMPUTE + 1`` slots, every step's ``[h ; r]``
-    and ``ceil(T / RECOMPUTE)`` checkpoints, not ``T + 1`` windows; and a second backward of the
-    same graph (the ring rerun again) gives the same gradients."""
+    """What the backward keeps: every step's ``[h ; r]`` and ``ceil(T / RECOMPUTE)`` checkpoints,
+    not ``T + 1`` windows (it reruns the steps into a ring of its own, so no saved tensor is
+    written); and a second backward of the same graph gives the same gradients."""
     T, depth, every = 20, 20, 8
     case = _case(gen, torch.float64, "lstm", T, depth, None, "ragged", "zero")
     rows = N + (depth + 1) * WIDTH  # z's rows: h, the cells and the zero cell
@@ -119,7 +119,7 @@ def test_recomputed_memory_saves_a_ring_and_checkpoints(monkeypatch, gen, finals
     assert saved_z_steps() == [T + 1]
     stored = _run(*case, "lstm", finals=finals)
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", every)
-    assert saved_z_steps() == [-(-T // every), every + 1]  # the checkpoints, the ring
+    assert saved_z_steps() == [-(-T // every)]  # the checkpoints (the backward reruns into its own ring)
     got = _run(*case, "lstm", retain=True, finals=finals)
     _assert_equal(stored, (got[0], got[1][: len(got[1]) // 2]))
     _assert_equal(stored, (got[0], got[1][len(got[1]) // 2 :]))
@@ -164,3 +164,28 @@ def test_recomputed_memory_with_the_overflow(monkeypatch, gen):
     monkeypatch.setattr(stack_cpu, "RECOMPUTE", 4)
     for i, (a, b) in enumerate(zip(stored, run(), strict=True)):
         assert torch.equal(a, b), f"result {i}"
+
+
+def test_recomputed_memory_writes_no_saved_tensor(monkeypatch, gen):
+    """The backward reruns the memory's steps into a ring of its own: every tensor the forward saved
+    (its storage, views included) is bit for bit the same after two backward passes (NaN where the
+    forward left memory unwritten compares equal to itself)."""
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 4)
+    args, mem0, lens = _case(gen, torch.float64, "lstm", 13, 9, None, "ragged", "zero")
+    kept = []
+
+    def pack(t):
+        kept.append((t, t.detach().clone()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        h, r, *_ = stack_rnn_sequence(
+            *args, mem0, controller="lstm", activation="", memory="superposition", value_activation="sigmoid",
+            lengths=lens, impl="native", finals=False,
+        )  # fmt: skip
+    loss = h.sin().sum() + r.cos().sum()
+    torch.autograd.grad(loss, args, retain_graph=True)
+    torch.autograd.grad(loss, args)
+    assert kept
+    for i, (t, before) in enumerate(kept):
+        assert torch.equal(t.nan_to_num(7.0), before.nan_to_num(7.0)), f"saved tensor {i} written"

@@ -427,8 +427,11 @@ class StackRNNSequence(torch.autograd.Function):
         ctx.recompute = rc
         # the stratification kernel's own buffers are saved too, so that memory accounting
         # (saved-tensor hooks, benchmarks/run.py) sees them; the backward reads them through ctx.mem
+        # (a recomputed memory's ring is not saved: the backward reruns into a ring of its own, so
+        # that no saved tensor is ever written)
+        z_saved = z.new_empty(0) if rc else z
         ctx.save_for_backward(
-            x, w_in, w_z, w_head, acts, z, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers, *saved[:2]
+            x, w_in, w_z, w_head, acts, z_saved, heads, A, cs, xs, *mlp_w, *mlp_h, *mem.buffers, *saved[:2]
         )
         ctx.mark_non_differentiable(overflow)
         zc = saved[0] if rc else z  # every step's [h ; r]
@@ -452,6 +455,9 @@ class StackRNNSequence(torch.autograd.Function):
         mlp_w, mlp_h = list(saved[10 : 10 + n_mlp]), list(saved[10 + n_mlp : 9 + 2 * n_mlp])
         mem, N, lengths, M = ctx.mem, ctx.N, ctx.lengths, ctx.members
         saved_rc = list(saved[-2:]) if ctx.recompute else []  # a recomputed memory's zh and ck
+        if ctx.recompute:  # the ring its steps are rerun into: z's layout, the zero cell zeroed
+            z = saved_rc[1].new_empty(ctx.recompute + 1, *saved_rc[1].shape[1:])
+            z[:, N + mem.D * mem.m :].zero_()
         g_mem = rest[:-1]
         if M:  # the members' rows as one batch of M·B columns, as the forward ran them
             flat = lambda g: None if g is None else g.flatten(0, 1)  # noqa: E731
