@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 
@@ -120,7 +119,10 @@ class MemberEmbedding(nn.Module):
         offsets = torch.arange(M, device=ids.device) * V
         ids = ids if per_member else ids[None]
         flat = ids + offsets.view(M, *([1] * (ids.dim() - 1)))
-        return F.embedding(flat, self.weight.reshape(M * V, self.embedding_dim))
+        # indexing, not F.embedding: the same gather, and its backward accumulates the rows in
+        # token order (index_put_), where embedding_dense_backward sorts the ids first: the same
+        # sums, 2x faster at the default job's M·B·T = 8,480 ids over 70 rows
+        return self.weight.reshape(M * V, self.embedding_dim)[flat]
 
     def member(self, m: int) -> nn.Embedding:
         """Member ``m`` as an ``nn.Embedding`` (copies; frozen like this one)."""

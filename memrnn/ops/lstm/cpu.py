@@ -221,8 +221,13 @@ class FusedLSTMSequence(torch.autograd.Function):
         ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, cs, xs, w_rec, ghs, gcs, B, ctx.tanh_units)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         ga = ga.view(M, B * T, G)
-        grad_w_rec = torch.bmm(ga.transpose(1, 2), h_prev.view(M, B * T, G // 4))
-        grad_w_in = torch.bmm(ga.transpose(1, 2), x_rows) if need_w else None
+        # each product written with its long dimension (B·T or 4N) last, the result transposed
+        # back as a view: BLAS's kernels for an output [4N, n] or [B·T, n] with n = 14 (the
+        # default job's embedding) or 5-8 run 2-6x slower than for the transposed output (MKL,
+        # this 2-core machine: benchmarks/results/members-cpu-2core.md); the same sums
+        grad_w_rec = torch.bmm(h_prev.view(M, B * T, G // 4).transpose(1, 2), ga).transpose(1, 2)
+        grad_w_in = torch.bmm(x_rows.transpose(1, 2), ga).transpose(1, 2) if need_w else None
         grad_b = ga.sum(1) if need_b else None
-        grad_x = torch.bmm(ga, w_in).view(M, B, T, -1) if need_x else None
+        grad_x = torch.bmm(w_in.transpose(1, 2), ga.transpose(1, 2)).transpose(1, 2) if need_x else None
+        grad_x = None if grad_x is None else grad_x.contiguous().view(M, B, T, -1)
         return grad_x, grad_w_in, grad_b, grad_w_rec, g_h0, g_c0, None
