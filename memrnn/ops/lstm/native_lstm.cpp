@@ -17,6 +17,7 @@
 // on the first tanh_units units, the cell itself after), all contiguous; w_rec [(M,) 4N, N].
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
@@ -108,10 +109,16 @@ std::vector<Tensor> lstm_backward_steps(int64_t lo, int64_t hi, Tensor k, Tensor
 // differ from the ATen loops' in the last bits (float64 within 1e-12 of them, float32 within 1e-5 of
 // the float64 loop, as close as the float32 ATen loop is: tests/ops/test_lstm.py).
 //
-// Layout: the recurrence runs time major, members inside, batch innermost (a step's [M, rows, B]
-// is one contiguous block, every inner loop runs over contiguous values): acts [T, M, 4N, Bp]
-// (activated), cs [T+1, M, N, Bp], xs [T, M, N, Bp] with Bp the batch padded to whole vectors
-// (kLanes; the padding columns hold zeros throughout); w_rec [M, 4N, N].  What enters and leaves is
+// Layout: member major, then time, batch innermost (a member's steps are one contiguous block, a
+// step's [rows, B] one contiguous run, every inner loop runs over contiguous values): acts
+// [M, T, 4N, Bp] (activated), cs [M, T+1, N, Bp], xs [M, T, N, Bp] with Bp the batch padded to
+// whole vectors (kLanes; the padding columns hold zeros throughout); w_rec [M, 4N, N].
+//
+// Threads: the members are independent runs, so each runs its whole sequence on one thread and
+// the members are shared out among torch's intra-op threads (at::parallel_for; one member per
+// task).  Every member's arithmetic is the same on any number of threads: results do not depend
+// on the thread count.  One model's product per step is too small to split (OneThread in
+// stack_rnn/native.cpp); M runs in one process are the work that fills the cores.  What enters and leaves is
 // batch first, as the products around it want it, and the kernels transpose it on the way in and
 // out (ATen's permuted copies of these small-inner-dimension tensors cost 5-10 ns a value, the most
 // of the step after the loops): the projection proj and its gradient ga [M, B, T, 4N], the outputs
@@ -242,25 +249,24 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
                         T* h_out, T* c_out, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp,
                         int64_t u) {
   const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
-  for (int64_t m = 0; m < M; ++m) {  // the initial state, transposed to [N, B] columns
-    for (int64_t b = 0; b < B; ++b) {
+  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
+  for (int64_t m = m0; m < m1; ++m) {
+    for (int64_t b = 0; b < B; ++b) {  // the initial state, transposed to [N, B] columns
       for (int64_t k = 0; k < N; ++k) {
         const T hv = h0[(m * B + b) * N + k], cv = c0[(m * B + b) * N + k];
-        hs[(m * N + k) * Bp + b] = hv;
-        cs[(m * N + k) * Bp + b] = cv;
+        hs[(m * (S + 1) * N + k) * Bp + b] = hv;
+        cs[(m * (S + 1) * N + k) * Bp + b] = cv;
         h_out[((m * B + b) * (S + 1)) * N + k] = hv;
         c_out[((m * B + b) * (S + 1)) * N + k] = cv;
       }
     }
-  }
-  for (int64_t s = 0; s < S; ++s) {
-    for (int64_t m = 0; m < M; ++m) {
-      T* a = acts + (s * M + m) * G * Bp;
-      const T* hp = hs + (s * M + m) * nb;
-      T* h1 = hs + ((s + 1) * M + m) * nb;
-      const T* cp = cs + (s * M + m) * nb;
-      T* c1 = cs + ((s + 1) * M + m) * nb;
-      T* x = xs + (s * M + m) * nb;
+    for (int64_t s = 0; s < S; ++s) {
+      T* a = acts + (m * S + s) * G * Bp;
+      const T* hp = hs + (m * (S + 1) + s) * nb;
+      T* h1 = hs + (m * (S + 1) + s + 1) * nb;
+      const T* cp = cs + (m * (S + 1) + s) * nb;
+      T* c1 = cs + (m * (S + 1) + s + 1) * nb;
+      T* x = xs + (m * S + s) * nb;
       for (int64_t b = 0; b < B; ++b) {  // the step's projection, transposed to [G, B] columns
         const T* row = proj + ((m * B + b) * S + s) * G;
         for (int64_t r = 0; r < G; ++r) a[r * Bp + b] = row[r];
@@ -281,6 +287,7 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
       }
     }
   }
+  });
 }
 
 // out [N, Bp] = grad[m, :, s, :] of a batch-first gradient [M, B, S+1, N] (transposed; the padding
@@ -304,20 +311,19 @@ template <typename T>
 void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
                          T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp, int64_t u) {
   const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
-  std::vector<T> gh(M * nb), gc(M * nb), step(G * Bp), inc(nb);  // zeros: the padding stays 0
-  for (int64_t m = 0; m < M; ++m) {
-    gather_grad(ghs, m, S, S, N, B, Bp, gh.data() + m * nb);
-    gather_grad(gcs, m, S, S, N, B, Bp, gc.data() + m * nb);
-  }
-  for (int64_t s = S - 1; s >= 0; --s) {
-    for (int64_t m = 0; m < M; ++m) {
-      const int64_t at = (s * M + m) * nb;  // this step and member in [S(+1), M, N, B]
-      const T* a = acts + (s * M + m) * G * Bp;
+  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
+  // each task's own scratch; zeros: the padding columns stay 0
+  std::vector<T> gh(nb), gc(nb), step(G * Bp), inc(nb);
+  for (int64_t m = m0; m < m1; ++m) {
+    gather_grad(ghs, m, S, S, N, B, Bp, gh.data());
+    gather_grad(gcs, m, S, S, N, B, Bp, gc.data());
+    for (int64_t s = S - 1; s >= 0; --s) {
+      const T* a = acts + (m * S + s) * G * Bp;
       const T *o = a, *i = a + nb, *f = a + 2 * nb, *g = a + 3 * nb;
       T *d = step.data(), *go = d, *gi = d + nb, *gf = d + 2 * nb, *gg = d + 3 * nb;
-      const T *cp = cs + at, *x = xs + at;
-      T* dh = gh.data() + m * nb;
-      T* dc = gc.data() + m * nb;
+      const T *cp = cs + (m * (S + 1) + s) * nb, *x = xs + (m * S + s) * nb;
+      T* dh = gh.data();
+      T* dc = gc.data();
       if (gcs == nullptr) {
         backward_cells<true, false>(o, i, f, g, cp, x, dh, dc, inc.data(), go, gi, gf, gg, ub);
         backward_cells<false, false>(o + ub, i + ub, f + ub, g + ub, cp + ub, x + ub, dh + ub, dc + ub,
@@ -335,15 +341,14 @@ void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, co
       gather_grad(ghs, m, s, S, N, B, Bp, dh);  // g_h = ghs[s] (or 0) + w_recᵀ ga
       small_gemm(dh, Bp, d, Bp, w + m * G * N, 1, N, N, G, Bp);
     }
-  }
-  for (int64_t m = 0; m < M; ++m) {
     for (int64_t b = 0; b < B; ++b) {
       for (int64_t k = 0; k < N; ++k) {
-        g_h0[(m * B + b) * N + k] = gh[(m * N + k) * Bp + b];
-        g_c0[(m * B + b) * N + k] = gc[(m * N + k) * Bp + b];
+        g_h0[(m * B + b) * N + k] = gh[k * Bp + b];
+        g_c0[(m * B + b) * N + k] = gc[k * Bp + b];
       }
     }
   }
+  });
 }
 
 void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
@@ -352,7 +357,7 @@ void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
 }
 
 // The forward (fused_forward_impl): proj [M, B, T, 4N], w_rec [M, 4N, N], h0, c0 [M, B, N] ->
-// acts [T, M, 4N, Bp], cs [T+1, M, N, Bp], xs [T, M, N, Bp] (the backward's), h_out, c_out
+// acts [M, T, 4N, Bp], cs [M, T+1, N, Bp], xs [M, T, N, Bp] (the backward's), h_out, c_out
 // [M, B, T+1, N] (the outputs), h_prev [M, B, T, N].
 std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Tensor c0, int64_t tanh_units) {
   const auto dtype = proj.scalar_type();
@@ -363,8 +368,8 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Ten
   int64_t Bp = B;  // the batch padded to whole vectors: the padding columns stay 0 throughout
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_pad", [&] { Bp = (B + kLanes<scalar_t> - 1) / kLanes<scalar_t> * kLanes<scalar_t>; });
   const auto alloc = [&](at::IntArrayRef size) { return Bp == B ? at::empty(size, opt) : at::zeros(size, opt); };
-  Tensor acts = alloc({S, M, G, Bp}), hs = alloc({S + 1, M, N, Bp});
-  Tensor cs = alloc({S + 1, M, N, Bp}), xs = alloc({S, M, N, Bp});
+  Tensor acts = alloc({M, S, G, Bp}), hs = alloc({M, S + 1, N, Bp});
+  Tensor cs = alloc({M, S + 1, N, Bp}), xs = alloc({M, S, N, Bp});
   Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
   Tensor h_prev = at::empty({M, B, S, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
@@ -386,7 +391,7 @@ std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor cs, Tensor xs, Tenso
     check_fused(*t, name, dtype);
   if (ghs.has_value()) check_fused(*ghs, "ghs", dtype);
   if (gcs.has_value()) check_fused(*gcs, "gcs", dtype);
-  const int64_t S = acts.size(0), M = acts.size(1), N = w_rec.size(2), Bp = acts.size(3), G = 4 * N;
+  const int64_t M = acts.size(0), S = acts.size(1), N = w_rec.size(2), Bp = acts.size(3), G = 4 * N;
   const int64_t B = batch;  // the real batch; acts' last dimension is it padded
   TORCH_CHECK(B <= Bp, "lstm_fused_backward: batch ", B, " exceeds the buffers' ", Bp);
   const auto opt = acts.options();
