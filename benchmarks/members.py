@@ -20,10 +20,15 @@ Rows: ``sequential`` (one single run's steps/s: M runs one after another give th
 ``K processes`` (K single runs at once, each with ``torch.set_num_threads(1)``, K = the cores:
 their summed steps/s), and ``members M`` (one process: M × steps/s).  The in-process rows run
 ``--threads`` torch threads (default 1, as each parallel process: on a loaded 2-core machine two
-threads of one small model spin against each other).  Every row runs the same
+threads of one small model spin against each other; with ``--threads 2`` the members' fused
+LSTM cell runs its members in two chunks, one per thread, and the sequential row gets two
+threads too).  Every row runs the same
 batches, after ``--warmup`` steps, under a bare ``lightning.Trainer`` (no logger, no callbacks, no
 validation, no learning-rate schedule), so the ratios measure one step of each: ``x seq`` and ``x procs`` are the members'
-seed-steps/s over the sequential and the parallel rows.
+seed-steps/s over the sequential and the parallel rows.  Every row runs once per round
+(``--repeats`` rounds, rows one after another): the rates printed are medians over the rounds,
+and the ratios the medians of each round's own ratios, so that the machine's drift between
+rounds cancels.
 """
 
 from __future__ import annotations
@@ -114,6 +119,11 @@ def parallel_rate(job: str, n: int, warmup: int, processes: int) -> float:
     return sum(rates)
 
 
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
@@ -124,6 +134,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--processes", type=int, default=os.cpu_count() or 1, help="K of the parallel row")
     ap.add_argument("--out", help="write the tables (markdown) here too")
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the in-process rows")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of every row (medians reported)")
     ap.add_argument("--single", choices=list(JOBS), help=argparse.SUPPRESS)  # a parallel row's worker
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -137,20 +148,35 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         return []
     rows, lines = [], []
     for job in args.jobs:
-        seq = single_rate(job, n, args.warmup, args.device)
-        par = parallel_rate(job, n, args.warmup, args.processes) if args.device == "cpu" else float("nan")
-        lines += [f"\n### {job}\n", f"sequential: {seq:.1f} seed-steps/s; {args.processes} processes: {par:.1f}\n",
+        # rounds: every row once per round, one after another, so that a drift of the machine's
+        # speed (this VM's runs a minute apart differ by up to 40%) falls on every row alike; the
+        # ratios are the medians of each round's own ratios
+        rounds = []
+        for _ in range(args.repeats):
+            seq = single_rate(job, n, args.warmup, args.device)
+            par = parallel_rate(job, n, args.warmup, args.processes) if args.device == "cpu" else float("nan")
+            rates = {}
+            for m in args.members:
+                module, dm, clip = build(job, m, args.device)
+                rates[m] = m / seconds_per_step(
+                    module, batches_of(dm, n, args.device), clip, args.warmup, args.device
+                )
+            rounds.append((seq, par, rates))
+            print(f"{job} round {len(rounds)}: sequential {seq:.1f}, {args.processes} processes {par:.1f}, "
+                  + ", ".join(f"M {m}: {r:.1f}" for m, r in rates.items()), flush=True)  # fmt: skip
+        seq, par = _median([r[0] for r in rounds]), _median([r[1] for r in rounds])
+        lines += [f"\n### {job}\n", f"sequential: {seq:.1f} seed-steps/s; {args.processes} processes: {par:.1f} "
+                  f"(medians of {args.repeats} rounds)\n",
                   "| members | s/step | seed-steps/s | x seq | x procs |", "|---|---|---|---|---|"]  # fmt: skip
-        print("\n".join(lines[-4:]), flush=True)
         for m in args.members:
-            module, dm, clip = build(job, m, args.device)
-            sec = seconds_per_step(module, batches_of(dm, n, args.device), clip, args.warmup, args.device)
-            rate = m / sec
-            row = {"job": job, "members": m, "s_per_step": sec, "seed_steps_per_s": rate,
-                   "x_sequential": rate / seq, "x_processes": rate / par}  # fmt: skip
+            rate = _median([r[2][m] for r in rounds])
+            x_seq = _median([r[2][m] / r[0] for r in rounds])
+            x_par = _median([r[2][m] / r[1] for r in rounds])
+            row = {"job": job, "members": m, "s_per_step": m / rate, "seed_steps_per_s": rate,
+                   "x_sequential": x_seq, "x_processes": x_par}  # fmt: skip
             rows.append(row)
-            lines.append(f"| {m} | {sec * 1000:.1f} ms | {rate:.1f} | {rate / seq:.2f} | {rate / par:.2f} |")
-            print(lines[-1], flush=True)
+            lines.append(f"| {m} | {m / rate * 1000:.1f} ms | {rate:.1f} | {x_seq:.2f} | {x_par:.2f} |")
+        print("\n".join(lines[-(4 + len(args.members)) :]), flush=True)
     if args.out:
         head = (
             f"# Members in one process: seed-steps/s\n\n`python -m benchmarks.members {' '.join(argv or sys.argv[1:])}` "

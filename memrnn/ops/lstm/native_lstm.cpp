@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <vector>
 
@@ -115,10 +116,10 @@ std::vector<Tensor> lstm_backward_steps(int64_t lo, int64_t hi, Tensor k, Tensor
 // whole vectors (kLanes; the padding columns hold zeros throughout); w_rec [M, 4N, N].
 //
 // Threads: the members are independent runs, so each runs its whole sequence on one thread and
-// the members are shared out among torch's intra-op threads (at::parallel_for; one member per
-// task).  Every member's arithmetic is the same on any number of threads: results do not depend
-// on the thread count.  One model's product per step is too small to split (OneThread in
-// stack_rnn/native.cpp); M runs in one process are the work that fills the cores.  What enters and leaves is
+// the members are shared out in torch.get_num_threads() chunks (member_chunks).  Every member's
+// arithmetic is the same on any number of threads: results do not depend on the thread count.
+// One model's product per step is too small to split (OneThread in stack_rnn/native.cpp); M runs
+// in one process are the work that fills the cores.  What enters and leaves is
 // batch first, as the products around it want it, and the kernels transpose it on the way in and
 // out (ATen's permuted copies of these small-inner-dimension tensors cost 5-10 ns a value, the most
 // of the step after the loops): the projection proj and its gradient ga [M, B, T, 4N], the outputs
@@ -240,6 +241,26 @@ inline void backward_cells(const T* o, const T* i, const T* f, const T* g, const
   }
 }
 
+// fn(m0, m1) over the members [0, M) in at::get_num_threads() chunks of consecutive members: the
+// first on the caller's thread, each other on a thread of its own, joined before returning.  Not
+// at::parallel_for: this extension is built without -fopenmp (linking a second OpenMP runtime
+// beside torch's would ignore torch.set_num_threads), and without it at::parallel_for runs
+// serially.  A thread's start (~30 µs) is small beside a chunk's sequence (milliseconds).
+template <typename F>
+void member_chunks(int64_t M, const F& fn) {
+  const int64_t n = std::min<int64_t>(M, at::get_num_threads());
+  if (n <= 1) {
+    fn(0, M);
+    return;
+  }
+  const int64_t chunk = (M + n - 1) / n;
+  std::vector<std::future<void>> others;
+  for (int64_t lo = chunk; lo < M; lo += chunk)
+    others.push_back(std::async(std::launch::async, [&fn, lo, hi = std::min(M, lo + chunk)] { fn(lo, hi); }));
+  fn(0, chunk);
+  for (auto& f : others) f.get();  // rethrows a chunk's error
+}
+
 // Forward of every member over steps 0..S−1 (the buffers' layout above).  proj [M, B, S, G] the
 // input projection (x w_inᵀ + b, row-major as one baddbmm writes it); h0, c0 [M, B, N]; writes acts,
 // hs, cs, xs, and the outputs h_out, c_out [M, B, S+1, N] (initial state first) and h_prev
@@ -249,7 +270,7 @@ void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* 
                         T* h_out, T* c_out, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp,
                         int64_t u) {
   const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
-  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
+  member_chunks(M, [&](int64_t m0, int64_t m1) {
   for (int64_t m = m0; m < m1; ++m) {
     for (int64_t b = 0; b < B; ++b) {  // the initial state, transposed to [N, B] columns
       for (int64_t k = 0; k < N; ++k) {
@@ -311,8 +332,8 @@ template <typename T>
 void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
                          T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp, int64_t u) {
   const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
-  at::parallel_for(0, M, 1, [&](int64_t m0, int64_t m1) {
-  // each task's own scratch; zeros: the padding columns stay 0
+  member_chunks(M, [&](int64_t m0, int64_t m1) {
+  // each chunk's own scratch; zeros: the padding columns stay 0
   std::vector<T> gh(nb), gc(nb), step(G * Bp), inc(nb);
   for (int64_t m = m0; m < m1; ++m) {
     gather_grad(ghs, m, S, S, N, B, Bp, gh.data());
