@@ -189,3 +189,29 @@ def test_recomputed_memory_writes_no_saved_tensor(monkeypatch, gen):
     assert kept
     for i, (t, before) in enumerate(kept):
         assert torch.equal(t.nan_to_num(7.0), before.nan_to_num(7.0)), f"saved tensor {i} written"
+
+
+@pytest.mark.parametrize("finals", [False, True])
+def test_recomputed_memory_frees_the_forwards_ring(monkeypatch, gen, finals):
+    """The forward's ring of ``RECOMPUTE + 1`` windows is freed when the forward returns: the
+    backward reruns its steps into a ring of its own, so the graph keeps no view of the forward's
+    (the memory kernel's ``Sp`` is released), and the gradients stay the stored history's."""
+    T, depth = 20, 20
+    case = _case(gen, torch.float64, "lstm", T, depth, None, "ragged", "zero")
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 0)
+    stored = _run(*case, "lstm", finals=finals)
+    monkeypatch.setattr(stack_cpu, "RECOMPUTE", 8)
+    h, *_ = stack_rnn_sequence(
+        *case[0], case[1], controller="lstm", activation="", memory="superposition",
+        value_activation="sigmoid", lengths=case[2], impl="native", finals=finals,
+    )  # fmt: skip
+    todo, nodes = [h.grad_fn], []
+    while todo:
+        node = todo.pop()
+        if getattr(node, "_forward_cls", None) is stack_cpu.StackRNNSequence:
+            nodes.append(node)
+        todo.extend(f for f, _ in node.next_functions if f is not None)
+    assert len(nodes) == 1
+    kept = nodes[0].mem.Sp
+    assert kept.numel() == 0 and kept.untyped_storage().nbytes() == 0
+    _assert_equal(stored, _run(*case, "lstm", finals=finals))

@@ -442,6 +442,8 @@ class StackRNNSequence(torch.autograd.Function):
         else:  # not computed (a trimmed window may not hold them)
             last = (None,) * (2 + len(mem0))
         out = (zc[1:, :N].permute(2, 0, 1), zc[1:, N : N + mr].permute(2, 0, 1), *last, overflow.t())
+        if rc:  # the forward's ring is freed here, not kept beside the backward's own
+            mem.release_steps()
         if M:  # each member's rows: [M·B, ...] -> [M, B, ...]
             out = tuple(None if t is None else t.unflatten(0, (M, rows)) for t in out)
         return out

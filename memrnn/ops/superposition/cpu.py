@@ -118,6 +118,14 @@ class SuperpositionKernel(MemoryKernel):
             return push * 0
         return push * self.last_[s].abs().amax(0)
 
+    def release_steps(self) -> None:
+        """Drops this kernel's views of ``z`` once the forward is done with them: a recomputed
+        memory's ring (``native.cpp``'s "Recomputed memory"), which the backward does not read (it
+        reruns its steps into a ring of its own), is then freed before the backward runs."""
+        self.Sp = self.Sp.new_empty((0, *self.Sp.shape[1:]))
+        for name in ("S_", "up_", "lo_", "hi_", "top_", "last_"):
+            self.__dict__.pop(name, None)  # the per-step views (views(): cached on first use)
+
     def start_backward(self) -> None:
         D, m, B = self.D, self.m, self.Sp.shape[-1]
         self.gpp = [self.Sp.new_zeros(D + 2, m, B) for _ in range(2)]  # ∂L/∂S, zero cell each side
