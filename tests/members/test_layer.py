@@ -379,8 +379,14 @@ def test_a_jump_tapes_member_path_takes_each_rows_input_length(dtype):
         runs.append((y, *final, *torch.autograd.grad(loss, [x, *members.parameters()])))
     for a, b in zip(*runs, strict=True):
         torch.testing.assert_close(a, b, **tol)
-    with pytest.raises(ValueError, match="input length"):
+    with pytest.raises(
+        ValueError, match=r"member 0: JumpTape: row 0 has jump -1\.0; each row needs its input length"
+    ):
         members(x, members.initial_state(B, dtype=dtype))
+    # member 2's row 1 without its length: named by member and by its own row, not the batch's 7
+    lengths = torch.tensor([[1, 2, 3], [4, 0, 2], [3, -1, 1]])
+    with pytest.raises(ValueError, match=r"member 2: JumpTape: row 1 has jump -1\.0"):
+        members(x, members.initial_state(B, dtype=dtype, input_lengths=lengths))
 
 
 def test_build_gives_each_member_its_seeds_weights_and_restores_the_generator():

@@ -53,8 +53,17 @@ def _stack_rnn_run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) 
     else:
         w_in, b, w_rec = c.weight_ih, c.bias, c.weight_hh
     cs, ms = layer.split(state)
-    # the memory's own check (a jump tape's jumps), on the members' rows as one batch
-    layer.memory.check_state(type(ms)(*(f.flatten(0, 1) for f in ms)))
+    # the memory's own check (a jump tape's jumps), on the members' rows as one batch; a failure
+    # is named by member and by the row within it
+    try:
+        layer.memory.check_state(type(ms)(*(f.flatten(0, 1) for f in ms)))
+    except ValueError:
+        for m in range(x.shape[0]):
+            try:
+                layer.memory.check_state(type(ms)(*(f[m] for f in ms)))
+            except ValueError as err:
+                raise ValueError(f"member {m}: {err}") from None
+        raise
     hs, rs, h, cc, *rest = stack_rnn_sequence(
         x,
         w_in,
