@@ -122,7 +122,7 @@ def _assert_unwritten(now: torch.Tensor, before: torch.Tensor, what: str) -> Non
     it never wrote (the recomputed memory's checkpoints copy only the rows its window can hold),
     whose garbage can be NaN, which no value comparison equals to itself."""
     assert now.shape == before.shape and now.dtype == before.dtype, f"{what} changed shape or dtype"
-    a, b = now.contiguous().view(torch.uint8), before.contiguous().view(torch.uint8)
+    a, b = (t.contiguous().reshape(-1).view(torch.uint8) for t in (now, before))
     if not torch.equal(a, b):
         bad = (now != before) & ~(now.isnan() & before.isnan()) if now.is_floating_point() else now != before
         raise AssertionError(f"{what} written: {int(bad.sum())} of {now.numel()} elements differ")
