@@ -3,7 +3,9 @@ skip marks (``needs_triton``: Triton and a GPU or its interpreter, ``TRITON_INTE
 ``tests/conftest.py`` when there is no GPU; ``needs_native``: memrnn's C++ loops built here), the
 device the kernels run on, and :func:`assert_kernel_matches` (a kernel against its mechanism's
 float64 reference loop: outputs and every gradient), shared by the ``tests/ops/test_<mechanism>.py``
-files."""
+files; and, for the hand-written backwards' tests, :func:`function_nodes` (the graph's nodes of
+``torch.autograd.Function`` subclasses) and :func:`assert_unwritten` (a saved tensor bit for bit
+unchanged)."""
 
 from __future__ import annotations
 
@@ -58,3 +60,29 @@ def randn(*shape, dtype, seed, scale=1.0, grad=True):
     return (
         (torch.randn(*shape, generator=g, dtype=torch.float64) * scale).to(DEVICE, dtype).requires_grad_(grad)
     )
+
+
+def function_nodes(roots) -> list:
+    """The autograd nodes of ``torch.autograd.Function`` subclasses in the graph behind ``roots``
+    (grad_fns; None skipped), each once; a node's ``_forward_cls`` is its Function."""
+    seen, found, todo = set(), [], [r for r in roots if r is not None]
+    while todo:
+        node = todo.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, "_forward_cls", None) is not None:
+            found.append(node)
+        todo.extend(f for f, _ in node.next_functions if f is not None)
+    return found
+
+
+def assert_unwritten(now: torch.Tensor, before: torch.Tensor, what: str) -> None:
+    """``now`` holds ``before``'s bytes: compared bit for bit, since a saved buffer may keep cells
+    it never wrote (the recomputed memory's checkpoints copy only the rows its window can hold),
+    whose garbage can be NaN, which no value comparison equals to itself."""
+    assert now.shape == before.shape and now.dtype == before.dtype, f"{what} changed shape or dtype"
+    a, b = (t.contiguous().reshape(-1).view(torch.uint8) for t in (now, before))
+    if not torch.equal(a, b):
+        bad = (now != before) & ~(now.isnan() & before.isnan()) if now.is_floating_point() else now != before
+        raise AssertionError(f"{what} written: {int(bad.sum())} of {now.numel()} elements differ")

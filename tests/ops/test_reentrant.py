@@ -28,6 +28,7 @@ from memrnn.ops.nondeterministic import (
     nondeterministic_initial,
     vector_nondeterministic_initial,
 )
+from tests.ops.backends import assert_unwritten, function_nodes
 
 STACK_MEMORIES = ("superposition", "stratification", "queue", "deque", "tape", "tape_jump")
 BASE_LAYERS = list_layers()
@@ -95,17 +96,7 @@ def _assert_same(first, kept, again):
 
 def _memrnn_nodes(roots) -> list:
     """The autograd nodes of memrnn's hand-written Functions in the graph behind ``roots``."""
-    seen, found, todo = set(), [], [r for r in roots if r is not None]
-    while todo:
-        node = todo.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        cls = getattr(node, "_forward_cls", None)
-        if cls is not None and cls.__module__.startswith("memrnn."):
-            found.append(node)
-        todo.extend(f for f, _ in node.next_functions if f is not None)
-    return found
+    return [n for n in function_nodes(roots) if n._forward_cls.__module__.startswith("memrnn.")]
 
 
 def _function_names(nodes) -> set[str]:
@@ -115,17 +106,6 @@ def _function_names(nodes) -> set[str]:
 def _saved(nodes) -> list[torch.Tensor]:
     """Copies of every tensor the nodes saved for their backward."""
     return [t.clone() for n in nodes for t in n.saved_tensors if t is not None]
-
-
-def _assert_unwritten(now: torch.Tensor, before: torch.Tensor, what: str) -> None:
-    """``now`` holds ``before``'s bytes: compared bit for bit, since a saved buffer may keep cells
-    it never wrote (the recomputed memory's checkpoints copy only the rows its window can hold),
-    whose garbage can be NaN, which no value comparison equals to itself."""
-    assert now.shape == before.shape and now.dtype == before.dtype, f"{what} changed shape or dtype"
-    a, b = (t.contiguous().reshape(-1).view(torch.uint8) for t in (now, before))
-    if not torch.equal(a, b):
-        bad = (now != before) & ~(now.isnan() & before.isnan()) if now.is_floating_point() else now != before
-        raise AssertionError(f"{what} written: {int(bad.sum())} of {now.numel()} elements differ")
 
 
 def _make(name: str, dtype: torch.dtype = torch.float64, device: str = "cpu"):
@@ -178,7 +158,7 @@ def _check_layer_backward_twice(name: str, impl: str, dtype: torch.dtype, device
     for a, b in zip(outs, outs_before, strict=True):
         torch.testing.assert_close(a.detach(), b, rtol=0, atol=0, msg="a backward changed an output")
     for i, (a, b) in enumerate(zip(_saved(nodes), saved_before, strict=True)):
-        _assert_unwritten(a, b, f"saved tensor {i}")
+        assert_unwritten(a, b, f"saved tensor {i}")
     return _function_names(nodes)
 
 
