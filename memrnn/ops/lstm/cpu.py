@@ -228,6 +228,12 @@ class FusedLSTMSequence(torch.autograd.Function):
         grad_w_rec = torch.bmm(h_prev.view(M, B * T, G // 4).transpose(1, 2), ga).transpose(1, 2)
         grad_w_in = torch.bmm(x_rows.transpose(1, 2), ga).transpose(1, 2) if need_w else None
         grad_b = ga.sum(1) if need_b else None
-        grad_x = torch.bmm(w_in.transpose(1, 2), ga.transpose(1, 2)).transpose(1, 2) if need_x else None
-        grad_x = None if grad_x is None else grad_x.contiguous().view(M, B, T, -1)
+        grad_x = None
+        if need_x:  # [M, n, B·T] -> batch first, contiguous (the embedding's backward reads it in order)
+            grad_x = (
+                torch.bmm(w_in.transpose(1, 2), ga.transpose(1, 2))
+                .transpose(1, 2)
+                .contiguous()
+                .view(M, B, T, -1)
+            )
         return grad_x, grad_w_in, grad_b, grad_w_rec, g_h0, g_c0, None

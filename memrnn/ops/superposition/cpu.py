@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -123,8 +125,9 @@ class SuperpositionKernel(MemoryKernel):
         memory's ring (``native.cpp``'s "Recomputed memory"), which the backward does not read (it
         reruns its steps into a ring of its own), is then freed before the backward runs."""
         self.Sp = self.Sp.new_empty((0, *self.Sp.shape[1:]))
-        for name in ("S_", "up_", "lo_", "hi_", "top_", "last_"):
-            self.__dict__.pop(name, None)  # the per-step views (views(): cached on first use)
+        for name, attr in vars(type(self)).items():  # the per-step views (views(): cached on first use)
+            if isinstance(attr, functools.cached_property):
+                self.__dict__.pop(name, None)
 
     def start_backward(self) -> None:
         D, m, B = self.D, self.m, self.Sp.shape[-1]
