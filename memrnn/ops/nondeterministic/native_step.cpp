@@ -498,6 +498,24 @@ std::vector<at::Tensor> ns_run_step_backward(const at::Tensor& store, const at::
   return out;
 }
 
+// The windows of the rows whose length is `only` (every row when −1) copied from the store into
+// gamma [B, D, D, QS, QS], alpha [B, D+1, QS] and zeta [B, D, D, QS, QS, m] (batch first,
+// contiguous); the entries the store does not hold are left as they are.  The one body of
+// ns_run_window and ns_run_window_into.
+void copy_windows(const at::Tensor& store, const at::Tensor& alphas, const at::Tensor& geo, const at::Tensor& lengths,
+                  int64_t only, at::Tensor& gamma, at::Tensor& alpha, at::Tensor& zeta) {
+  AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_copy_windows", [&] {
+    const Geo g = geo_of(store, geo, 1);
+    const scalar_t* st = store.data_ptr<scalar_t>();
+    const scalar_t* al = alphas.data_ptr<scalar_t>();
+    scalar_t* G = gamma.data_ptr<scalar_t>();
+    scalar_t* Z = zeta.data_ptr<scalar_t>();
+    scalar_t* A = alpha.data_ptr<scalar_t>();
+    for_window(g, lengths.data_ptr<int64_t>(), gamma.size(0), [&](int64_t w, int64_t o) { G[w] = st[o]; },
+               [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; }, only);
+  });
+}
+
 // Each row's window after lengths[b] steps of the run -> (gamma [B, D, D, QS, QS], alpha [B, D+1,
 // QS], zeta [B, D, D, QS, QS, m]), batch first; `fill` where the store holds nothing (log 0 for
 // weights, 0 for gradients).
@@ -509,20 +527,11 @@ std::vector<at::Tensor> ns_run_window(const at::Tensor& store, const at::Tensor&
   TORCH_CHECK(has_history(geo),
               "memrnn nondeterministic stack: a run without history gives each row's window at its length "
               "(ns_run_window_into)");
-  at::Tensor gamma, alpha, zeta;
-  AT_DISPATCH_FLOATING_TYPES(store.scalar_type(), "memrnn_ns_run_window", [&] {
-    const Geo g = geo_of(store, geo, 1);
-    gamma = at::full({B, g.D, g.D, QS, QS}, fill, store.options());
-    zeta = at::full({B, g.D, g.D, QS, QS, m}, fill, store.options());
-    alpha = at::empty({B, g.D + 1, QS}, store.options());
-    const scalar_t* st = store.data_ptr<scalar_t>();
-    const scalar_t* al = alphas.data_ptr<scalar_t>();
-    scalar_t* G = gamma.data_ptr<scalar_t>();
-    scalar_t* Z = zeta.data_ptr<scalar_t>();
-    scalar_t* A = alpha.data_ptr<scalar_t>();
-    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { G[w] = st[o]; },
-               [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; });
-  });
+  const int64_t D = geo.data_ptr<int64_t>()[0];
+  at::Tensor gamma = at::full({B, D, D, QS, QS}, fill, store.options());
+  at::Tensor zeta = at::full({B, D, D, QS, QS, m}, fill, store.options());
+  at::Tensor alpha = at::empty({B, D + 1, QS}, store.options());
+  copy_windows(store, alphas, geo, lengths, -1, gamma, alpha, zeta);
   return {gamma, alpha, zeta};
 }
 
@@ -543,16 +552,7 @@ void ns_run_window_into(const at::Tensor& store, const at::Tensor& alphas, const
   check(gamma, "gamma", dt, {B, D, D, QS, QS});
   check(alpha, "alpha", dt, {B, D + 1, QS});
   check(zeta, "zeta", dt, {B, D, D, QS, QS, m});
-  AT_DISPATCH_FLOATING_TYPES(dt, "memrnn_ns_run_window_into", [&] {
-    const Geo g = geo_of(store, geo, 1);
-    const scalar_t* st = store.data_ptr<scalar_t>();
-    const scalar_t* al = alphas.data_ptr<scalar_t>();
-    scalar_t* G = gamma.data_ptr<scalar_t>();
-    scalar_t* Z = zeta.data_ptr<scalar_t>();
-    scalar_t* A = alpha.data_ptr<scalar_t>();
-    for_window(g, lengths.data_ptr<int64_t>(), B, [&](int64_t w, int64_t o) { G[w] = st[o]; },
-               [&](int64_t w, int64_t o) { Z[w] = st[o]; }, [&](int64_t w, int64_t o) { A[w] = al[o]; }, taken);
-  });
+  copy_windows(store, alphas, geo, lengths, taken, gamma, alpha, zeta);
 }
 
 // The backward of ns_run_window: the windows' gradients added to gstore and galphas.
