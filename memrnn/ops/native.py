@@ -102,9 +102,29 @@ def _flags() -> list[list[str]]:
     over the batch and vectorise them where the CPU has no masked stores (AVX2; with AVX-512 it
     could before): without it GCC 12 leaves them scalar on an AVX2 CPU, 3-4 times slower."""
     portable = ["-O3", "-fopenmp-simd", "-fno-trapping-math"]
-    if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64"):
-        return [[*portable, "-march=native"], portable]
-    return [portable]
+    tuned = [[*portable, "-march=native"]] if sys.platform.startswith("linux") and platform.machine() in (
+        "x86_64", "AMD64") else []  # fmt: skip
+    # -fopenmp first: the member loops share torch's OpenMP pool (native_lstm.cpp's member_chunks);
+    # where torch's OpenMP runtime is GNU's (Linux wheels), the build links the same libgomp.so.1
+    return [*([*f, "-fopenmp"] for f in [*tuned, portable] if _gnu_openmp()), *tuned, portable]
+
+
+def _gnu_openmp() -> bool:
+    """Whether torch runs on GNU OpenMP (its libraries need ``libgomp.so.1``): a build with
+    ``-fopenmp`` then needs the same runtime, which the loader finds already loaded by torch
+    (matched by soname).  Elsewhere (macOS's libomp, MSVC) the build has no ``-fopenmp``, so that
+    no second OpenMP runtime can be loaded beside torch's."""
+    return "OpenMP" in torch.__config__.parallel_info() and any(
+        Path(p).name.startswith("libgomp") for p in _loaded_libraries()
+    )
+
+
+def _loaded_libraries() -> list[str]:
+    """The shared libraries this process has mapped (``/proc/self/maps``; empty where there is none)."""
+    with contextlib.suppress(OSError):
+        return sorted({line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                       if line.rstrip().endswith(".so") or ".so." in line.split()[-1]})  # fmt: skip
+    return []
 
 
 def _cpuinfo() -> tuple[str, str]:
@@ -218,6 +238,7 @@ def _build() -> object | None:
                 sources=[str(p) for p in _SOURCES],
                 extra_include_paths=[str(Path(__file__).parent)],  # "deque/native.h", …
                 extra_cflags=flags,
+                extra_ldflags=["-fopenmp"] if "-fopenmp" in flags else None,
                 build_directory=str(folder),
                 is_python_module=False,
                 verbose=os.environ.get("MEMRNN_NATIVE_VERBOSE", "") not in ("", "0"),

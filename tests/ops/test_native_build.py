@@ -182,3 +182,32 @@ def test_the_build_flags_let_the_selects_vectorise():
     stack's log-sum-exp loops scalar on CPUs without AVX-512 (2-4.5x slower,
     ``benchmarks/results/nondeterministic-cpu-2core.md``)."""
     assert native._flags() and all("-fno-trapping-math" in f and "-O3" in f for f in native._flags())
+
+
+@needs_native
+def test_the_member_loops_share_torchs_openmp_runtime():
+    """Where torch runs on GNU OpenMP (Linux wheels), the loops are built with ``-fopenmp`` (the
+    member LSTM's chunks run on torch's OpenMP pool: ``member_chunks`` in native_lstm.cpp), and the
+    process then holds one OpenMP runtime, torch's own ``libgomp.so.1``: a second one would ignore
+    ``torch.set_num_threads`` and compete with torch's spinning workers for the cores."""
+    assert native.load() is not None
+    if not native._gnu_openmp():
+        pytest.skip("torch does not run on GNU OpenMP here: the build has no -fopenmp")
+    assert "-fopenmp" in native._flags()[0]
+    gomp = [p for p in native._loaded_libraries() if Path(p).name.startswith("libgomp")]
+    assert len(gomp) == 1, gomp
+    built = [p for p in native._loaded_libraries() if Path(p).name.startswith("memrnn_native_")]
+    assert built and any("-fopenmp" in native.build_ingredients(f)["flags"] and native.build_name(f) in built[0]
+                         for f in native._flags()), built  # fmt: skip
+
+
+def test_a_build_without_openmp_is_tried_after_one_with_it(monkeypatch):
+    """A compiler without OpenMP still gets a build: every flag set with ``-fopenmp`` has its
+    fallback without it, tried after it."""
+    monkeypatch.setattr(native, "_gnu_openmp", lambda: True)
+    flags = native._flags()
+    with_omp = [f for f in flags if "-fopenmp" in f]
+    assert with_omp and flags.index(with_omp[-1]) < min(flags.index(f) for f in flags if "-fopenmp" not in f)
+    assert all([x for x in f if x != "-fopenmp"] in flags for f in with_omp)
+    monkeypatch.setattr(native, "_gnu_openmp", lambda: False)
+    assert not any("-fopenmp" in f for f in native._flags())

@@ -241,13 +241,20 @@ inline void backward_cells(const T* o, const T* i, const T* f, const T* g, const
   }
 }
 
-// fn(m0, m1) over the members [0, M) in at::get_num_threads() chunks of consecutive members: the
-// first on the caller's thread, each other on a thread of its own, joined before returning.  Not
-// at::parallel_for: this extension is built without -fopenmp (linking a second OpenMP runtime
-// beside torch's would ignore torch.set_num_threads), and without it at::parallel_for runs
-// serially.  A thread's start (~30 µs) is small beside a chunk's sequence (milliseconds).
+// fn(m0, m1) over the members [0, M) in at::get_num_threads() chunks of consecutive members
+// (chunks of ceil(M / threads)), joined before returning.  Built with -fopenmp (memrnn/ops/
+// native.py), this is at::parallel_for on torch's own OpenMP pool: the extension's libgomp.so.1 is
+// the one torch loaded (the loader matches it by soname), so torch.set_num_threads governs it, and
+// the pool's workers, which spin for milliseconds after each of ATen's parallel ops (GNU OpenMP's
+// wait policy; `pause` is slow on AMD), take the chunks instead of competing with threads of our
+// own for the cores: with std::async threads the 10-member forward inside a training step ran no
+// faster on two threads than on one (3.5 ms; alone 4.6 -> 2.2 ms).  Without OpenMP (a compiler
+// without it) the chunks after the first run on threads of their own.
 template <typename F>
 void member_chunks(int64_t M, const F& fn) {
+#ifdef _OPENMP
+  at::parallel_for(0, M, 1, [&](int64_t lo, int64_t hi) { fn(lo, hi); });
+#else
   const int64_t n = std::min<int64_t>(M, at::get_num_threads());
   if (n <= 1) {
     fn(0, M);
@@ -259,6 +266,7 @@ void member_chunks(int64_t M, const F& fn) {
     others.push_back(std::async(std::launch::async, [&fn, lo, hi = std::min(M, lo + chunk)] { fn(lo, hi); }));
   fn(0, chunk);
   for (auto& f : others) f.get();  // rethrows a chunk's error
+#endif
 }
 
 // Forward of every member over steps 0..S−1 (the buffers' layout above).  proj [M, B, S, G] the
