@@ -240,3 +240,18 @@ def test_deletang_forward_smoke():
     rows = deletang_forward.main(["--smoke", "--no-compile"])
     assert [r["config"] for r in rows] == ["stack_rnn", "tape_rnn"]
     assert all(r["err_loop"] <= 1e-5 for r in rows)
+
+
+def test_member_threads_times_one_and_two_threads_alternately(capsys):
+    import torch
+
+    from benchmarks import member_threads
+
+    before = torch.get_num_threads()
+    try:
+        ms = member_threads.main(["--members", "2", "--rounds", "1", "--batches", "2"])
+    finally:
+        torch.set_num_threads(before)
+    assert set(ms) == {1, 2} and all(len(v) == 1 and v[0] > 0 for v in ms.values())
+    out = capsys.readouterr().out
+    assert "1 thread(s):" in out and "2 thread(s):" in out and "1 thread / 2 threads:" in out
