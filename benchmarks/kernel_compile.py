@@ -3,12 +3,14 @@
     python -m benchmarks.kernel_compile                        # sm_90 (H100/H200) and sm_80 (A100)
     python -m benchmarks.kernel_compile --targets 90 --dtypes float32 bfloat16
     python -m benchmarks.kernel_compile --targets 90 --quick   # each kernel and memory once
+    python -m benchmarks.kernel_compile --targets 90 --layers superposition_lstm deque_elman
 
 Triton's interpreter (``TRITON_INTERPRET=1``, the default test run) checks what the kernels
 compute, not that they compile: a kernel can pass under the interpreter and still fail in
 Triton's compiler, or spill registers to local memory on the GPU.  This script runs every layer
 that has kernels (and, as :data:`MEMBER_LAYERS`, the member paths that launch them with the
-members as a grid axis) forward and backward on CPU tensors with the kernels forced
+members as a grid axis) forward and backward, then forward under ``torch.no_grad`` (the stack
+kernels' launches without history), on CPU tensors with the kernels forced
 (:func:`memrnn.ops.dispatch.implementation`), records each kernel launch instead of running it,
 and compiles each distinct launch for the chosen GPU targets through Triton's compiler down to a
 cubin (``ptxas`` ships with Triton).  It prints one row per kernel and target: registers per
@@ -128,7 +130,8 @@ MEMBERS = 4
 #: it); the nondeterministic stack's kernels plain and vector.  Of each of their kernels, only the
 #: first launch is compiled (the others differ by an argument the JIT specialises to 1).  This
 #: catches a kernel that no longer compiles, in any memory, in half the time: 38 of the 64 sm_90
-#: float32 launches, 32 of their 69 s of compiling in ``benchmarks/results/kernels-compiled.md``.
+#: float32 launches, 32 of their 69 s of compiling in ``benchmarks/results/kernels-compiled.md``
+#: (and each memory's forward without history, under ``torch.no_grad``: 6 launches more).
 QUICK_LAYERS = (
     "elman",
     "jordan",
@@ -187,6 +190,8 @@ TORCH_TO_TRITON = {
     torch.bool: "i1",
 }  # fmt: skip
 OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+#: the suffix of a layer's name in the rows its forward under ``torch.no_grad`` launches first
+NO_GRAD = "_no_grad"
 
 
 def record_launches(
@@ -201,6 +206,7 @@ def record_launches(
     options) instead of running it; with ``first_only``, only the first launch of each kernel by
     each layer."""
     launches: dict[tuple, dict[str, Any]] = {}
+    seen: set[tuple] = set()  # every launch's full key, so that a forward under no_grad adds only its own
     original = JITFunction.run
     current = {"layer": ""}  # the layer being run: the first to launch a kernel names its row
 
@@ -232,6 +238,9 @@ def record_launches(
                 raise TypeError(f"{self.__name__}: cannot type argument {p.name}={v!r}")
         key = (self.__name__, tuple(sorted(signature.items())), tuple(sorted(constexprs.items())),
                tuple(sorted(attrs)))  # fmt: skip
+        if current["layer"].endswith(NO_GRAD) and key in seen:
+            return  # the training forward's launch again: only a launch without history is new
+        seen.add(key)
         if first_only:
             key = (self.__name__, current["layer"])
         launches.setdefault(key, {"fn": self, "name": self.__name__, "signature": signature,
@@ -263,6 +272,12 @@ def record_launches(
                 with implementation("triton"):
                     y, _ = layer(x)
                     y.float().sum().backward()
+                    # the forward that nothing will differentiate (evaluation): the stack kernels'
+                    # launches without history (a ring of slots, issue 69) are compiled code of their own
+                    current["layer"] = name + NO_GRAD
+                    with torch.no_grad():
+                        layer(x.detach())
+                    current["layer"] = name
     finally:
         JITFunction.run = original  # type: ignore[method-assign]
         os.environ.pop("TRITON_INTERPRET", None)
@@ -370,11 +385,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     ap.add_argument("--quick", action="store_true",
                     help="each kernel and each stack memory once (QUICK_LAYERS), not every launch")  # fmt: skip
+    ap.add_argument(
+        "--layers", nargs="+", choices=[*LAYERS, *MEMBER_LAYERS], help="only these layers' launches"
+    )
     args = ap.parse_args(argv)
     dtypes = [getattr(torch, d) for d in args.dtypes]
     if args.quick:
         check_quick_layers()
     layers = QUICK_LAYERS if args.quick else (*LAYERS, *MEMBER_LAYERS)
+    if args.layers:
+        layers = tuple(n for n in layers if n in args.layers)
     launches = record_launches(dtypes, layers=layers, first_only=args.quick)
     rows = compile_all(launches, args.targets)
     print(f"triton {triton.__version__}, torch {torch.__version__}; {len(launches)} distinct launches "
