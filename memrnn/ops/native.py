@@ -106,7 +106,8 @@ def _flags() -> list[list[str]]:
         "x86_64", "AMD64") else []  # fmt: skip
     # -fopenmp first: the member loops share torch's OpenMP pool (native_lstm.cpp's member_chunks);
     # where torch's OpenMP runtime is GNU's (Linux wheels), the build links the same libgomp.so.1
-    return [*([*f, "-fopenmp"] for f in [*tuned, portable] if _gnu_openmp()), *tuned, portable]
+    openmp = [[*f, "-fopenmp"] for f in [*tuned, portable]] if _gnu_openmp() else []
+    return [*openmp, *tuned, portable]
 
 
 def _gnu_openmp() -> bool:
@@ -115,7 +116,8 @@ def _gnu_openmp() -> bool:
     (matched by soname).  Elsewhere (macOS's libomp, MSVC) the build has no ``-fopenmp``, so that
     no second OpenMP runtime can be loaded beside torch's."""
     return "OpenMP" in torch.__config__.parallel_info() and any(
-        Path(p).name.startswith("libgomp") for p in _loaded_libraries()
+        Path(p).name.startswith("libgomp.so")
+        for p in _loaded_libraries()  # not another package's renamed copy
     )
 
 

@@ -248,7 +248,7 @@ inline void backward_cells(const T* o, const T* i, const T* f, const T* g, const
 // the pool's workers, which spin for milliseconds after each of ATen's parallel ops (GNU OpenMP's
 // wait policy; `pause` is slow on AMD), take the chunks instead of competing with threads of our
 // own for the cores: with std::async threads the 10-member forward inside a training step ran no
-// faster on two threads than on one (3.5 ms; alone 4.6 -> 2.2 ms).  Without OpenMP (a compiler
+// faster on two threads than on one (alone, 2.1x faster).  Without OpenMP (a compiler
 // without it) the chunks after the first run on threads of their own.
 template <typename F>
 void member_chunks(int64_t M, const F& fn) {
