@@ -255,3 +255,13 @@ def test_member_threads_times_one_and_two_threads_alternately(capsys):
     assert set(ms) == {1, 2} and all(len(v) == 1 and v[0] > 0 for v in ms.values())
     out = capsys.readouterr().out
     assert "1 thread(s):" in out and "2 thread(s):" in out and "1 thread / 2 threads:" in out
+
+
+def test_members_shed_runs_a_group_both_ways_and_compares_each_member(capsys):
+    from benchmarks import members_shed
+
+    got = members_shed.main(["--lrs", "0.01", "1e-12", "--seeds", "0", "--train-size", "40", "--val-size", "10",
+                             "--test-per-length", "1", "--patience", "1", "--max-epochs", "4"])  # fmt: skip
+    assert got["members"] == got["equal"] == 2 and got["parts"] == 2  # the 1e-12 member stopped at epoch 2
+    out = capsys.readouterr().out
+    assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | yes |" in out and "2 of 2 members equal" in out

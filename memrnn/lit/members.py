@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +33,17 @@ from torch import Tensor, nn
 from memrnn.data.members import member_batch
 from memrnn.lit.metrics import PerLengthStats
 from memrnn.lit.objectives import computed_metrics, curve_stats, make_metrics, update_metrics
-from memrnn.lit.sequence import SequenceModule
+from memrnn.lit.runs import RUN_KEY
+from memrnn.lit.sequence import PLATEAU_KEY, SequenceModule
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear
-from memrnn.members.optim import MemberAdam, MemberAdamW, MemberSGD, clip_grad_norm_per_member_
+from memrnn.members.optim import (
+    PER_MEMBER,
+    MemberAdam,
+    MemberAdamW,
+    MemberSGD,
+    clip_grad_norm_per_member_,
+    group_value,
+)
 from memrnn.members.schedule import MemberScheduler
 
 #: the member optimizer for each torch optimizer class a config may name
@@ -467,6 +476,14 @@ class MemberSequenceModule(SequenceModule):
         params = [p for group in optimizer.param_groups for p in group["params"]]  # not self.parameters():
         clip_grad_norm_per_member_(params, gradient_clip_val, self.members)  # its walk costs ~5 ms a step
 
+    def _plateau_value(self) -> Any:
+        """Each member's last validation ``lr_monitor`` ``[M]`` (None before any)."""
+        return self.member_epoch.get(self.lr_monitor)
+
+    def _step_skipped_plateau(self, scheduler: Any, value: Any) -> None:
+        self.member_epoch[self.lr_monitor] = torch.as_tensor(value, dtype=torch.float64)
+        self.lr_scheduler_step(scheduler, None)
+
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Each member's schedule: a plateau schedule on its own value of the metric the single run
         watches (``lr_monitor``: ``val/ce`` for a generator, else ``val/loss``), the others stepped
@@ -585,6 +602,155 @@ def member_checkpoint(
         "global_step": 0,
         "memrnn_member": {**source, "member": member, **module.member_rows[member]},
     }
+
+
+class ShedStopped(L.Callback):
+    """Ends a :class:`MemberSequenceModule`'s fit at the end of the first training epoch after
+    which at least ``fraction`` of its members, but not all, have stopped (early stopping or
+    divergence), so that the caller can continue the others alone (:func:`select_members`)
+    instead of carrying the stopped ones to the end: a group's step costs about its member count.
+    :attr:`fired` tells whether it ended the fit.
+
+    Args:
+        fraction: in ``(0, 1]``; 0.5 sheds when half the members have stopped (at most
+            ``log2(M)`` continuations for M members)."""
+
+    def __init__(self, fraction: float = 0.5) -> None:
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float) or not 0 < fraction <= 1:
+            raise ValueError(f"fraction must be a number in (0, 1], got {fraction!r}")
+        self.fraction = float(fraction)
+        self.fired = False
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # after the epoch's validation, whose end wrote the epoch's last.ckpt: the members that go on
+        # continue from it, and take the epoch's plateau step there (SequenceModule.on_train_start)
+        stopped = getattr(pl_module, "stopped", None)
+        if not isinstance(stopped, Tensor):
+            raise ValueError(f"ShedStopped acts on a MemberSequenceModule, got a {type(pl_module).__name__}")
+        n = int(stopped.sum())
+        if 0 < n < stopped.numel() and n >= self.fraction * stopped.numel():
+            trainer.should_stop = True
+            self.fired = True
+
+
+_MEMBER_KEY = re.compile(r"^(.*)/m(\d+)$")
+
+
+def _renumber_keys(value: Any, new_index: Mapping[int, int]) -> Any:
+    """``value`` with every map key ``<key>/m<m>`` renamed ``<key>/m<new_index[m]>`` and dropped
+    where ``m`` is not in ``new_index`` (the member-keyed values a callback keeps: logged metrics)."""
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            match = _MEMBER_KEY.match(k) if isinstance(k, str) else None
+            if match:
+                m = int(match.group(2))
+                if m not in new_index:
+                    continue
+                k = f"{match.group(1)}/m{new_index[m]}"
+            out[k] = _renumber_keys(v, new_index)
+        return out
+    if isinstance(value, list | tuple):
+        return type(value)(_renumber_keys(v, new_index) for v in value)
+    return value
+
+
+def _take(name: str, t: Any, keep: Tensor, members: int) -> Any:
+    """``t[keep]`` for a tensor with the member dimension first; an error naming ``name`` for a
+    tensor without it."""
+    if not isinstance(t, Tensor):
+        return t
+    if t.dim() == 0 or t.shape[0] != members:
+        raise ValueError(
+            f"{name} has shape {tuple(t.shape)}: no member dimension [{members}, ...] to select from"
+        )
+    return t[keep.to(t.device)].clone()
+
+
+def select_members(checkpoint: Mapping[str, Any], keep: Sequence[int]) -> dict[str, Any]:
+    """A :class:`MemberSequenceModule` checkpoint (a ``last.ckpt``, or ``trainer.save_checkpoint``'s)
+    holding only members ``keep``, in that order, as a run of ``len(keep)`` members that continues
+    where this one stopped (``trainer.fit(..., ckpt_path=...)`` with the kept members'
+    ``members`` table): the parameters, best parameters, per-member buffers, optimizer and
+    schedule states of the kept members, the loops' position, and callback states with their
+    ``<key>/m<m>`` entries renumbered.  A run whose members are stopped can so shed them
+    (``python -m memrnn.suite run --members auto --shed``) and go on at the cost of fewer members.
+
+    Left out: ``ModelCheckpoint`` states (their scores are means over the old members; each member's
+    best is kept per member, :attr:`MemberSequenceModule.best`) and the W&B run (the continued
+    run is a new one; ``memrnn_run`` keeps only the ``code`` that trained so far).  When the kept
+    members of a ``member_data="independent"`` run all draw the same data seed, the result is the
+    equivalent ``"shared"`` run, as :meth:`memrnn.suite.Suite.group_args` writes such a group."""
+    hparams = dict(checkpoint.get("hyper_parameters", {}))
+    if "member_data" not in hparams:
+        raise ValueError(
+            "select_members takes a MemberSequenceModule checkpoint; this one's hyperparameters have no "
+            f"members (class {hparams.get('_class_path', 'unknown')})"
+        )
+    rows = hparams.get("members")  # as given: a continued run's config must give the same
+    if rows is None:
+        rows = member_table(None, hparams.get("seeds"), hparams.get("lrs"), hparams.get("lr", 1e-2),
+                            hparams.get("weight_decay", 0.0))  # fmt: skip
+    members = len(rows)
+    keep = [int(k) for k in keep]
+    if not keep or len(set(keep)) != len(keep) or not all(0 <= k < members for k in keep):
+        raise ValueError(f"keep must be distinct members of 0..{members - 1}, got {keep}")
+    index = torch.tensor(keep, dtype=torch.long)
+    out = {k: v for k, v in checkpoint.items()}
+    out["state_dict"] = {
+        k: _take(f"state_dict[{k!r}]", v, index, members) for k, v in checkpoint["state_dict"].items()
+    }
+    optimizers = []
+    for i, sd in enumerate(checkpoint.get("optimizer_states", [])):
+        if sd.get("members") != members:
+            raise ValueError(
+                f"optimizer state {i} is of {sd.get('members')!r} members, the model of {members}"
+            )
+        state = {
+            p: {k: _take(f"optimizer {i} state[{p}][{k!r}]", v, index, members) for k, v in s.items()}
+            for p, s in sd["state"].items()
+        }
+        groups = []
+        for g in sd["param_groups"]:
+            g = dict(g)
+            for key in PER_MEMBER:
+                g[f"member_{key}"] = _take(
+                    f"member_{key}", torch.as_tensor(g[f"member_{key}"]), index, members
+                )
+                g[key] = group_value(g[f"member_{key}"])
+            groups.append(g)
+        optimizers.append({**sd, "state": state, "param_groups": groups,
+                           "frozen": _take("frozen", torch.as_tensor(sd["frozen"]), index, members),
+                           "members": len(keep)})  # fmt: skip
+    out["optimizer_states"] = optimizers
+    schedulers = []
+    for sd in checkpoint.get("lr_schedulers", []):
+        if isinstance(sd, Mapping) and "schedulers" in sd and sd.get("members") == members:
+            sd = {**sd, "members": len(keep), "schedulers": [sd["schedulers"][k] for k in keep],
+                  "lrs": torch.as_tensor(sd["lrs"])[:, index].clone()}  # fmt: skip
+        schedulers.append(sd)
+    out["lr_schedulers"] = schedulers
+    if isinstance(checkpoint.get(PLATEAU_KEY), Tensor):
+        out[PLATEAU_KEY] = _take(PLATEAU_KEY, checkpoint[PLATEAU_KEY], index, members)
+    renumber = {old: new for new, old in enumerate(keep)}
+    out["callbacks"] = {
+        k: _renumber_keys(v, renumber)
+        for k, v in checkpoint.get("callbacks", {}).items()
+        if not str(k).startswith("ModelCheckpoint")
+    }
+    kept = [dict(rows[k]) for k in keep]
+    if hparams.get("member_data") == "independent":
+        data_seeds = {int(r.get("data_seed", r["seed"])) for r in kept}
+        if len(data_seeds) == 1:
+            hparams["member_data"] = "shared"
+            for r in kept:
+                r.pop("data_seed", None)
+    hparams.update(members=kept, seeds=None, lrs=None)
+    out["hyper_parameters"] = hparams
+    run = checkpoint.get(RUN_KEY)
+    if isinstance(run, Mapping):
+        out[RUN_KEY] = {k: v for k, v in run.items() if k == "code"}
+    return out
 
 
 def write_member_checkpoint(checkpoint: str, member: int, out: str, *, best: bool = False) -> None:

@@ -54,6 +54,10 @@ __all__ = [
     "check_optimizer",
 ]
 
+#: where a checkpoint keeps the value its epoch's ``ReduceLROnPlateau`` step reads
+#: (:meth:`SequenceModule.on_train_epoch_end`)
+PLATEAU_KEY = "memrnn_plateau"
+
 
 class SequenceModule(L.LightningModule):
     """A sequence model over a formal language, trained on one or several objectives.
@@ -641,6 +645,8 @@ class SequenceModule(L.LightningModule):
 
     def on_validation_epoch_end(self) -> None:
         self._eval_epoch_end("val")
+        if self._trainer is not None and not self._trainer.sanity_checking:
+            self._validated_in_fit = True
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._eval_step(batch, "test")
@@ -662,6 +668,66 @@ class SequenceModule(L.LightningModule):
         if isinstance(sched, ReduceLROnPlateau):
             conf["monitor"] = self.lr_monitor
         return {"optimizer": opt, "lr_scheduler": conf}
+
+    # -- resuming: the plateau step Lightning skips ---------------------------------------------
+    def _plateau_value(self) -> Any:
+        """What this epoch's ``ReduceLROnPlateau`` step reads: the last validation's
+        ``lr_monitor`` (None when no validation gave it)."""
+        value = self._trainer.callback_metrics.get(self.lr_monitor) if self._trainer is not None else None
+        return None if value is None else float(value)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        value = self._plateau_value()
+        if value is not None:
+            checkpoint[PLATEAU_KEY] = value
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._restored_plateau = checkpoint.get(PLATEAU_KEY)
+
+    def on_train_start(self) -> None:
+        """Take the plateau step that a fit continued from an epoch's end skips (below)."""
+        self._validated_in_fit = False
+        trainer = self._trainer
+        if trainer is not None and trainer.fit_loop.resumed_on_epoch_end:
+            self._take_skipped_plateau_step(trainer.current_epoch - 1)
+
+    def on_train_epoch_end(self) -> None:
+        """Take the plateau step that Lightning skips in the epoch a fit restarts in (below)."""
+        trainer = self._trainer
+        if trainer is not None and trainer.fit_loop.restarting:
+            self._take_skipped_plateau_step(trainer.current_epoch)
+
+    def _take_skipped_plateau_step(self, epoch: int) -> None:
+        """The ``ReduceLROnPlateau`` step of ``epoch`` that Lightning (2.6) does not take when a fit
+        continues from a checkpoint.
+
+        Lightning steps a plateau schedule after each training epoch, after the epoch's
+        ``on_train_epoch_end`` (where ``last.ckpt`` is written), on the monitored value of the
+        epoch's validation.  A fit continued from that ``last.ckpt`` starts at the next epoch
+        (``resumed_on_epoch_end``), and one continued from a checkpoint written inside an epoch
+        finishes it *restarting*, when Lightning skips the step ("metric-based schedulers require
+        access to metrics and those are not currently saved in the checkpoint").  Either way the
+        continued run's learning rate fell one epoch late, if at all, against the run never stopped
+        (measured: 4 epochs of a plateau at patience 0 halve the rate 3 times straight through, 2
+        times when stopped after 2).  The checkpoint keeps the value (``memrnn_plateau``) and the
+        step is taken here, so that a continued run is the uninterrupted one."""
+        trainer = self._trainer
+        # the epoch's own validation when one ran in this fit (a restart inside an epoch), else the
+        # checkpoint's (the sanity check's values are of a few batches)
+        fresh = getattr(self, "_validated_in_fit", False)
+        value = self._plateau_value() if fresh else getattr(self, "_restored_plateau", None)
+        if value is None:
+            return
+        for config in trainer.lr_scheduler_configs:
+            if (
+                config.reduce_on_plateau
+                and config.interval == "epoch"
+                and (epoch + 1) % config.frequency == 0
+            ):
+                self._step_skipped_plateau(config.scheduler, value)
+
+    def _step_skipped_plateau(self, scheduler: Any, value: Any) -> None:
+        self.lr_scheduler_step(scheduler, torch.tensor(value))
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Lightning's step of the scheduler; with ``restart_optimizer_on_decay``, a step that

@@ -91,7 +91,7 @@ def member_values(name: str, value: PerMember, members: int, *, minimum: float =
     return values.clone()
 
 
-def _summary(values: Tensor) -> float:
+def group_value(values: Tensor) -> float:
     """The float ``group[name]`` shows: the members' common value, or their mean."""
     first = float(values[0])
     return first if bool((values == first).all()) else float(values.mean())
@@ -177,7 +177,7 @@ class MemberOptimizer(Optimizer):
             value = given if given is not None else group.get(key, self.defaults[key])
             values = member_values(key, value, self.members)
             group[f"member_{key}"] = values
-            group[key] = _summary(values)
+            group[key] = group_value(values)
         super().add_param_group(group)
 
     def set_lr(self, lr: PerMember, group: int | None = None) -> None:
@@ -195,7 +195,7 @@ class MemberOptimizer(Optimizer):
         groups = self.param_groups if group is None else [self.param_groups[group]]
         for g in groups:
             g[f"member_{key}"] = values.clone()
-            g[key] = _summary(values)
+            g[key] = group_value(values)
 
     def _memo(self, name: str, values: Tensor, fn: Callable[[Tensor], Any]) -> Any:
         """``fn(values)``, recomputed only when ``values`` is another tensor or was changed in
@@ -224,7 +224,7 @@ class MemberOptimizer(Optimizer):
                 )
             name = f"{index}/{key}"
             old = self._summaries.get(name)
-            summary = self._memo(name, values, _summary)
+            summary = self._memo(name, values, group_value)
             if group[key] != summary and old is not None and old[0] is values and group[key] == old[2]:
                 group[key] = summary  # member_{key} was changed in place: the summary follows
             if group[key] != summary:

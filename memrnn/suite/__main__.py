@@ -3,6 +3,7 @@
     python -m memrnn.suite list    SUITE                    the cells and where each stands
     python -m memrnn.suite run     SUITE [--jobs N]         every cell not done, N at a time here
                                    [--members auto|M]       (seeds and lrs of a cell as members of one process)
+                                   [--shed [F]]             (members go on alone once F of them stopped)
     python -m memrnn.suite cell    SUITE --cell NAME        one cell in this process
     python -m memrnn.suite slurm   SUITE [--submit]         a SLURM array script (and sbatch it)
                                    [--members auto|M]       (a task per process of members, as `run`)
@@ -98,6 +99,23 @@ def _members_arg(text: str) -> str | int:
     return value
 
 
+SHED = (
+    "with --members: once at least the fraction F (default 0.5) of a group's members, but not all, have "
+    "stopped (early stopping or divergence), write them and continue the others as a group of their own "
+    "(each member's results equal; a step's cost follows the members left)"
+)
+
+
+def _shed_arg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"--shed takes a fraction in (0, 1], got {text!r}")
+    return value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m memrnn.suite", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -119,6 +137,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--members", type=_members_arg, metavar="auto|M",
                    help="run the cells that differ only in seed and learning rate as the members of one "
                    "process (at most M; auto: all of them); each writes its own result.json")  # fmt: skip
+    q.add_argument("--shed", type=_shed_arg, nargs="?", const=0.5, metavar="F", help=SHED)
     q = add("cell", "run one cell in this process")
     q.add_argument("--cell", nargs="+", help="the cell's name, e.g. lstm/parity_check/lr0.0003/seed0; "
                    "several of one task, lr and seed run on one shared data module")  # fmt: skip
@@ -131,6 +150,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--fresh", action="store_true", help=FRESH)
     q.add_argument("--members", action="store_true",
                    help="the cells (one architecture and task) as the members of one process")  # fmt: skip
+    q.add_argument("--shed", type=_shed_arg, nargs="?", const=0.5, metavar="F", help=SHED)
     q = add("slurm", "write a SLURM job-array script for the cells not done")
     _filters(q)
     q.add_argument("--script", type=Path, help="where to write it (default: <out>/slurm.sbatch)")
@@ -142,6 +162,7 @@ def parser() -> argparse.ArgumentParser:
     q.add_argument("--members", type=_members_arg, metavar="auto|M",
                    help="a task per group of members: the process `run --members` starts for the cells "
                    "that differ only in seed and learning rate (at most M; auto: all of them)")  # fmt: skip
+    q.add_argument("--shed", type=_shed_arg, nargs="?", const=0.5, metavar="F", help=SHED)
     q = add("sweep", "write a W&B sweep configuration of the suite's grid")
     q.add_argument("--config", type=Path, help="where to write it (default: <out>/sweep.yaml)")
     q = add("collect", "the results table, per-length curves and plot of the finished cells")
@@ -197,6 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print("       train.py fit " + shlex.join(suite.cli_args(cell) + extra))
         return 0
 
+    if getattr(args, "shed", None) is not None and not args.members:
+        print("error: --shed acts on groups of members: give --members too", file=sys.stderr)
+        return 2
+
     if args.command == "cell":
         if args.members:
             try:
@@ -206,7 +231,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if args.force:
                     for c in group:
                         (suite.cell_dir(c) / "result.json").unlink(missing_ok=True)
-                results = run_group(suite, group, extra, resume=not (args.fresh or args.force))
+                results = run_group(
+                    suite, group, extra, resume=not (args.fresh or args.force), shed=args.shed
+                )
             except (KeyError, ValueError) as e:
                 print(f"error: {e.args[0]}", file=sys.stderr)
                 return 2
@@ -267,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells=_select(suite, args),
             fresh=args.fresh,
             members=args.members,
+            shed=args.shed,
         )
         results = collect(suite)
         try:
@@ -294,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         todo = [c for c in _select(suite, args) if cell_status(suite, c) != "done"]
         try:
             text = slurm_script(suite, cells=todo, options=options, parallel=args.parallel, extra=extra,
-                                python=args.python, members=args.members)  # fmt: skip
+                                python=args.python, members=args.members, shed=args.shed)  # fmt: skip
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2

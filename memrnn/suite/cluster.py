@@ -29,6 +29,7 @@ def slurm_script(
     workdir: str | Path | None = None,
     max_array_size: int = MAX_ARRAY_SIZE,
     members: str | int | None = None,
+    shed: float | None = None,
 ) -> str:
     """An ``sbatch`` script whose job array runs one cell per task: the cells of ``cells``
     (default: every cell of the suite) that are not done, listed by name in the script, so a
@@ -51,8 +52,11 @@ def slurm_script(
     and running (the grouping is of the cells not done): a cell done by then is skipped, and a
     group killed at its time limit continues from its checkpoint when submitted again.  Raises
     ``ValueError`` when nothing is left to run, and for a suite whose cells cannot be members
-    (``share_data``)."""
+    (``share_data``).  ``shed`` (with ``members``): as ``run --shed``, each group's stopped
+    members are written and the others go on alone, in the same task."""
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
+    if shed is not None and members is None:
+        raise ValueError("shed acts on groups of members: give members too")
     groups = None if members is None else suite.member_groups(todo, members)
     if not todo:
         raise ValueError(f"every cell of suite {suite.name!r} is done: nothing to submit")
@@ -74,7 +78,7 @@ def slurm_script(
     if groups is None:
         what = "in a job array"
     else:
-        written += f" --members {members}"
+        written += f" --members {members}" + ("" if shed is None else f" --shed {shed!r}")
         what = f"in a job array of {len(groups)} group(s) of members, one process each"
     lines = [
         "#!/bin/bash",
@@ -101,7 +105,7 @@ def slurm_script(
             "group() {",
             '  case "$1" in',
             *(
-                f"    {i}) {_wrap(_group_command(suite, g, extra, python, out))} ;;"
+                f"    {i}) {_wrap(_group_command(suite, g, extra, python, out, shed))} ;;"
                 for i, g in enumerate(groups)
             ),
             '    *) echo "no group $1" >&2; return 2 ;;',
@@ -147,11 +151,16 @@ def _wrap(command: Sequence[str], width: int = 100) -> str:
 
 
 def _group_command(
-    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], python: str, out: Path
+    suite: Suite,
+    cells: Sequence[Cell],
+    extra: Sequence[str],
+    python: str,
+    out: Path,
+    shed: float | None = None,
 ) -> list[str]:
     """The command :func:`memrnn.suite.runner.run_local` runs for a group of members, with the
     nodes' interpreter and the runs' folder as an absolute path (the script ``cd``s first)."""
-    cmd = _cell_command(suite, cells, extra, members=len(cells) > 1)
+    cmd = _cell_command(suite, cells, extra, members=len(cells) > 1, shed=shed)
     cmd[0] = python
     cmd[cmd.index("--out") + 1] = str(out)
     return cmd

@@ -18,6 +18,7 @@ reported and written with ``diverged: true``, and the others go on.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import traceback
@@ -39,6 +40,9 @@ from memrnn.suite.runner import (
 )
 from memrnn.suite.spec import Cell, Suite
 
+#: the file in a shed group's folder naming the folders its members ran in before, and their seconds
+SHED_FILE = "shed.json"
+
 
 def _member_keys(values: dict[str, Any], m: int) -> dict[str, Any]:
     """Member ``m``'s entries of a members run's logged values (``<key>/m<m>`` -> ``<key>``)."""
@@ -47,24 +51,85 @@ def _member_keys(values: dict[str, Any], m: int) -> dict[str, Any]:
 
 
 def run_group(
-    suite: Suite, cells: Sequence[Cell], extra: Sequence[str] = (), *, resume: bool = True
+    suite: Suite,
+    cells: Sequence[Cell],
+    extra: Sequence[str] = (),
+    *,
+    resume: bool = True,
+    shed: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train ``cells`` as the members of one process and write each cell's ``result.json``
     (module docstring); the cells already done are left out.  Returns ``{cell name: result}``; on
-    an exception writes each cell's ``FAILED`` and raises."""
+    an exception writes each cell's ``FAILED`` and raises.
+
+    ``shed`` (a fraction in ``(0, 1]``): once at least that fraction of the members, but not all,
+    have stopped, the stopped ones are tested and written and the others continue as a group of
+    their own, in this process, from the epoch's checkpoint
+    (:class:`memrnn.lit.members.ShedStopped`, :func:`memrnn.lit.members.select_members`), until
+    every member is done."""
+    results: dict[str, dict[str, Any]] = {}
+    todo = list(cells)
+    while todo:
+        done, todo = _run_segment(suite, todo, extra, resume=resume, shed=shed)
+        results.update(done)
+        resume = True  # the rest continue from the checkpoint the segment left them
+    return results
+
+
+def _limits_reached(trainer: Any) -> bool:
+    """Whether the fit ended at its epoch or step limit (then nobody continues)."""
+    epochs = trainer.max_epochs
+    if epochs is not None and epochs >= 0 and trainer.current_epoch >= epochs:
+        return True
+    return (
+        trainer.max_steps is not None and trainer.max_steps >= 0 and trainer.global_step >= trainer.max_steps
+    )
+
+
+def _shed_checkpoint(trainer: Any) -> str:
+    """The checkpoint the members that go on continue from: the ``last.ckpt`` of the epoch whose
+    end shed the others (written at its validation's end; a killed group continues from the same),
+    checked to be that epoch's."""
+    ckpt = trainer.checkpoint_callback
+    path = getattr(ckpt, "last_model_path", "") if ckpt is not None else ""
+    if not path or not os.path.exists(path):
+        raise ValueError(
+            "shedding members continues them from the epoch's last.ckpt: the Trainer needs a ModelCheckpoint "
+            "with save_last=True (configs/defaults.yaml has one)"
+        )
+    epoch = torch.load(path, map_location="cpu", weights_only=False)["epoch"]
+    if epoch != trainer.current_epoch - 1:
+        raise ValueError(
+            f"{path} is of epoch {epoch}, not of epoch {trainer.current_epoch - 1} that shed members: the "
+            "ModelCheckpoint must save last.ckpt at every validation, one per epoch"
+        )
+    return path
+
+
+def _run_segment(
+    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], *, resume: bool, shed: float | None
+) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
+    """One process's fit of ``cells`` as members (:func:`run_group`): the results it wrote, and
+    the cells that go on (shed from their stopped fellows; none unless ``shed``)."""
     import wandb
 
     from memrnn.lit.cli import build_cli
-    from memrnn.lit.members import MemberSequenceModule, member_checkpoint
+    from memrnn.lit.members import MemberSequenceModule, ShedStopped, member_checkpoint, select_members
     from memrnn.lit.runs import code_fields, latest_checkpoint
     from memrnn.suite.validation import ValidationRecord
 
     cells = [c for c in cells if cell_status(suite, c) != "done"]
     if not cells:
-        return {}
+        return {}, []
     folder = suite.group_dir(cells)
     folder.mkdir(parents=True, exist_ok=True)
     last = latest_checkpoint(folder) if resume else None
+    # a group shed from a larger one: the folders it ran in before and their seconds
+    earlier = (
+        json.loads((folder / SHED_FILE).read_text())
+        if last is not None and (folder / SHED_FILE).exists()
+        else {}
+    )
     for c in cells:
         suite.cell_dir(c).mkdir(parents=True, exist_ok=True)
         (suite.cell_dir(c) / "FAILED").unlink(missing_ok=True)
@@ -89,16 +154,31 @@ def run_group(
             raise ValueError(f"{first.arch}'s model is not a SequenceModule: its cells cannot run as members")
         record = ValidationRecord()
         trainer.callbacks.insert(0, record)
+        shedder = None if shed is None else ShedStopped(shed)
+        if shedder is not None:
+            trainer.callbacks.append(shedder)
+        if earlier and cli.continue_from is None:
+            raise ValueError(
+                f"group {folder} goes on from the members shed by {earlier['from'][-1]}, but its checkpoint "
+                f"{last} holds another model than the suite gives it ({cli.continue_refused}); run it "
+                "with the arguments it was started with, or --fresh"
+            )
         if cli.continue_from is not None:
             _say(f"[suite {suite.name}] group {folder}: continuing from {cli.continue_from}")
         trainer.fit(model, datamodule=data, ckpt_path=cli.continue_from)
+        keep: list[int] = []
+        if shedder is not None and shedder.fired and not _limits_reached(trainer):
+            keep = [m for m, s in enumerate(model.stopped.cpu().tolist()) if not s]
+        shed_from = _shed_checkpoint(trainer) if keep else None
         if suite.test_checkpoint == "best":
             model.restore_best()
         (tested,) = trainer.test(model, datamodule=data)
         tested = _scalars(tested)
-        seconds = round(time.perf_counter() - start, 1)
+        seconds = round(time.perf_counter() - start + earlier.get("seconds", 0.0), 1)
         results = {}
         for m, cell in enumerate(cells):
+            if m in keep:
+                continue
             metrics = _member_keys(tested, m)
             val = None
             step = int(model.best_step[m]) if suite.test_checkpoint == "best" else None
@@ -138,6 +218,7 @@ def run_group(
                 "members": len(cells),
                 "stopped": bool(model.stopped[m]),
                 "diverged": bool(model.diverged[m]),
+                "shed_from": earlier.get("from", []),
             }
             if trainer.is_global_zero:
                 if result["score"] is None:
@@ -146,7 +227,20 @@ def run_group(
                 torch.save(member_checkpoint(model, m, group=str(folder)), ckpt_path)
                 _write_json(suite.cell_dir(cell) / "result.json", result)
             results[cell.name] = result
-        return results
+        rest = [cells[m] for m in keep]
+        if keep and trainer.is_global_zero:
+            nxt = suite.group_dir(rest)
+            path = nxt / "shed" / "checkpoints" / "last.ckpt"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(select_members(torch.load(shed_from, weights_only=False), keep), path)
+            _write_json(
+                nxt / SHED_FILE, {"from": [*earlier.get("from", []), str(folder)], "seconds": seconds}
+            )
+            _say(f"[suite {suite.name}] group {folder}: {len(cells) - len(keep)} member(s) stopped and written; "
+                 f"{len(keep)} continue in {nxt}")  # fmt: skip
+        if keep:  # the other ranks wait for the cut checkpoint
+            trainer.strategy.barrier("shed")
+        return results, rest
     except BaseException:
         failed = 1
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:

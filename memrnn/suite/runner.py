@@ -479,7 +479,12 @@ def _exit_on_signal(signum: int, frame: Any) -> None:
 
 
 def _cell_command(
-    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], fresh: bool = False, members: bool = False
+    suite: Suite,
+    cells: Sequence[Cell],
+    extra: Sequence[str],
+    fresh: bool = False,
+    members: bool = False,
+    shed: float | None = None,
 ) -> list[str]:
     cmd = [
         sys.executable,
@@ -493,6 +498,7 @@ def _cell_command(
         str(suite.out),
         *(["--fresh"] if fresh else []),
         *(["--members"] if members else []),
+        *(["--shed", repr(shed)] if members and shed is not None else []),
     ]
     return cmd + (["--", *extra] if extra else [])
 
@@ -507,6 +513,7 @@ def run_local(
     log: Callable[[str], None] | None = None,
     fresh: bool = False,
     members: str | int | None = None,
+    shed: float | None = None,
 ) -> dict[str, str]:
     """Run every cell of ``cells`` (default: the suite's) that is not done, ``jobs`` processes at
     a time (with the suite's ``share_data``, one process per task, lr and seed, its log named for its
@@ -518,8 +525,11 @@ def run_local(
     as killed and run again next time, from their latest epoch's checkpoint unless ``fresh``
     (:func:`run_cell`).  ``members`` (``"auto"`` or a whole number): the cells that differ only in
     seed and learning rate run as the members of one process, at most that many
-    (:mod:`memrnn.suite.groups`)."""
+    (:mod:`memrnn.suite.groups`); ``shed`` (a fraction, with ``members``): a group's members go on
+    alone once that fraction of them has stopped (:func:`memrnn.suite.groups.run_group`)."""
     log = log or _say
+    if shed is not None and members is None:
+        raise ValueError("shed acts on groups of members: give members too")
     if jobs < 1 or threads < 1:
         raise ValueError(f"jobs and threads must be >= 1, got jobs={jobs}, threads={threads}")
     todo = [c for c in (suite.cells() if cells is None else cells) if cell_status(suite, c) != "done"]
@@ -571,7 +581,9 @@ def run_local(
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with path.open("a") as fh:
                     proc = subprocess.Popen(
-                        _cell_command(suite, start, extra, fresh, members is not None and len(start) > 1),
+                        _cell_command(
+                            suite, start, extra, fresh, members is not None and len(start) > 1, shed
+                        ),
                         stdout=fh,
                         stderr=subprocess.STDOUT,
                         env=env,

@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+import yaml
 
 from memrnn.lit import SequenceModule
 from memrnn.suite import Suite, cell_status, collect, run_cell, run_local, runner, slurm_script
@@ -218,3 +219,176 @@ def test_an_array_task_of_members_writes_its_groups_results_and_resumes(tmp_path
     assert main(first[2:]) == 0
     assert ": done; --force runs them again" in capsys.readouterr().out
     assert [(suite.cell_dir(c) / "result.json").stat().st_mtime_ns for c in group] == stamps
+
+
+# -- shedding stopped members, and continuing at an epoch's end ----------------------------------
+def _dusell_suite(tmp_path, out: str, lrs, seeds=(0, 1), patience: int = 1, **args) -> Suite:
+    """A tiny DuSell & Chiang cell (epochs, a plateau schedule, early stopping at ``patience``)."""
+    config = tmp_path / "lstm.yaml"
+    config.write_text(yaml.safe_dump({
+        "base": str(CONFIGS / "dusell/lstm_marked_reversal.yaml"),
+        "trainer": {"callbacks": [
+            {"class_path": "memrnn.lit.ModelCheckpoint", "init_args": {"monitor": "val/loss", "save_last": True}},
+            {"class_path": "lightning.pytorch.callbacks.EarlyStopping",
+             "init_args": {"monitor": "val/loss", "mode": "min", "patience": patience}}]}}))  # fmt: skip
+    spec = {"name": "shed", "defaults": str(CONFIGS / "defaults.yaml"), "architectures": {"lstm": str(config)},
+            "tasks": {"marked_reversal": {}}, "seeds": list(seeds), "lrs": list(lrs), "metric": "test/ce_gap",
+            "mode": "min", "args": {"data.init_args.train_size": 40, "data.init_args.val_size": 10,
+                                    "data.init_args.test_per_length": 1, "trainer.max_epochs": 5,
+                                    "model.init_args.layer.init_args.hidden_size": 6, **args}}  # fmt: skip
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return Suite.load(path, out=tmp_path / out)
+
+
+def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path):
+    """``run_group(shed=0.5)``: once half the members have stopped (learning rate 1e-12: no
+    improvement, early stopping at patience 1, after epoch 2), they are tested and written, and the
+    other two go on as a group of their own from the epoch's checkpoint
+    (:func:`memrnn.lit.members.select_members`): every member's result equals the unshed group's."""
+    plain, shed = (_dusell_suite(tmp_path, out, lrs=[0.01, 1e-12]) for out in ("plain", "shed"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = run_group(plain, plain.cells())
+        got = run_group(shed, shed.cells(), shed=0.5)
+    assert sorted(got) == sorted(want)
+    first = shed.group_dir(shed.cells())
+    for name, w in want.items():
+        g, stopped_early = got[name], "lr1e-12" in name
+        assert g["score"] == pytest.approx(w["score"], abs=1e-6) and g["best_score"] == pytest.approx(
+            w["best_score"]
+        )
+        assert g["stopped"] == w["stopped"] == stopped_early
+        for key, values in w[
+            "val_by_epoch"
+        ].items():  # an unshed stopped member is validated, frozen, to the end
+            assert g["val_by_epoch"][key] == pytest.approx(values[: len(g["val_by_epoch"][key])], abs=1e-6), (
+                key
+            )
+        if stopped_early:
+            assert (g["members"], g["epochs"], g["shed_from"], g["group"]) == (4, 2, [], str(first))
+            assert w["epochs"] == 5
+        else:
+            assert (g["members"], g["epochs"], g["shed_from"]) == (2, 5, [str(first)])
+            assert g["group"] == str(shed.group_dir([shed.cell(name) for name in got if "lr0.01" in name]))
+            assert len(g["val_by_epoch"]["val/loss"]) == 5
+            assert SequenceModule.load_from_checkpoint(g["checkpoint"]).hparams.lr == 0.01
+    assert run_group(shed, shed.cells(), shed=0.5) == {}  # all done
+
+
+def test_select_members_keeps_the_members_state_renumbered(tmp_path):
+    """A members checkpoint cut to members [3, 1]: their parameters, best parameters, buffers,
+    optimizer moments and step counts, per-member learning rates, schedules and logged values
+    (``…/m3`` -> ``…/m0``); a bad selection or a single run's checkpoint is named."""
+    from memrnn.lit.members import select_members
+    from memrnn.lit.runs import latest_checkpoint
+
+    suite = _dusell_suite(tmp_path, "runs", lrs=[0.01, 0.005], **{"trainer.max_epochs": 2})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run_group(suite, suite.cells())
+    ckpt = torch.load(latest_checkpoint(suite.group_dir(suite.cells())), weights_only=False)
+    cut = select_members(ckpt, [3, 1])
+    for key, value in ckpt["state_dict"].items():
+        torch.testing.assert_close(cut["state_dict"][key], value[[3, 1]], rtol=0, atol=0)
+    (opt,), (new,) = ckpt["optimizer_states"], cut["optimizer_states"]
+    assert new["members"] == 2 and new["frozen"].tolist() == opt["frozen"][[3, 1]].tolist()
+    for p, state in opt["state"].items():
+        for k, v in state.items():
+            torch.testing.assert_close(new["state"][p][k], v[[3, 1]], rtol=0, atol=0)
+    assert new["param_groups"][0]["member_lr"].tolist() == [0.005, 0.01]  # rows: seeds x lrs, seed-major
+    assert new["param_groups"][0]["lr"] == pytest.approx(0.0075)  # what torch's group shows: their mean
+    (sched,) = cut["lr_schedulers"]
+    assert sched["members"] == 2 and sched["schedulers"] == [
+        ckpt["lr_schedulers"][0]["schedulers"][k] for k in (3, 1)
+    ]
+    assert cut["memrnn_plateau"].tolist() == ckpt["memrnn_plateau"][[3, 1]].tolist()
+    rows = ckpt["hyper_parameters"]["members"]
+    assert rows[3]["data_seed"] == rows[1]["data_seed"] == 1  # one data seed: the shared run
+    assert cut["hyper_parameters"]["members"] == [{"seed": 1, "lr": 0.005}, {"seed": 1, "lr": 0.01}]
+    assert cut["hyper_parameters"]["member_data"] == "shared"
+    assert select_members(ckpt, [0, 1])["hyper_parameters"]["member_data"] == "independent"
+    old, new_epochs = (
+        ckpt["callbacks"]["ValidationRecord"]["epochs"],
+        cut["callbacks"]["ValidationRecord"]["epochs"],
+    )
+    assert [e["metrics"]["val/loss/m0"] for e in new_epochs] == [e["metrics"]["val/loss/m3"] for e in old]
+    assert not any(k.endswith(("/m2", "/m3")) for e in new_epochs for k in e["metrics"])
+    assert not any(k.startswith("ModelCheckpoint") for k in cut["callbacks"])
+    assert set(cut["memrnn_run"]) == {"code"}
+    for keep, message in (([4], "distinct members of 0..3"), ([], "distinct members"), ([1, 1], "distinct")):
+        with pytest.raises(ValueError, match=message):
+            select_members(ckpt, keep)
+    with pytest.raises(ValueError, match="takes a MemberSequenceModule checkpoint"):
+        select_members({**ckpt, "hyper_parameters": {"lr": 0.01}}, [0])
+    rest = [suite.cells()[k] for k in (1, 3)]  # seed 1's two learning rates, as a shed group writes them
+    for c in rest:
+        (suite.cell_dir(c) / "result.json").unlink()
+    (suite.group_dir(rest) / "shed" / "checkpoints").mkdir(parents=True)
+    torch.save(select_members(ckpt, [1, 3]), suite.group_dir(rest) / "shed" / "checkpoints" / "last.ckpt")
+    (suite.group_dir(rest) / "shed.json").write_text(json.dumps({"from": ["g"], "seconds": 1.0}))
+    with pytest.raises(ValueError, match="goes on from the members shed by g, but its checkpoint"):
+        run_group(suite, rest, ["--model.init_args.layer.init_args.hidden_size=7"])
+    by_grid = {"members": None, "seeds": [0, 1], "lrs": [0.01, 0.005], "member_data": "shared"}
+    grid = select_members({**ckpt, "hyper_parameters": {**ckpt["hyper_parameters"], **by_grid}}, [2])
+    assert grid["hyper_parameters"]["members"] == [{"seed": 1, "lr": 0.01, "weight_decay": 0.0}]
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_a_run_continued_from_an_epochs_end_takes_that_epochs_plateau_step(tmp_path, grouped):
+    """Lightning 2.6 continues a fit from ``last.ckpt`` at the next epoch without the plateau
+    schedule's step of the checkpoint's epoch (the LR fell one epoch late); memrnn takes it from
+    the value the checkpoint keeps.  Learning rate 1e-12: the loss never improves, so at patience 0
+    the rate halves after every epoch but the first; the ``last.ckpt`` of epoch 3 (written before
+    its step) holds it halved twice, straight through and when continued after epoch 2 (Lightning
+    alone: once)."""
+    from memrnn.lit.runs import latest_checkpoint
+
+    args = {"model.init_args.lr_scheduler.init_args.patience": 0, "model.init_args.lr_scheduler.init_args.factor":
+            0.5, "model.init_args.lr_scheduler.init_args.eps": 0.0, "trainer.max_epochs": 4}  # fmt: skip
+    rates = [1e-12, 2e-12] if grouped else [1e-12]
+
+    def run(suite: Suite, extra: list[str]) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if grouped:
+                run_group(suite, suite.cells(), extra)
+            else:
+                run_cell(suite, suite.cells()[0], extra)
+
+    lrs = {}
+    for how in ("straight", "continued"):
+        suite = _dusell_suite(tmp_path, how, lrs=rates, seeds=[0], patience=10, **args)
+        if how == "continued":
+            run(suite, ["--trainer.max_epochs=2"])
+            for c in suite.cells():
+                (suite.cell_dir(c) / "result.json").unlink()
+        run(suite, [])
+        folder = suite.group_dir(suite.cells()) if grouped else suite.cell_dir(suite.cells()[0])
+        group = torch.load(latest_checkpoint(folder), weights_only=False)["optimizer_states"][0][
+            "param_groups"
+        ][0]
+        lrs[how] = group["member_lr"].tolist() if grouped else [group["lr"]]
+    assert lrs["continued"] == lrs["straight"] == pytest.approx([lr / 4 for lr in rates], rel=1e-12, abs=0)
+
+
+def test_shed_goes_with_members_through_run_cell_and_slurm(tmp_path, capsys):
+    """``--shed [F]`` needs ``--members``, takes a fraction in (0, 1], and reaches the command each
+    group runs, here and in a SLURM array."""
+    suite = _suite(tmp_path)
+    assert main(["run", str(suite.path), "--out", str(suite.out), "--shed"]) == 2
+    assert "--shed acts on groups of members: give --members too" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["run", str(suite.path), "--shed", "1.5", "--members", "auto"])
+    assert "--shed takes a fraction in (0, 1], got '1.5'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="shed acts on groups of members"):
+        run_local(suite, shed=0.5)
+    script = slurm_script(suite, members="auto", shed=0.25, python="echo")
+    commands = _task_commands(script, 2)
+    assert all(cmd[cmd.index("--shed") + 1] == "0.25" for task in commands for cmd in task)
+    assert "--members auto --shed 0.25" in script
+    assert runner._cell_command(suite, suite.cells()[:2], [], members=True, shed=0.5)[-2:] == [
+        "--shed",
+        "0.5",
+    ]
+    assert "--shed" not in runner._cell_command(suite, suite.cells()[:1], [], members=False, shed=0.5)
