@@ -72,14 +72,16 @@ def run(args: argparse.Namespace, out: Path, shed: float | None) -> tuple[float,
     return time.perf_counter() - start, results
 
 
-def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether two results of a member agree: test score, best score, and the shed run's
-    validation curve against the same epochs of the other's (which validates a stopped member to
-    the end)."""
-    if a["score"] != b["score"] or a["best_score"] != b["best_score"]:
-        return False
+def difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, float, int]:
+    """How two results of a member differ: the test score's and the best validation loss's
+    absolute differences, and the first epoch whose validation loss differs (-1: none) in the
+    shed run's curve against the same epochs of the other's (which validates a stopped member,
+    frozen, to the end)."""
     x, y = a["val_by_epoch"]["val/loss"], b["val_by_epoch"]["val/loss"]
-    return y == x[: len(y)]
+    first = next((e for e, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), -1)
+    if first < 0 and len(y) > len(x):
+        first = len(x)
+    return abs(a["score"] - b["score"]), abs(a["best_score"] - b["best_score"]), first
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--patience", type=int, default=3)
     ap.add_argument("--max-epochs", type=int, default=40)
     ap.add_argument("--shed", type=float, default=0.5)
+    ap.add_argument("--out", type=Path, help="keep the two runs' folders here (default: a temporary folder)")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -103,15 +106,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
           f"members ({args.task}, lrs {args.lrs} x seeds {args.seeds}), train size {args.train_size}, "
           f"patience {args.patience}, at most {args.max_epochs} epochs")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        plain_s, plain = run(args, Path(tmp) / "plain" / "runs", None)
-        shed_s, shed = run(args, Path(tmp) / "shed" / "runs", args.shed)
-    print("\n| member | epochs | members at its end | equal to the unshed group |")
-    print("|---|---|---|---|")
+        where = args.out or Path(tmp)
+        plain_s, plain = run(args, where / "plain" / "runs", None)
+        shed_s, shed = run(args, where / "shed" / "runs", args.shed)
+    print("\n| member | epochs | members at its end | seconds at its end (shed) | test score: unshed, shed | "
+          "best val loss diff | first val epoch that differs |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     equal = 0
-    for name in sorted(shed, key=lambda n: shed[n]["epochs"]):
-        ok = same(plain[name], shed[name])
-        equal += ok
-        print(f"| {name} | {shed[name]['epochs']} | {shed[name]['members']} | {'yes' if ok else 'no'} |")
+    for name in sorted(shed, key=lambda n: (shed[n]["epochs"], n)):
+        score, best, first = difference(plain[name], shed[name])
+        equal += score == best == 0 and first < 0
+        print(f"| {name} | {shed[name]['epochs']} | {shed[name]['members']} | {shed[name]['seconds']:.1f} | "
+              f"{plain[name]['score']:.6g}, "
+              f"{shed[name]['score']:.6g} | {best:.2g} | {'none' if first < 0 else first} |")  # fmt: skip
     parts = 1 + max(len(r["shed_from"]) for r in shed.values())
     print(f"\none group to the end: {plain_s:.1f} s; shed ({parts} parts): {shed_s:.1f} s; "
           f"ratio {plain_s / shed_s:.2f}x; {equal} of {len(shed)} members equal")  # fmt: skip

@@ -264,4 +264,5 @@ def test_members_shed_runs_a_group_both_ways_and_compares_each_member(capsys):
                              "--test-per-length", "1", "--patience", "1", "--max-epochs", "4"])  # fmt: skip
     assert got["members"] == got["equal"] == 2 and got["parts"] == 2  # the 1e-12 member stopped at epoch 2
     out = capsys.readouterr().out
-    assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | yes |" in out and "2 of 2 members equal" in out
+    assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | " in out and "2 of 2 members equal" in out
+    assert out.count("| 0 | none |") == 2 and "seconds at its end (shed)" in out

@@ -678,9 +678,11 @@ def select_members(checkpoint: Mapping[str, Any], keep: Sequence[int]) -> dict[s
 
     Left out: ``ModelCheckpoint`` states (their scores are means over the old members; each member's
     best is kept per member, :attr:`MemberSequenceModule.best`) and the W&B run (the continued
-    run is a new one; ``memrnn_run`` keeps only the ``code`` that trained so far).  When the kept
-    members of a ``member_data="independent"`` run all draw the same data seed, the result is the
-    equivalent ``"shared"`` run, as :meth:`memrnn.suite.Suite.group_args` writes such a group."""
+    run is a new one; ``memrnn_run`` keeps only the ``code`` that trained so far).  The kept
+    members keep their data path: a ``member_data="independent"`` run stays one even when the kept
+    members draw one data seed (its batches are padded to the longest member's string of each
+    step; the shared path would pad them otherwise, a float-level difference that training
+    amplifies)."""
     hparams = dict(checkpoint.get("hyper_parameters", {}))
     if "member_data" not in hparams:
         raise ValueError(
@@ -739,12 +741,6 @@ def select_members(checkpoint: Mapping[str, Any], keep: Sequence[int]) -> dict[s
         if not str(k).startswith("ModelCheckpoint")
     }
     kept = [dict(rows[k]) for k in keep]
-    if hparams.get("member_data") == "independent":
-        data_seeds = {int(r.get("data_seed", r["seed"])) for r in kept}
-        if len(data_seeds) == 1:
-            hparams["member_data"] = "shared"
-            for r in kept:
-                r.pop("data_seed", None)
     hparams.update(members=kept, seeds=None, lrs=None)
     out["hyper_parameters"] = hparams
     run = checkpoint.get(RUN_KEY)

@@ -40,7 +40,8 @@ from memrnn.suite.runner import (
 )
 from memrnn.suite.spec import Cell, Suite
 
-#: the file in a shed group's folder naming the folders its members ran in before, and their seconds
+#: the file in a shed group's folder naming the folders its members ran in before, their seconds
+#: and their data path (``member_data``, kept: :meth:`memrnn.suite.Suite.group_args`)
 SHED_FILE = "shed.json"
 
 
@@ -142,7 +143,7 @@ def _run_segment(
     start = time.perf_counter()
     failed = 0
     try:
-        args = suite.group_args(cells)
+        args = suite.group_args(cells, member_data=earlier.get("member_data"))
         sized = None
         if suite.budget is not None and suite.architectures[first.arch].budget_key:
             sized = fit_budget(suite, first, defaults, extra)
@@ -233,9 +234,9 @@ def _run_segment(
             path = nxt / "shed" / "checkpoints" / "last.ckpt"
             path.parent.mkdir(parents=True, exist_ok=True)
             torch.save(select_members(torch.load(shed_from, weights_only=False), keep), path)
-            _write_json(
-                nxt / SHED_FILE, {"from": [*earlier.get("from", []), str(folder)], "seconds": seconds}
-            )
+            shed_record = {"from": [*earlier.get("from", []), str(folder)], "seconds": seconds,
+                           "member_data": model.member_data}  # fmt: skip
+            _write_json(nxt / SHED_FILE, shed_record)
             _say(f"[suite {suite.name}] group {folder}: {len(cells) - len(keep)} member(s) stopped and written; "
                  f"{len(keep)} continue in {nxt}")  # fmt: skip
         if keep:  # the other ranks wait for the cut checkpoint

@@ -579,10 +579,13 @@ class Suite:
             names = f"{parts[0]}..{len(parts)}..{parts[-1]}"
         return self.out / "groups" / cells[0].arch / cells[0].task / names
 
-    def group_args(self, cells: Sequence[Cell]) -> list[str]:
+    def group_args(self, cells: Sequence[Cell], member_data: str | None = None) -> list[str]:
         """The ``train.py`` arguments of a members group: the cells' shared arguments, the
         members (each cell's seed, learning rate and, when the cells' data seeds differ, its data
-        seed, with ``member_data: independent``) and the group's run folder."""
+        seed, with ``member_data: independent``) and the group's run folder.  ``member_data``
+        (``"independent"``) keeps a group shed from an independent-data one on that path even
+        when its members' data seeds coincide (its checkpoint's: each member's batches padded as
+        before, so it continues bit for bit)."""
         first = cells[0]
         shared = self._member_shared_args(first)
         for c in cells[1:]:
@@ -590,7 +593,7 @@ class Suite:
                 raise ValueError(f"{c.name} and {first.name} differ in more than seed and learning rate: "
                                  "they cannot run as members of one process")  # fmt: skip
         data_seeds = [self.data_seed_of(c) for c in cells]
-        independent = len(set(data_seeds)) > 1
+        independent = len(set(data_seeds)) > 1 or member_data == "independent"
         rows = []
         for c, data_seed in zip(cells, data_seeds, strict=True):
             row: dict[str, Any] = {"seed": c.seed}

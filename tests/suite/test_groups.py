@@ -304,10 +304,14 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
     ]
     assert cut["memrnn_plateau"].tolist() == ckpt["memrnn_plateau"][[3, 1]].tolist()
     rows = ckpt["hyper_parameters"]["members"]
-    assert rows[3]["data_seed"] == rows[1]["data_seed"] == 1  # one data seed: the shared run
-    assert cut["hyper_parameters"]["members"] == [{"seed": 1, "lr": 0.005}, {"seed": 1, "lr": 0.01}]
-    assert cut["hyper_parameters"]["member_data"] == "shared"
-    assert select_members(ckpt, [0, 1])["hyper_parameters"]["member_data"] == "independent"
+    assert cut["hyper_parameters"]["members"] == [rows[3], rows[1]]
+    assert rows[3]["data_seed"] == rows[1]["data_seed"] == 1  # one data seed, still on the independent path
+    assert cut["hyper_parameters"]["member_data"] == "independent"
+    args = suite.group_args([suite.cells()[k] for k in (3, 1)], member_data="independent")
+    assert "--model.init_args.member_data=independent" in args
+    assert json.loads(next(a for a in args if a.startswith("--model.init_args.members=")).split("=", 1)[1]) == [
+        rows[3], rows[1]]  # fmt: skip
+    assert "--model.init_args.member_data=shared" in suite.group_args([suite.cells()[k] for k in (3, 1)])
     old, new_epochs = (
         ckpt["callbacks"]["ValidationRecord"]["epochs"],
         cut["callbacks"]["ValidationRecord"]["epochs"],
@@ -326,7 +330,9 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
         (suite.cell_dir(c) / "result.json").unlink()
     (suite.group_dir(rest) / "shed" / "checkpoints").mkdir(parents=True)
     torch.save(select_members(ckpt, [1, 3]), suite.group_dir(rest) / "shed" / "checkpoints" / "last.ckpt")
-    (suite.group_dir(rest) / "shed.json").write_text(json.dumps({"from": ["g"], "seconds": 1.0}))
+    (suite.group_dir(rest) / "shed.json").write_text(
+        json.dumps({"from": ["g"], "seconds": 1.0, "member_data": "independent"})
+    )
     with pytest.raises(ValueError, match="goes on from the members shed by g, but its checkpoint"):
         run_group(suite, rest, ["--model.init_args.layer.init_args.hidden_size=7"])
     by_grid = {"members": None, "seeds": [0, 1], "lrs": [0.01, 0.005], "member_data": "shared"}
