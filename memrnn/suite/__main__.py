@@ -102,7 +102,8 @@ def _members_arg(text: str) -> str | int:
 SHED = (
     "with --members: once at least the fraction F (default 0.5) of a group's members, but not all, have "
     "stopped (early stopping or divergence), write them and continue the others as a group of their own "
-    "(each member's results equal; a step's cost follows the members left)"
+    "(each member's results the unshed group's, up to float rounding where a part pads its batches less; "
+    "a step's cost follows the members left)"
 )
 
 
