@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import itertools
 import re
 from collections.abc import Mapping, Sequence
@@ -211,10 +212,9 @@ class MemberSequenceModule(SequenceModule):
         if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m < self.members:
             raise ValueError(f"member {m!r} does not exist; this module has members 0..{self.members - 1}")
         row = self.member_rows[m]
+        kwargs = {k: _plain_callable(v) for k, v in self._single_kwargs.items()}
         with torch.random.fork_rng(devices=[]):  # its initial weights are overwritten: draw nothing
-            single = SequenceModule(
-                **{**self._single_kwargs, "lr": row["lr"], "weight_decay": row["weight_decay"]}
-            )
+            single = SequenceModule(**{**kwargs, "lr": row["lr"], "weight_decay": row["weight_decay"]})
         ref = next(self.parameters())
         single = single.to(device=ref.device, dtype=ref.dtype)
         own = self.state_dict()
@@ -546,6 +546,35 @@ def _stop_rule_of(stoppers: Sequence[EarlyStopping], stop_patience: int | None) 
         raise ValueError(f"EarlyStopping with {given} has no per-member version; members take monitor, mode, "
                          "patience, min_delta and check_finite")  # fmt: skip
     return _StopRule(cb.monitor, cb.mode, int(cb.patience), float(cb.min_delta), bool(cb.check_finite))
+
+
+def _plain_callable(value: Any) -> Any:
+    """``value``, or for a class given through LightningCLI (jsonargparse's deferred
+    ``partial(call_without_instantiate_context, ClassInstantiator, cls, **init_args)``, e.g. the
+    ``layer`` and ``lr_scheduler`` of a config) the plain ``partial(cls, **init_args)`` it calls
+    when no instantiator of the CLI applies to ``cls``.  The CLI's partial holds the CLI's
+    instantiators, and through them the fitted trainer and data: Lightning's
+    ``save_hyperparameters`` deep-copies its arguments, and a module built from that partial after
+    a fit copied them all (33 s per member of a DuSell group, 20 members at a group's end)."""
+    if not isinstance(value, functools.partial) or len(value.args) < 2:
+        return value
+    try:
+        from jsonargparse._instantiation import (
+            ClassInstantiator,
+            call_without_instantiate_context,
+            is_subclass,
+        )
+    except ImportError:  # another jsonargparse: keep its partial
+        return value
+    instantiator, cls = value.args[0], value.args[1]
+    if value.func is not call_without_instantiate_context or not isinstance(instantiator, ClassInstantiator):
+        return value
+    if not isinstance(cls, type) or any(
+        cls is base or (subclasses and is_subclass(cls, base))
+        for base, subclasses in instantiator.instantiators
+    ):
+        return value
+    return functools.partial(cls, *value.args[2:], **value.keywords)
 
 
 class _Best(nn.Module):

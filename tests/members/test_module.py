@@ -199,6 +199,13 @@ def test_the_cli_builds_members_from_a_single_runs_config():
         (1, 0.01),
         (1, 0.001),
     ]
+    # a member module is built from the layer's class, not the CLI's deferred partial, which holds
+    # the CLI's instantiators (after a fit, the trainer and data that save_hyperparameters copied)
+    given = cli.model._single_kwargs["layer"]
+    assert type(given.args[0]).__name__ == "ClassInstantiator"
+    single = cli.model.member_module(3)
+    assert single.hparams["layer"].func is LSTMLayer and single.hparams["layer"].keywords == given.keywords
+    assert not single.hparams["layer"].args and single.hparams["lr"] == 0.001
 
 
 def test_bad_member_settings_are_named():
