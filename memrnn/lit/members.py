@@ -31,6 +31,11 @@ from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import Tensor, nn
 
+try:  # LightningCLI's deferred classes (jsonargparse's own module: _plain_callable)
+    from jsonargparse._instantiation import ClassInstantiator, call_without_instantiate_context, is_subclass
+except ImportError:  # another jsonargparse
+    ClassInstantiator = call_without_instantiate_context = is_subclass = None
+
 from memrnn.data.members import member_batch
 from memrnn.lit.metrics import PerLengthStats
 from memrnn.lit.objectives import computed_metrics, curve_stats, make_metrics, update_metrics
@@ -558,13 +563,7 @@ def _plain_callable(value: Any) -> Any:
     a fit copied them all (33 s per member of a DuSell group, 20 members at a group's end)."""
     if not isinstance(value, functools.partial) or len(value.args) < 2:
         return value
-    try:
-        from jsonargparse._instantiation import (
-            ClassInstantiator,
-            call_without_instantiate_context,
-            is_subclass,
-        )
-    except ImportError:  # another jsonargparse: keep its partial
+    if call_without_instantiate_context is None:  # another jsonargparse: keep its partial
         return value
     instantiator, cls = value.args[0], value.args[1]
     if value.func is not call_without_instantiate_context or not isinstance(instantiator, ClassInstantiator):
