@@ -87,10 +87,10 @@ def _limits_reached(trainer: Any) -> bool:
     )
 
 
-def _shed_checkpoint(trainer: Any) -> str:
-    """The checkpoint the members that go on continue from: the ``last.ckpt`` of the epoch whose
-    end shed the others (written at its validation's end; a killed group continues from the same),
-    checked to be that epoch's."""
+def _shed_checkpoint(trainer: Any) -> dict[str, Any]:
+    """The checkpoint the members that go on continue from: the ``last.ckpt`` of the epoch at
+    whose end the others were shed (a killed group continues from the same), checked to be that
+    epoch's."""
     ckpt = trainer.checkpoint_callback
     path = getattr(ckpt, "last_model_path", "") if ckpt is not None else ""
     if not path or not os.path.exists(path):
@@ -98,13 +98,13 @@ def _shed_checkpoint(trainer: Any) -> str:
             "shedding members continues them from the epoch's last.ckpt: the Trainer needs a ModelCheckpoint "
             "with save_last=True (configs/defaults.yaml has one)"
         )
-    epoch = torch.load(path, map_location="cpu", weights_only=False)["epoch"]
-    if epoch != trainer.current_epoch - 1:
+    checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    if checkpoint["epoch"] != trainer.current_epoch - 1:
         raise ValueError(
-            f"{path} is of epoch {epoch}, not of epoch {trainer.current_epoch - 1} that shed members: the "
-            "ModelCheckpoint must save last.ckpt at every validation, one per epoch"
+            f"{path} is of epoch {checkpoint['epoch']}, not of epoch {trainer.current_epoch - 1} that shed members: "
+            "the ModelCheckpoint must save last.ckpt at every validation, one per epoch"
         )
-    return path
+    return checkpoint
 
 
 def _run_segment(
@@ -233,7 +233,7 @@ def _run_segment(
             nxt = suite.group_dir(rest)
             path = nxt / "shed" / "checkpoints" / "last.ckpt"
             path.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(select_members(torch.load(shed_from, weights_only=False), keep), path)
+            torch.save(select_members(shed_from, keep), path)
             shed_record = {"from": [*earlier.get("from", []), str(folder)], "seconds": seconds,
                            "member_data": model.member_data}  # fmt: skip
             _write_json(nxt / SHED_FILE, shed_record)

@@ -298,6 +298,8 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
             torch.testing.assert_close(new["state"][p][k], v[[3, 1]], rtol=0, atol=0)
     assert new["param_groups"][0]["member_lr"].tolist() == [0.005, 0.01]  # rows: seeds x lrs, seed-major
     assert new["param_groups"][0]["lr"] == pytest.approx(0.0075)  # what torch's group shows: their mean
+    with pytest.raises(ValueError, match="schedule state 0 is of 3 members, the model of 4"):
+        select_members({**ckpt, "lr_schedulers": [{**ckpt["lr_schedulers"][0], "members": 3}]}, [0])
     (sched,) = cut["lr_schedulers"]
     assert sched["members"] == 2 and sched["schedulers"] == [
         ckpt["lr_schedulers"][0]["schedulers"][k] for k in (3, 1)
@@ -340,18 +342,22 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
     assert grid["hyper_parameters"]["members"] == [{"seed": 1, "lr": 0.01, "weight_decay": 0.0}]
 
 
-@pytest.mark.parametrize("grouped", [False, True])
-def test_a_run_continued_from_an_epochs_end_takes_that_epochs_plateau_step(tmp_path, grouped):
-    """Lightning 2.6 continues a fit from ``last.ckpt`` at the next epoch without the plateau
-    schedule's step of the checkpoint's epoch (the LR fell one epoch late); memrnn takes it from
-    the value the checkpoint keeps.  Learning rate 1e-12: the loss never improves, so at patience 0
-    the rate halves after every epoch but the first; the ``last.ckpt`` of epoch 3 (written before
-    its step) holds it halved twice, straight through and when continued after epoch 2 (Lightning
-    alone: once)."""
+@pytest.mark.parametrize(("grouped", "mid_epoch"), [(False, False), (True, False), (False, True)])
+def test_a_run_continued_from_an_epochs_end_takes_that_epochs_plateau_step(tmp_path, grouped, mid_epoch):
+    """Lightning 2.6 continues a fit from ``last.ckpt`` without the plateau schedule's step of the
+    checkpoint's epoch (the LR fell one epoch late); memrnn takes it from the value the checkpoint
+    keeps.  Learning rate 1e-12: the loss never improves, so at patience 0 the rate halves after
+    every epoch but the first; the ``last.ckpt`` of epoch 3 (written before its step) holds it
+    halved twice, straight through and when continued after epoch 2 (Lightning alone: once).
+    Validating every half epoch (``mid_epoch``), ``last.ckpt`` is written at the validation's end,
+    inside the epoch: Lightning then restarts the epoch to finish it (``on_train_epoch_end`` takes
+    the step) instead of starting at the next (``on_train_start`` takes it)."""
     from memrnn.lit.runs import latest_checkpoint
 
     args = {"model.init_args.lr_scheduler.init_args.patience": 0, "model.init_args.lr_scheduler.init_args.factor":
             0.5, "model.init_args.lr_scheduler.init_args.eps": 0.0, "trainer.max_epochs": 4}  # fmt: skip
+    if mid_epoch:
+        args["trainer.val_check_interval"] = 0.5
     rates = [1e-12, 2e-12] if grouped else [1e-12]
 
     def run(suite: Suite, extra: list[str]) -> None:
