@@ -27,6 +27,7 @@ from memrnn.layers import (
 )
 from memrnn.layers.nnpda import StackOverflowError
 from memrnn.members import MemberEmbedding, MemberLayer, MemberLinear, member_view, stack_modules
+from tests.ops.backends import DEVICE, needs_triton
 
 M, B, T = 2, 3, 5
 LENGTHS = torch.tensor([5, 3, 1])
@@ -220,6 +221,45 @@ ONE_HOT_CASES = [
         "nnpda_sequence",
     ),
 ]
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"memory": "superposition", "width": 2, "depth": 4},
+        {"memory": "deque", "width": 2, "depth": 4, **LEARNED_H0},
+        {"memory": "tape_jump", "controller": "elman", "width": 2, "depth": 4, "memory_args": {"jump": 3}},
+    ],
+    ids=["superposition", "deque", "tape_jump-elman"],
+)
+def test_stack_rnn_member_path_on_the_kernels(kwargs):
+    """The stack RNNs' member path on the Triton kernels (``implementation("triton")``: what CUDA
+    tensors get; here under Triton's interpreter): one launch per direction for all members, and
+    outputs, final states and every gradient equal the loop over the members on the single
+    kernels (float32: the forward to the bit but for the members' products, gradients to 1e-6)."""
+    from memrnn.ops.dispatch import implementation
+
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layers.append(StackRNN(4, 6, **kwargs))
+    members = MemberLayer(layers)
+    assert members.member_path == "stack_rnn_sequence (members batched)"
+    x = torch.randn(3, B, T, 4, generator=torch.Generator().manual_seed(0), requires_grad=True).to(DEVICE)
+    members.to(DEVICE)
+    mask = (torch.arange(T)[None, :] < LENGTHS[:, None]).to(DEVICE)
+    runs = {}
+    for how in ("path", "loop"):
+        with implementation("triton"):
+            if how == "loop":
+                y, final = members._loop(x, None, mask.expand(3, B, T), outputs_only=False)
+            else:
+                y, final = members(x, mask=mask)
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
+    for a, b in zip(runs["path"], runs["loop"], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -498,11 +538,12 @@ def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_the_stack_rnns_members_run_the_loop_on_cuda():
-    """On CUDA each member runs the stack RNN's two Triton kernels (no member dimension yet): the
-    loop over members, named, and equal to each member's single layer."""
+def test_the_stack_rnns_members_run_the_member_kernels_on_cuda():
+    """On CUDA the stack RNN's member path runs the two Triton kernels once for all members (a grid
+    of row tiles × members), each member equal to its single layer (on the single kernels)."""
     members = MemberLayer.build(lambda: StackRNN(4, 6, width=2, depth=4), seeds=[0, 1]).cuda()
-    assert members.member_path == "loop (CUDA: the Triton kernels have no member dimension yet)"
+    assert members.member_path == "stack_rnn_sequence (members batched)"
     x = torch.randn(2, B, T, 4, generator=torch.Generator().manual_seed(0)).cuda()
     y, _ = members(x)
-    torch.testing.assert_close(y[1], members.member(1)(x[1])[0], atol=1e-5, rtol=1e-5)
+    for m in range(2):
+        torch.testing.assert_close(y[m], members.member(m)(x[m])[0], atol=1e-6, rtol=1e-6)

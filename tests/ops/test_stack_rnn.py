@@ -11,7 +11,8 @@ import torch
 from memrnn.ops import bptt
 from memrnn.ops.dispatch import native_available
 from memrnn.ops.stack_rnn import _NATIVE_MEMORIES, SPECS, stack_rnn_sequence
-from tests.ops.backends import needs_native
+from memrnn.ops.stack_rnn.specs import TRITON_MEMORIES
+from tests.ops.backends import DEVICE, needs_native, needs_triton
 from tests.ops.memory_paths import assert_native_equals_cpu, make_layer, sequence_case
 
 
@@ -42,11 +43,11 @@ def test_stack_rnn_preload_rule_and_its_fallback():
             return launch
 
     kernels._launch(Kernel(refuse=True), 3, ("a", 1), True, 4)
-    assert calls == [((3,), ("a", 1, True), 4), ((3,), ("a", 1, False), 4)]
+    assert calls == [((3, 1), ("a", 1, True), 4), ((3, 1), ("a", 1, False), 4)]
     calls.clear()
     kernels._launch(Kernel(refuse=False), 2, ("b",), True, 8)
-    kernels._launch(Kernel(refuse=True), 2, ("c",), False, 8)
-    assert calls == [((2,), ("b", True), 8), ((2,), ("c", False), 8)]
+    kernels._launch(Kernel(refuse=True), 2, ("c",), False, 8, 5)  # 5 members: the grid's second axis
+    assert calls == [((2, 1), ("b", True), 8), ((2, 5), ("c", False), 8)]
 
 
 @needs_native
@@ -79,12 +80,13 @@ def test_impl_reference_runs_the_reference_and_cpu_does_not(monkeypatch):
     assert calls == [1, 1]
 
 
-def _member_case(memory: str, controller: str, dtype: torch.dtype, M: int = 3):
+def _member_case(memory: str, controller: str, dtype: torch.dtype, M: int = 3, mlp: bool | None = None):
     """M members' arguments of ``stack_rnn_sequence``: member ``m`` :func:`sequence_case`'s (its own
     draw; lengths and the jump tape's jumps rolled by ``m``, so that the members' rows differ),
-    stacked into ``[M, ...]`` leaves of ``dtype``."""
+    stacked into ``[M, ...]`` leaves of ``dtype``; the tapes with a value MLP unless ``mlp`` says."""
     gen = torch.Generator().manual_seed(7)
-    cases = [sequence_case(memory, controller, gen, mlp=memory.startswith("tape")) for _ in range(M)]
+    mlp = memory.startswith("tape") if mlp is None else mlp
+    cases = [sequence_case(memory, controller, gen, mlp=mlp) for _ in range(M)]
     cast = lambda ts: torch.stack([t.detach() for t in ts]).to(dtype)  # noqa: E731
     (args0, kwargs0) = cases[0]
     args = []
@@ -169,3 +171,104 @@ def test_members_bad_shapes_are_named():
         stack_rnn_sequence(x, w_in, b, w_rec, w_head[0], b_head, h0, c0, mem0, **kwargs)
     with pytest.raises(ValueError, match=r"memory0\[0\] has 2 rows per member; x has 3"):
         stack_rnn_sequence(x, w_in, b, w_rec, w_head, b_head, h0, c0, (mem0[0][:, :2],), **kwargs)
+
+
+def _moved(tree, dtype, device, rows: int | None = None):
+    """``tree``'s tensors (arguments, kwargs, at any depth) as fresh leaves of ``dtype`` (floats) on
+    ``device``, wanting a gradient where they did; ``rows``: each ``[M, B, ...]`` tensor's rows
+    repeated up to ``rows`` (a float one with a little noise, so that the copies differ)."""
+    g = torch.Generator().manual_seed(11)
+    if isinstance(tree, torch.Tensor):
+        t = tree.detach()
+        if rows is not None and t.dim() >= 2 and t.shape[1] == 3:  # the rows of sequence_case
+            t = t.repeat(1, -(-rows // 3), *[1] * (t.dim() - 2))[:, :rows]
+            if t.is_floating_point() and tree.requires_grad:
+                t = t + 0.01 * torch.randn(t.shape, generator=g, dtype=t.dtype)
+        t = t.to(device, dtype if t.is_floating_point() else t.dtype)
+        return t.requires_grad_(tree.requires_grad)
+    if isinstance(tree, (tuple, list)):
+        return type(tree)(_moved(t, dtype, device, rows) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _moved(v, dtype, device, rows) for k, v in tree.items()}
+    return tree
+
+
+def _run_with_grads(args, kwargs, impl, weights):
+    out = list(stack_rnn_sequence(*args, **kwargs, impl=impl))
+    loss = sum(
+        (o.double() * w).sum() for o, w in zip(out, weights, strict=True) if o is not None and w is not None
+    )
+    return out, list(torch.autograd.grad(loss, _member_leaves(args, kwargs)))
+
+
+#: (memory, controller, rows) of the member kernels' test: every memory and controller on one tile
+#: of rows; two tiles (17 rows, the second partial) for the memories with the most buffers (values,
+#: scratch, jumps)
+_MEMBER_KERNEL_CASES = [(m, c, 3) for m in sorted(TRITON_MEMORIES) for c in ("lstm", "elman")] + [
+    (m, c, 17) for m in ("stratification", "deque", "tape_jump") for c in ("lstm", "elman")
+]
+
+
+@needs_triton
+@pytest.mark.parametrize(("memory", "controller", "rows"), _MEMBER_KERNEL_CASES)
+def test_members_on_the_kernels(memory, controller, rows, monkeypatch):
+    """The Triton kernels with members (issue 67): one launch per direction for all members (a grid
+    of row tiles × members; 17 rows: two tiles, the second partial); outputs, final states, the
+    overflow and every gradient equal the float64 member reference (float32 storage, 2e-4, the
+    single kernels' tolerance); member ``m`` equals the single kernels on its ``[m]`` slices (its
+    forward bit for bit, its gradients to 1e-6: a product per member against one); the forward
+    without history (``no_grad``) equals the training launch's bit for bit."""
+    import memrnn.ops.stack_rnn.triton as kernels
+
+    launches = []
+    real = kernels._launch
+
+    def launch(kernel, programs, args, preload, warps, members=1):
+        fwd = kernel is kernels._stack_fwd
+        launches.append((fwd, programs, members, args[-1] if fwd else None))  # _stack_fwd's NO_HISTORY last
+        return real(kernel, programs, args, preload, warps, members)
+
+    monkeypatch.setattr(kernels, "_launch", launch)
+    args64, kwargs64 = _moved(
+        _member_case(memory, controller, torch.float64, mlp=False), torch.float64, DEVICE, rows
+    )
+    args, kwargs = _moved((args64, kwargs64), torch.float32, DEVICE)
+    M, B = args[0].shape[:2]
+    g = torch.Generator().manual_seed(3)
+    probe = stack_rnn_sequence(*args64, **kwargs64, impl="reference")
+    weights = [
+        None
+        if o is None or not o.is_floating_point()
+        else torch.randn(o.shape, generator=g, dtype=torch.float64).to(DEVICE)
+        for o in probe
+    ]
+    out_ref, g_ref = _run_with_grads(args64, kwargs64, "reference", weights)
+    launches.clear()
+    out, grads = _run_with_grads(args, kwargs, "triton", weights)
+    tiles = -(-B // kernels.BLOCK_B)
+    assert launches == [(True, tiles, M, False), (False, tiles, M, None)]
+    for a, b in zip([*out, *grads], [*out_ref, *g_ref], strict=True):
+        assert (a is None) == (b is None)
+        if a is not None:
+            assert a.shape == b.shape
+            torch.testing.assert_close(a.double(), b, atol=2e-4, rtol=2e-4)
+    for m in range(M):
+        one = lambda t, m=m: t.detach()[m].clone().requires_grad_(t.requires_grad)  # noqa: E731
+        single_args = [None if a is None else one(a) for a in args[:-1]] + [tuple(one(f) for f in args[-1])]
+        single_kwargs = {**kwargs, "lengths": kwargs["lengths"][m]}
+        w_m = [None if w is None else w[m] for w in weights]
+        out_m = list(stack_rnn_sequence(*single_args, **single_kwargs, impl="triton"))
+        loss = sum(
+            (o.double() * w).sum() for o, w in zip(out_m, w_m, strict=True) if o is not None and w is not None
+        )
+        leaves = [t for t in (*single_args[:-1], *single_args[-1]) if t is not None and t.requires_grad]
+        for a, b in zip(out_m, out, strict=True):
+            assert (a is None) == (b is None) and (a is None or torch.equal(a, b[m]))
+        for a, b in zip(torch.autograd.grad(loss, leaves), grads, strict=True):
+            torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)
+    launches.clear()
+    with torch.no_grad():
+        fwd_only = stack_rnn_sequence(*args, **kwargs, impl="triton")
+    assert launches == [(True, tiles, M, True)]
+    for a, b in zip(fwd_only, out, strict=True):
+        assert (a is None) == (b is None) and (a is None or torch.equal(a, b))

@@ -62,10 +62,10 @@ def _spy(monkeypatch):
     launches = []
     real = kernels._launch
 
-    def launch(kernel, programs, args, preload, warps):
+    def launch(kernel, programs, args, preload, warps, members=1):
         if kernel is kernels._stack_fwd:
             launches.append(args)
-        return real(kernel, programs, args, preload, warps)
+        return real(kernel, programs, args, preload, warps, members)
 
     monkeypatch.setattr(kernels, "_launch", launch)
     return launches

@@ -5,10 +5,10 @@ relu Elman controller with a bias, over the superposition (Joulin & Mikolov 2015
 tape's write MLP included), through that op with the member dimension: the memory, which has no
 weights, runs once on the members' rows as one batch, the controller's, head's and value MLP's
 products are batched over the members (:class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence` with
-members).  The nondeterministic stacks (DuSell & Chiang 2020, 2022, 2023), a GRU or other
-controller, ``strict``, and CUDA tensors (where each member runs the two Triton kernels, which have no
-member dimension yet, and the member path would be a time loop of launches) run the loop over
-members."""
+members); on CUDA the two Triton kernels run every member in one launch each (a grid of row tiles ×
+members, :mod:`memrnn.ops.stack_rnn.triton`), but with a write MLP (which the kernels do not
+have).  The nondeterministic stacks (DuSell & Chiang 2020, 2022, 2023), a GRU or other
+controller, and ``strict`` run the loop over members."""
 
 from __future__ import annotations
 
@@ -31,8 +31,6 @@ def _stack_rnn_why_not(layer: nn.Module) -> str | None:
         return f"the {layer.memory.kind} memory has no fused sequence"
     if layer.strict:
         return "strict (overflow checked member by member)"
-    if layer.memory.head.weight.is_cuda:  # one launch per member beats a time loop of launches
-        return "CUDA: the Triton kernels have no member dimension yet"
     if layer._fusable() is None:
         return (
             f"controller {type(layer.controller).__name__} is not a one-layer LSTM with biases or a tanh, "

@@ -92,10 +92,11 @@ def stack_rnn_sequence(
     ``w_head [M, K, N]``, ``b_head [M, K]``, ``h0``, ``c0`` ``[M, B, N]``, the memory's fields
     ``[M, B, ...]``, ``lengths [M, B]``, the value MLP's ``[M, ...]`` -> every result ``[M, B,
     ...]``, member ``m`` exactly the call on its ``[m]`` slices: the reference loops over the
-    members (:func:`memrnn.ops.stack_rnn.reference.stack_rnn_member_reference`); ``"native"``
-    (picked as for one run) and every other ``impl`` run :class:`StackRNNSequence` with members (its
-    C++ or Python loops, any device: the memory on the members' ``M·B`` rows as one batch, the
-    products per member; the Triton kernels have no member dimension yet).
+    members (:func:`memrnn.ops.stack_rnn.reference.stack_rnn_member_reference`); ``"triton"``
+    (picked as for one run: CUDA, no value MLP) launches each kernel once for all members, a grid
+    of row tiles × members, each program on its member's weights and rows; ``"native"`` and
+    ``"cpu"`` run :class:`StackRNNSequence` with members (its C++ or Python loops: the memory on
+    the members' ``M·B`` rows as one batch, the products per member).
     """
     if not finals:
         return _without_finals(
@@ -186,11 +187,20 @@ def _members(
     one = None if value_mlp is None else [(w[0], bias[0]) for w, bias in value_mlp]
     mlp = _check_value_mlp(one, w_head[0], options["memory"], tuple(f[0] for f in memory0))
     mlp = tuple(value_mlp) if mlp else ()
-    impl = "cpu" if impl == "triton" else impl  # the kernels have no member dimension yet
-    impl = choose(x, impl, triton_ok=False, native_ok=options["memory"] in _NATIVE_MEMORIES)
+    triton_ok = options["memory"] in _TRITON_MEMORIES and not mlp
+    if impl == "triton" and not triton_ok:  # asked for by name: the kernels have no value MLP
+        impl = "cpu"
+    impl = choose(x, impl, triton_ok=triton_ok, native_ok=options["memory"] in _NATIVE_MEMORIES)
     if impl == "reference":
         return reference.stack_rnn_member_reference(
             x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, lengths=lengths, value_mlp=mlp, **options
+        )
+    if impl == "triton":  # one launch per direction for all members (a grid of row tiles × members)
+        from memrnn.ops.stack_rnn.triton import stack_rnn_triton
+
+        names = ("controller", "activation", "memory", "value_activation")
+        return stack_rnn_triton(
+            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, lengths=lengths, **{k: options[k] for k in names}
         )
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 

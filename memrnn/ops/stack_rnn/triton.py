@@ -26,6 +26,10 @@ input projection's through autograd.  Float32 accumulation whatever the storage 
 bfloat16, float16).  Where they fit :data:`PRELOAD_BYTES`, both kernels load the weight tiles once,
 before their time loop, and Triton keeps them in shared memory for the whole sequence (on an H100
 7-24% off a forward+backward step; ``benchmarks/results/stack-rnn-h100.md``).
+
+Members (M runs as one model, ``docs/guide/members.md``) are the grid's second axis: every buffer
+holds the members one after the other, and each program first moves its pointers to its
+member's weights, rows and scratch; one launch per direction runs them all (one model: ``M = 1``).
 """
 
 from __future__ import annotations
@@ -252,6 +256,29 @@ def _stack_fwd(
     NZ = N + M
     G = 4 * N if LSTM else N
     NQ: tl.constexpr = 4 if LSTM else 1
+    # the member (grid axis 1; one model: 0): every buffer holds the members one after the other,
+    # each its own weights, inputs, state, outputs and scratch (the sizes above, ``R`` for ``T``
+    # where a buffer holds the ring)
+    mb = tl.program_id(1).to(tl.int64)
+    pre_ptr += mb * T * B * G
+    gates_ptr += mb * T * B * G
+    wz_ptr += mb * G * NZ
+    wh_ptr += mb * KH * N
+    bh_ptr += mb * KH
+    zs_ptr += mb * (R + 1) * B * NZ
+    cs_ptr += mb * (R + 1) * B * N
+    hd_ptr += mb * R * B * KH
+    s_ptr += mb * (R + 1) * B * SW
+    p_ptr += mb * (R + D) * B * M
+    ovf_ptr += mb * T * B
+    jp_ptr += mb * B
+    x_ptr += mb * B * 2 * D
+    out_ptr += mb * T * B * NZ
+    zf_ptr += mb * B * NZ
+    cf_ptr += mb * B * N
+    sf_ptr += mb * B * SW
+    pf_ptr += mb * B * D * M
+    len_ptr += mb * B
     # the weight tiles, once: W_z's by (jb, kb, gate), then W_head's by kb (see the loop below)
     wzs = ()
     whs = ()
@@ -432,6 +459,30 @@ def _stack_bwd(
     NZ = N + M
     G = 4 * N if LSTM else N
     NQ: tl.constexpr = 4 if LSTM else 1
+    # the member (grid axis 1), as in :func:`_stack_fwd`
+    mb = tl.program_id(1).to(tl.int64)
+    gzx_ptr += mb * (T + 1) * B * NZ
+    gcx_ptr += mb * (T + 1) * B * N
+    gsx_ptr += mb * (T + 1) * B * SW
+    wz_ptr += mb * G * NZ
+    wh_ptr += mb * KH * N
+    zs_ptr += mb * (T + 1) * B * NZ
+    cs_ptr += mb * (T + 1) * B * N
+    gates_ptr += mb * T * B * G
+    hd_ptr += mb * T * B * KH
+    s_ptr += mb * (T + 1) * B * SW
+    p_ptr += mb * (T + D) * B * M
+    ga_ptr += mb * T * B * G
+    ghd_ptr += mb * T * B * KH
+    gz_ptr += mb * 2 * B * NZ
+    gc_ptr += mb * 2 * B * N
+    gs_ptr += mb * 2 * B * SW
+    gp_ptr += mb * (T + D) * B * M
+    jp_ptr += mb * B
+    if MEM == DEQUE:  # scratch [4, B, 2D]; the stratification memories' [2, B, D]
+        x_ptr += mb * 8 * B * D
+    else:
+        x_ptr += mb * 2 * B * D
     # the weight tiles, once: W_head's by jb, then W_z's by (kb, jb, gate) (see the loop below)
     whs = ()
     wzs = ()
@@ -565,44 +616,47 @@ class StackRNNTriton(torch.autograd.Function):
     strengths), ``p0 [B, D, M]`` (the stratification memories' initial values, else None), ``r0
     [B, M]`` (the initial reading) -> ``zs [T+1, B, N+M]``, ``cs [T+1, B, N]`` (empty for Elman),
     ``s [T+1, B, SW]``, ``p [T+D, B, M]`` (empty but for the stratification memories; the window
-    of step ``t`` is ``p[T−t : T−t+D]``), ``overflow [T, B]`` (not differentiable)."""
+    of step ``t`` is ``p[T−t : T−t+D]``), ``overflow [T, B]`` (not differentiable).
+
+    Members (M runs as one model): every argument and result with the member dimension first
+    (``pre [M, T, B, G]``, ``w_z [M, G, N+M]``, ``jp [M, B]``, … -> ``zs [M, T+1, B, N+M]``, …),
+    one launch per direction for all of them (a grid of row tiles × members) and one
+    weight-gradient product per member."""
 
     @staticmethod
     def forward(ctx, pre, w_z, w_head, b_head, h0, c0, s0, p0, r0, jp, spec):  # type: ignore[override]
         lstm, code, vcode, mem = spec
-        T, B, _ = pre.shape
-        N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
+        T, B, _ = pre.shape[-3:]
+        lead = pre.shape[:-3]  # (M,) with members
+        members = lead[0] if lead else 1
+        N, KH, SW = w_head.shape[-1], w_head.shape[-2], s0.shape[-1]
         strat, deque = mem in _STRAT, mem == _DEQUE
         M = KH - N_ACTIONS[mem]  # the reading's width
-        D = p0.shape[1] if strat else SW // 2 if deque else SW // M
+        D = p0.shape[-2] if strat else SW // 2 if deque else SW // M
         NZ = N + M
         pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
-        zs = pre.new_empty(T + 1, B, NZ)
-        zs[0, :, :N] = h0
-        zs[0, :, N:] = r0
-        cs = pre.new_empty(T + 1, B, N) if lstm else pre.new_empty(0)
+        zs = pre.new_empty(*lead, T + 1, B, NZ)
+        zs[..., 0, :, :N] = h0
+        zs[..., 0, :, N:] = r0
+        cs = pre.new_empty(*lead, T + 1, B, N) if lstm else pre.new_empty(0)
         if lstm:
-            cs[0] = c0
+            cs[..., 0, :, :] = c0
         gates = torch.empty_like(pre)
-        hd = pre.new_empty(T, B, KH)
-        s = pre.new_empty(T + 1, B, SW)
-        s[0] = s0
-        p = pre.new_empty(T + D, B, M) if strat else pre.new_empty(0)
-        if strat:
-            p[T:] = p0.transpose(0, 1)
-        if deque:  # the bottom half's buffer, then the top half's
-            p = pre.new_empty(2 * (T + D), B, M // 2)
-            p[T : T + D] = p0[:, :D].transpose(0, 1)
-            p[T + D : T + 2 * D] = p0[:, D:].transpose(0, 1)
-        x = torch.empty(B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
-        ovf = pre.new_zeros(T, B)
-        if T > 0 and B > 0:
+        hd = pre.new_empty(*lead, T, B, KH)
+        s = pre.new_empty(*lead, T + 1, B, SW)
+        s[..., 0, :, :] = s0
+        p = _values_buffer(pre, p0, mem, T, D, M)
+        x = torch.empty(*lead, B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
+        ovf = pre.new_zeros(*lead, T, B)
+        if T > 0 and B > 0 and members > 0:
             _launch(_stack_fwd, triton.cdiv(B, BLOCK_B), (
-                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s, ovf,
+                pre, w_z, w_head, b_head, zs, cs if lstm else zs, gates, hd, s, s if p is None else p, ovf,
                 jp, x, zs, zs, zs, zs, zs, jp, T, B, N, M, D, SW, KH, T, lstm, code, vcode, mem,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
                 False,
-            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
+            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem), members)  # fmt: skip
+        if p is None:
+            p = pre.new_empty(0)
         ctx.spec, ctx.dims = spec, (M, D)
         ctx.set_materialize_grads(False)
         ctx.mark_non_differentiable(ovf)
@@ -616,53 +670,91 @@ class StackRNNTriton(torch.autograd.Function):
         lstm, code, vcode, mem = ctx.spec
         M, D = ctx.dims
         strat, deque = mem in _STRAT, mem == _DEQUE
-        T, B, G = gates.shape
-        N, KH, SW = w_head.shape[1], w_head.shape[0], s.shape[2]
+        T, B, _ = gates.shape[-3:]
+        lead = gates.shape[:-3]
+        members = lead[0] if lead else 1
+        N, KH, SW = w_head.shape[-1], w_head.shape[-2], s.shape[-1]
         NZ = N + M
         f32 = dict(device=zs.device, dtype=torch.float32)
-        gz, gc, gs = torch.zeros(2, B, NZ, **f32), torch.zeros(2, B, N, **f32), torch.zeros(2, B, SW, **f32)
+        gz, gc = torch.zeros(*lead, 2, B, NZ, **f32), torch.zeros(*lead, 2, B, N, **f32)
+        gs = torch.zeros(*lead, 2, B, SW, **f32)
         if not lstm:
             g_cs = None
         for buf, g in ((gz, g_zs), (gc, g_cs), (gs, g_s)):
             if g is not None:
-                buf[T % 2] = g[T]
-        gp = torch.zeros(T + D, B, M, **f32) if strat else gs  # contiguous, whatever g_p's strides
+                buf[..., T % 2, :, :] = g[..., T, :, :]
+        gp = gs  # a placeholder but for the memories with values; contiguous, whatever g_p's strides
+        if strat:
+            gp = torch.zeros(*lead, T + D, B, M, **f32)
         if deque:
-            gp = torch.zeros(2 * (T + D), B, M // 2, **f32)
+            gp = torch.zeros(*lead, 2 * (T + D), B, M // 2, **f32)
         if (strat or deque) and g_p is not None:
             gp.copy_(g_p)
-        scratch = torch.empty(2, B, D, **f32) if strat else torch.empty(4, B, 2 * D, **f32) if deque else gs
+        scratch = gs
+        if strat:
+            scratch = torch.empty(*lead, 2, B, D, **f32)
+        if deque:
+            scratch = torch.empty(*lead, 4, B, 2 * D, **f32)
         g_zs, g_cs, g_s = (None if g is None else g.contiguous() for g in (g_zs, g_cs, g_s))
         ga = torch.empty_like(gates)
         ghd = torch.empty_like(hd)
-        if T > 0 and B > 0:
+        if T > 0 and B > 0 and members > 0:
             _launch(_stack_bwd, triton.cdiv(B, BLOCK_B), (
                 zs if g_zs is None else g_zs, zs if g_cs is None else g_cs, zs if g_s is None else g_s,
                 w_z, w_head, zs, cs if lstm else zs, gates, hd, s, p if strat or deque else s,
                 ga, ghd, gz, gc, gs, gp, scratch, jp, T, B, N, M, D, SW, KH,
                 lstm, code, vcode, mem, g_zs is not None, g_cs is not None, g_s is not None,
                 BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
-            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
+            ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem), members)  # fmt: skip
         dt = zs.dtype
-        g_s0 = gs[0].clone()
+        g_s0 = gs[..., 0, :, :].clone()
         g_r0 = g_p0 = None
         if strat or deque:  # the reading is a state field of its own
-            g_r0 = gz[0, :, N:].to(dt)
+            g_r0 = gz[..., 0, :, N:].to(dt)
         else:  # the reading is the top (head) cell
-            g_s0[:, :M] += gz[0, :, N:]
+            g_s0[..., :M] += gz[..., 0, :, N:]
         if strat:
-            g_p0 = gp[T:].transpose(0, 1).to(dt)
+            g_p0 = gp[..., T:, :, :].transpose(-3, -2).to(dt)
         if deque:
-            g_p0 = gp[T : T + 2 * D].transpose(0, 1).to(dt)
+            g_p0 = gp[..., T : T + 2 * D, :, :].transpose(-3, -2).to(dt)
         g_w_z = g_w_head = g_b_head = None
         if ctx.needs_input_grad[1]:
-            g_w_z = (ga.reshape(T * B, G).t().float() @ zs[:T].reshape(T * B, NZ).float()).to(w_z.dtype)
+            g_w_z = _weight_grad(ga, zs[..., :T, :, :]).to(w_z.dtype)
         if ctx.needs_input_grad[2]:
-            g_w_head = (ghd.reshape(T * B, KH).t().float() @ zs[1:, :, :N].reshape(T * B, N).float()).to(dt)
+            g_w_head = _weight_grad(ghd, zs[..., 1:, :, :N]).to(dt)
         if ctx.needs_input_grad[3]:
-            g_b_head = ghd.float().sum((0, 1)).to(dt)
-        g_c0 = gc[0].to(dt) if lstm else None
-        return ga, g_w_z, g_w_head, g_b_head, gz[0, :, :N].to(dt), g_c0, g_s0.to(dt), g_p0, g_r0, None, None
+            g_b_head = ghd.float().sum((-3, -2)).to(dt)
+        g_c0 = gc[..., 0, :, :].to(dt) if lstm else None
+        g_h0 = gz[..., 0, :, :N].to(dt)
+        return ga, g_w_z, g_w_head, g_b_head, g_h0, g_c0, g_s0.to(dt), g_p0, g_r0, None, None
+
+
+def _values_buffer(pre: Tensor, p0: Tensor | None, mem: int, steps: int, D: int, M: int) -> Tensor | None:
+    """The sliding values' buffer of a launch over ``steps`` steps, its initial window from ``p0``
+    (``[..., B, D, M]``; the DeQue's ``[..., B, 2D, M/2]``): ``[..., steps + D, B, M]``, the window
+    at ``[steps : steps + D]``; the DeQue's bottom half's buffer, then its top half's, ``[...,
+    2(steps + D), B, M/2]``; None for the memories without values."""
+    lead, B = pre.shape[:-3], pre.shape[-2]
+    if mem in _STRAT:
+        p = pre.new_empty(*lead, steps + D, B, M)
+        p[..., steps:, :, :] = p0.transpose(-3, -2)
+        return p
+    if mem == _DEQUE:
+        p = pre.new_empty(*lead, 2 * (steps + D), B, M // 2)
+        p[..., steps : steps + D, :, :] = p0[..., :D, :].transpose(-3, -2)
+        p[..., steps + D : steps + 2 * D, :, :] = p0[..., D:, :].transpose(-3, -2)
+        return p
+    return None
+
+
+def _weight_grad(g: Tensor, inputs: Tensor) -> Tensor:
+    """``Σ_{t,b} g[t, b]ᵀ inputs[t, b]`` in float32: ``g [T, B, K]``, ``inputs [T, B, J]`` -> ``[K,
+    J]``; members ``[M, T, B, ·]`` -> ``[M, K, J]``, one product per member."""
+    K, J = g.shape[-1], inputs.shape[-1]
+    if g.dim() == 4:
+        M = g.shape[0]
+        return torch.bmm(g.reshape(M, -1, K).transpose(1, 2).float(), inputs.reshape(M, -1, J).float())
+    return g.reshape(-1, K).t().float() @ inputs.reshape(-1, J).float()
 
 
 #: without history, the steps between two rewinds of the ring (:func:`_rewind`): ``zs``, ``cs`` and
@@ -692,16 +784,19 @@ def _forward_no_history(
     :meth:`StackRNNTriton.forward`'s, ``lengths [B]`` (None: all ``T``) -> ``out [T, B, N+M]``
     (``[h ; r]`` of each step), each row's final ``[h ; r]`` ``[B, N+M]``, ``c [B, N]`` (None for
     Elman), cells or strengths ``[B, SW]``, values ``[B, D, M]`` (the DeQue's ``[B, 2D, M/2]``;
-    None for the other memories), and ``overflow [T, B]``."""
+    None for the other memories), and ``overflow [T, B]``.  Members: every argument and result
+    with the member dimension first (``lengths [M, B]``), one launch for all of them."""
     lstm, code, vcode, mem = spec
-    T, B, _ = pre.shape
-    N, KH, SW = w_head.shape[1], w_head.shape[0], s0.shape[1]
+    T, B, _ = pre.shape[-3:]
+    lead = pre.shape[:-3]
+    members = lead[0] if lead else 1
+    N, KH, SW = w_head.shape[-1], w_head.shape[-2], s0.shape[-1]
     strat, deque = mem in _STRAT, mem == _DEQUE
     M = KH - N_ACTIONS[mem]
-    D = p0.shape[1] if strat else SW // 2 if deque else SW // M
+    D = p0.shape[-2] if strat else SW // 2 if deque else SW // M
     NZ = N + M
     if lengths is None:
-        lens = torch.full((B,), T, dtype=torch.int64, device=pre.device)
+        lens = torch.full((*lead, B), T, dtype=torch.int64, device=pre.device)
     else:
         lens = lengths.to(device=pre.device, dtype=torch.int64).contiguous()
         bad = lens[(lens < 0) | (lens > T)]
@@ -712,38 +807,31 @@ def _forward_no_history(
     pre, w_z, w_head, b_head = (t.contiguous() for t in (pre, w_z, w_head, b_head))
     R = max(1, min(T, RING))
     # the finals start at the initial state: the rows of length 0 keep it
-    zf = pre.new_empty(B, NZ)
-    zf[:, :N], zf[:, N:] = h0, r0
-    cf = pre.new_empty(B, N).copy_(c0) if lstm else None
-    sf = pre.new_empty(B, SW).copy_(s0)
+    zf = pre.new_empty(*lead, B, NZ)
+    zf[..., :N], zf[..., N:] = h0, r0
+    cf = pre.new_empty(*lead, B, N).copy_(c0) if lstm else None
+    sf = pre.new_empty(*lead, B, SW).copy_(s0)
     pf = pre.new_empty(p0.shape).copy_(p0) if strat or deque else None
-    zs = pre.new_empty(R + 1, B, NZ)
-    zs[0] = zf
-    cs = pre.new_empty(R + 1, B, N) if lstm else None
+    zs = pre.new_empty(*lead, R + 1, B, NZ)
+    zs[..., 0, :, :] = zf
+    cs = pre.new_empty(*lead, R + 1, B, N) if lstm else None
     if lstm:
-        cs[0] = c0
-    s = pre.new_empty(R + 1, B, SW)
-    s[0] = s0
-    hd = pre.new_empty(R, B, KH)
-    p = None
-    if strat:
-        p = pre.new_empty(R + D, B, M)
-        p[R:] = p0.transpose(0, 1)
-    if deque:  # the bottom half's buffer, then the top half's
-        p = pre.new_empty(2 * (R + D), B, M // 2)
-        p[R : R + D] = p0[:, :D].transpose(0, 1)
-        p[R + D : R + 2 * D] = p0[:, D:].transpose(0, 1)
-    x = torch.empty(B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
-    out = pre.new_empty(T, B, NZ)
-    ovf = pre.new_zeros(T, B)
-    if T > 0 and B > 0:
+        cs[..., 0, :, :] = c0
+    s = pre.new_empty(*lead, R + 1, B, SW)
+    s[..., 0, :, :] = s0
+    hd = pre.new_empty(*lead, R, B, KH)
+    p = _values_buffer(pre, p0, mem, R, D, M)
+    x = torch.empty(*lead, B, 2 * D, device=pre.device, dtype=torch.float32) if deque else s
+    out = pre.new_empty(*lead, T, B, NZ)
+    ovf = pre.new_zeros(*lead, T, B)
+    if T > 0 and B > 0 and members > 0:
         _launch(_stack_fwd, triton.cdiv(B, BLOCK_B), (
             pre, w_z, w_head, b_head, zs, zs if cs is None else cs, pre, hd, s, s if p is None else p, ovf,
             jp, x, out, zf, zf if cf is None else cf, sf, sf if pf is None else pf, lens,
             T, B, N, M, D, SW, KH, R, lstm, code, vcode, mem,
             BLOCK_B, *unit_blocks(N), *_k_blocks(NZ), _head_block(KH), BLOCK_F, *_memory_blocks(mem, D, M),
             True,
-        ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem))  # fmt: skip
+        ), _preload(lstm, N, NZ, KH), _stack_warps(lstm, N, mem), members)  # fmt: skip
     return out, zf, cf, sf, pf, ovf
 
 
@@ -761,18 +849,21 @@ def _preload(lstm: bool, N: int, NZ: int, KH: int) -> bool:
     return 4 * tiles <= PRELOAD_BYTES
 
 
-def _launch(kernel: triton.JITFunction, programs: int, args: tuple, preload: bool, warps: int) -> None:
-    """``kernel`` on ``programs`` programs with its arguments ``args`` and ``PRELOAD = preload``
-    last; a GPU whose shared memory cannot hold the preloaded weights beside the kernel's own
-    stagings (Triton's ``OutOfResources`` at launch, before anything runs: 88 KiB in all at 64 LSTM units,
-    more than a T4's 64 KB) runs it without."""
+def _launch(
+    kernel: triton.JITFunction, programs: int, args: tuple, preload: bool, warps: int, members: int = 1
+) -> None:
+    """``kernel`` on a grid of ``programs`` row tiles × ``members`` with its arguments ``args`` and
+    ``PRELOAD = preload`` last; a GPU whose shared memory cannot hold the preloaded weights beside
+    the kernel's own stagings (Triton's ``OutOfResources`` at launch, before anything runs: 88 KiB
+    in all at 64 LSTM units, more than a T4's 64 KB) runs it without."""
+    grid = (programs, members)
     if preload:
         try:
-            kernel[(programs,)](*args, True, num_warps=warps)
+            kernel[grid](*args, True, num_warps=warps)
             return
         except OutOfResources:
             pass
-    kernel[(programs,)](*args, False, num_warps=warps)
+    kernel[grid](*args, False, num_warps=warps)
 
 
 def _head_block(KH: int) -> int:
@@ -814,9 +905,11 @@ def stack_rnn_triton(
     ``memory0`` the memory's state fields (``stack [B, D, M]``, ``tape [B, D, M]``, ``jump [B]``
     and ``tape``, or ``values [B, D, M]``, ``strengths [B, D]``, ``reading [B, M]``) -> ``h [B, T, N]``, ``r [B, T, M]``,
     final ``h``, ``c`` (None for Elman), the memory's fields at each row's length, ``overflow
-    [B, T]``."""
-    B, T, nx = x.shape
-    N = w_rec.shape[1]
+    [B, T]``.  Members: every argument and result with the member dimension first (``x [M, B, T,
+    n]``, ``w_rec [M, G, N]``, ``lengths [M, B]``, …), one launch per direction for all of them."""
+    B, T, nx = x.shape[-3:]
+    lead = x.shape[:-3]  # (M,) with members
+    N = w_rec.shape[-1]
     lstm = controller == "lstm"
     code = 0 if lstm else CODES[activation]
     if value_activation not in VALUE_CODES:
@@ -824,20 +917,26 @@ def stack_rnn_triton(
     if memory not in MEMORY_CODES:
         raise ValueError(f"the stack kernels have no memory {memory!r}; they have {sorted(MEMORY_CODES)}")
     mem = MEMORY_CODES[memory]
-    pre = torch.nn.functional.linear(x, w_in[:, :nx], b).transpose(0, 1)
-    w_z = torch.cat([w_rec, w_in[:, nx:]], 1)
+    if lead:  # x w_xᵀ + b per member: [M, B·T, G]
+        w_x = w_in[..., :nx]
+        pre = torch.baddbmm(b[:, None], x.reshape(lead[0], B * T, nx), w_x.transpose(1, 2))
+        pre = pre.reshape(*lead, B, T, -1)
+    else:
+        pre = torch.nn.functional.linear(x, w_in[:, :nx], b)
+    pre = pre.transpose(-3, -2)  # [..., T, B, G]
+    w_z = torch.cat([w_rec, w_in[..., nx:]], -1)
     jump = None
     if mem in (*_STRAT, _DEQUE):
         values0, strengths0, reading0 = memory0
-        D, M = values0.shape[1] // (2 if mem == _DEQUE else 1), values0.shape[2]
+        D, M = values0.shape[-2] // (2 if mem == _DEQUE else 1), values0.shape[-1]
         s0, p0, r0 = strengths0, values0, reading0
     else:
         if mem == _TAPE_JUMP:
             jump, cells0 = memory0
         else:
             (cells0,) = memory0
-        _, D, M = cells0.shape
-        s0, p0, r0 = cells0.reshape(B, D * M), None, cells0[:, 0]
+        D, M = cells0.shape[-2:]
+        s0, p0, r0 = cells0.reshape(*lead, B, D * M), None, cells0[..., 0, :]
     # the jump tape's jumps in cells, reduced mod D (int32); a placeholder for the other memories
     jp = (
         (torch.round(jump.detach()).to(torch.int64) % D).to(torch.int32).contiguous()
@@ -850,28 +949,40 @@ def stack_rnn_triton(
         # nothing can ask for a gradient (the test of memrnn.ops.stack_rnn.opaque.hand_written): no history
         with torch.no_grad():
             out, zf, cf, sf, pf, ovf = _forward_no_history(*args, jp, spec, lengths)
-        out_b = out.transpose(0, 1)  # [B, T, N+M]
+        out_b = out.transpose(-3, -2)  # [..., B, T, N+M]
         if mem in (*_STRAT, _DEQUE):
-            finals = (pf, sf, zf[:, N:])
+            finals = (pf, sf, zf[..., N:])
         else:
-            finals = (sf.reshape(B, D, M),) if jump is None else (jump, sf.reshape(B, D, M))
-        return out_b[:, :, :N], out_b[:, :, N:], zf[:, :N], cf, *finals, ovf.t()
+            cells = sf.reshape(*lead, B, D, M)
+            finals = (cells,) if jump is None else (jump, cells)
+        return out_b[..., :N], out_b[..., N:], zf[..., :N], cf, *finals, ovf.transpose(-2, -1)
     zs, cs, s, p, ovf = StackRNNTriton.apply(*args, jp, spec)
-    zs_b = zs.transpose(0, 1)  # [B, T+1, N+M]
-    h_fin = final_by_length(zs_b[:, :, :N], lengths)
-    c_fin = final_by_length(cs.transpose(0, 1), lengths) if lstm else None
-    s_fin = final_by_length(s.transpose(0, 1), lengths)
+    rows = B * (lead[0] if lead else 1)  # the members' rows as one batch for the gathers
+
+    def final(steps: Tensor) -> Tensor:  # [..., T+1, B, F] -> each row's state at its length [..., B, F]
+        flat = steps.transpose(-3, -2).reshape(rows, T + 1, -1)
+        return final_by_length(flat, None if lengths is None else lengths.reshape(rows)).reshape(*lead, B, -1)
+
+    zs_b = zs.transpose(-3, -2)  # [..., B, T+1, N+M]
+    h_fin = final(zs[..., :N])
+    c_fin = final(cs) if lstm else None
+    s_fin = final(s)
     if mem in (*_STRAT, _DEQUE):
-        ends = torch.full((B,), T, device=x.device) if lengths is None else lengths.to(x.device)
-        idx = (T - ends)[:, None] + torch.arange(D, device=x.device)  # [B, D]: the final window
-        values = p[: T + D].transpose(0, 1).gather(1, idx[..., None].expand(-1, -1, M))
+        ends = (
+            torch.full((rows,), T, device=x.device) if lengths is None else lengths.to(x.device).reshape(rows)
+        )
+        idx = (T - ends)[:, None] + torch.arange(D, device=x.device)  # [rows, D]: the final window
+        p_rows = p.transpose(-3, -2).reshape(rows, p.shape[-3], -1)  # [rows, T+D (DeQue: 2(T+D)), ·]
+        width = p_rows.shape[-1]
+        values = p_rows[:, : T + D].gather(1, idx[..., None].expand(-1, -1, width))
         if mem == _DEQUE:  # the top half slides the other way: Pt[L : L + D]
             top = (T + D + ends)[:, None] + torch.arange(D, device=x.device)
-            values = torch.cat([values, p.transpose(0, 1).gather(1, top[..., None].expand(-1, -1, M))], 1)
-        finals = (values, s_fin, final_by_length(zs_b[:, :, N:], lengths))
+            values = torch.cat([values, p_rows.gather(1, top[..., None].expand(-1, -1, width))], 1)
+        finals = (values.reshape(*lead, B, -1, width), s_fin, final(zs[..., N:]))
     else:
-        finals = (s_fin.reshape(B, D, M),) if jump is None else (jump, s_fin.reshape(B, D, M))
-    return zs_b[:, 1:, :N], zs_b[:, 1:, N:], h_fin, c_fin, *finals, ovf.t()
+        cells = s_fin.reshape(*lead, B, D, M)
+        finals = (cells,) if jump is None else (jump, cells)
+    return zs_b[..., 1:, :N], zs_b[..., 1:, N:], h_fin, c_fin, *finals, ovf.transpose(-2, -1)
 
 
 def _k_blocks(K: int) -> tuple[int, int]:
