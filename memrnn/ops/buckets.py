@@ -109,6 +109,13 @@ def final_by_length(states: Tensor, lengths: Tensor | None) -> Tensor:
     return states.gather(1, idx)[:, 0]
 
 
+def check_ids(ids: Tensor, num_symbols: int) -> None:
+    """A ``ValueError`` naming the first id of ``ids`` outside ``[0, num_symbols)`` (one host sync)."""
+    if ids.numel() and bool(((ids < 0) | (ids >= num_symbols)).any()):
+        bad = ids[(ids < 0) | (ids >= num_symbols)][0].item()
+        raise ValueError(f"token id {bad} is outside the vocabulary [0, {num_symbols})")
+
+
 def member_buckets(ids: Tensor, num_symbols: int) -> TokenBuckets:
     """The buckets of M members' ids ``[M, B, T]`` as one batch of ``M·B`` rows over ``M·m``
     symbols, member ``μ``'s symbol ``k`` being symbol ``μ·m + k`` (:class:`memrnn.ops.second_order_rnn.cpu.SecondOrderSequence`
@@ -116,8 +123,6 @@ def member_buckets(ids: Tensor, num_symbols: int) -> TokenBuckets:
     own weight slices in one bucketed product.  An id outside ``[0, m)`` would read another
     member's weights, so it is a ``ValueError`` here (one host sync)."""
     M, B, T = ids.shape
-    if ids.numel() and bool(((ids < 0) | (ids >= num_symbols)).any()):
-        bad = ids[(ids < 0) | (ids >= num_symbols)][0].item()
-        raise ValueError(f"token id {bad} is outside the vocabulary [0, {num_symbols})")
+    check_ids(ids, num_symbols)
     offset = torch.arange(M, device=ids.device).mul_(num_symbols).view(M, 1, 1)
     return TokenBuckets((ids + offset).reshape(M * B, T), M * num_symbols)

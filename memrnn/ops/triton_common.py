@@ -3,8 +3,10 @@ conventions, the backward kernels' first move, and the tiling rule."""
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
+from torch import Tensor
 
 #: activation codes of the kernels
 CODES = {"tanh": 0, "sigmoid": 1, "relu": 2, "heaviside": 3, "saturated_linear": 4, "identity": 5}
@@ -93,6 +95,17 @@ DOT_WARPS = 8
 #: whose operands spilled 3–14 KB per thread at state 64 (same tool); ``"tf32"`` alone rounds
 #: inputs to 10 significand bits.
 DOT_PRECISION: tl.constexpr = tl.constexpr("tf32x3")
+
+
+def weight_grad(g: Tensor, inputs: Tensor) -> Tensor:
+    """A recurrent weight's gradient outside the kernels, ``Σ_{t,b} g[t, b]ᵀ inputs[t, b]`` in
+    float32: ``g [T, B, K]``, ``inputs [T, B, J]`` -> ``[K, J]``; members ``[M, T, B, ·]`` -> ``[M,
+    K, J]``, one product per member."""
+    K, J = g.shape[-1], inputs.shape[-1]
+    if g.dim() == 4:
+        M = g.shape[0]
+        return torch.bmm(g.reshape(M, -1, K).transpose(1, 2).float(), inputs.reshape(M, -1, J).float())
+    return g.reshape(-1, K).t().float() @ inputs.reshape(-1, J).float()
 
 
 def unit_blocks(H: int) -> tuple[int, int]:

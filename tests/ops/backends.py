@@ -2,8 +2,9 @@
 skip marks (``needs_triton``: Triton and a GPU or its interpreter, ``TRITON_INTERPRET=1``, set by
 ``tests/conftest.py`` when there is no GPU; ``needs_native``: memrnn's C++ loops built here), the
 device the kernels run on, and :func:`assert_kernel_matches` (a kernel against its mechanism's
-float64 reference loop: outputs and every gradient), shared by the ``tests/ops/test_<mechanism>.py``
-files; and, for the hand-written backwards' tests, :func:`function_nodes` (the graph's nodes of
+float64 reference loop: outputs and every gradient) and :func:`assert_member_kernels` (the kernels
+with members: one launch for all of them, each member its single launch), shared by the
+``tests/ops/test_<mechanism>.py`` files; and, for the hand-written backwards' tests, :func:`function_nodes` (the graph's nodes of
 ``torch.autograd.Function`` subclasses) and :func:`assert_unwritten` (a saved tensor bit for bit
 unchanged)."""
 
@@ -86,3 +87,58 @@ def assert_unwritten(now: torch.Tensor, before: torch.Tensor, what: str) -> None
     if not torch.equal(a, b):
         bad = (now != before) & ~(now.isnan() & before.isnan()) if now.is_floating_point() else now != before
         raise AssertionError(f"{what} written: {int(bad.sum())} of {now.numel()} elements differ")
+
+
+class Launches:
+    """A kernel whose launches are recorded: ``kernel[grid](...)`` runs it and appends ``grid``."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids = kernel, []
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+def assert_member_kernels(
+    monkeypatch, module, kernels, run, make_inputs, members, rows, atol=1e-5, per_row=False
+):
+    """The Triton kernels ``kernels`` (names in ``module``) with members (issue 67): ``run(inputs,
+    impl)`` (a tuple of outputs) on ``make_inputs(dtype)`` (every tensor with the member dimension
+    first; the ones wanting a gradient are differentiated) launches each kernel once for all
+    members, a grid of ``ceil(rows / BLOCK_B)`` row tiles (``per_row``: ``rows`` programs) ×
+    ``members``; its float32 outputs and
+    gradients equal the float64 member reference (``impl="reference"``) to ``atol``; and member
+    ``m`` equals the same kernels on its ``[m]`` slices (one model: ``M = 1``) to 1e-6, the weight
+    gradients being one product per member against one product."""
+    from memrnn.ops.triton_common import BLOCK_B
+
+    spies = {name: Launches(getattr(module, name)) for name in kernels}
+    for name, spy in spies.items():
+        monkeypatch.setattr(module, name, spy)
+    ref = make_inputs(torch.float64)
+    got_in = [a.detach().float().requires_grad_(a.requires_grad) if a.is_floating_point() else a for a in ref]
+    gen = torch.Generator().manual_seed(5)
+    weights = [
+        torch.randn(o.shape, generator=gen, dtype=torch.float64).to(DEVICE) for o in run(ref, "reference")
+    ]
+
+    def outputs_and_grads(inputs, impl, m=slice(None)):
+        outs = run(inputs, impl)
+        loss = sum((o.double() * w[m]).sum() for o, w in zip(outs, weights, strict=True))
+        return (*outs, *torch.autograd.grad(loss, [a for a in inputs if a.requires_grad]))
+
+    want = outputs_and_grads(ref, "reference")
+    got = outputs_and_grads(got_in, "triton")
+    tiles = rows if per_row else -(-rows // BLOCK_B)
+    for name, spy in spies.items():
+        assert spy.grids == [(tiles, members)], (name, spy.grids)
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == torch.float32 and a.shape == b.shape
+        torch.testing.assert_close(a.double(), b, atol=atol, rtol=atol)
+    for m in range(members):
+        one = [a.detach()[m].clone().requires_grad_(a.requires_grad) for a in got_in]
+        for a, b in zip(outputs_and_grads(one, "triton", m), got, strict=True):
+            torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)
+    for name, spy in spies.items():
+        assert spy.grids[1:] == [(tiles, 1)] * members, (name, spy.grids)

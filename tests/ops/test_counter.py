@@ -12,7 +12,7 @@ from benchmarks.run import SavedBytes
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers import CounterLSTM, ReLUCounter
 from memrnn.ops import bptt
-from tests.ops.backends import SHAPES, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import SHAPES, assert_kernel_matches, assert_member_kernels, needs_triton, randn
 from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 COUNTER_CASES = [
@@ -172,20 +172,22 @@ def test_counter_members_bad_shapes_are_named():
 
 
 @needs_triton
-def test_counter_members_on_the_kernel():
-    """With members the kernel runs once per member: states, moves and gradients as the member
-    reference (float64) to float32 rounding."""
+def test_counter_members_on_the_kernel(monkeypatch):
+    """The Triton kernels with members (issue 67): one launch per direction for all members (17
+    rows: two tiles, the second partial): states, moves and every gradient equal the float64
+    member reference and each member's single launch (:func:`tests.ops.backends.assert_member_kernels`)."""
+    import memrnn.ops.counter.triton as kernels
     from memrnn.ops.counter import counter_sequence
 
-    M, B, T, n, H, k = 2, 2, 3, 3, 4, 2
+    M, B, T, n, H, k = 2, 17, 3, 3, 4, 2
     G, N = H + 2 * k, H + k
 
     def make(dtype):
-        return (randn(M, B, T, n, dtype=dtype, seed=1), randn(M, G, n, dtype=dtype, seed=2, scale=0.5),
+        return [randn(M, B, T, n, dtype=dtype, seed=1), randn(M, G, n, dtype=dtype, seed=2, scale=0.5),
                 randn(M, G, dtype=dtype, seed=3), randn(M, G, N, dtype=dtype, seed=4, scale=N**-0.5),
-                randn(M, B, N, dtype=dtype, seed=5))  # fmt: skip
+                randn(M, B, N, dtype=dtype, seed=5)]  # fmt: skip
 
-    def run(x, w_in, b, w_rec, r0, impl):
-        return counter_sequence(x, w_in, b, w_rec, r0, H, "tanh", torch.tanh, impl=impl)
+    def run(args, impl):
+        return counter_sequence(*args, H, "tanh", torch.tanh, impl=impl)
 
-    assert_kernel_matches(run, make, [(M, B, T + 1, N), (M, B, T, 2 * k)], atol=1e-4)
+    assert_member_kernels(monkeypatch, kernels, ["_counter_fwd", "_counter_bwd"], run, make, M, B, atol=1e-5)

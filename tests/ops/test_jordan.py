@@ -12,7 +12,7 @@ from memrnn.core.activations import ACTIVATIONS
 from memrnn.layers import JordanRNN
 from memrnn.layers.elman import JordanState
 from memrnn.ops import bptt
-from tests.ops.backends import SHAPES, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import SHAPES, assert_kernel_matches, assert_member_kernels, needs_triton, randn
 from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 JORDAN_CASES = [("tanh", "softmax"), ("tanh", "identity"), ("relu", "tanh"), ("heaviside", "sigmoid"),
@@ -151,19 +151,21 @@ def test_jordan_members_bad_shapes_are_named():
 
 
 @needs_triton
-def test_jordan_members_on_the_kernels():
-    """With members the kernels run once per member: outputs and gradients as the member
-    reference (float64) to float32 rounding."""
+def test_jordan_members_on_the_kernels(monkeypatch):
+    """The Triton kernels with members (issue 67): one launch per direction for all members (17
+    rows: two tiles, the second partial), equal to the float64 member reference and to each
+    member's single launch (:func:`tests.ops.backends.assert_member_kernels`)."""
+    import memrnn.ops.jordan.triton as kernels
     from memrnn.ops.jordan import jordan_sequence
 
-    M, T, B, H, Fb = 2, 3, 2, 4, 3
+    M, T, B, H, Fb = 2, 3, 17, 4, 3
 
     def make(dtype):
-        return (randn(M, T, B, H, dtype=dtype, seed=1), randn(M, H, Fb, dtype=dtype, seed=2, scale=0.4),
-                randn(M, Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(M, B, Fb, dtype=dtype, seed=4))  # fmt: skip
+        return [randn(M, T, B, H, dtype=dtype, seed=1), randn(M, H, Fb, dtype=dtype, seed=2, scale=0.4),
+                randn(M, Fb, H, dtype=dtype, seed=3, scale=H**-0.5), randn(M, B, Fb, dtype=dtype, seed=4)]  # fmt: skip
 
-    def run(pre, u, e, r0, impl):
+    def run(args, impl):
         fns = (ACTIVATIONS["tanh"], ACTIVATIONS["softmax"])
-        return jordan_sequence(pre, u, e, r0, "tanh", "softmax", fns, impl=impl)
+        return jordan_sequence(*args, "tanh", "softmax", fns, impl=impl)
 
-    assert_kernel_matches(run, make, [(M, T, B, H), (M, T + 1, B, Fb)], atol=1e-4)
+    assert_member_kernels(monkeypatch, kernels, ["_jordan_fwd", "_jordan_bwd"], run, make, M, B, atol=1e-5)

@@ -19,6 +19,7 @@ from memrnn.layers.nnpda import NNPDAState
 from memrnn.ops.dispatch import interpreting, triton_available
 from memrnn.ops.nnpda import nnpda_reference, nnpda_sequence
 from memrnn.ops.stack import h_sigmoid
+from tests.ops.backends import assert_member_kernels
 from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -287,25 +288,34 @@ def test_members_bad_shapes_are_named():
 
 
 @needs_triton
-@pytest.mark.parametrize("action", ["identity", "sigmoid"])
-def test_members_kernel_runs_each_member(action):
-    """With members the Triton kernels run once per member (a member grid is a later step): every
-    state, ``p+`` and the gradients equal the member reference's."""
-    M = 2
-    shape = {"n": 3, "m1": 3, "m2": 2, "D": 3, "B": 2, "T": 3, "device": DEVICE}
-    per = [make_inputs(torch.float32, seed=m, **shape) for m in range(M)]
-    args = [torch.stack([p[i].detach() for p in per]).requires_grad_() for i in (0, 2, 3, 4)]
-    h = torch.tensor([4.0, 2.5], device=DEVICE, requires_grad=True)
-    weight, q0, stack0, tail0 = args
+@pytest.mark.parametrize(("action", "learn_h"), [("identity", True), ("sigmoid", False), ("clamp", True)])
+def test_members_kernel_is_one_launch_per_direction(action, learn_h, monkeypatch):
+    """The Triton kernels with members (issue 67): one launch per direction for all members (a grid
+    of rows × members, each member its own ids, weights and sensitivity): every state, ``p+`` and
+    the gradients equal the float64 member reference and each member's single launch
+    (:func:`tests.ops.backends.assert_member_kernels`); an id outside the vocabulary is named (it
+    would read the next member's weights)."""
+    import memrnn.ops.nnpda.triton as kernels
+
+    M, B = 2, 3
+    shape = {"n": 3, "m1": 3, "m2": 2, "D": 3, "B": B, "T": 3, "device": DEVICE}
+    per = [make_inputs(torch.float64, seed=m, **shape) for m in range(M)]
     ids = torch.stack([p[5] for p in per])
-    gen = torch.Generator().manual_seed(1)
-    runs = {}
-    for impl in ("reference", "triton"):
-        outs = nnpda_sequence(weight, h, q0, stack0, tail0, ids, action, impl=impl)
-        if impl == "reference":
-            proj = [torch.randn(o.shape, generator=gen).to(DEVICE) for o in outs[:3]]
-        loss = sum((o * p).sum() for o, p in zip(outs[:3], proj, strict=True))
-        runs[impl] = (*outs, *torch.autograd.grad(loss, [weight, h, q0, stack0, tail0]))
-    for i, (a, b) in enumerate(zip(runs["triton"], runs["reference"], strict=True)):
-        tol = 1e-4 * max(1.0, float(b.detach().abs().max()))
-        torch.testing.assert_close(a, b, atol=tol, rtol=0, msg=lambda m, i=i: f"result {i}: {m}")
+
+    def make(dtype):
+        weight, q0, stack0, tail0 = (
+            torch.stack([p[i].detach() for p in per]).to(dtype) for i in (0, 2, 3, 4)
+        )
+        h = torch.tensor([4.0, 2.5], device=DEVICE, dtype=dtype)
+        return [weight.requires_grad_(), h.requires_grad_(learn_h), q0.requires_grad_(), stack0.requires_grad_(),
+                tail0.requires_grad_(), ids]  # fmt: skip
+
+    def run(args, impl):
+        return nnpda_sequence(*args, action, impl=impl)
+
+    assert_member_kernels(
+        monkeypatch, kernels, ["_nnpda_fwd", "_nnpda_bwd"], run, make, M, B, 1e-4, per_row=True
+    )
+    weight, h, q0, stack0, tail0, _ = make(torch.float32)
+    with pytest.raises(ValueError, match=r"token id 3 is outside the vocabulary \[0, 3\)"):
+        nnpda_sequence(weight, h, q0, stack0, tail0, ids.clamp(max=2) + 1, action, impl="triton")

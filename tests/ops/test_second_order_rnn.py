@@ -10,7 +10,14 @@ import torch.nn.functional as F
 
 from memrnn.layers import SecondOrderRNN
 from memrnn.layers.second_order import SecondOrderState
-from tests.ops.backends import DEVICE, SHAPES, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import (
+    DEVICE,
+    SHAPES,
+    assert_kernel_matches,
+    assert_member_kernels,
+    needs_triton,
+    randn,
+)
 from tests.ops.layer_paths import Under, compare_layers, random_mask
 
 
@@ -107,23 +114,33 @@ def test_members_bad_shapes_are_named():
 
 
 @needs_triton
-def test_members_kernel_runs_each_member():
-    """With members the Triton kernels run once per member (a member grid is a later step):
-    states and gradients equal the member reference's."""
+@pytest.mark.parametrize("bias", [True, False])
+def test_members_kernel_is_one_launch_per_direction(bias, monkeypatch):
+    """The Triton kernels with members (issue 67): one launch per direction for all members (17
+    rows: two tiles, the second partial), each member its own symbols, bias and sensitivity:
+    states and every gradient equal the float64 member reference and each member's single launch
+    (:func:`tests.ops.backends.assert_member_kernels`); a symbol outside the vocabulary is named
+    (on the kernels it would add to the next member's weight gradient)."""
+    import memrnn.ops.second_order_rnn.triton as kernels
     from memrnn.ops.second_order_rnn import second_order_sequence
 
-    M, B, T, N, V = 2, 3, 4, 5, 4
+    M, B, T, N, V = 2, 17, 4, 5, 4
     ids = torch.randint(0, V, (M, B, T), generator=torch.Generator().manual_seed(9)).to(DEVICE)
-    args = [
-        randn(M, N, N, V, dtype=torch.float32, seed=2, scale=N**-0.5),
-        randn(M, N, dtype=torch.float32, seed=3),
-        torch.tensor([2.0, 1.0], device=DEVICE, requires_grad=True),
-        randn(M, B, N, dtype=torch.float32, seed=4),
-    ]
-    proj = torch.randn(M, B, T + 1, N, generator=torch.Generator().manual_seed(5)).to(DEVICE)
-    runs = {}
-    for impl in ("reference", "triton"):
-        states = second_order_sequence(*args, ids, impl=impl)
-        runs[impl] = (states, *torch.autograd.grad((states * proj).sum(), args))
-    for a, b in zip(runs["triton"], runs["reference"], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+    def make(dtype):
+        return [
+            randn(M, N, N, V, dtype=dtype, seed=2, scale=N**-0.5),
+            *([randn(M, N, dtype=dtype, seed=3)] if bias else []),
+            torch.tensor([2.0, 1.0], device=DEVICE, dtype=dtype, requires_grad=True),
+            randn(M, B, N, dtype=dtype, seed=4),
+            ids,
+        ]
+
+    def run(args, impl):
+        w, *b, h, s0, i = args
+        return (second_order_sequence(w, b[0] if b else None, h, s0, i, impl=impl),)
+
+    assert_member_kernels(monkeypatch, kernels, ["_so_fwd", "_so_bwd"], run, make, M, B, atol=1e-5)
+    w, *b, h, s0, _ = make(torch.float32)
+    with pytest.raises(ValueError, match=r"token id 4 is outside the vocabulary \[0, 4\)"):
+        second_order_sequence(w, b[0] if b else None, h, s0, ids + 1, impl="triton")

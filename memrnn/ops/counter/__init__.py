@@ -38,7 +38,8 @@ def counter_sequence(
     k]``, ``r0 [M, B, H + k]`` -> ``rs [M, B, T+1, H + k]``, moves ``[M, B, T, 2k]``, member ``m``
     exactly the call on its ``[m]`` slices: the reference loops over the members, the CPU path
     batches its products over them (:class:`memrnn.ops.counter.cpu.CounterRNNSequence` with
-    members), the GPU kernels run once per member."""
+    members), the GPU kernels launch once per direction for all members (a grid of row tiles ×
+    members)."""
     if w_rec.dim() == 3:
         return _members(x, w_in, b, w_rec, r0, hidden, activation, fn, impl)
     impl = choose(x, impl, triton_ok=activation in TRITON_ACTIVATIONS)
@@ -66,10 +67,9 @@ def _members(x, w_in, b, w_rec, r0, hidden, activation, fn, impl):
         return CounterRNNSequence.apply(x, w_in, b, w_rec, r0, hidden, fn)
     from memrnn.ops.counter.triton import counter_triton
 
-    runs = [
-        counter_triton(F.linear(x[m], w_in[m], b[m]), w_rec[m], r0[m], hidden, activation) for m in range(M)
-    ]
-    return tuple(torch.stack(r) for r in zip(*runs, strict=True))
+    B, T, n = x.shape[1:]
+    pre = torch.baddbmm(b[:, None], x.reshape(M, B * T, n), w_in.transpose(1, 2)).reshape(M, B, T, -1)
+    return counter_triton(pre, w_rec, r0, hidden, activation)
 
 
 __all__ = ["counter_member_reference", "counter_reference", "counter_sequence"]

@@ -29,6 +29,7 @@ from memrnn.ops.triton_common import (
     _rec_matvec_t,
     _seed_slot,
     unit_blocks,
+    weight_grad,
 )
 
 
@@ -38,12 +39,19 @@ def _counter_fwd(
     CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK: tl.constexpr, NUM_G: tl.constexpr, NUM_N: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``a`` ``[T, B, G]``, ``rs`` ``[T+1, B, N]`` (``rs[0] = r0``), ``mv`` ``[T, B, 2k]``,
-    ``w`` ``W_rec [G, N]`` with ``N = H + k``, ``G = H + 2k``."""
+    ``w`` ``W_rec [G, N]`` with ``N = H + k``, ``G = H + 2k``; one program per tile of rows (grid
+    axis 0) and member (axis 1: every buffer with the member first; one model is ``M = 1``)."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK)
     N = H + K
     G = H + 2 * K
+    m = tl.program_id(1).to(tl.int64)  # the member: its weights, inputs, states and outputs
+    pre_ptr += m * T * B * G
+    a_ptr += m * T * B * G
+    rs_ptr += m * (T + 1) * B * N
+    mv_ptr += m * T * B * 2 * K
+    w_ptr += m * G * N
     for t in range(T):
         r_prev = rs_ptr + t * B * N
         for jb in tl.static_range(NUM_G):
@@ -95,12 +103,20 @@ def _counter_bwd(
     CODE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK: tl.constexpr, NUM_G: tl.constexpr, NUM_N: tl.constexpr,
 ):  # fmt: skip
     """``grs`` ``[T+1, B, N]``, ``gmv`` ``[T, B, 2k]``, ``ga`` ``[T, B, G]`` out, ``g`` ``[2, B, N]``
-    float32 scratch (``∂L/∂r_t`` in slot ``t % 2``; slot 0 ends with ``∂L/∂r_0``)."""
+    float32 scratch (``∂L/∂r_t`` in slot ``t % 2``; slot 0 ends with ``∂L/∂r_0``).  Members as
+    :func:`_counter_fwd`."""
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK)
     N = H + K
     G = H + 2 * K
+    m = tl.program_id(1).to(tl.int64)
+    grs_ptr += m * (T + 1) * B * N
+    gmv_ptr += m * T * B * 2 * K
+    a_ptr += m * T * B * G
+    ga_ptr += m * T * B * G
+    g_ptr += m * 2 * B * N
+    w_ptr += m * G * N
     _seed_slot(g_ptr, grs_ptr, T, B, N, rows, rmask, cols, BLOCK, NUM_N)
     tl.debug_barrier()
     for step in range(T):
@@ -147,22 +163,26 @@ def _counter_bwd(
 
 class CounterTriton(torch.autograd.Function):
     """``pre [T, B, G]`` (time-major ``x w_inᵀ + b``), ``w_rec [G, N]``, ``r0 [B, N]``, the hidden
-    size and the controller's activation code -> ``rs [T+1, B, N]``, moves ``[T, B, 2k]``."""
+    size and the controller's activation code -> ``rs [T+1, B, N]``, moves ``[T, B, 2k]``.
+    Members: every argument and result with the member dimension first (``pre [M, T, B, G]``,
+    ``w_rec [M, G, N]``, …), one launch per direction for all of them (a grid of row tiles ×
+    members) and one weight-gradient product per member."""
 
     @staticmethod
     def forward(ctx, pre, w_rec, r0, hidden, code):  # type: ignore[override]
-        T, B, G = pre.shape
-        N = w_rec.shape[1]
+        T, B, G = pre.shape[-3:]
+        lead = pre.shape[:-3]  # (M,) with members
+        M, N = (lead[0] if lead else 1), w_rec.shape[-1]
         H, K = hidden, N - hidden
         pre, w_rec = pre.contiguous(), w_rec.contiguous()
-        rs = pre.new_empty(T + 1, B, N)
-        rs[0] = r0
-        a = pre.new_empty(T, B, G)
-        moves = pre.new_empty(T, B, 2 * K)
+        rs = pre.new_empty(*lead, T + 1, B, N)
+        rs[..., 0, :, :] = r0
+        a = pre.new_empty(*lead, T, B, G)
+        moves = pre.new_empty(*lead, T, B, 2 * K)
         block, num_g = unit_blocks(G)
         num_n = triton.cdiv(N, block)
-        if T > 0 and B > 0:
-            _counter_fwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _counter_fwd[(triton.cdiv(B, BLOCK_B), M)](
                 pre, w_rec, rs, a, moves, T, B, H, K, code, BLOCK_B, block, num_g, num_n, num_warps=DOT_WARPS
             )
         ctx.hidden, ctx.code = H, code
@@ -174,34 +194,36 @@ class CounterTriton(torch.autograd.Function):
     @first_order
     def backward(ctx, grad_rs, grad_moves):  # type: ignore[override]
         w_rec, a, rs = ctx.saved_tensors
-        T, B, G = a.shape
-        N = w_rec.shape[1]
+        T, B, G = a.shape[-3:]
+        lead = a.shape[:-3]
+        M, N = (lead[0] if lead else 1), w_rec.shape[-1]
         H, K = ctx.hidden, N - ctx.hidden
         if grad_rs is None and grad_moves is None:
             return None, None, None, None, None
         grad_rs = torch.zeros_like(rs) if grad_rs is None else grad_rs.contiguous()
-        grad_moves = a.new_zeros(T, B, 2 * K) if grad_moves is None else grad_moves.contiguous()
+        grad_moves = a.new_zeros(*lead, T, B, 2 * K) if grad_moves is None else grad_moves.contiguous()
         ga = torch.empty_like(a)
-        g = torch.zeros(2, B, N, device=a.device, dtype=torch.float32)
+        g = torch.zeros(*lead, 2, B, N, device=a.device, dtype=torch.float32)
         block, num_g = unit_blocks(G)
         num_n = triton.cdiv(N, block)
-        if T > 0 and B > 0:
-            _counter_bwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _counter_bwd[(triton.cdiv(B, BLOCK_B), M)](
                 grad_rs, grad_moves, w_rec, a, ga, g, T, B, H, K, ctx.code, BLOCK_B, block, num_g,
                 num_n, num_warps=DOT_WARPS,
             )  # fmt: skip
-            g_r0 = g[0].to(rs.dtype)
+            g_r0 = g[..., 0, :, :].to(rs.dtype)
         else:
-            g_r0 = grad_rs[0]
+            g_r0 = grad_rs[..., 0, :, :]
         grad_w = None
         if ctx.needs_input_grad[1]:
-            grad_w = (ga.reshape(T * B, G).t().float() @ rs[:-1].reshape(T * B, N).float()).to(w_rec.dtype)
+            grad_w = weight_grad(ga, rs[..., :-1, :, :]).to(w_rec.dtype)
         return ga, grad_w, g_r0, None, None
 
 
 def counter_triton(
     pre: Tensor, w_rec: Tensor, r0: Tensor, hidden: int, activation: str
 ) -> tuple[Tensor, Tensor]:
-    """:class:`CounterTriton` batch first: ``pre [B, T, G]`` -> ``rs [B, T+1, N]``, moves ``[B, T, 2k]``."""
-    rs, moves = CounterTriton.apply(pre.transpose(0, 1).contiguous(), w_rec, r0, hidden, CODES[activation])
-    return rs.transpose(0, 1), moves.transpose(0, 1)
+    """:class:`CounterTriton` batch first: ``pre [B, T, G]`` -> ``rs [B, T+1, N]``, moves ``[B, T,
+    2k]``; members ``pre [M, B, T, G]`` -> ``[M, B, T+1, N]``, ``[M, B, T, 2k]``, one launch each way."""
+    rs, moves = CounterTriton.apply(pre.transpose(-3, -2).contiguous(), w_rec, r0, hidden, CODES[activation])
+    return rs.transpose(-3, -2), moves.transpose(-3, -2)

@@ -71,8 +71,8 @@ def jordan_sequence(
     dimension, ``pre [M, T, B, H]``, ``weight_fb [M, H, F]``, ``weight_out [M, F, H]``, ``r0 [M, B,
     F]`` -> ``hs [M, T, B, H]``, ``rs [M, T+1, B, F]``, member ``m`` exactly the call on its ``[m]``
     slices: the reference loops over the members, the CPU path batches its products over them
-    (:class:`memrnn.ops.jordan.cpu.JordanSequence` with members), the GPU kernels run once per
-    member."""
+    (:class:`memrnn.ops.jordan.cpu.JordanSequence` with members), the GPU kernels launch once per
+    direction for all members (a grid of row tiles × members)."""
     from_names = activation in ELEMENTWISE and output_activation in (*ELEMENTWISE, "identity", "softmax")
     triton_ok = from_names and weight_fb.shape[-1] <= 128
     if weight_fb.dim() == 3:
@@ -102,11 +102,7 @@ def _members(pre, weight_fb, weight_out, r0, activation, output_activation, fns,
         return JordanSequence.apply(pre, weight_fb, weight_out, r0, *fns, output_activation)
     from memrnn.ops.jordan.triton import jordan_triton
 
-    runs = [
-        jordan_triton(pre[m], weight_fb[m], weight_out[m], r0[m], activation, output_activation)
-        for m in range(M)
-    ]
-    return tuple(torch.stack(r) for r in zip(*runs, strict=True))
+    return jordan_triton(pre, weight_fb, weight_out, r0, activation, output_activation)
 
 
 __all__ = ["jordan_member_reference", "jordan_reference", "jordan_sequence"]

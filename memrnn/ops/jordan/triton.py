@@ -28,6 +28,7 @@ from memrnn.ops.triton_common import (
     _act_grad,
     _load_tile,
     unit_blocks,
+    weight_grad,
 )
 
 #: the largest feedback size the kernels keep in registers (larger ones take the CPU path)
@@ -53,7 +54,16 @@ def _jordan_fwd(
     BLOCK_F: tl.constexpr,
 ):  # fmt: skip
     """``pre``/``acts``/``hs`` ``[T, B, H]``, ``rs`` ``[T+1, B, F]`` (``rs[0] = r0``), ``outs``
-    ``[T, B, F]`` (``h Eᵀ``), ``u`` ``U [H, F]``, ``e`` ``E [F, H]``."""
+    ``[T, B, F]`` (``h Eᵀ``), ``u`` ``U [H, F]``, ``e`` ``E [F, H]``; one program per tile of rows
+    (grid axis 0) and member (axis 1: every buffer with the member first; one model is ``M = 1``)."""
+    m = tl.program_id(1).to(tl.int64)  # the member: its weights, inputs, states and outputs
+    pre_ptr += m * T * B * H
+    acts_ptr += m * T * B * H
+    hs_ptr += m * T * B * H
+    rs_ptr += m * (T + 1) * B * F
+    outs_ptr += m * T * B * F
+    u_ptr += m * H * F
+    e_ptr += m * F * H
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_H)
@@ -92,7 +102,18 @@ def _jordan_bwd(
     BLOCK_F: tl.constexpr,
 ):  # fmt: skip
     """``ghs`` ``[T, B, H]``, ``grs`` ``[T+1, B, F]`` in; ``ga`` ``[T, B, H]`` (``∂a``), ``go``
-    ``[T, B, F]`` (``∂(h Eᵀ)``) and ``gr0`` ``[B, F]`` out."""
+    ``[T, B, F]`` (``∂(h Eᵀ)``) and ``gr0`` ``[B, F]`` out.  Members as :func:`_jordan_fwd`."""
+    m = tl.program_id(1).to(tl.int64)
+    ghs_ptr += m * T * B * H
+    acts_ptr += m * T * B * H
+    ga_ptr += m * T * B * H
+    grs_ptr += m * (T + 1) * B * F
+    rs_ptr += m * (T + 1) * B * F
+    outs_ptr += m * T * B * F
+    go_ptr += m * T * B * F
+    gr0_ptr += m * B * F
+    u_ptr += m * H * F
+    e_ptr += m * F * H
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_H)
@@ -133,20 +154,24 @@ def _jordan_bwd(
 
 class JordanTriton(torch.autograd.Function):
     """As :class:`memrnn.ops.jordan.cpu.JordanSequence`: ``pre [T, B, H]``, ``U [H, F]``, ``E [F, H]``,
-    ``r0 [B, F]`` -> ``hs [T, B, H]``, ``rs [T+1, B, F]``; activations by code."""
+    ``r0 [B, F]`` -> ``hs [T, B, H]``, ``rs [T+1, B, F]``; activations by code.  Members: every
+    argument and result with the member dimension first (``pre [M, T, B, H]``, ``U [M, H, F]``,
+    …), one launch per direction for all of them (a grid of row tiles × members) and one
+    weight-gradient product per member."""
 
     @staticmethod
     def forward(ctx, pre, weight_fb, weight_out, r0, code, out_code):  # type: ignore[override]
-        T, B, H = pre.shape
-        F = weight_fb.shape[1]
+        T, B, H = pre.shape[-3:]
+        lead = pre.shape[:-3]  # (M,) with members
+        M, F = (lead[0] if lead else 1), weight_fb.shape[-1]
         pre, weight_fb, weight_out = pre.contiguous(), weight_fb.contiguous(), weight_out.contiguous()
-        hs, acts = pre.new_empty(T, B, H), pre.new_empty(T, B, H)
-        rs, outs = pre.new_empty(T + 1, B, F), pre.new_empty(T, B, F)
-        rs[0] = r0
+        hs, acts = pre.new_empty(*lead, T, B, H), pre.new_empty(*lead, T, B, H)
+        rs, outs = pre.new_empty(*lead, T + 1, B, F), pre.new_empty(*lead, T, B, F)
+        rs[..., 0, :, :] = r0
         block_h, num_h = unit_blocks(H)
         block_f = max(16, triton.next_power_of_2(F))
-        if T > 0 and B > 0:
-            _jordan_fwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _jordan_fwd[(triton.cdiv(B, BLOCK_B), M)](
                 pre, weight_fb, weight_out, hs, acts, rs, outs, T, B, H, F, code, out_code, BLOCK_B,
                 block_h, num_h, block_f, num_warps=DOT_WARPS,
             )  # fmt: skip
@@ -159,32 +184,33 @@ class JordanTriton(torch.autograd.Function):
     @first_order
     def backward(ctx, grad_hs, grad_rs):  # type: ignore[override]
         weight_fb, weight_out, acts, hs, rs, outs = ctx.saved_tensors
-        T, B, H = acts.shape
-        F = rs.shape[-1]
+        T, B, H = acts.shape[-3:]
+        lead = acts.shape[:-3]
+        M, F = (lead[0] if lead else 1), rs.shape[-1]
         if grad_hs is None and grad_rs is None:
             return None, None, None, None, None, None
         grad_hs = torch.zeros_like(hs) if grad_hs is None else grad_hs.contiguous()
         grad_rs = torch.zeros_like(rs) if grad_rs is None else grad_rs.contiguous()
         ga, go = torch.empty_like(acts), torch.empty_like(outs)
-        g_r0 = torch.empty_like(rs[0])
+        g_r0 = torch.empty_like(rs[..., 0, :, :])
         block_h, num_h = unit_blocks(H)
         block_f = max(16, triton.next_power_of_2(F))
-        if T > 0 and B > 0:
-            _jordan_bwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and M > 0:
+            _jordan_bwd[(triton.cdiv(B, BLOCK_B), M)](
                 grad_hs, grad_rs, weight_fb, weight_out, acts, rs, outs, ga, go, g_r0, T, B, H, F,
                 ctx.code, ctx.out_code, BLOCK_B, block_h, num_h, block_f, num_warps=DOT_WARPS
             )  # fmt: skip
         else:
-            g_r0 = grad_rs[0]
-        n = T * B
-        grad_fb = (ga.reshape(n, H).t().float() @ rs[:-1].reshape(n, F).float()).to(weight_fb.dtype)
-        grad_out = (go.reshape(n, F).t().float() @ hs.reshape(n, H).float()).to(weight_out.dtype)
+            g_r0 = grad_rs[..., 0, :, :]
+        grad_fb = weight_grad(ga, rs[..., :-1, :, :]).to(weight_fb.dtype)
+        grad_out = weight_grad(go, hs).to(weight_out.dtype)
         return ga, grad_fb, grad_out, g_r0, None, None
 
 
 def jordan_triton(
     pre: Tensor, weight_fb: Tensor, weight_out: Tensor, r0: Tensor, activation: str, output_activation: str
 ):
-    """:class:`JordanTriton` time-major: ``pre [T, B, H]`` -> ``hs [T, B, H]``, ``rs [T+1, B, F]``."""
+    """:class:`JordanTriton` time-major: ``pre [T, B, H]`` -> ``hs [T, B, H]``, ``rs [T+1, B, F]``;
+    members ``pre [M, T, B, H]`` -> ``[M, T, B, H]``, ``[M, T+1, B, F]``, one launch each way."""
     out_code = SOFTMAX if output_activation == "softmax" else CODES[output_activation]
     return JordanTriton.apply(pre, weight_fb, weight_out, r0, CODES[activation], out_code)

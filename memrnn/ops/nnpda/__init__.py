@@ -8,16 +8,15 @@ B, D, m2]``, ``tail0 [M, B, m2]``, ``ids [M, B, T]``); ``"reference"`` loops ove
 (:func:`~memrnn.ops.nnpda.reference.nnpda_member_reference`), ``"cpu"`` runs
 :class:`~memrnn.ops.nnpda.cpu.NNPDASequence` with members (every member's rows and weight slices
 in one bucketed product per step) where buckets pay, else the member reference; the Triton
-kernels run once per member."""
+kernels launch once per direction for all members (a grid of rows × members)."""
 
 from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets, member_buckets
+from memrnn.ops.buckets import TokenBuckets, check_ids, member_buckets
 from memrnn.ops.dispatch import choose, use_buckets
 from memrnn.ops.nnpda.cpu import NNPDASequence
 from memrnn.ops.nnpda.reference import (
@@ -100,11 +99,8 @@ def _members(weight, sensitivity, q0, stack0, tail0, ids, action, impl):
     if impl == "triton" and ids.shape[2] > 0:
         from memrnn.ops.nnpda.triton import nnpda_triton
 
-        runs = [
-            nnpda_triton(weight[m], sensitivity[m], q0[m], stack0[m], tail0[m], ids[m], action)
-            for m in range(M)
-        ]
-        return tuple(torch.stack(parts) for parts in zip(*runs, strict=True))
+        check_ids(ids, weight.shape[3])  # an id past the vocabulary would read the next member's weights
+        return nnpda_triton(weight, sensitivity, q0, stack0, tail0, ids, action)
     if impl == "cpu" and ids.shape[2] > 0:
         buckets = member_buckets(ids, weight.shape[3])
         if use_buckets(buckets, ids.shape[0] * ids.shape[1]):

@@ -61,9 +61,12 @@ def _nnpda_fwd(
     """Row ``b = program_id``.  ``ids [B, T]``; ``wk [m1, O, n·L]`` (``wk[k, o, j·L + l] = W[o, j,
     k, l]``); ``q [B, T+1, n]`` (``q[:, 0] = Q^0``); ``p [B, T+1, D+2, m2]`` (``p[:, t] = [C^{t+1};
     K^t; tail^t]``, with ``K^0`` and ``tail^0`` set); ``r [B, T, L]``; ``z [B, T, O]``; ``wh [B, T,
-    3]`` out."""
-    b = tl.program_id(0).to(tl.int64)
-    H = tl.load(h_ptr).to(tl.float32)
+    3]`` out.  Members: program ``(b, μ)`` runs row ``μ·B + b`` of the members' rows as one batch
+    (``[M·B, ...]``; its ids already offset to the member's weight slices, ``μ·m1 + k``) with
+    member ``μ``'s sensitivity ``h[μ]``."""
+    mb = tl.program_id(1).to(tl.int64)
+    b = mb * tl.num_programs(0) + tl.program_id(0).to(tl.int64)
+    H = tl.load(h_ptr + mb).to(tl.float32)
     L = m2 + 1
     nL = n * L
     row = (D + 2) * m2  # one step of p
@@ -147,9 +150,11 @@ def _nnpda_bwd(
     T+1, n]``, ``gk [B, T+1, D, m2]``, ``gt [B, T+1, m2]``; writes ``gz [B, T, O]`` (``∂L/∂z``),
     the initial state's gradients ``g0q [B, n]``, ``g0k [B, D, m2]``, ``g0t [B, m2]`` and the
     row's ``∂L/∂H`` into ``gh [B]`` (all float32).  Scratch: ``gm [B, D+2, m2]`` (zero rows 0 and
-    D+1 around the window's ``∂`` for the shifts) and ``gc [B, n·L]`` (``∂L/∂(Q ⊗ R)``)."""
-    b = tl.program_id(0).to(tl.int64)
-    H = tl.load(h_ptr).to(tl.float32)
+    D+1 around the window's ``∂`` for the shifts) and ``gc [B, n·L]`` (``∂L/∂(Q ⊗ R)``).  Members
+    as :func:`_nnpda_fwd`."""
+    mb = tl.program_id(1).to(tl.int64)
+    b = mb * tl.num_programs(0) + tl.program_id(0).to(tl.int64)
+    H = tl.load(h_ptr + mb).to(tl.float32)
     L = m2 + 1
     nL = n * L
     row = (D + 2) * m2
@@ -295,62 +300,85 @@ def _num_warps(D: int, m2: int) -> int:
 class NNPDATriton(torch.autograd.Function):
     """``weight [O, n, m1, L]``, ``sensitivity`` (0-d), ``q0 [B, n]``, ``stack0 [B, D, m2]``,
     ``tail0 [B, m2]``, ``ids [B, T]``, ``action`` code -> ``Q [B, T+1, n]``, ``K [B, T+1, D,
-    m2]``, ``tail [B, T+1, m2]``, ``p+ [B, T]`` (as :class:`memrnn.ops.nnpda.cpu.NNPDASequence`)."""
+    m2]``, ``tail [B, T+1, m2]``, ``p+ [B, T]`` (as :class:`memrnn.ops.nnpda.cpu.NNPDASequence`).
+    Members: every argument and result with the member dimension first (``weight [M, O, n, m1,
+    L]``, ``sensitivity [M]``, ``ids [M, B, T]`` -> ``Q [M, B, T+1, n]``, …), one launch per
+    direction for all of them (a grid of rows × members)."""
 
     @staticmethod
     def forward(ctx, weight, sensitivity, q0, stack0, tail0, ids, action):  # type: ignore[override]
-        O, n, m1, L = weight.shape
-        B, D, m2 = stack0.shape
-        T = ids.shape[1]
+        O, n, m1, L = weight.shape[-4:]
+        lead = weight.shape[:-4]  # (M,) with members
+        members = lead[0] if lead else 1
+        B, D, m2 = stack0.shape[-3:]
+        T = ids.shape[-1]
         dt = q0.dtype
-        wk = weight.permute(2, 0, 1, 3).reshape(m1, O, n * L).contiguous()  # wk[k, o, j·L + l]
-        ids = ids.contiguous()
-        h = sensitivity.detach().reshape(1).to(torch.float32)
-        Q = q0.new_empty(B, T + 1, n)
-        P = q0.new_empty(B, T + 1, D + 2, m2)
-        Q[:, 0], P[:, 0, 1 : D + 1], P[:, 0, D + 1] = q0, stack0, tail0
+        # wk[k, o, j·L + l]; with members member μ's symbol k at μ·m1 + k, its rows' ids offset to it
+        wk = weight.reshape(members, O, n, m1, L).permute(0, 3, 1, 2, 4).reshape(members * m1, O, n * L)
+        wk = wk.contiguous()
+        if lead:
+            ids = ids + (torch.arange(members, device=ids.device) * m1).view(-1, 1, 1)
+        ids = ids.reshape(members * B, T).contiguous()
+        h = sensitivity.detach().reshape(members).to(torch.float32).contiguous()
+        rows = members * B
+        Q = q0.new_empty(rows, T + 1, n)
+        P = q0.new_empty(rows, T + 1, D + 2, m2)
+        Q[:, 0] = q0.reshape(rows, n)
+        P[:, 0, 1 : D + 1] = stack0.reshape(rows, D, m2)
+        P[:, 0, D + 1] = tail0.reshape(rows, m2)
         P[:, T, 0] = 0
-        R = q0.new_empty(B, T, L)
-        Z = q0.new_empty(B, T, O)
-        Wh = q0.new_empty(B, T, 3)
+        R = q0.new_empty(rows, T, L)
+        Z = q0.new_empty(rows, T, O)
+        Wh = q0.new_empty(rows, T, 3)
         blocks = _blocks(n, m2, D, O)
-        if B > 0 and T > 0:
-            _nnpda_fwd[(B,)](
+        if rows > 0 and T > 0:
+            _nnpda_fwd[(B, members)](
                 ids, wk, h, Q, P, R, Z, Wh, T, n, m2, D, O,
                 ACTION_CODES[action], **blocks, num_warps=_num_warps(D, m2),
             )  # fmt: skip
-        ctx.action, ctx.h_dtype = action, sensitivity.dtype
+        ctx.action, ctx.h_dtype, ctx.lead = action, sensitivity.dtype, lead
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(wk, h, ids, Q, P, R, Z, Wh)
-        push = (Wh[:, :, 0].float() / h).to(dt)  # p+ of every step, for strict's overflow check
+        push = (Wh[:, :, 0].float() / h.repeat_interleave(B)[:, None]).to(dt)  # p+ of every step (strict)
         ctx.mark_non_differentiable(push)
-        return Q, P[:, :, 1 : D + 1], P[:, :, D + 1], push
+        shape = (*lead, B)  # the members' rows back to [M, B, ...] (views)
+        return tuple(t.unflatten(0, shape) for t in (Q, P[:, :, 1 : D + 1], P[:, :, D + 1], push))
 
     @staticmethod
     @first_order
     def backward(ctx, gQ, gK, gtail, _gpush):  # type: ignore[override]
         wk, h, ids, Q, P, R, Z, Wh = ctx.saved_tensors
+        lead = ctx.lead
+        members = lead[0] if lead else 1
         m1, O, nL = wk.shape
-        B, T1, D2, m2 = P.shape
+        m1 //= members
+        rows, T1, D2, m2 = P.shape
+        B = rows // members if members else 0
         T, D, n = T1 - 1, D2 - 2, Q.shape[2]
         L = m2 + 1
         dev = Q.device
 
         def incoming(g: Tensor | None, shape: tuple[int, ...]) -> Tensor:
-            return torch.zeros(shape, device=dev, dtype=torch.float32) if g is None else g.contiguous()
+            if g is None:
+                return torch.zeros(shape, device=dev, dtype=torch.float32)
+            return g.reshape(shape).contiguous()
 
-        gQ = incoming(gQ, (B, T1, n))
-        gK = incoming(gK, (B, T1, D, m2))
-        gtail = incoming(gtail, (B, T1, m2))
+        gQ = incoming(gQ, (rows, T1, n))
+        gK = incoming(gK, (rows, T1, D, m2))
+        gtail = incoming(gtail, (rows, T1, m2))
         f32 = {"device": dev, "dtype": torch.float32}
-        GZ = torch.empty(B, T, O, **f32)
-        g0q, g0k, g0t = torch.empty(B, n, **f32), torch.empty(B, D, m2, **f32), torch.empty(B, m2, **f32)
-        gh = torch.zeros(B, **f32)
+        GZ = torch.empty(rows, T, O, **f32)
+        g0q, g0k, g0t = (
+            torch.empty(rows, n, **f32),
+            torch.empty(rows, D, m2, **f32),
+            torch.empty(rows, m2, **f32),
+        )
+        gh = torch.zeros(rows, **f32)
         learn_h = ctx.needs_input_grad[1]
-        if B > 0 and T > 0:
-            gm = torch.zeros(B, D + 2, m2, **f32)
-            gc = torch.empty(B, nL, **f32)
-            _nnpda_bwd[(B,)](
+        if rows > 0 and T > 0:
+            gm = torch.zeros(rows, D + 2, m2, **f32)
+            gc = torch.empty(rows, nL, **f32)
+            _nnpda_bwd[(B, members)](
                 ids, wk, h, Q, P, R, Z, Wh, gQ, gK, gtail, GZ, g0q, g0k, g0t, gh, gm, gc,
                 T, n, m2, D, O, ACTION_CODES[ctx.action], learn_h, **_blocks(n, m2, D, O),
                 num_warps=_num_warps(D, m2),
@@ -359,18 +387,21 @@ class NNPDATriton(torch.autograd.Function):
             g0q, g0k, g0t = gQ[:, 0].float(), gK[:, 0].float(), gtail[:, 0].float()
         grad_w = None
         if ctx.needs_input_grad[0]:
-            QR = (Q[:, :-1, :, None].float() * R[:, :, None, :].float()).reshape(B, T, n * L)
-            dwk = grouped_weight_grad(ids, QR, GZ, m1)  # [m1, n·L, O]
-            grad_w = dwk.view(m1, n, L, O).permute(3, 1, 0, 2).to(wk.dtype)
-        grad_h = gh.sum().reshape(()).to(ctx.h_dtype) if learn_h else None
+            QR = (Q[:, :-1, :, None].float() * R[:, :, None, :].float()).reshape(rows, T, n * L)
+            dwk = grouped_weight_grad(ids, QR, GZ, members * m1)  # [M·m1, n·L, O]
+            grad_w = dwk.view(members, m1, n, L, O).permute(0, 4, 2, 1, 3).reshape(*lead, O, n, m1, L)
+            grad_w = grad_w.to(wk.dtype)
+        grad_h = gh.view(members, B).sum(1).reshape(lead).to(ctx.h_dtype) if learn_h else None
         dt = Q.dtype
-        return grad_w, grad_h, g0q.to(dt), g0k.to(dt), g0t.to(dt), None, None
+        g0q, g0k, g0t = (g.to(dt).unflatten(0, (*lead, B)) for g in (g0q, g0k, g0t))
+        return grad_w, grad_h, g0q, g0k, g0t, None, None
 
 
 def nnpda_triton(
     weight: Tensor, sensitivity: Tensor, q0: Tensor, stack0: Tensor, tail0: Tensor, ids: Tensor, action: str
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:class:`NNPDATriton` (arguments and results as :func:`memrnn.ops.nnpda.nnpda_sequence`)."""
+    """:class:`NNPDATriton` (arguments and results as :func:`memrnn.ops.nnpda.nnpda_sequence`, with
+    members or without)."""
     if action not in ACTION_CODES:
         raise ValueError(f"the nnPDA kernel has no action {action!r}; it has {', '.join(ACTION_CODES)}")
     return NNPDATriton.apply(weight, sensitivity, q0, stack0, tail0, ids, action)

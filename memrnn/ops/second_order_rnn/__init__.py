@@ -7,14 +7,15 @@ Members (M runs as one model, ``docs/design.md``): every argument with a leading
 T]``); ``"reference"`` loops over the members (:func:`second_order_member_reference`), ``"cpu"``
 runs :class:`~memrnn.ops.second_order_rnn.cpu.SecondOrderSequence` with members (every member's
 rows and weight slices in one bucketed product per step) where buckets pay, else the member
-reference; the Triton kernels run once per member."""
+reference; the Triton kernels launch once per direction for all members (a grid of row tiles ×
+members)."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from memrnn.ops.buckets import TokenBuckets, member_buckets
+from memrnn.ops.buckets import TokenBuckets, check_ids, member_buckets
 from memrnn.ops.dispatch import choose, use_buckets
 from memrnn.ops.members import per_member
 from memrnn.ops.second_order_rnn.cpu import SecondOrderSequence
@@ -89,14 +90,8 @@ def _members(weight, bias, sensitivity, s0, ids, impl):
     if impl == "triton":
         from memrnn.ops.second_order_rnn.triton import second_order_triton
 
-        return torch.stack(
-            [
-                second_order_triton(
-                    weight[m], None if bias is None else bias[m], sensitivity[m], s0[m], ids[m]
-                )
-                for m in range(M)
-            ]
-        )
+        check_ids(ids, weight.shape[3])  # an id past the vocabulary would reach the next member's ∂W
+        return second_order_triton(weight, bias, sensitivity, s0, ids)
     if impl == "cpu" and ids.shape[2] > 0:
         buckets = member_buckets(ids, weight.shape[3])
         if use_buckets(buckets, ids.shape[0] * ids.shape[1]):

@@ -38,7 +38,15 @@ def _so_fwd(
     HAS_BIAS: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
 ):  # fmt: skip
     """``ids`` ``[T, B]``, ``w`` ``W [N(i), N(j), M]``, ``s`` ``[T+1, B, N]`` (``s[0] = s0``), ``u``
-    ``[T, B, N]`` (``W s + b``)."""
+    ``[T, B, N]`` (``W s + b``); one program per tile of rows (grid axis 0) and member (axis 1:
+    every buffer with the member first, ``h`` one sensitivity per member; one model is one member)."""
+    mb = tl.program_id(1).to(tl.int64)  # the member: its weights, symbols, states and outputs
+    ids_ptr += mb * T * B
+    w_ptr += mb * N * N * M
+    b_ptr += mb * N
+    h_ptr += mb
+    s_ptr += mb * (T + 1) * B * N
+    u_ptr += mb * T * B * N
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -73,7 +81,16 @@ def _so_bwd(
     BLOCK_B: tl.constexpr, BLOCK_N: tl.constexpr, NUM_N: tl.constexpr,
 ):  # fmt: skip
     """``gs`` ``[T+1, B, N]`` (``∂L/∂s``) in; ``gu`` ``[T, B, N]`` out (``∂L/∂(H u)``); ``g``
-    ``[2, B, N]`` float32 scratch with ``∂L/∂s_t`` in slot ``t % 2`` (slot 0 ends with ``∂L/∂s_0``)."""
+    ``[2, B, N]`` float32 scratch with ``∂L/∂s_t`` in slot ``t % 2`` (slot 0 ends with ``∂L/∂s_0``).
+    Members as :func:`_so_fwd`."""
+    mb = tl.program_id(1).to(tl.int64)
+    ids_ptr += mb * T * B
+    w_ptr += mb * N * N * M
+    h_ptr += mb
+    s_ptr += mb * (T + 1) * B * N
+    gs_ptr += mb * (T + 1) * B * N
+    gu_ptr += mb * T * B * N
+    g_ptr += mb * 2 * B * N
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     rmask = rows < B
     cols = tl.arange(0, BLOCK_N)
@@ -112,22 +129,26 @@ def _so_bwd(
 
 class SecondOrderTriton(torch.autograd.Function):
     """``weight [N, N, M]``, ``bias [N]`` or None, ``sensitivity`` (0-d), ``s0 [B, N]``, ``ids
-    [T, B]`` -> states ``[T+1, B, N]``."""
+    [T, B]`` -> states ``[T+1, B, N]``.  Members: every argument and result with the member
+    dimension first (``weight [MB, N, N, M]``, ``sensitivity [MB]``, ``ids [MB, T, B]`` -> ``[MB,
+    T+1, B, N]``), one launch per direction for all of them (a grid of row tiles × members)."""
 
     @staticmethod
     def forward(ctx, weight, bias, sensitivity, s0, ids):  # type: ignore[override]
-        T, B = ids.shape
-        N, _, M = weight.shape
+        T, B = ids.shape[-2:]
+        lead = ids.shape[:-2]  # (MB,) with members
+        members = lead[0] if lead else 1
+        N, _, M = weight.shape[-3:]
         weight = weight.contiguous()
         ids = ids.contiguous()
-        states = s0.new_empty(T + 1, B, N)
-        states[0] = s0
-        u = s0.new_empty(T, B, N)
+        states = s0.new_empty(*lead, T + 1, B, N)
+        states[..., 0, :, :] = s0
+        u = s0.new_empty(*lead, T, B, N)
         block, num = unit_blocks(N)
-        sens = sensitivity.detach().reshape(1).to(s0.dtype)
-        b = bias if bias is not None else weight.new_zeros(1)
-        if T > 0 and B > 0:
-            _so_fwd[(triton.cdiv(B, BLOCK_B),)](
+        sens = sensitivity.detach().reshape(*lead, 1).to(s0.dtype).contiguous()
+        b = bias.contiguous() if bias is not None else weight.new_zeros(1)
+        if T > 0 and B > 0 and members > 0:
+            _so_fwd[(triton.cdiv(B, BLOCK_B), members)](
                 ids, weight, b, sens, states, u, T, B, N, M, bias is not None, BLOCK_B, block, num,
                 num_warps=DOT_WARPS,
             )  # fmt: skip
@@ -142,33 +163,44 @@ class SecondOrderTriton(torch.autograd.Function):
         if grad_states is None:
             return None, None, None, None, None
         weight, sens, states, u, ids = ctx.saved_tensors
-        T1, B, N = states.shape
-        T, M = T1 - 1, weight.shape[2]
+        T1, B, N = states.shape[-3:]
+        lead = states.shape[:-3]
+        members = lead[0] if lead else 1
+        T, M = T1 - 1, weight.shape[-1]
         grad_states = grad_states.contiguous()
         gu = torch.empty_like(u)  # ∂L/∂(H u)
-        g = torch.zeros(2, B, N, device=states.device, dtype=torch.float32)
+        g = torch.zeros(*lead, 2, B, N, device=states.device, dtype=torch.float32)
         block, num = unit_blocks(N)
-        if T > 0 and B > 0:
-            _so_bwd[(triton.cdiv(B, BLOCK_B),)](
+        if T > 0 and B > 0 and members > 0:
+            _so_bwd[(triton.cdiv(B, BLOCK_B), members)](
                 ids, weight, sens, states, grad_states, gu, g, T, B, N, M, BLOCK_B, block, num,
                 num_warps=DOT_WARPS,
             )  # fmt: skip
-            g_s0 = g[0].to(states.dtype)
+            g_s0 = g[..., 0, :, :].to(states.dtype)
         else:
-            g_s0 = grad_states[0]
-        grad_u = gu * sens  # ∂L/∂u
-        grad_h = (gu * u).sum().reshape(()) if ctx.needs_input_grad[2] else None
-        grad_b = grad_u.sum((0, 1)) if ctx.has_bias and ctx.needs_input_grad[1] else None
+            g_s0 = grad_states[..., 0, :, :]
+        per = (-1, 1, 1, 1) if lead else ()
+        grad_u = gu * sens.reshape(per)  # ∂L/∂u
+        grad_h = None
+        if ctx.needs_input_grad[2]:
+            grad_h = (gu * u).sum((-3, -2, -1)).reshape(lead)
+        grad_b = grad_u.sum((-3, -2)) if ctx.has_bias and ctx.needs_input_grad[1] else None
         grad_w = None
         if ctx.needs_input_grad[0]:
-            # ∂W[i, j, k] = Σ_{(t,b): k_tb = k} ∂u[t, b, i] s[t, b, j]: one product per symbol
-            dwk = grouped_weight_grad(ids, states[:-1], grad_u, M)  # [M, N (j), N (i)]
-            grad_w = dwk.permute(2, 1, 0)
+            # ∂W[i, j, k] = Σ_{(t,b): k_tb = k} ∂u[t, b, i] s[t, b, j]: one product per symbol (with
+            # members per member and symbol: member μ's symbol k is μ·M + k, each in its own order)
+            syms = ids if not lead else ids + (torch.arange(members, device=ids.device) * M).view(-1, 1, 1)
+            dwk = grouped_weight_grad(
+                syms, states[..., :-1, :, :], grad_u, members * M
+            )  # [MB·M, N (j), N (i)]
+            grad_w = dwk.reshape(*lead, M, N, N).transpose(-3, -1)
         return grad_w, grad_b, grad_h, g_s0, None
 
 
 def second_order_triton(
     weight: Tensor, bias: Tensor | None, sensitivity: Tensor, s0: Tensor, ids: Tensor
 ) -> Tensor:
-    """:class:`SecondOrderTriton` batch first: ``ids [B, T]`` -> states ``[B, T+1, N]``."""
-    return SecondOrderTriton.apply(weight, bias, sensitivity, s0, ids.t().contiguous()).transpose(0, 1)
+    """:class:`SecondOrderTriton` batch first: ``ids [B, T]`` -> states ``[B, T+1, N]``; members
+    ``ids [MB, B, T]`` -> ``[MB, B, T+1, N]``, one launch each way."""
+    states = SecondOrderTriton.apply(weight, bias, sensitivity, s0, ids.transpose(-2, -1).contiguous())
+    return states.transpose(-3, -2)

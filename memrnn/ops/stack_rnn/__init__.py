@@ -199,9 +199,8 @@ def _members(
         from memrnn.ops.stack_rnn.triton import stack_rnn_triton
 
         names = ("controller", "activation", "memory", "value_activation")
-        return stack_rnn_triton(
-            x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, lengths=lengths, **{k: options[k] for k in names}
-        )
+        kw = {k: options[k] for k in names}
+        return stack_rnn_triton(x, w_in, b, w_rec, w_head, b_head, h0, c0, memory0, lengths=lengths, **kw)
     from memrnn.ops.stack_rnn.opaque import hand_written  # torch._dynamo, loaded on the first run
 
     names = ("controller", "activation", "memory", "value_activation")

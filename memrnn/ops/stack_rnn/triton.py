@@ -58,6 +58,7 @@ from memrnn.ops.triton_common import (
     _sig,
     _tanh,
     unit_blocks,
+    weight_grad,
 )
 
 #: flattened stack cells per chunk of the stack phases
@@ -719,9 +720,9 @@ class StackRNNTriton(torch.autograd.Function):
             g_p0 = gp[..., T : T + 2 * D, :, :].transpose(-3, -2).to(dt)
         g_w_z = g_w_head = g_b_head = None
         if ctx.needs_input_grad[1]:
-            g_w_z = _weight_grad(ga, zs[..., :T, :, :]).to(w_z.dtype)
+            g_w_z = weight_grad(ga, zs[..., :T, :, :]).to(w_z.dtype)
         if ctx.needs_input_grad[2]:
-            g_w_head = _weight_grad(ghd, zs[..., 1:, :, :N]).to(dt)
+            g_w_head = weight_grad(ghd, zs[..., 1:, :, :N]).to(dt)
         if ctx.needs_input_grad[3]:
             g_b_head = ghd.float().sum((-3, -2)).to(dt)
         g_c0 = gc[..., 0, :, :].to(dt) if lstm else None
@@ -745,16 +746,6 @@ def _values_buffer(pre: Tensor, p0: Tensor | None, mem: int, steps: int, D: int,
         p[..., steps + D : steps + 2 * D, :, :] = p0[..., D:, :].transpose(-3, -2)
         return p
     return None
-
-
-def _weight_grad(g: Tensor, inputs: Tensor) -> Tensor:
-    """``Σ_{t,b} g[t, b]ᵀ inputs[t, b]`` in float32: ``g [T, B, K]``, ``inputs [T, B, J]`` -> ``[K,
-    J]``; members ``[M, T, B, ·]`` -> ``[M, K, J]``, one product per member."""
-    K, J = g.shape[-1], inputs.shape[-1]
-    if g.dim() == 4:
-        M = g.shape[0]
-        return torch.bmm(g.reshape(M, -1, K).transpose(1, 2).float(), inputs.reshape(M, -1, J).float())
-    return g.reshape(-1, K).t().float() @ inputs.reshape(-1, J).float()
 
 
 #: without history, the steps between two rewinds of the ring (:func:`_rewind`): ``zs``, ``cs`` and
