@@ -266,3 +266,24 @@ def test_members_shed_runs_a_group_both_ways_and_compares_each_member(capsys):
     out = capsys.readouterr().out
     assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | " in out and "2 of 2 members equal" in out
     assert out.count("| 0 | none |") == 2 and "seconds at its end (shed)" in out
+
+
+def test_members_kernels_prints_a_row_per_layer_and_member_count(tmp_path, capsys):
+    """``benchmarks/members_kernels.py`` at a tiny size: a row per layer and member count, each
+    layer on its member path (never the loop), the ratio the members' tokens/s over the LSTM's,
+    and the table written to ``--out``."""
+    from benchmarks import members_kernels
+
+    out = tmp_path / "table.md"
+    rows = members_kernels.main(
+        ["--members", "1", "2", "--batch", "2", "--length", "3", "--size", "4", "--width", "2", "--depth", "3",
+         "--repeats", "1", "--layers", "lstm", "superposition_lstm", "--out", str(out)]
+    )  # fmt: skip
+    assert [(r["layer"], r["members"]) for r in rows] == [
+        ("lstm", 1), ("lstm", 2), ("superposition_lstm", 1), ("superposition_lstm", 2)
+    ]  # fmt: skip
+    for r in rows:
+        assert r["path"].endswith("(members batched)")
+        assert r["ratio"] == pytest.approx(r["members"] * r["lstm_ms"] / r["ms"])
+    printed = capsys.readouterr().out
+    assert "| superposition_lstm | 2 |" in printed and out.read_text().count("\n| ") == 5
