@@ -155,6 +155,39 @@ def test_bos_inputs_is_the_shared_input_layout():
     assert mask.tolist() == [[True, True, True], [True, False, False]]
 
 
+def test_collate_equals_padding_row_by_row():
+    """:func:`memrnn.data.datamodule.right_padded` (one flat copy under a boolean mask) pads every
+    field as a copy per row would: ragged ids (an empty body among them), float64 scores, the
+    bracket annotations (bools included), and an empty batch."""
+    from memrnn.data.datamodule import right_padded
+
+    rng = np.random.default_rng(0)
+    items = []
+    for n in (7, 1, 12, 3, 12):
+        ids = rng.integers(0, 5, n).tolist()
+        items.append({"ids": ids, "ref_logprob": rng.normal(size=n), "distance": rng.integers(0, 9, n).tolist(),
+                      "depth": rng.integers(0, 4, n).tolist(), "full": (rng.random(n) < 0.5).tolist()})  # fmt: skip
+    batch = collate_generator(items, 5)
+    T = 12
+    for key, fill, dtype, offset in [("target", IGNORE_INDEX, torch.long, 0), ("ref_logprob", 0.0, torch.float64, 0),
+                                     ("distance", 0, torch.long, 0), ("depth", -1, torch.long, 0),
+                                     ("full", False, torch.bool, 0), ("input", 0, torch.long, 1)]:  # fmt: skip
+        want = torch.full((len(items), T), fill, dtype=dtype)
+        for b, it in enumerate(items):
+            row = it["ref_logprob" if key == "ref_logprob" else "ids" if key in ("target", "input") else key]
+            row = row[:-1] if key == "input" else row
+            want[b, offset : offset + len(row)] = torch.as_tensor(row, dtype=dtype)
+            if key == "input":
+                want[b, 0] = 5
+        assert batch[key].dtype == dtype and torch.equal(batch[key], want), key
+    empty = collate_generator([], 5)
+    assert empty["input"].shape == empty["target"].shape == empty["ref_logprob"].shape == (0, 0)
+    assert right_padded([[1, 2], []], 4, -1, torch.long, offset=1).tolist() == [
+        [-1, 1, 2, -1],
+        [-1, -1, -1, -1],
+    ]
+
+
 class SlowDyck(DyckKM):
     """Dyck-(2,3) whose exact scores take ``seconds`` per string on a fake clock (``clock[0]``)."""
 
