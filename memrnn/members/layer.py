@@ -39,6 +39,9 @@ class MemberPath:
     #: the members' initial state at once, ``(layer, batch_size, x) -> state [M, B, ...]`` (what
     #: each member's ``initial_state`` gives, stacked, without a member view each); None: the loop
     initial: Callable[[nn.Module, int, Tensor], Any] | None = None
+    #: the members' outputs at their states at once, ``(layer, state [M, B, ...]) -> [M, B,
+    #: output_size]`` (each member's ``output_at``, stacked); None: the loop
+    output_at: Callable[[nn.Module, Any], Tensor] | None = None
 
 
 #: the member paths by layer class (exact class: a subclass may compute otherwise)
@@ -140,6 +143,28 @@ class MemberLayer(nn.Module):
             raise ValueError(
                 f"input_lengths [members, batch] must have {self.members} members first, got {tuple(lengths.shape)}"
             )
+        path, reason = member_path_of(self.layer)
+        first = next(iter(self.layer.parameters()), None)
+        if reason is None and path.initial is not None and not kwargs and first is not None:
+            # every member at once (no member view each: once per training step with initial_output)
+            like = torch.empty(
+                self.members, 0, device=first.device if device is None else device,
+                dtype=first.dtype if dtype is None else dtype,
+            )  # fmt: skip
+            return path.initial(self.layer, batch_size, like)
+        return self._initial_loop(batch_size, device=device, dtype=dtype, **kwargs)
+
+    def _initial_loop(
+        self,
+        batch_size: int,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`initial_state` member by member, each under its member view."""
+        lengths = kwargs.get("input_lengths")
+        per_member = isinstance(lengths, Tensor) and lengths.dim() == 2
         states = []
         for m in range(self.members):
             kw = {**kwargs, "input_lengths": lengths[m]} if per_member else kwargs
@@ -154,6 +179,9 @@ class MemberLayer(nn.Module):
 
     def output_at(self, state: Any) -> Tensor:
         """Each member's ``output_at`` its slice of ``state``: ``[M, B, output_size]``."""
+        path, reason = member_path_of(self.layer)
+        if reason is None and path.output_at is not None:
+            return path.output_at(self.layer, state)
         outs = []
         for m in range(self.members):
             with member_view(self.layer, m) as layer:

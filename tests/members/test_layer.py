@@ -515,10 +515,14 @@ def test_embedding_and_heads_are_each_members_modules(dtype):
 
 
 @pytest.mark.parametrize(("cls", "kwargs", "op"), PATH_CASES)
-def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
-    """The member paths build the members' initial state at once (no member view each): equal to
-    each member's ``initial_state``, learned ones included, with gradients to ``h0_input``."""
+def test_a_member_paths_initial_state_and_output_are_each_members(cls, kwargs, op):
+    """The member paths build the members' initial state at once (no member view each; what
+    :meth:`MemberLayer.initial_state` gives without keyword arguments) and read their outputs at a
+    state at once (:meth:`MemberLayer.output_at`, where the path has it): equal bit for bit to each
+    member's ``initial_state`` and ``output_at`` under its member view, learned initial states
+    included (gradients reaching ``h0_input``), in the layer's dtype or the one asked for."""
     from memrnn.members import MEMBER_PATHS
+    from memrnn.members.stacking import member_view
 
     layers = []
     for seed in range(3):
@@ -530,10 +534,32 @@ def test_a_member_paths_initial_state_is_each_members(cls, kwargs, op):
         layers.append(layer)
     members = MemberLayer(layers)
     x = torch.zeros(3, 5, 2, 4)
-    fast = MEMBER_PATHS[cls].initial(members.layer, 5, x)
-    slow = members.initial_state(5)
-    for a, b in zip(fast, slow, strict=True):
-        assert torch.equal(a, b)
+    path = MEMBER_PATHS[cls]
+    fast = path.initial(members.layer, 5, x)
+    for dtype in (None, torch.float64):
+        slow = members._initial_loop(5, dtype=dtype)
+        got = members.initial_state(5, dtype=dtype)
+        for a, b, c in zip(fast, slow, got, strict=True):
+            assert torch.equal(b, c) and c.dtype == (dtype or torch.float32)
+            assert dtype is not None or torch.equal(a, b)
+    if not hasattr(layers[0], "output_at"):  # the layer gives no output at a state (e.g. JordanRNN)
+        assert path.output_at is None
+        return
+    state = _perturbed(members.initial_state(5), torch.Generator().manual_seed(1))
+    looped = []
+    for m in range(3):
+        with member_view(members.layer, m) as layer:
+            looped.append(layer.output_at(state_map(lambda t, m=m: t[m], state)))
+    out = members.output_at(state)
+    assert torch.equal(out, torch.stack(looped))
+    if path.output_at is None:
+        return
+    controller = getattr(members.layer, "controller", members.layer)
+    h0 = getattr(members.layer, "h0_input", None)
+    h0 = getattr(controller, "h0_input", None) if h0 is None else h0
+    if h0 is not None:  # a learned initial state: the output at it reaches h0_input
+        (grad,) = torch.autograd.grad(members.output_at(members.initial_state(5)).sum(), h0)
+        assert bool(grad.abs().sum() > 0)
 
 
 @pytest.mark.gpu

@@ -42,6 +42,14 @@ def _elman_initial(layer: ElmanRNN, batch_size: int, x: Tensor) -> ElmanState:
     return ElmanState(h[:, :, 0])
 
 
+def _elman_output_at(layer: ElmanRNN, state: Any) -> Tensor:
+    """The members' outputs at ``state``: ``h [M, B, hidden_size]`` (one layer, one direction)."""
+    return state[0]
+
+
 register_member_path(
-    ElmanRNN, MemberPath("elman_sequence (members batched)", _elman_why_not, _elman_run, _elman_initial)
+    ElmanRNN,
+    MemberPath(
+        "elman_sequence (members batched)", _elman_why_not, _elman_run, _elman_initial, _elman_output_at
+    ),
 )

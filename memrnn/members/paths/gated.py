@@ -30,6 +30,12 @@ def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
     return LSTMState(h, x.new_zeros(M, batch_size, rows, layer.hidden_size))
 
 
+def _top_h(layer: nn.Module, state: Any) -> Tensor:
+    """The members' outputs at ``state``: the top layer's ``h``, ``[M, B, hidden_size]`` (the
+    single layer's ``output_at``, ``state[0][:, -1]``, per member)."""
+    return state[0][:, :, -1]
+
+
 def _gated_why_not(layer: nn.Module) -> str | None:
     if layer.bidirectional:
         return "bidirectional"
@@ -89,8 +95,8 @@ def _gru_run(layer: GRULayer, x: Tensor, state: Any, mask: Tensor | None) -> tup
 
 
 register_member_path(
-    LSTMLayer, MemberPath("lstm_sequence (members batched)", _gated_why_not, _lstm_run, _lstm_initial)
+    LSTMLayer, MemberPath("lstm_sequence (members batched)", _gated_why_not, _lstm_run, _lstm_initial, _top_h)
 )
 register_member_path(
-    GRULayer, MemberPath("gru_sequence (members batched)", _gated_why_not, _gru_run, _gru_initial)
+    GRULayer, MemberPath("gru_sequence (members batched)", _gated_why_not, _gru_run, _gru_initial, _top_h)
 )

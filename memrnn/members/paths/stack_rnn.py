@@ -96,9 +96,25 @@ def _stack_rnn_initial(layer: StackRNN, batch_size: int, x: Tensor) -> Any:
     return layer.State(*controller, *(f.unflatten(0, (M, batch_size)) for f in memory))
 
 
+def _stack_rnn_output_at(layer: StackRNN, state: Any) -> Tensor:
+    """The members' outputs at ``state`` ``[M, B, output_size]``: the controller's member path's
+    (:meth:`StackRNN.output_at`), with the memory's reading (no weights: read on the members'
+    rows as one batch) for ``output="hidden+reading"``."""
+    cs, ms = layer.split(state)
+    h = MEMBER_PATHS[type(layer.controller)].output_at(layer.controller, cs)
+    if layer.output == "hidden":
+        return h
+    reading = layer.memory.read(type(ms)(*(f.flatten(0, 1) for f in ms)))
+    return torch.cat([h, reading.unflatten(0, h.shape[:2])], -1)
+
+
 register_member_path(
     StackRNN,
     MemberPath(
-        "stack_rnn_sequence (members batched)", _stack_rnn_why_not, _stack_rnn_run, _stack_rnn_initial
+        "stack_rnn_sequence (members batched)",
+        _stack_rnn_why_not,
+        _stack_rnn_run,
+        _stack_rnn_initial,
+        _stack_rnn_output_at,
     ),
 )
