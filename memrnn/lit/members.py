@@ -36,6 +36,7 @@ try:  # LightningCLI's deferred classes (jsonargparse's own module: _plain_calla
 except ImportError:  # another jsonargparse
     ClassInstantiator = call_without_instantiate_context = is_subclass = None
 
+from memrnn.data.datamodule import IGNORE_INDEX
 from memrnn.data.members import member_batch
 from memrnn.lit.metrics import PerLengthStats
 from memrnn.lit.objectives import computed_metrics, curve_stats, make_metrics, update_metrics
@@ -266,6 +267,13 @@ class MemberSequenceModule(SequenceModule):
         out = self.heads_out(batch["input"], batch["mask"], batch.get("input_lengths"))
         if not self._per_member(batch):
             return out, self.losses(batch, out)
+        if set(self.objectives) == {"generator"}:
+            # the members' losses at once, each its single run's sums (cross-entropy per position,
+            # a sum per string, then over the strings); per string, where every string has a
+            # scored position (always so for memrnn's data: END is scored), else member by member
+            target = batch.get("loss_target", batch["target"])
+            if self.loss_reduction == "token" or bool(((target != IGNORE_INDEX).sum(-1) > 0).all()):
+                return out, self.losses(batch, out)
         rows = [
             self.losses(member_batch(batch, m), {k: v[m] for k, v in out.items()})
             for m in range(self.members)

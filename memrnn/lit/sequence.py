@@ -501,10 +501,10 @@ class SequenceModule(L.LightningModule):
                 lead = logits.shape[:-3]
                 per = F.cross_entropy(
                     logits.reshape(-1, *logits.shape[-2:]).transpose(1, 2),
-                    target.expand(*lead, *target.shape).reshape(-1, target.shape[-1]),
+                    target.expand(*lead, *target.shape[-2:]).reshape(-1, target.shape[-1]),
                     ignore_index=IGNORE_INDEX,
                     reduction="none",
-                ).view(*lead, *target.shape)
+                ).view(*lead, *target.shape[-2:])
                 losses[name] = self._reduce(per, target != IGNORE_INDEX)
             elif name == "next_set":
                 logits = out["next_set"]
@@ -529,12 +529,16 @@ class SequenceModule(L.LightningModule):
         """The mean of the losses ``per [..., B, T]`` at the ``scored [B, T]`` positions, over all
         of them (``loss_reduction="token"``), or per string (its mean, ``"string"``, or its sum,
         ``"sum_per_string"``), then over the strings that have any; leading dimensions (members)
-        stay."""
+        stay.  ``scored [M, B, T]`` (a batch per member) counts each member's own positions; per
+        string, each of its strings must have one (the caller's check)."""
         per = per * scored
         if self.loss_reduction == "token":
-            return _sum_bt(per) / scored.sum().clamp_min(1)
-        counts = scored.sum(1)
+            return _sum_bt(per) / _sum_bt(scored).clamp_min(1)
+        counts = scored.sum(-1)
         rows = counts > 0
+        if counts.dim() > 1:  # a batch per member, [M, B, T]: every string has a scored position
+            sums = per.sum(-1) if self.loss_reduction == "sum_per_string" else per.sum(-1) / counts
+            return sums.sum(-1) / rows.sum(-1).clamp_min(1)
         if self.loss_reduction == "sum_per_string":
             return _sum_last(per.sum(-1)[..., rows]) / rows.sum().clamp_min(1)
         return _sum_last(per.sum(-1)[..., rows] / counts[rows]) / rows.sum().clamp_min(1)

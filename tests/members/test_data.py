@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from memrnn.data import FormalLanguageDataModule
+from memrnn.data import IGNORE_INDEX, FormalLanguageDataModule
 from memrnn.data.members import MemberData, MemberLoader, member_batch
 from memrnn.languages import DyckKM
 from memrnn.layers import LSTMLayer
@@ -84,6 +84,36 @@ def test_each_member_on_its_own_data_is_its_single_run(tmp_path):
         for key in tested:
             want = float(trainer.callback_metrics[key])
             assert members.member_epoch[key][m].item() == pytest.approx(want, abs=1e-5), key
+
+
+@pytest.mark.parametrize("reduction", ["token", "string", "sum_per_string"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_batch_per_member_takes_its_losses_at_once_as_each_member_alone(reduction, dtype):
+    """With a batch per member the generator's losses are taken for all members at once: bit for
+    bit each member's loss on its own rows (:meth:`SequenceModule.losses` on its slices), for
+    every ``loss_reduction``; a string without a scored position (none in memrnn's data) falls
+    back to the members one by one."""
+    torch.manual_seed(0)
+    members = MemberSequenceModule(seeds=[0, 1, 2], member_data="independent", loss_reduction=reduction,
+                                   **_kwargs()).to(dtype)  # fmt: skip
+    M, B, T = 3, 4, 7
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(1, T + 1, (M, B), generator=g)
+    mask = torch.arange(T) < lengths[..., None]
+    ids = torch.randint(0, members.vocab_size, (M, B, T), generator=g) * mask
+    target = torch.randint(0, members.num_symbols, (M, B, T), generator=g).masked_fill(~mask, IGNORE_INDEX)
+    batch = {"input": ids, "mask": mask, "target": target, "lengths": lengths}
+
+    def one_by_one(batch, out):
+        return torch.stack([members.losses(member_batch(batch, m), {k: v[m] for k, v in out.items()})["generator"]
+                            for m in range(M)])  # fmt: skip
+
+    out, losses = members._outputs_and_losses(batch)
+    assert losses["generator"].dtype == dtype and torch.equal(losses["generator"], one_by_one(batch, out))
+    blank = {**batch, "target": target.clone()}
+    blank["target"][1, 2] = IGNORE_INDEX  # member 1's string 2 has no scored position
+    out, losses = members._outputs_and_losses(blank)
+    assert torch.equal(losses["generator"], one_by_one(blank, out))
 
 
 def test_member_data_is_checked():
