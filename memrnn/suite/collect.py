@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memrnn.suite.runner import TESTED_PREFIX, cell_status, off_suite
+from memrnn.suite.runner import TESTED_PREFIX, cell_status, off_suite, running_elsewhere
 
 if TYPE_CHECKING:  # matplotlib and memrnn.lit (Lightning) are imported when a table is made
     from matplotlib.figure import Figure
@@ -382,7 +382,8 @@ def collect(
     suite: Suite, *, exclude_overrides: bool = False, select: dict[str, str] | str | None = "suite"
 ) -> Results:
     """The finished cells' ``result.json`` under the suite's ``out``; every other cell in
-    ``missing`` with its status (``failed``, ``killed``, ``pending``).  A finished cell that ran
+    ``missing`` with its status (``failed``, ``killed``, ``running in process N`` where its
+    ``STARTED`` names a live process of this machine, ``pending``).  A finished cell that ran
     otherwise than the suite says (:func:`memrnn.suite.runner.off_suite`) is a marked row, or,
     with ``exclude_overrides``, in ``missing`` as ``"other arguments: …"``.  ``select``: the
     selection on validation (:func:`resolve_select`: by default the suite's)."""
@@ -390,6 +391,8 @@ def collect(
     rows, missing = [], {}
     for cell in suite.cells():
         status = cell_status(suite, cell)
+        if status == "killed" and (pid := running_elsewhere(suite, cell)) is not None:
+            status = f"running in process {pid}"  # a live run of this machine (a group's, say)
         if status != "done":
             missing[cell.name] = status
             continue

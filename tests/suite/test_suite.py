@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -356,6 +357,18 @@ def test_collect_reports_the_missing_and_the_table(ran):
     table = results.table()
     assert "| parity_check | " in table and "—" in table  # the broken architecture has no result
     assert "Not done (4)" in table and "broken/reverse_string/seed1 (killed)" in table
+    # a cell whose STARTED names a live process of this machine (a group's, say) is running
+    started = suite.cell_dir(suite.cell("broken/reverse_string/seed1")) / "STARTED"
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        started.write_text(json.dumps({"cell": "broken/reverse_string/seed1", "host": socket.gethostname(),
+                                       "pid": proc.pid}))  # fmt: skip
+        running = collect(suite).missing["broken/reverse_string/seed1"]
+        assert running == f"running in process {proc.pid}"
+    finally:
+        proc.kill()
+        proc.wait()
+        started.write_text("{}")
     paths = results.write(ran.folder / "results")
     assert {p.name for p in paths.values()} == {"table.md", "results.csv", "curves.csv", "curves.png"}
     assert len(paths["results"].read_text().strip().splitlines()) == 1 + 4
