@@ -287,3 +287,14 @@ def test_members_kernels_prints_a_row_per_layer_and_member_count(tmp_path, capsy
         assert r["ratio"] == pytest.approx(r["members"] * r["lstm_ms"] / r["ms"])
     printed = capsys.readouterr().out
     assert "| superposition_lstm | 2 |" in printed and out.read_text().count("\n| ") == 5
+
+
+def test_member_overheads_prints_the_three_costs_both_ways(capsys):
+    """``benchmarks/member_overheads.py`` at a tiny size: its three rows (collation, the initial
+    state and output, the loss), each way checked equal inside the script before it is timed."""
+    from benchmarks import member_overheads
+
+    rows = member_overheads.main(["--members", "2", "--batch", "3", "--lengths", "2", "5", "--repeats", "1"])
+    assert [r["what"] for r in rows] == ["collate", "initial state + output", "loss (fwd+bwd)"]
+    assert all(r["before_ms"] > 0 and r["now_ms"] > 0 for r in rows)
+    assert "| collate |" in capsys.readouterr().out
