@@ -172,3 +172,32 @@ def test_the_records_40_epoch_unmarked_reversal_numbers_are_the_committed_result
         gaps = r["val_ce_gap_by_epoch"]
         assert f"{r['test_ce_gap']:.3f}" in sentence, seed
         assert f"{min(gaps[:20]):.3f} → {min(gaps):.3f}" in sentence, seed
+
+
+def test_the_papers_protocol_lstm_rows_are_the_committed_results():
+    """The LSTM column at DuSell & Chiang's protocol on ``docs/results/dusell.md`` (the grid's 20
+    runs per task as members, ``configs/suites/dusell_grid.yaml``) is what ``collect`` computes
+    from the committed results (``benchmarks/results/dusell_grid/``): the selected run's rows and
+    the median / max / min rows, every run of the two tasks there, and the summary table's numbers."""
+    grid = ROOT / "configs" / "suites" / "dusell_grid.yaml"
+    tasks = ["marked_reversal", "unmarked_reversal"]
+    suite = Suite.load(grid, out=ROOT / "benchmarks" / "results" / "dusell_grid").subset(
+        arch=["lstm"], task=tasks
+    )
+    page = (ROOT / "docs" / "results" / "dusell.md").read_text()
+    section = page[page.index("## At the papers' protocol") : page.index("## Per length")]
+    lines = section.splitlines()
+    for select in ("suite", None):
+        results = collect(suite, select=select)
+        assert not results.missing and len(results.rows) == 40
+        rows = [line for line in results.table().splitlines() if line.startswith("| ")]
+        assert rows[0] == "| task | length floor | LSTM |" and len(rows) == 4
+        start = [i for i, line in enumerate(lines) if line == rows[1]]  # the parameters row, in both tables
+        assert any(lines[i : i + 3] == rows[1:] for i in start), (select, rows)
+    by_task = {
+        t: sorted(r["score"] for r in collect(suite, select=None).rows if r["task"] == t) for t in tasks
+    }
+    assert (
+        f"{by_task['marked_reversal'][0]:.3f}" == "0.145"
+        and f"{by_task['unmarked_reversal'][-1]:.3f}" == "0.389"
+    )
