@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.run import call_seconds
 from memrnn.layers import ElmanRNN, LSTMLayer, StackRNN
 from memrnn.members import MemberLayer
 from memrnn.ops.native import cpu_description
@@ -49,16 +49,6 @@ LAYERS: dict[str, Callable[[int, int, int], torch.nn.Module]] = {
 }
 
 
-def _seconds(fn: Callable[[], None], device: str) -> float:
-    if device == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    fn()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 def best_pair(
     base: Callable[[], None], fn: Callable[[], None], repeats: int, device: str
 ) -> tuple[float, float]:
@@ -66,8 +56,8 @@ def best_pair(
     base(), fn()
     tb, tf = [], []
     for _ in range(repeats):
-        tb.append(_seconds(base, device))
-        tf.append(_seconds(fn, device))
+        tb.append(call_seconds(base, device))
+        tf.append(call_seconds(fn, device))
     return min(tb), min(tf)
 
 

@@ -132,18 +132,23 @@ class SavedBytes:
         self._ctx.__exit__(*exc)
 
 
+def call_seconds(fn: Callable[[], object], device: str) -> float:
+    """Seconds of one call of ``fn``; on CUDA synchronised before and after."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
 def median_time(fn: Callable[[], object], device: str, max_reps: int = 20) -> float:
     """Median seconds of ``fn`` after one warm-up call: repeats until 0.3 s have passed (at
     least 3; at least 1 when one call takes over 1 s)."""
 
     def once() -> float:
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
+        return call_seconds(fn, device)
 
     first = once()  # warm-up
     min_reps = 1 if first > 1.0 else 3

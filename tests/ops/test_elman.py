@@ -11,7 +11,7 @@ import torch
 from benchmarks.run import SavedBytes
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.ops.elman import elman_sequence
-from tests.ops.backends import SHAPES, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import SHAPES, Launches, assert_kernel_matches, needs_triton, randn
 
 
 @pytest.mark.parametrize("leak", [1.0, 0.3])
@@ -119,7 +119,6 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
     kernel on its ``[m]`` slices (one model: the same kernels with ``M = 1``)."""
     import memrnn.ops.elman.triton as kernels
     from tests.ops.backends import DEVICE
-    from tests.ops.test_lstm import _Launches
 
     g = torch.Generator().manual_seed(0)
     M, B, T, H = 2, 17, 3, 5
@@ -133,7 +132,7 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
         hs = elman_sequence(*args, "tanh", torch.tanh, leak, impl=impl)
         return (hs, *torch.autograd.grad((hs.double() * proj[m]).sum(), args))
 
-    fwd, bwd = _Launches(kernels._elman_fwd), _Launches(kernels._elman_bwd)
+    fwd, bwd = Launches(kernels._elman_fwd), Launches(kernels._elman_bwd)
     monkeypatch.setattr(kernels, "_elman_fwd", fwd)
     monkeypatch.setattr(kernels, "_elman_bwd", bwd)
     args = [a.detach().float().requires_grad_() for a in ref]

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from memrnn.ops.lstm.cpu import LSTMSequence
-from tests.ops.backends import SHAPES, assert_kernel_matches, needs_native, needs_triton, randn
+from tests.ops.backends import SHAPES, Launches, assert_kernel_matches, needs_native, needs_triton, randn
 
 
 @needs_triton
@@ -59,17 +59,6 @@ def test_members_cpu_path_equals_the_reference_per_member(tanh_units):
         lstm_sequence(args[0], args[1], args[2], args[3], args[4][0], args[5], tanh_units)
 
 
-class _Launches:
-    """A kernel whose launches are recorded: ``kernel[grid](...)`` runs it and appends ``grid``."""
-
-    def __init__(self, kernel):
-        self.kernel, self.grids = kernel, []
-
-    def __getitem__(self, grid):
-        self.grids.append(grid)
-        return self.kernel[grid]
-
-
 @needs_triton
 def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_run(monkeypatch):
     """The Triton kernels with members (issue 67): one launch per direction for all members, a grid
@@ -91,7 +80,7 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
         loss = (hs.double() * wh[m]).sum() + (cs.double() * wc[m]).sum()
         return (hs, cs, *torch.autograd.grad(loss, args))
 
-    fwd, bwd = _Launches(kernels._lstm_fwd), _Launches(kernels._lstm_bwd)
+    fwd, bwd = Launches(kernels._lstm_fwd), Launches(kernels._lstm_bwd)
     monkeypatch.setattr(kernels, "_lstm_fwd", fwd)
     monkeypatch.setattr(kernels, "_lstm_bwd", bwd)
     args = [a.detach().float().requires_grad_() for a in ref]
