@@ -11,7 +11,7 @@ import torch
 from benchmarks.run import SavedBytes
 from memrnn.core.activations import ACTIVATIONS
 from memrnn.ops.elman import elman_sequence
-from tests.ops.backends import SHAPES, Launches, assert_kernel_matches, needs_triton, randn
+from tests.ops.backends import SHAPES, assert_kernel_matches, assert_member_kernels, needs_triton, randn
 
 
 @pytest.mark.parametrize("leak", [1.0, 0.3])
@@ -118,31 +118,14 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
     equal the float64 member reference (float32 storage, 1e-5), and member ``m`` equals the single
     kernel on its ``[m]`` slices (one model: the same kernels with ``M = 1``)."""
     import memrnn.ops.elman.triton as kernels
-    from tests.ops.backends import DEVICE
 
-    g = torch.Generator().manual_seed(0)
     M, B, T, H = 2, 17, 3, 5
-    ref = [
-        (torch.randn(*s, generator=g, dtype=torch.float64) * scale).to(DEVICE).requires_grad_()
-        for s, scale in [((M, B, T, H), 1.0), ((M, H, H), H**-0.5), ((M, B, H), 1.0)]
-    ]
-    proj = torch.randn(M, B, T + 1, H, generator=g, dtype=torch.float64).to(DEVICE)
 
-    def run(args, impl, m=slice(None)):
-        hs = elman_sequence(*args, "tanh", torch.tanh, leak, impl=impl)
-        return (hs, *torch.autograd.grad((hs.double() * proj[m]).sum(), args))
+    def make(dtype):
+        return [randn(M, B, T, H, dtype=dtype, seed=1), randn(M, H, H, dtype=dtype, seed=2, scale=H**-0.5),
+                randn(M, B, H, dtype=dtype, seed=3)]  # fmt: skip
 
-    fwd, bwd = Launches(kernels._elman_fwd), Launches(kernels._elman_bwd)
-    monkeypatch.setattr(kernels, "_elman_fwd", fwd)
-    monkeypatch.setattr(kernels, "_elman_bwd", bwd)
-    args = [a.detach().float().requires_grad_() for a in ref]
-    got = run(args, "triton")
-    assert fwd.grids == bwd.grids == [(2, M)]
-    for a, b in zip(got, run(ref, "reference"), strict=True):
-        assert a.dtype == torch.float32
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
-    for m in range(M):
-        single = run([a.detach()[m].clone().requires_grad_() for a in args], "triton", m)
-        for a, b in zip(single, got, strict=True):
-            torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)  # ∂W: bmm against mm
-    assert fwd.grids[1:] == bwd.grids[1:] == [(2, 1)] * M
+    def run(args, impl):
+        return (elman_sequence(*args, "tanh", torch.tanh, leak, impl=impl),)
+
+    assert_member_kernels(monkeypatch, kernels, ["_elman_fwd", "_elman_bwd"], run, make, M, B, atol=1e-5)

@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from memrnn.ops.lstm.cpu import LSTMSequence
-from tests.ops.backends import SHAPES, Launches, assert_kernel_matches, needs_native, needs_triton, randn
+from tests.ops.backends import (
+    SHAPES,
+    assert_kernel_matches,
+    assert_member_kernels,
+    needs_native,
+    needs_triton,
+    randn,
+)
 
 
 @needs_triton
@@ -67,33 +74,17 @@ def test_members_kernel_is_one_launch_equal_to_the_reference_and_to_each_single_
     kernel on its ``[m]`` slices (one model: the same kernels with ``M = 1``)."""
     import memrnn.ops.lstm.triton as kernels
     from memrnn.ops.lstm import lstm_sequence
-    from tests.ops.backends import DEVICE
 
-    g = torch.Generator().manual_seed(0)
     M, B, T, n, N, tanh_units = 2, 17, 2, 4, 5, 3  # units 3, 4: the counter cells
     shapes = [(M, B, T, n), (M, 4 * N, n), (M, 4 * N), (M, 4 * N, N), (M, B, N), (M, B, N)]
-    ref = [torch.randn(*s, generator=g, dtype=torch.float64).to(DEVICE).requires_grad_() for s in shapes]
-    wh, wc = (torch.randn(M, B, T + 1, N, generator=g, dtype=torch.float64).to(DEVICE) for _ in range(2))
 
-    def run(args, impl, m=slice(None)):
-        hs, cs = lstm_sequence(*args, tanh_units, impl=impl)
-        loss = (hs.double() * wh[m]).sum() + (cs.double() * wc[m]).sum()
-        return (hs, cs, *torch.autograd.grad(loss, args))
+    def make(dtype):
+        return [randn(*shape, dtype=dtype, seed=i) for i, shape in enumerate(shapes)]
 
-    fwd, bwd = Launches(kernels._lstm_fwd), Launches(kernels._lstm_bwd)
-    monkeypatch.setattr(kernels, "_lstm_fwd", fwd)
-    monkeypatch.setattr(kernels, "_lstm_bwd", bwd)
-    args = [a.detach().float().requires_grad_() for a in ref]
-    got = run(args, "triton")
-    assert fwd.grids == bwd.grids == [(2, M)]
-    for a, b in zip(got, run(ref, "reference"), strict=True):
-        assert a.dtype == torch.float32
-        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
-    for m in range(M):
-        single = run([a.detach()[m].clone().requires_grad_() for a in args], "triton", m)
-        for a, b in zip(single, got, strict=True):
-            torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)  # ∂W: bmm against mm
-    assert fwd.grids[1:] == bwd.grids[1:] == [(2, 1)] * M
+    def run(args, impl):
+        return lstm_sequence(*args, tanh_units, impl=impl)
+
+    assert_member_kernels(monkeypatch, kernels, ["_lstm_fwd", "_lstm_bwd"], run, make, M, B, atol=1e-5)
 
 
 @needs_native

@@ -41,6 +41,7 @@ from memrnn.ops.triton_common import (
     _rec_matvec_t,
     _seed_slot,
     unit_blocks,
+    weight_grad,
 )
 
 
@@ -188,14 +189,7 @@ class ElmanTriton(torch.autograd.Function):
             g_h0 = g[..., 0, :, :].to(zs.dtype)
         else:
             g_h0 = grad_hs[..., 0, :, :]
-        grad_w = None
-        if ctx.needs_input_grad[1] and lead:  # one product per member
-            gz_t = gz.reshape(M, T * B, H).transpose(1, 2).float()
-            grad_w = torch.bmm(gz_t, hs[:, :-1].reshape(M, T * B, H).float()).to(weight_hh.dtype)
-        elif ctx.needs_input_grad[1]:
-            grad_w = (gz.reshape(T * B, H).t().float() @ hs[:-1].reshape(T * B, H).float()).to(
-                weight_hh.dtype
-            )
+        grad_w = weight_grad(gz, hs[..., :-1, :, :]).to(weight_hh.dtype) if ctx.needs_input_grad[1] else None
         return gz, grad_w, g_h0, None, None
 
 

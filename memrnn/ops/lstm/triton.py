@@ -30,6 +30,7 @@ from memrnn.ops.triton_common import (
     _sig,
     _tanh,
     unit_blocks,
+    weight_grad,
 )
 
 
@@ -206,12 +207,7 @@ class LSTMTriton(torch.autograd.Function):
             g_h0, g_c0 = gh[..., 0, :, :].to(hs.dtype), gc[..., 0, :, :].to(hs.dtype)
         else:
             g_h0, g_c0 = grad_hs[..., 0, :, :], grad_cs[..., 0, :, :]
-        grad_w = None
-        if ctx.needs_input_grad[1] and lead:  # one product per member
-            ga_t = ga.reshape(M, T * B, G).transpose(1, 2).float()
-            grad_w = torch.bmm(ga_t, hs[:, :-1].reshape(M, T * B, N).float()).to(w_rec.dtype)
-        elif ctx.needs_input_grad[1]:
-            grad_w = (ga.reshape(T * B, G).t().float() @ hs[:-1].reshape(T * B, N).float()).to(w_rec.dtype)
+        grad_w = weight_grad(ga, hs[..., :-1, :, :]).to(w_rec.dtype) if ctx.needs_input_grad[1] else None
         return ga, grad_w, g_h0, g_c0, None
 
 
