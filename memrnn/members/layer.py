@@ -12,6 +12,7 @@ in one pass; every other layer runs a loop over its members (each member through
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,14 +138,8 @@ class MemberLayer(nn.Module):
         """Each member's initial state, stacked: every field ``[M, batch_size, ...]`` (``kwargs``,
         e.g. a jump tape's ``input_lengths [B]``, go to every member's ``initial_state``; an
         ``input_lengths [M, B]``, each member's own rows, goes member by member)."""
-        lengths = kwargs.get("input_lengths")
-        per_member = isinstance(lengths, Tensor) and lengths.dim() == 2
-        if per_member and lengths.shape[0] != self.members:
-            raise ValueError(
-                f"input_lengths [members, batch] must have {self.members} members first, got {tuple(lengths.shape)}"
-            )
         path, reason = member_path_of(self.layer)
-        first = next(iter(self.layer.parameters()), None)
+        first = next(itertools.chain(self.layer.parameters(), self.layer.buffers()), None)
         if reason is None and path.initial is not None and not kwargs and first is not None:
             # every member at once (no member view each: once per training step with initial_output)
             like = torch.empty(
@@ -162,9 +157,14 @@ class MemberLayer(nn.Module):
         dtype: torch.dtype | None = None,
         **kwargs: Any,
     ) -> Any:
-        """:meth:`initial_state` member by member, each under its member view."""
+        """:meth:`initial_state` member by member, each under its member view (with keyword
+        arguments: an ``input_lengths [M, B]`` goes member by member)."""
         lengths = kwargs.get("input_lengths")
         per_member = isinstance(lengths, Tensor) and lengths.dim() == 2
+        if per_member and lengths.shape[0] != self.members:
+            raise ValueError(
+                f"input_lengths [members, batch] must have {self.members} members first, got {tuple(lengths.shape)}"
+            )
         states = []
         for m in range(self.members):
             kw = {**kwargs, "input_lengths": lengths[m]} if per_member else kwargs
@@ -240,9 +240,7 @@ class MemberLayer(nn.Module):
 
     def _run_path(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
         path = member_path_of(self.layer)[0]
-        if state is None and path.initial is not None:
-            state = path.initial(self.layer, x.shape[1], x)
-        elif state is None:
+        if state is None:  # through the path's initial where it has one
             state = self.initial_state(x.shape[1], device=x.device, dtype=x.dtype)
         if mask is not None and bool(mask.all()):
             mask = None
