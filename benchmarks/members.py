@@ -2,7 +2,7 @@
 (:class:`memrnn.lit.members.MemberSequenceModule`) against M sequential runs of the same job
 through the same module and trainer, and against K single runs in K parallel processes.
 
-    python -m benchmarks.members                                   # CPU, the three jobs below
+    python -m benchmarks.members                                   # CPU, the first three jobs below
     python -m benchmarks.members --jobs default --members 1 10     # one job, two sizes
     python -m benchmarks.members --device cuda --out benchmarks/results/members-h200.md
 
@@ -14,7 +14,10 @@ Jobs (each its config's model and batches; gradient clipping as configured):
   (``configs/chomsky/stack_rnn.yaml``: ReLU controller of 256 units, superposition stack 30×8,
   batch 128);
 * ``dusell``: DuSell & Chiang's LSTM-20 cell on marked reversal (``configs/dusell/lstm_marked_reversal.yaml``:
-  batch 10, lengths 40–80).
+  batch 10, lengths 40–80);
+* ``rns``: DuSell & Chiang's RNS-RNN cell on marked reversal (``configs/dusell/rns_marked_reversal.yaml``:
+  the same LSTM-20 controller over a nondeterministic stack of 2 states × 3 symbols, depth 104),
+  whose members' stack is one run on their rows (:mod:`memrnn.members.paths.nondeterministic`).
 
 Rows: ``sequential`` (one single run's steps/s: M runs one after another give the same seed-steps/s),
 ``K processes`` (K single runs at once, each with ``torch.set_num_threads(1)``, K = the cores:
@@ -55,6 +58,7 @@ JOBS = {
     "default": ["--config", "configs/dyck/lstm_k2_m3.yaml"],
     "deletang": ["--config", "configs/chomsky/stack_rnn.yaml", "--data.init_args.task=reverse_string"],
     "dusell": ["--config", "configs/dusell/lstm_marked_reversal.yaml"],
+    "rns": ["--config", "configs/dusell/rns_marked_reversal.yaml"],
 }
 
 
@@ -126,7 +130,7 @@ def _median(xs: list[float]) -> float:
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    ap.add_argument("--jobs", nargs="+", default=["default", "deletang", "dusell"], choices=list(JOBS))
     ap.add_argument("--members", type=int, nargs="+", default=[1, 2, 4, 8, 10, 16, 32])
     ap.add_argument("--batches", type=int, default=60, help="training batches per row (after the warm-up)")
     ap.add_argument("--warmup", type=int, default=5)

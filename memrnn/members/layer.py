@@ -43,6 +43,12 @@ class MemberPath:
     #: the members' outputs at their states at once, ``(layer, state [M, B, ...]) -> [M, B,
     #: output_size]`` (each member's ``output_at``, stacked); None: the loop
     output_at: Callable[[nn.Module, Any], Tensor] | None = None
+    #: the outputs alone, ``(layer, x, state, mask) -> [M, B, T, out]`` (what :meth:`MemberLayer.outputs`
+    #: runs: a path may skip work only the final state needs); None: ``run``'s outputs
+    outputs: Callable[[nn.Module, Tensor, Any, Tensor | None], Tensor] | None = None
+    #: ``layer -> path or None``: another path for the layers of the class whose options call for
+    #: one (:class:`memrnn.layers.StackRNN`'s nondeterministic stacks); None: this one for all
+    select: Callable[[nn.Module], MemberPath | None] | None = None
 
 
 #: the member paths by layer class (exact class: a subclass may compute otherwise)
@@ -65,6 +71,8 @@ def member_path_of(layer: nn.Module) -> tuple[MemberPath | None, str | None]:
         path = MEMBER_PATHS.get(cls.member_path_from)
     if path is None:
         return None, f"no member path for {cls.__name__}"
+    if path.select is not None:
+        path = path.select(layer) or path
     refusal = getattr(layer, "member_path_refusal", None)
     reason = refusal() if refusal is not None else None
     return path, reason if reason is not None else path.why_not(layer)
@@ -238,20 +246,25 @@ class MemberLayer(nn.Module):
     def _batched(self) -> bool:
         return member_path_of(self.layer)[1] is None
 
-    def _run_path(self, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
+    def _run_path(self, x: Tensor, state: Any, mask: Tensor | None, *, outputs_only: bool = False):
+        """The member path's ``run`` (``outputs_only``: its ``outputs`` where it has one)."""
         path = member_path_of(self.layer)[0]
         if state is None:  # through the path's initial where it has one
             state = self.initial_state(x.shape[1], device=x.device, dtype=x.dtype)
         if mask is not None and bool(mask.all()):
             mask = None
-        return path.run(self.layer, x, state, mask)
+        if not outputs_only:
+            return path.run(self.layer, x, state, mask)
+        if path.outputs is not None:
+            return path.outputs(self.layer, x, state, mask)
+        return path.run(self.layer, x, state, mask)[0]
 
     def outputs(self, x: Tensor, state: Any = None, mask: Tensor | None = None) -> Tensor:
         """``forward``'s outputs ``[M, B, T, output_size]`` without the final state (each member
         through its layer's ``outputs``, which may skip work the final state needs)."""
         state, mask = self._check(x, state, mask)
         if self._batched():
-            return self._run_path(x, state, mask)[0]
+            return self._run_path(x, state, mask, outputs_only=True)
         return self._loop(x, state, mask, outputs_only=True)
 
     def _loop(self, x: Tensor, state: Any, mask: Tensor | None, *, outputs_only: bool):

@@ -4,6 +4,7 @@ member path and on the loop over members."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -113,6 +114,7 @@ DELETANG = {
 }
 LEARNED_H0 = {"controller_args": {"learned_initial_state": True}}
 WRITE_MLP = {"memory_args": {"write_mlp": [3]}}  # the Tape-RNN's write MLP
+NS = {"states": 2, "symbols": 2}  # a small nondeterministic stack
 
 PATH_CASES = [
     (LSTMLayer, {}, "lstm_sequence"),
@@ -165,6 +167,40 @@ PATH_CASES = [
         {"memory": "tape_jump", "width": 2, "depth": 4, "memory_args": {"jump": 3}},
         "stack_rnn_sequence",
     ),
+    (StackRNN, {"memory": "nondeterministic", "depth": 3, "memory_args": NS}, "nondeterministic_sequence"),
+    (
+        StackRNN,
+        {
+            "memory": "nondeterministic",
+            "controller": "elman",
+            "depth": 6,
+            "output": "hidden+reading",
+            "memory_args": {**NS, "normalize_transitions": True, "states_in_reading": False},
+        },
+        "nondeterministic_sequence",
+    ),
+    (
+        StackRNN,
+        {
+            "memory": "vector_nondeterministic",
+            "depth": 3,
+            "memory_args": {**NS, "vector_size": 2},
+            **LEARNED_H0,
+        },
+        "nondeterministic_sequence",
+    ),
+    (
+        StackRNN,
+        {
+            "memory": "vector_nondeterministic",
+            "controller": "elman",
+            "controller_args": {"activation": "relu"},
+            "depth": 4,
+            "output": "hidden+reading",
+            "memory_args": {**NS, "vector_size": 2, "bottom_symbol": "original"},
+        },
+        "nondeterministic_sequence",
+    ),
 ]
 
 
@@ -174,6 +210,8 @@ def test_member_paths_equal_the_loop_and_the_reference(cls, kwargs, op, dtype):
     """A member path (the layer's op batched over the members) against the loop over the members
     (the layer's own forward each) and under :func:`memrnn.reference_paths`."""
     tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-6, "rtol": 1e-5}
+    if op == "nondeterministic_sequence" and dtype == torch.float32:  # log space: the stack's own tests'
+        tol = {"atol": 2e-5, "rtol": 1e-4}
     layers = []
     for seed in range(3):
         torch.manual_seed(seed)
@@ -260,6 +298,113 @@ def test_stack_rnn_member_path_on_the_kernels(kwargs):
         runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
     for a, b in zip(runs["path"], runs["loop"], strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+
+
+def _path_and_loop(members, x, mask, impl=None):
+    """Outputs, final state and the gradients of inputs and parameters (of a loss reading both),
+    through the member path and through the loop over the members (``impl``: under that
+    implementation)."""
+    from memrnn.ops.dispatch import implementation
+
+    M, Bx, Tx = x.shape[:3]
+    runs = {}
+    for how in ("path", "loop"):
+        with contextlib.nullcontext() if impl is None else implementation(impl):
+            if how == "loop":
+                y, final = members._loop(x, None, mask.expand(M, Bx, Tx), outputs_only=False)
+            else:
+                y, final = members(x, mask=mask)
+        loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
+        runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
+    return runs["path"], runs["loop"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_the_nondeterministic_path_gives_each_member_its_bottom_vector(dtype):
+    """The vector RNS-RNN's learned bottom vector is each member's own in the members' initial
+    state: with a different bottom per member, outputs, final states and every gradient (the
+    bottom's included) equal the loop over the members."""
+    layers = []
+    for seed in range(3):
+        torch.manual_seed(seed)
+        layer = StackRNN(
+            4, 5, memory="vector_nondeterministic", depth=3, memory_args={**NS, "vector_size": 2}
+        )
+        with torch.no_grad():
+            layer.memory.bottom.normal_(0, 2)
+        layers.append(layer.to(dtype))
+    members = MemberLayer(layers)
+    assert members.member_path == "nondeterministic_sequence (members batched)"
+    x = torch.randn(3, B, T, 4, generator=torch.Generator().manual_seed(0), dtype=dtype, requires_grad=True)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    path, loop = _path_and_loop(members, x, mask)
+    tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
+    for a, b in zip(path, loop, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    bottom_grad = path[-1 - [n for n, _ in members.named_parameters()][::-1].index("layer.memory.bottom")]
+    assert bottom_grad.shape == (3, 2) and bool((bottom_grad.abs().sum(1) > 0).all())
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"memory": "nondeterministic", "depth": 4, "memory_args": NS},
+        {"memory": "superposition", "width": 2, "depth": 8},
+    ],
+    ids=["nondeterministic", "superposition"],
+)
+def test_outputs_alone_equal_the_forwards_outputs(kwargs):
+    """:meth:`MemberLayer.outputs` runs the path's outputs alone (no final window for a
+    nondeterministic stack, the superposition stack's window trimmed to what can still be read):
+    the forward's outputs and the input's gradient, bit for bit."""
+    members = MemberLayer.build(lambda: StackRNN(4, 5, **kwargs), seeds=range(3))
+    x = torch.randn(3, B, T, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    mask = torch.arange(T)[None, :] < LENGTHS[:, None]
+    y = members(x, mask=mask)[0]
+    alone = members.outputs(x, mask=mask)
+    assert torch.equal(alone, y)
+    (g_full,) = torch.autograd.grad((y * y.detach().sin()).sum(), x)
+    (g_alone,) = torch.autograd.grad((alone * alone.detach().sin()).sum(), x)
+    assert torch.equal(g_alone, g_full)
+
+
+@needs_triton
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"memory": "nondeterministic", "depth": 3, "memory_args": NS, **LEARNED_H0},
+        {
+            "memory": "vector_nondeterministic",
+            "controller": "elman",
+            "depth": 3,
+            "output": "hidden+reading",
+            "memory_args": {**NS, "vector_size": 2},
+        },
+    ],
+    ids=["nondeterministic", "vector-elman"],
+)
+def test_the_nondeterministic_member_path_on_the_triton_run(kwargs):
+    """On the Triton run (``implementation("triton")``: what CUDA tensors get; here under Triton's
+    interpreter) the members' stack is one run on their ``M·B`` rows: outputs, final states and
+    every gradient equal the loop over the members, each on its own run."""
+    from memrnn.ops import nondeterministic
+
+    members = MemberLayer.build(lambda: StackRNN(4, 5, **kwargs), seeds=range(3)).to(DEVICE)
+    x = torch.randn(3, B, T, 4, generator=torch.Generator().manual_seed(0)).to(DEVICE).requires_grad_()
+    mask = (torch.arange(T)[None, :] < LENGTHS[:, None]).to(DEVICE)
+    made = []
+    real = nondeterministic.NondeterministicRun.__init__
+
+    def spy(self, gamma, *args, **kw):
+        made.append((gamma.shape[0], kw.get("impl")))
+        real(self, gamma, *args, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(nondeterministic.NondeterministicRun, "__init__", spy)
+        path, loop = _path_and_loop(members, x, mask, impl="triton")
+    assert made == [(3 * B, "triton")] + [(B, "triton")] * 3  # one run for the members, then one each
+    for a, b in zip(path, loop, strict=True):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
@@ -378,13 +523,25 @@ def test_the_loop_is_named_where_no_member_path_applies():
 
 
 def test_the_stack_rnns_loop_is_named_where_no_member_path_applies():
-    """The stack RNN's member path covers the fused memories under an LSTM or Elman controller;
-    the nondeterministic stacks, a GRU controller and ``strict`` run the loop, which names why."""
+    """The stack RNN's member path covers the fused memories under an LSTM or Elman controller,
+    the nondeterministic stacks' path theirs under a one-layer LSTM or Elman controller; a GRU or
+    stacked controller and ``strict`` run the loop, which names why."""
     tiny = {"width": 2, "depth": 3}
-    ns = MemberLayer(
-        [StackRNN(3, 4, memory="nondeterministic", depth=3, memory_args={"states": 2, "symbols": 2})] * 2
+    ns = {"memory": "nondeterministic", "depth": 3, "memory_args": NS}
+    assert (
+        MemberLayer([StackRNN(3, 4, **ns)] * 2).member_path == "nondeterministic_sequence (members batched)"
     )
-    assert ns.member_path == "loop (the nondeterministic memory has no fused sequence)"
+    for why, kwargs in [
+        ("GRULayer", {"controller": "gru"}),
+        ("ElmanRNN", {"controller": "elman", "controller_args": {"num_layers": 2}}),
+    ]:
+        looped = MemberLayer([StackRNN(3, 4, **ns, **kwargs)] * 2).member_path
+        assert looped == (
+            f"loop (controller {why} is not a one-layer LSTM with biases or a one-layer unidirectional Elman RNN)"
+        )
+    assert MemberLayer([StackRNN(3, 4, strict=True, **ns)] * 2).member_path == (
+        "loop (strict (overflow checked member by member))"
+    )
     gru = MemberLayer([StackRNN(3, 4, controller="gru", **tiny)] * 2)
     assert gru.member_path.startswith("loop (controller GRULayer is not a one-layer LSTM with biases")
     assert MemberLayer([StackRNN(3, 4, strict=True, **tiny)] * 2).member_path == (
@@ -521,7 +678,7 @@ def test_a_member_paths_initial_state_and_output_are_each_members(cls, kwargs, o
     state at once (:meth:`MemberLayer.output_at`, where the path has it): equal bit for bit to each
     member's ``initial_state`` and ``output_at`` under its member view, learned initial states
     included (gradients reaching ``h0_input``), in the layer's dtype or the one asked for."""
-    from memrnn.members import MEMBER_PATHS
+    from memrnn.members.layer import member_path_of
     from memrnn.members.stacking import member_view
 
     layers = []
@@ -534,7 +691,7 @@ def test_a_member_paths_initial_state_and_output_are_each_members(cls, kwargs, o
         layers.append(layer)
     members = MemberLayer(layers)
     x = torch.zeros(3, 5, 2, 4)
-    path = MEMBER_PATHS[cls]
+    path = member_path_of(members.layer)[0]
     fast = path.initial(members.layer, 5, x)
     for dtype in (None, torch.float64):
         slow = members._initial_loop(5, dtype=dtype)

@@ -129,7 +129,12 @@ class NondeterministicStack(Memory):
 
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``h [B, hidden_size]`` -> log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``."""
-        return self._pda(self.head(h))
+        return self.from_head(self.head(h))
+
+    def from_head(self, out: Tensor) -> tuple[Tensor, ...]:
+        """:meth:`transitions` from the head's outputs ``out = head(h) [B, head outputs]`` (what
+        members, each with its own head, compute at once: :mod:`memrnn.members.paths.nondeterministic`)."""
+        return self._pda(out)
 
     def _pda(self, out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """The head's first ``QS · (2·QS + Q)`` outputs ``[B, …]`` as ``push, repl, pop``."""
@@ -285,7 +290,9 @@ class VectorNondeterministicStack(NondeterministicStack):
     def transitions(self, h: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """``h [B, hidden_size]`` -> log weights ``push, repl [B, QS, QS]``, ``pop [B, QS, Q]``
         and the log pushed vector ``[B, m]``."""
-        out = self.head(h)
+        return self.from_head(self.head(h))
+
+    def from_head(self, out: Tensor) -> tuple[Tensor, ...]:
         return (*self._pda(out), F.logsigmoid(out[:, -self.vector_size :]))
 
     def log_bottom(self, *, device=None, dtype=None) -> Tensor | None:

@@ -8,7 +8,9 @@ one module per recurrence, each registering its layer classes on import:
 * :mod:`~memrnn.members.paths.reservoir`: :class:`memrnn.layers.Reservoir`;
 * :mod:`~memrnn.members.paths.second_order`: :class:`memrnn.layers.SecondOrderRNN`;
 * :mod:`~memrnn.members.paths.nnpda`: :class:`memrnn.layers.NNPDA`;
-* :mod:`~memrnn.members.paths.stack_rnn`: :class:`memrnn.layers.StackRNN` (the fused memories).
+* :mod:`~memrnn.members.paths.stack_rnn`: :class:`memrnn.layers.StackRNN` (the fused memories),
+  which hands the nondeterministic stacks to :mod:`~memrnn.members.paths.nondeterministic`
+  (:attr:`memrnn.members.layer.MemberPath.select`).
 
 A subclass that computes as its base class declares ``member_path_from = Base`` and takes Base's
 path (Hewitt et al.'s constructions: :func:`memrnn.members.layer.member_path_of`).  Adding one: a

@@ -7,8 +7,9 @@ weights, runs once on the members' rows as one batch, the controller's, head's a
 products are batched over the members (:class:`memrnn.ops.stack_rnn.cpu.StackRNNSequence` with
 members); on CUDA the two Triton kernels run every member in one launch each (a grid of row tiles ×
 members, :mod:`memrnn.ops.stack_rnn.triton`), but with a write MLP (which the kernels do not
-have).  The nondeterministic stacks (DuSell & Chiang 2020, 2022, 2023), a GRU or other
-controller, and ``strict`` run the loop over members."""
+have).  The nondeterministic stacks (DuSell & Chiang 2020, 2022, 2023) take their own path
+(:mod:`memrnn.members.paths.nondeterministic`); a GRU or other controller, and ``strict``, run the
+loop over members."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from memrnn.layers import StackRNN
 from memrnn.members.layer import MEMBER_PATHS, MemberPath, register_member_path
 from memrnn.members.paths import elman, gated  # noqa: F401  (the controllers' paths: their initial states)
 from memrnn.members.paths.common import check_dtype
+from memrnn.members.paths.nondeterministic import MEMORIES as NONDETERMINISTIC
+from memrnn.members.paths.nondeterministic import nondeterministic_path
 from memrnn.ops.lstm import sigmoids_first
 from memrnn.ops.stack_rnn import stack_rnn_sequence
 from memrnn.ops.stack_rnn.specs import MEMORIES as _FUSED_MEMORIES
@@ -39,7 +42,9 @@ def _stack_rnn_why_not(layer: nn.Module) -> str | None:
     return None
 
 
-def _stack_rnn_run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
+def _stack_rnn_run(
+    layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None, *, finals: bool = True
+) -> tuple[Tensor, Any]:
     head = layer.memory.head
     check_dtype("StackRNN", x, head.weight)
     kind, activation = layer._fusable()
@@ -78,11 +83,14 @@ def _stack_rnn_run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) 
         value_activation=layer.memory.value_activation,
         lengths=None if mask is None else mask.sum(-1),
         value_mlp=layer.memory.value_layers(),
+        finals=finals,
     )
     memory = rest[:-1]
     y = hs if layer.output == "hidden" else torch.cat([hs, rs], -1)
     if mask is not None:
         y = y.masked_fill(~mask[..., None], 0)
+    if not finals:
+        return y, None
     controller = (h[:, :, None], cc[:, :, None]) if lstm else (h,)
     return y, layer.State(*controller, *memory)
 
@@ -108,6 +116,20 @@ def _stack_rnn_output_at(layer: StackRNN, state: Any) -> Tensor:
     return torch.cat([h, reading.unflatten(0, h.shape[:2])], -1)
 
 
+def _stack_rnn_outputs(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) -> Tensor:
+    """The outputs alone (``finals=False``: the superposition stack trims its window to the cells
+    that can still be read, as :meth:`StackRNN.outputs` does)."""
+    return _stack_rnn_run(layer, x, state, mask, finals=False)[0]
+
+
+#: the nondeterministic stacks' own path (:mod:`memrnn.members.paths.nondeterministic`)
+_NONDETERMINISTIC_PATH = nondeterministic_path(_stack_rnn_output_at)
+
+
+def _select(layer: StackRNN) -> MemberPath | None:
+    return _NONDETERMINISTIC_PATH if layer.memory.kind in NONDETERMINISTIC else None
+
+
 register_member_path(
     StackRNN,
     MemberPath(
@@ -116,5 +138,7 @@ register_member_path(
         _stack_rnn_run,
         _stack_rnn_initial,
         _stack_rnn_output_at,
+        outputs=_stack_rnn_outputs,
+        select=_select,
     ),
 )
