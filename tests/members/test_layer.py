@@ -730,3 +730,21 @@ def test_the_stack_rnns_members_run_the_member_kernels_on_cuda():
     y, _ = members(x)
     for m in range(2):
         torch.testing.assert_close(y[m], members.member(m)(x[m])[0], atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_nondeterministic_members_run_one_triton_run_on_cuda():
+    """On CUDA the nondeterministic stacks' member path runs one Triton run on the members' rows,
+    each member's outputs and final state equal to its single layer's (float32, log space: the
+    stack's own tolerance)."""
+    kwargs = {"memory": "vector_nondeterministic", "depth": 3, "memory_args": {**NS, "vector_size": 2}}
+    members = MemberLayer.build(lambda: StackRNN(4, 6, **kwargs), seeds=[0, 1]).cuda()
+    assert members.member_path == "nondeterministic_sequence (members batched)"
+    x = torch.randn(2, B, T, 4, generator=torch.Generator().manual_seed(0)).cuda()
+    y, final = members(x)
+    for m in range(2):
+        y_m, final_m = members.member(m)(x[m])
+        torch.testing.assert_close(y[m], y_m, atol=2e-5, rtol=1e-4)
+        for a, b in zip(final, final_m, strict=True):
+            torch.testing.assert_close(a[m], b, atol=2e-5, rtol=1e-4)
