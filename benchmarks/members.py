@@ -15,6 +15,9 @@ Jobs (each its config's model and batches; gradient clipping as configured):
   batch 128);
 * ``dusell``: DuSell & Chiang's LSTM-20 cell on marked reversal (``configs/dusell/lstm_marked_reversal.yaml``:
   batch 10, lengths 40–80);
+* ``superposition``: DuSell & Chiang's superposition-stack cell on marked reversal
+  (``configs/dusell/superposition_marked_reversal.yaml``: the LSTM-20 controller, stack cells of
+  width 20, depth 104);
 * ``rns``: DuSell & Chiang's RNS-RNN cell on marked reversal (``configs/dusell/rns_marked_reversal.yaml``:
   the same LSTM-20 controller over a nondeterministic stack of 2 states × 3 symbols, depth 104),
   whose members' stack is one run on their rows (:mod:`memrnn.members.paths.nondeterministic`).
@@ -58,6 +61,7 @@ JOBS = {
     "default": ["--config", "configs/dyck/lstm_k2_m3.yaml"],
     "deletang": ["--config", "configs/chomsky/stack_rnn.yaml", "--data.init_args.task=reverse_string"],
     "dusell": ["--config", "configs/dusell/lstm_marked_reversal.yaml"],
+    "superposition": ["--config", "configs/dusell/superposition_marked_reversal.yaml"],
     "rns": ["--config", "configs/dusell/rns_marked_reversal.yaml"],
 }
 

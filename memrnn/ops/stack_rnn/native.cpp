@@ -50,8 +50,10 @@
 // batch: the B columns are M blocks of B / M, member-major (x, the outputs' gradients and gx as
 // [M·(B / M), T, n] rows in that order).  Every weight carries the member dimension first ([M, G,
 // ·], [M, K, N], biases [M, ·], the value MLP's [M, H_l, ·]) and every product runs per member on
-// its block of columns (a view: BLAS reads it with its leading dimension, no copy), through
-// Members below; with M = 0 they are the one run's products as they were.
+// its block of columns (BLAS reads it with its leading dimension, no copy), through Members below;
+// with M = 0 they are the one run's products as they were.  The per-step products call torch's
+// BLAS directly, as at::addmm_ would for the same operands (gemm_as_addmm: the same bits, without
+// ~10-20 µs of dispatch and views per member and step).
 // Every subgradient is autograd's (clamp_min passes at 0, min splits a tie in halves), so the
 // gradients equal the reference loop's to rounding.
 #include <ATen/ATen.h>
@@ -67,12 +69,129 @@
 #include "tape/native.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <future>
+#include <type_traits>
 #include <vector>
 
+#if defined(__unix__) || defined(__APPLE__)
+#include <dlfcn.h>
+#define MEMRNN_TORCH_BLAS 1
+// torch's own BLAS by name (weak: null where no library exports it); used only when it is the one
+// in libtorch_cpu (torch_blas below), the routine at::addmm_ and at::mm_out end in for float32 and
+// float64 on CPU
+extern "C" {
+void sgemm_(const char*, const char*, const int*, const int*, const int*, const float*, const float*, const int*,
+            const float*, const int*, const float*, float*, const int*) __attribute__((weak));
+void dgemm_(const char*, const char*, const int*, const int*, const int*, const double*, const double*,
+            const int*, const double*, const int*, const double*, double*, const int*) __attribute__((weak));
+}
+#endif
+
 namespace {
+
+// ---- The per-step products, through torch's BLAS directly ----------------------------------------
+// A member's product at one step is small (e.g. [80, 40] · [40, 10]: ~1 µs of arithmetic), and
+// at::addmm_ with the views that pick its weights and columns costs ~10-20 µs more (dispatch,
+// narrow, select): with 20 members two thirds of a DuSell superposition step.  gemm_as_addmm makes
+// the BLAS call that at::addmm_ / at::mm_out make for the same operands (ATen's addmm_impl_cpu_:
+// the choice of transposes and leading dimensions, the result taken as C = outᵀ when row-major),
+// so the bits are the same; where that function would copy an operand first (a layout BLAS cannot
+// read, a dimension of size 0 or 1) or torch's BLAS is not reachable by name, the caller's ATen
+// call runs instead.
+
+// A 2-D strided view of a buffer: element (r, c) at p[r·s0 + c·s1].
+template <typename T>
+struct Mat {
+  T* p;
+  int64_t rows, cols, s0, s1;
+  Mat t() const { return {p, cols, rows, s1, s0}; }
+};
+
+template <typename T>
+Mat<T> mat_of(const at::Tensor& t) {
+  return {t.data_ptr<T>(), t.size(0), t.size(1), t.stride(0), t.stride(1)};
+}
+
+// Whether sgemm_ and dgemm_ are torch's own (exported by libtorch_cpu, as on x86-64 Linux wheels,
+// whose BLAS is MKL): another library's would compute the same products in other bits.
+bool torch_blas() {
+#ifdef MEMRNN_TORCH_BLAS
+  static const bool ok = [] {
+    if (sgemm_ == nullptr || dgemm_ == nullptr) return false;
+    Dl_info info;
+    if (dladdr(reinterpret_cast<void*>(&sgemm_), &info) == 0 || info.dli_fname == nullptr) return false;
+    return std::strstr(info.dli_fname, "libtorch_cpu") != nullptr;
+  }();
+  return ok;
+#else
+  return false;
+#endif
+}
+
+// out = beta·out + m1 · m2 (beta 0 or 1; out [P, Q], m1 [P, K], m2 [K, Q]) as at::addmm_ (beta 1)
+// or at::mm_out (beta 0) computes it; false (nothing done) where that would not be one BLAS call
+// on the operands as they lie.
+template <typename T>
+bool gemm_as_addmm(Mat<T> out, Mat<T> m1, Mat<T> m2, T beta) {
+#ifdef MEMRNN_TORCH_BLAS
+  if (!torch_blas()) return false;
+  const int64_t P = out.rows, Q = out.cols, K = m1.cols;
+  if (P < 2 || Q < 2 || K < 2 || m1.rows != P || m2.rows != K || m2.cols != Q) return false;
+  // the result: column-major (transpose_c false) or row-major (true: C = outᵀ = m2ᵀ · m1ᵀ)
+  bool tc;
+  if (out.s0 == 1 && out.s1 >= P) {
+    tc = false;
+  } else if (out.s1 == 1 && out.s0 >= Q) {
+    tc = true;
+    std::swap(m1, m2);
+  } else {
+    return false;
+  }
+  const int64_t m = tc ? Q : P, n = tc ? P : Q, k = K;
+  // a (from m1) and b (from m2), with the strides addmm_impl_cpu_ reads (m1, m2 as after the swap)
+  const int64_t a_s[2] = {m1.s0, m1.s1}, b_s[2] = {m2.s0, m2.s1};
+  bool ta, tb;
+  if (a_s[tc ? 1 : 0] == 1 && a_s[tc ? 0 : 1] >= std::max<int64_t>(1, m)) {
+    ta = false;
+  } else if (a_s[tc ? 0 : 1] == 1 && a_s[tc ? 1 : 0] >= std::max<int64_t>(1, k)) {
+    ta = true;
+  } else {
+    return false;
+  }
+  if (b_s[tc ? 1 : 0] == 1 && b_s[tc ? 0 : 1] >= std::max<int64_t>(1, k)) {
+    tb = false;
+  } else if (b_s[tc ? 0 : 1] == 1 && b_s[tc ? 1 : 0] >= std::max<int64_t>(1, n)) {
+    tb = true;
+  } else {
+    return false;
+  }
+  const int64_t lda = a_s[(ta == tc) ? 1 : 0], ldb = b_s[(tb == tc) ? 1 : 0], ldc = tc ? out.s0 : out.s1;
+  for (const int64_t v : {m, n, k, lda, ldb, ldc})
+    if (v > INT_MAX) return false;
+  // cpublas::gemm's own checks before its BLAS call (use_blas_gemm): every leading dimension
+  // covers its operand
+  if (lda < std::max<int64_t>(1, ta ? k : m) || ldb < std::max<int64_t>(1, tb ? n : k) ||
+      ldc < std::max<int64_t>(1, m))
+    return false;
+  const int mi = static_cast<int>(m), ni = static_cast<int>(n), ki = static_cast<int>(k);
+  const int ldai = static_cast<int>(lda), ldbi = static_cast<int>(ldb), ldci = static_cast<int>(ldc);
+  const char ca = ta ? 't' : 'n', cb = tb ? 't' : 'n';
+  const T alpha = T(1);
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm_(&ca, &cb, &mi, &ni, &ki, &alpha, m1.p, &ldai, m2.p, &ldbi, &beta, out.p, &ldci);
+  } else {
+    dgemm_(&ca, &cb, &mi, &ni, &ki, &alpha, m1.p, &ldai, m2.p, &ldbi, &beta, out.p, &ldci);
+  }
+  return true;
+#else
+  (void)out, (void)m1, (void)m2, (void)beta;
+  return false;
+#endif
+}
 
 enum Controller : int64_t { kLSTM = 0, kElman = 1 };
 enum Act : int64_t { kTanh = 0, kSigmoid = 1, kRelu = 2, kIdentity = 3 };
@@ -159,14 +278,58 @@ struct Members {
     for (int64_t i = 0; i < count(); ++i) out.push_back(t.defined() ? w(t, i) : t);
     return out;
   }
-  // out (+)= w[i] @ in, member by member on their columns
+  // out (+)= w[i] @ in, member by member on their columns (through torch's BLAS directly where
+  // gemm_as_addmm applies: no view made per member and step)
   void addmm_(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
-    for (int64_t i = 0; i < count(); ++i) cols(out, i).addmm_(w_[i], cols(in, i));
+    products(out, w_, in, true);
   }
   void mm_out(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in) const {
+    products(out, w_, in, false);
+  }
+  // the weight gradients' products g[i] += cols(a, i) · cols(b, i)ᵀ
+  void addmm_t_(const std::vector<at::Tensor>& g, const at::Tensor& a, const at::Tensor& b) const {
+    bool done = false;
+    AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "memrnn_gemm", [&] {
+      done = true;
+      for (int64_t i = 0; i < count() && done; ++i) {
+        done = gemm_as_addmm<scalar_t>(mat_of<scalar_t>(g[i]), col_block<scalar_t>(a, i),
+                                       col_block<scalar_t>(b, i).t(), scalar_t(1));
+        if (!done && i > 0) TORCH_CHECK(false, "memrnn native stack RNN: the members' products changed path");
+      }
+    });
+    if (done) return;
+    for (int64_t i = 0; i < count(); ++i) g[i].addmm_(cols(a, i), cols(b, i).t());
+  }
+
+ private:
+  // member i's columns of a 2-D tensor, as a strided view of its buffer
+  template <typename T>
+  Mat<T> col_block(const at::Tensor& t, int64_t i) const {
+    Mat<T> v = mat_of<T>(t);
+    v.p += i * (M ? Bm : 0) * v.s1;
+    v.cols = M ? Bm : v.cols;
+    return v;
+  }
+  void products(const at::Tensor& out, const std::vector<at::Tensor>& w_, const at::Tensor& in,
+                bool accumulate) const {
+    bool done = false;
+    AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "memrnn_gemm", [&] {
+      done = true;
+      for (int64_t i = 0; i < count() && done; ++i) {
+        done = gemm_as_addmm<scalar_t>(col_block<scalar_t>(out, i), mat_of<scalar_t>(w_[i]),
+                                       col_block<scalar_t>(in, i), scalar_t(accumulate ? 1 : 0));
+        // the members' blocks share every shape and stride: a path is all members' or none's
+        if (!done && i > 0) TORCH_CHECK(false, "memrnn native stack RNN: the members' products changed path");
+      }
+    });
+    if (done) return;
     for (int64_t i = 0; i < count(); ++i) {
       at::Tensor o = cols(out, i);
-      at::mm_out(o, w_[i], cols(in, i));
+      if (accumulate) {
+        o.addmm_(w_[i], cols(in, i));
+      } else {
+        at::mm_out(o, w_[i], cols(in, i));
+      }
     }
   }
 };
@@ -818,7 +981,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     mb.mm_out(gh, w_head_t_m, gha_s);
     if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh, mb);
     const at::Tensor h_t = zc.select(0, t).narrow(0, 0, N);
-    for (int64_t i = 0; i < mb.count(); ++i) gw_head_m[i].addmm_(mb.cols(gha_s, i), mb.cols(h_t, i).t());
+    mb.addmm_t_(gw_head_m, gha_s, h_t);
     T* gas_ = gap + s * G * B;
     if (lstm) {
       const T* a = ap + s * G * B;
