@@ -416,23 +416,25 @@ class StackRNN(MemoryLayer):
         ``[x_t ; reading]``.  A one-layer LSTM with biases projects every ``x_t`` at once and
         steps with ``torch.lstm_cell`` on CPU (the reading's product, the recurrent one and the
         cell in one op), elsewhere with two products and the cell's pointwise ops (CUDA's fused
-        cell takes only 1-D biases, not the per-row ``gates_x[:, t]``); ``fused_cell`` forces
+        cell takes only 1-D biases, not the per-row ``gates_x[t]``); ``fused_cell`` forces
         either.  Other controllers take their gate-level reference step."""
         c = self.controller
         if not (isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias):
             return lambda t, reading, cs: c._unchecked_step(torch.cat([x[:, t], reading], -1), cs)
         w_ih, w_hh, b_ih, b_hh = c._weights(0)
         w_x, w_r = w_ih.split([self.input_size, self.width], 1)
-        gates_x = torch.nn.functional.linear(x, w_x, b_ih + b_hh)  # [B, T, 4H]
+        # [B, 4H] per step, one view each at once (indexing step t of the whole [B, T, 4H] would
+        # make its backward write a zero-filled [B, T, 4H] gradient at every step)
+        gates_x = torch.nn.functional.linear(x, w_x, b_ih + b_hh).unbind(1)
         if fused_cell is None:
             fused_cell = x.device.type == "cpu"
 
         def cell_step(t: int, reading: Tensor, cs: NamedTuple):
-            h, cc = torch.lstm_cell(reading, (cs.h[:, 0], cs.c[:, 0]), w_r, w_hh, gates_x[:, t], None)
+            h, cc = torch.lstm_cell(reading, (cs.h[:, 0], cs.c[:, 0]), w_r, w_hh, gates_x[t], None)
             return h, type(cs)(h[:, None], cc[:, None])
 
         def gate_step(t: int, reading: Tensor, cs: NamedTuple):
-            gates = torch.addmm(torch.addmm(gates_x[:, t], reading, w_r.t()), cs.h[:, 0], w_hh.t())
+            gates = torch.addmm(torch.addmm(gates_x[t], reading, w_r.t()), cs.h[:, 0], w_hh.t())
             h, cc, _ = lstm_pointwise(gates, cs.c[:, 0])
             return h, type(cs)(h[:, None], cc[:, None])
 

@@ -73,21 +73,23 @@ def _controller_steps(
     if isinstance(c, LSTMLayer):
         w_ih, w_hh, b_ih, b_hh = c._weights(0)  # [M, 4N, n + width], [M, 4N, N], [M, 4N] × 2
         w_x, w_r = w_ih.split([n, layer.width], 2)
-        gates_x = _bmm(x.flatten(1, 2), w_x, b_ih + b_hh).view(M, B, T, -1)
+        # one view per step at once: indexing step t of the whole tensor would make its backward
+        # write a zero-filled [M, B, T, 4N] gradient at every step
+        gates_x = _bmm(x.flatten(1, 2), w_x, b_ih + b_hh).view(M, B, T, -1).unbind(2)
 
         def lstm_step(t: int, reading: Tensor, cs: NamedTuple) -> tuple[Tensor, NamedTuple]:
-            gates = torch.baddbmm(gates_x[:, :, t], reading.view(M, B, -1), w_r.transpose(1, 2))
+            gates = torch.baddbmm(gates_x[t], reading.view(M, B, -1), w_r.transpose(1, 2))
             gates = torch.baddbmm(gates, cs.h.view(M, B, N), w_hh.transpose(1, 2))
             h, cc, _ = lstm_pointwise(gates.flatten(0, 1), cs.c[:, 0])
             return h, type(cs)(h[:, None], cc[:, None])
 
         return lstm_step
     w_x, w_r = c.weight_ih.split([n, layer.width], 2)
-    pre_x = _bmm(x.flatten(1, 2), w_x, c.bias).view(M, B, T, N)
+    pre_x = _bmm(x.flatten(1, 2), w_x, c.bias).view(M, B, T, N).unbind(2)
     act = ACTIVATIONS[c.activation]
 
     def elman_step(t: int, reading: Tensor, cs: NamedTuple) -> tuple[Tensor, NamedTuple]:
-        pre = torch.baddbmm(pre_x[:, :, t], reading.view(M, B, -1), w_r.transpose(1, 2))
+        pre = torch.baddbmm(pre_x[t], reading.view(M, B, -1), w_r.transpose(1, 2))
         h = act(torch.baddbmm(pre, cs.h.view(M, B, N), c.weight_hh.transpose(1, 2)).flatten(0, 1))
         return h, type(cs)(h)
 
