@@ -420,7 +420,8 @@ class StackRNN(MemoryLayer):
         either.  Other controllers take their gate-level reference step."""
         c = self.controller
         if not (isinstance(c, LSTMLayer) and c.num_layers == 1 and c.rnn.bias):
-            return lambda t, reading, cs: c._unchecked_step(torch.cat([x[:, t], reading], -1), cs)
+            steps = x.unbind(1)  # one view per step at once (as gates_x below)
+            return lambda t, reading, cs: c._unchecked_step(torch.cat([steps[t], reading], -1), cs)
         w_ih, w_hh, b_ih, b_hh = c._weights(0)
         w_x, w_r = w_ih.split([self.input_size, self.width], 1)
         # [B, 4H] per step, one view each at once (indexing step t of the whole [B, T, 4H] would
