@@ -178,9 +178,9 @@ def test_the_papers_protocol_lstm_rows_are_the_committed_results():
     """The LSTM column at DuSell & Chiang's protocol on ``docs/results/dusell.md`` (the grid's 20
     runs per task as members, ``configs/suites/dusell_grid.yaml``) is what ``collect`` computes
     from the committed results (``benchmarks/results/dusell_grid/``): the selected run's rows and
-    the median / max / min rows, every run of the three tasks there, and the summary table's numbers."""
+    the median / max / min rows, every run of the four tasks there, and the summary table's numbers."""
     grid = ROOT / "configs" / "suites" / "dusell_grid.yaml"
-    tasks = ["marked_reversal", "unmarked_reversal", "padded_reversal"]
+    tasks = ["marked_reversal", "unmarked_reversal", "padded_reversal", "dyck"]
     suite = Suite.load(grid, out=ROOT / "benchmarks" / "results" / "dusell_grid").subset(
         arch=["lstm"], task=tasks
     )
@@ -189,11 +189,11 @@ def test_the_papers_protocol_lstm_rows_are_the_committed_results():
     lines = section.splitlines()
     for select in ("suite", None):
         results = collect(suite, select=select)
-        assert not results.missing and len(results.rows) == 60
+        assert not results.missing and len(results.rows) == 20 * len(tasks)
         rows = [line for line in results.table().splitlines() if line.startswith("| ")]
-        assert rows[0] == "| task | length floor | LSTM |" and len(rows) == 5
+        assert rows[0] == "| task | length floor | LSTM |" and len(rows) == 2 + len(tasks)
         start = [i for i, line in enumerate(lines) if line == rows[1]]  # the parameters row, in both tables
-        assert any(lines[i : i + 4] == rows[1:] for i in start), (select, rows)
+        assert any(lines[i : i + len(rows) - 1] == rows[1:] for i in start), (select, rows)
     # the side-by-side table: the selected run, median / max over the 20 runs, and the 20-epoch
     # table's LSTM (median / max over its 3 seeds, from its own committed results)
     grid_summary = collect(suite).summary()
