@@ -341,7 +341,8 @@ def test_the_nondeterministic_path_gives_each_member_its_bottom_vector(dtype):
     tol = {"atol": 1e-12, "rtol": 0} if dtype == torch.float64 else {"atol": 2e-5, "rtol": 1e-4}
     for a, b in zip(path, loop, strict=True):
         torch.testing.assert_close(a, b, **tol)
-    bottom_grad = path[-1 - [n for n, _ in members.named_parameters()][::-1].index("layer.memory.bottom")]
+    names = [n for n, _ in members.named_parameters()]
+    bottom_grad = path[len(path) - len(names) + names.index("layer.memory.bottom")]
     assert bottom_grad.shape == (3, 2) and bool((bottom_grad.abs().sum(1) > 0).all())
 
 

@@ -1,14 +1,27 @@
-"""What the member paths share: each row's final state, dtype checks, learned initial states."""
+"""What the member paths share: each row's final state, dtype checks, learned initial states, a
+state's members' rows as one batch."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from memrnn.layers.second_order import input_ids, one_hot_ids
 from memrnn.ops.buckets import final_by_length
+
+
+def member_rows(state: NamedTuple) -> NamedTuple:
+    """A state's fields ``[M, B, ...]`` -> ``[M·B, ...]``: the members' rows as one batch (what a
+    memory without weights runs on)."""
+    return type(state)(*(f.flatten(0, 1) for f in state))
+
+
+def member_blocks(state: NamedTuple, M: int) -> NamedTuple:
+    """:func:`member_rows`' inverse: fields ``[M·B, ...]`` -> ``[M, B, ...]``."""
+    return type(state)(*(f.unflatten(0, (M, -1)) for f in state))
 
 
 def lengths_final(states: Tensor, lengths: Tensor | None) -> Tensor:

@@ -24,7 +24,7 @@ from memrnn.layers import ElmanRNN, LSTMLayer, StackRNN
 from memrnn.layers.gated import lstm_pointwise
 from memrnn.members.layer import MEMBER_PATHS, MemberPath
 from memrnn.members.paths import elman, gated  # noqa: F401  (the controllers' paths: their initial states)
-from memrnn.members.paths.common import check_dtype
+from memrnn.members.paths.common import check_dtype, member_blocks, member_rows
 from memrnn.members.stacking import member_view
 from memrnn.ops.nondeterministic.sequence import nondeterministic_sequence
 
@@ -44,15 +44,6 @@ def _why_not(layer: StackRNN) -> str | None:
         f"controller {type(c).__name__} is not a one-layer LSTM with biases or a one-layer "
         f"unidirectional Elman RNN"
     )
-
-
-def _flat(state: NamedTuple) -> NamedTuple:
-    """``[M, B, ...]`` fields -> ``[M·B, ...]`` (the members' rows as one batch)."""
-    return type(state)(*(f.flatten(0, 1) for f in state))
-
-
-def _unflat(state: NamedTuple, M: int) -> NamedTuple:
-    return type(state)(*(f.unflatten(0, (M, -1)) for f in state))
 
 
 def _bmm(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
@@ -129,15 +120,15 @@ def _sequence(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None, final
     h, r, cs, ms = nondeterministic_sequence(
         x.flatten(0, 1),
         _controller_steps(layer, x),
-        _flat(cs),
+        member_rows(cs),
         _MemberHeads(layer.memory, M),
-        _flat(ms),
+        member_rows(ms),
         None if mask is None else mask.flatten(0, 1),
         readings=not hidden,
         final=final,
     )
     y = (h if hidden else torch.cat([h, r], -1)).unflatten(0, (M, B))
-    return y, (None if ms is None else layer.State(*_unflat(cs, M), *_unflat(ms, M)))
+    return y, (None if ms is None else layer.State(*member_blocks(cs, M), *member_blocks(ms, M)))
 
 
 def _run(layer: StackRNN, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, Any]:
@@ -155,14 +146,14 @@ def _initial(layer: StackRNN, batch_size: int, x: Tensor) -> Any:
     M = x.shape[0]
     controller = MEMBER_PATHS[type(layer.controller)].initial(layer.controller, batch_size, x)
     memory = layer.memory
-    if any(True for _ in memory.parameters(recurse=False)):  # a learned bottom vector
+    if getattr(memory, "bottom_kind", None) == "learned":  # the vector stack's learned bottom vector
         per_member = []
         for m in range(M):
             with member_view(memory, m) as one:
                 per_member.append(one.initial_state(batch_size, device=x.device, dtype=x.dtype))
         fields = state_zip(lambda *ts: torch.stack(ts), *per_member)
     else:
-        fields = _unflat(memory.initial_state(M * batch_size, device=x.device, dtype=x.dtype), M)
+        fields = member_blocks(memory.initial_state(M * batch_size, device=x.device, dtype=x.dtype), M)
     return layer.State(*controller, *fields)
 
 

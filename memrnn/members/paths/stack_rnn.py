@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from memrnn.layers import StackRNN
 from memrnn.members.layer import MEMBER_PATHS, MemberPath, register_member_path
 from memrnn.members.paths import elman, gated  # noqa: F401  (the controllers' paths: their initial states)
-from memrnn.members.paths.common import check_dtype
+from memrnn.members.paths.common import check_dtype, member_blocks, member_rows
 from memrnn.members.paths.nondeterministic import MEMORIES as NONDETERMINISTIC
 from memrnn.members.paths.nondeterministic import nondeterministic_path
 from memrnn.ops.lstm import sigmoids_first
@@ -59,7 +59,7 @@ def _stack_rnn_run(
     # the memory's own check (a jump tape's jumps), on the members' rows as one batch; a failure
     # is named by member and by the row within it
     try:
-        layer.memory.check_state(type(ms)(*(f.flatten(0, 1) for f in ms)))
+        layer.memory.check_state(member_rows(ms))
     except ValueError:
         for m in range(x.shape[0]):
             try:
@@ -101,7 +101,7 @@ def _stack_rnn_initial(layer: StackRNN, batch_size: int, x: Tensor) -> Any:
     M = x.shape[0]
     controller = MEMBER_PATHS[type(layer.controller)].initial(layer.controller, batch_size, x)
     memory = layer.memory.initial_state(M * batch_size, device=x.device, dtype=x.dtype)
-    return layer.State(*controller, *(f.unflatten(0, (M, batch_size)) for f in memory))
+    return layer.State(*controller, *member_blocks(memory, M))
 
 
 def _stack_rnn_output_at(layer: StackRNN, state: Any) -> Tensor:
@@ -112,7 +112,7 @@ def _stack_rnn_output_at(layer: StackRNN, state: Any) -> Tensor:
     h = MEMBER_PATHS[type(layer.controller)].output_at(layer.controller, cs)
     if layer.output == "hidden":
         return h
-    reading = layer.memory.read(type(ms)(*(f.flatten(0, 1) for f in ms)))
+    reading = layer.memory.read(member_rows(ms))
     return torch.cat([h, reading.unflatten(0, h.shape[:2])], -1)
 
 
