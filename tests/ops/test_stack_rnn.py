@@ -272,3 +272,41 @@ def test_members_on_the_kernels(memory, controller, rows, monkeypatch):
     assert launches == [(True, tiles, M, True)]
     for a, b in zip(fwd_only, out, strict=True):
         assert (a is None) == (b is None) and (a is None or torch.equal(a, b))
+
+
+def _torch_exports_blas() -> bool:
+    """Whether libtorch_cpu exports ``sgemm_`` and ``dgemm_`` (the x86-64 Linux wheels' MKL)."""
+    import ctypes
+    from pathlib import Path
+
+    lib = Path(torch.__file__).parent / "lib" / "libtorch_cpu.so"
+    if not lib.exists():
+        return False
+    handle = ctypes.CDLL(str(lib))
+    return all(hasattr(handle, name) for name in ("sgemm_", "dgemm_"))
+
+
+@needs_native
+@pytest.mark.parametrize("members", [0, 3])
+def test_the_loops_per_step_products_call_blas_directly_where_torch_exports_it(members):
+    """The C++ loops' per-step, per-member products go to torch's own BLAS without ATen's
+    ``addmm_``/``mm`` where libtorch_cpu exports ``sgemm_`` (``gemm_as_addmm``; the same bits,
+    which ``tests/ops/test_bitwise_fixture.py`` holds); elsewhere through ATen, one call per
+    member and step.  Counted with the profiler on a superposition stack RNN's forward+backward."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from memrnn.layers import StackRNN
+    from memrnn.members import MemberLayer
+
+    T = 12
+    make = lambda: StackRNN(4, 6, memory="superposition", width=2, depth=4)  # noqa: E731
+    layer = make() if not members else MemberLayer.build(make, seeds=range(members))
+    x = torch.randn(*([members] if members else []), 3, T, 4, requires_grad=True)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        layer.outputs(x).square().sum().backward()
+    calls = sum(e.count for e in prof.key_averages() if e.key in ("aten::addmm_", "aten::mm", "aten::mm_out"))
+    per_step = T * max(members, 1)  # at least one product per member and step, each way
+    if _torch_exports_blas():
+        assert calls < per_step, calls
+    else:
+        assert calls >= per_step, calls

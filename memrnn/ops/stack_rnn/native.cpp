@@ -152,23 +152,22 @@ bool gemm_as_addmm(Mat<T> out, Mat<T> m1, Mat<T> m2, T beta) {
     return false;
   }
   const int64_t m = tc ? Q : P, n = tc ? P : Q, k = K;
-  // a (from m1) and b (from m2), with the strides addmm_impl_cpu_ reads (m1, m2 as after the swap)
+  // a (from m1) and b (from m2), with the strides addmm_impl_cpu_ reads (m1, m2 as after the swap):
+  // as they lie when the inner stride is 1 and the outer one covers `plain`, transposed when the
+  // other way round covers `trans`; neither: ATen would copy the operand first
   const int64_t a_s[2] = {m1.s0, m1.s1}, b_s[2] = {m2.s0, m2.s1};
-  bool ta, tb;
-  if (a_s[tc ? 1 : 0] == 1 && a_s[tc ? 0 : 1] >= std::max<int64_t>(1, m)) {
-    ta = false;
-  } else if (a_s[tc ? 0 : 1] == 1 && a_s[tc ? 1 : 0] >= std::max<int64_t>(1, k)) {
-    ta = true;
-  } else {
-    return false;
-  }
-  if (b_s[tc ? 1 : 0] == 1 && b_s[tc ? 0 : 1] >= std::max<int64_t>(1, k)) {
-    tb = false;
-  } else if (b_s[tc ? 0 : 1] == 1 && b_s[tc ? 1 : 0] >= std::max<int64_t>(1, n)) {
-    tb = true;
-  } else {
-    return false;
-  }
+  const auto reads = [tc](const int64_t* st, int64_t plain, int64_t trans, bool& transposed) {
+    if (st[tc ? 1 : 0] == 1 && st[tc ? 0 : 1] >= std::max<int64_t>(1, plain)) {
+      transposed = false;
+    } else if (st[tc ? 0 : 1] == 1 && st[tc ? 1 : 0] >= std::max<int64_t>(1, trans)) {
+      transposed = true;
+    } else {
+      return false;
+    }
+    return true;
+  };
+  bool ta = false, tb = false;
+  if (!reads(a_s, m, k, ta) || !reads(b_s, k, n, tb)) return false;
   const int64_t lda = a_s[(ta == tc) ? 1 : 0], ldb = b_s[(tb == tc) ? 1 : 0], ldc = tc ? out.s0 : out.s1;
   for (const int64_t v : {m, n, k, lda, ldb, ldc})
     if (v > INT_MAX) return false;
