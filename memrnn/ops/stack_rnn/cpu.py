@@ -478,7 +478,7 @@ class StackRNNSequence(torch.autograd.Function):
         gzh, gzr = gz[:N], gz[N:]
         g_c = x.new_zeros(N, B)
         mem.start_backward()
-        ga = acts.new_empty(T, G, B)
+        ga = acts.new_empty(1 if native else T, G, B)  # the C++ loop: one step's (native.cpp)
         ghd = heads.new_empty(T, K, B)
         gA = A.new_empty(T, k, B)
         # ∂L/∂ the value MLP's hidden pre-activations, every step's (fresh for each backward)
@@ -687,15 +687,16 @@ def _native_ops():
 def _native_backward(spec, mem, acts, z, w_z, w_head, heads, A, cs, xs, lengths, gy_h, gy_r, g_hT,
                      g_cT, g_mem, ga, ghd, gA, gz, g_c, grad_b, x, w_x, grad_w_z, grad_w_x, grad_x,
                      mlp_w, mlp_h, g_mlp, M=0, recompute=0, saved=()):  # fmt: skip
-    """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ga``,
-    ``ghd``, ``gA``, leaves ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's
-    gradient state where its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates
-    ``grad_b``, ``grad_w_z``, ``grad_w_x`` and writes ``grad_x [B, T, n]`` (each None when not
-    needed) and ``g_mlp`` (``∂L/∂`` the value MLP's hidden pre-activations, ``[T, H_l, B]``);
-    returns the gradients of the head's weight and bias (the kernel's action order).  ``M``
-    members (0: none) as :class:`StackRNNSequence`'s: the weights and their gradients ``[M, ...]``,
-    the rows ``M·B``.  ``recompute`` and ``saved``: a recomputed memory's (``native.cpp``'s), z
-    then its ring."""
+    """The backward loop of :class:`StackRNNSequence` in C++ (``native.cpp``): fills ``ghd``,
+    ``gA`` (and ``ga [1, G, B]``, one step's ∂L/∂ the gates: its scratch), leaves
+    ``∂L/∂[h_0 ; r_0]`` in ``gz``, ``∂L/∂c_0`` in ``g_c`` and the memory's gradient state where
+    its kernel's ``add_final_grads``/``initial_grads`` read it; accumulates ``grad_b``,
+    ``grad_w_z``, ``grad_w_x`` and writes ``grad_x [B, T, n]`` (each None when not needed) and
+    ``g_mlp`` (``∂L/∂`` the value MLP's hidden pre-activations, ``[T, H_l, B]``); returns the
+    gradients of the head's weight and bias (the kernel's action order).  ``M`` members (0: none)
+    as :class:`StackRNNSequence`'s: the weights and their gradients ``[M, ...]``, the rows
+    ``M·B``.  ``recompute`` and ``saved``: a recomputed memory's (``native.cpp``'s), z then its
+    ring."""
     T, B = acts.shape[0], acts.shape[-1]
     N, K = w_head.shape[-1], w_head.shape[-2]
     cont = lambda g: None if g is None else g.contiguous()  # noqa: E731

@@ -14,7 +14,9 @@
 // controller reads come first: the superposition stack's top cell, the tape's head cell, the
 // stratification reading), acts [T, G, B] the gates (activated in place), heads [T, K, B] the
 // head (actions' pre-activations, then the activated value), A [T, k, B] the actions in the
-// kernel's order.
+// kernel's order.  The blocks' products (the input projection, the weight gradients) read and
+// write contiguous [rows, n·B] buffers that the loop fills or empties a step at a time
+// (BlockBuffers): the backward's ∂L/∂acts needs only one step's buffer, ga [1, G, B].
 //
 // The value's MLP (the Tape-RNN's write head, Deletang et al. 2023; `mlp_w`, `mlp_b`, empty
 // without one): the head `w_head` then holds the k action rows only, and the value rows of heads
@@ -333,6 +335,54 @@ struct Members {
   }
 };
 
+// Two buffers of a block of steps' rows as the block's products read or write them: member i's
+// [R, n·B'] ((t, b) columns, B' its columns) at its own 64-byte aligned offset, for n up to
+// kRingBlock.  The forward's input projection writes a block's gates there and the loop copies
+// each step's columns out into acts[t] as it reaches the step (unload); the backward's loop copies
+// each step's ∂L/∂acts and [h ; r] in (load) while they are in cache, for the block's weight
+// gradients.  Either way the products see the contiguous operands they had when each block was
+// copied whole, so the bits are the same; the copies just stop reading a whole block back from
+// memory.  Buffer b % 2 is the loop's block, the other the one whose products run beside it.
+struct BlockBuffers {
+  const Members& mb;
+  int64_t R, stride;  // rows; a member's share, rounded up to 16 elements
+  at::Tensor buf;     // [2, members · stride]
+  BlockBuffers(const Members& members, int64_t rows, const at::TensorOptions& options)
+      : mb(members), R(rows), stride((rows * kRingBlock * members.Bm + 15) / 16 * 16),
+        buf(at::empty({2, members.count() * stride}, options)) {}
+  // member i's [R, n·B'] of buffer b
+  at::Tensor block(int64_t b, int64_t i, int64_t n) const {
+    return buf.select(0, b).narrow(0, i * stride, R * n * mb.Bm).view({R, n * mb.Bm});
+  }
+  // step j (of n) of buffer b <-> a step's [R, B] rows at `step` (all members' columns)
+  template <typename T>
+  void unload(T* step, int64_t b, int64_t j, int64_t n) const {
+    move(step, b, j, n, false);
+  }
+  template <typename T>
+  void load(const T* step, int64_t b, int64_t j, int64_t n) const {
+    move(const_cast<T*>(step), b, j, n, true);
+  }
+
+ private:
+  template <typename T>
+  void move(T* step, int64_t b, int64_t j, int64_t n, bool in) const {
+    const int64_t Bm = mb.Bm, B = Bm * mb.count();
+    T* base = buf.data_ptr<T>() + b * buf.size(1);
+    for (int64_t i = 0; i < mb.count(); ++i) {
+      T* blk = base + i * stride + j * Bm;
+      for (int64_t r = 0; r < R; ++r) {
+        T* row = step + r * B + i * Bm;
+        if (in) {
+          std::copy(row, row + Bm, blk + r * n * Bm);
+        } else {
+          std::copy(blk + r * n * Bm, blk + r * n * Bm + Bm, row);
+        }
+      }
+    }
+  }
+};
+
 Dims dims_of(const at::Tensor& acts, const at::Tensor& z, const at::Tensor& w_z,
              const at::Tensor& w_head, const at::Tensor& heads, const at::Tensor& A, int64_t D,
              int64_t m, int64_t members) {
@@ -546,17 +596,19 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   Pipeline pipe(threaded);
   const std::vector<int64_t> starts = block_starts(T_);
   int64_t next = 0;  // the block whose start is next
-  // acts[t] = w_x x_tᵀ + b for the steps of block j (the input projection), as one product over
-  // the block's n·B columns
+  // w_x x_tᵀ + b for the steps of block j (the input projection), as one product over the block's
+  // n·B columns (per member: its rows of x) into proj's buffer j % 2, [G, n·B'] a member; the loop
+  // copies each step's columns into acts[t] when it reaches the step (BlockBuffers)
   const int64_t G = d.G, nx = x.size(2);
   const at::Tensor bias = mb.M ? b_in.view({mb.M, G, 1}) : b_in.view({G, 1});
+  const BlockBuffers proj(mb, G, acts.options());
   auto project = [&, G, nx](int64_t j) {
     const int64_t lo = starts[j], n = starts[j + 1] - lo, Bm = mb.Bm;
-    for (int64_t i = 0; i < mb.count(); ++i) {  // member by member: its rows of x, its columns of acts
+    for (int64_t i = 0; i < mb.count(); ++i) {
       const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
       const at::Tensor xb = xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx});
-      const at::Tensor y = at::addmm(mb.w(bias, i), mb.w(w_x, i), xb.t());  // [G, n·B]
-      mb.cols(acts.narrow(0, ring > 0 ? (j % 2) * kRingBlock : lo, n), i).copy_(y.view({G, n, Bm}).transpose(0, 1));
+      at::Tensor y = proj.block(j % 2, i, n);
+      at::addmm_out(y, mb.w(bias, i), mb.w(w_x, i), xb.t());
     }
   };
   // without history: the outputs [h ; r] of each step into zout [T, N + mr, B], each row's final
@@ -628,6 +680,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     const int64_t ai = ring > 0 ? ((next - 1) % 2) * kRingBlock + (s - starts[next - 1]) : s;
     if (ring > 0 && s > 0 && p == 0) rewind(s);
     if (rc > 0 && s > 0 && p == 0) checkpoint(s, rc);
+    proj.unload(ap + ai * G * B, (next - 1) % 2, s - starts[next - 1], starts[next] - starts[next - 1]);
     at::Tensor a_s = acts.select(0, ai);  // [G, B]
     mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
     T* a = ap + ai * d.G * B;
@@ -797,6 +850,7 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   check_mlp(d, mlp_w, &mlp_b, mlp_h, "mlp_h");
   check_recompute(d, memory, recompute, ring, z, saved, "forward");
   OneThread one;
+  at::AutoDispatchBelowADInplaceOrView below_autograd;  // the loop's views and in-place steps: nothing recorded
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_forward", [&] {
     forward_impl<scalar_t>(controller, activation, memory, value_act, want_overflow,
                            one.had_more(), d, x, w_x, b, acts, z, w_z, w_head, b_head, heads, A,
@@ -893,13 +947,13 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
   std::vector<T> dq(mt.backward_rows * D * B);
   std::vector<T> cells(6 * m * B);  // actions tiled over a cell, their gradients per unit
   // the weights' and the inputs' gradients of steps lo..hi−1, whose ∂L/∂acts are done: one
-  // product each over the block's n·B columns
-  auto weights = [&, N, mr, G](int64_t lo, int64_t hi) {
+  // product each over the block's n·B columns (member by member: its columns, its rows of x),
+  // from the block's buffers b, which the loop filled step by step
+  const BlockBuffers gbs(mb, G, ga.options()), zbs(mb, N + mr, ga.options());
+  auto weights = [&, N, mr, G](int64_t lo, int64_t hi, int64_t b) {
     const int64_t n = hi - lo, nx = x.size(2), Bm = mb.Bm;
-    for (int64_t i = 0; i < mb.count(); ++i) {  // member by member: its columns, its rows of x
-      const at::Tensor gb_ = mb.cols(ga.narrow(0, lo, n), i).transpose(0, 1).reshape({G, n * Bm});
-      const at::Tensor zb =
-          mb.cols(zc.narrow(0, lo, n).narrow(1, 0, N + mr), i).transpose(0, 1).reshape({N + mr, n * Bm});
+    for (int64_t i = 0; i < mb.count(); ++i) {
+      const at::Tensor gb_ = gbs.block(b, i, n), zb = zbs.block(b, i, n);
       mb.w(gw_z, i).addmm_(gb_, zb.t());
       const at::Tensor xi = mb.M ? x.narrow(0, i * Bm, Bm) : x;
       if (gw_x.defined()) mb.w(gw_x, i).addmm_(gb_, xi.narrow(1, lo, n).transpose(0, 1).reshape({n * Bm, nx}));
@@ -981,7 +1035,7 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
     if (!mlp_wt.empty()) mlp_backward<T>(mlp_wt, mlp_h, mlp_g, s, ghd_s.narrow(0, Ka, K - Ka), gh, mb);
     const at::Tensor h_t = zc.select(0, t).narrow(0, 0, N);
     mb.addmm_t_(gw_head_m, gha_s, h_t);
-    T* gas_ = gap + s * G * B;
+    T* gas_ = gap;  // ∂L/∂acts of step s (ga holds one step: the blocks' products read gbs)
     if (lstm) {
       const T* a = ap + s * G * B;
       const T* o = a;
@@ -1020,9 +1074,12 @@ void backward_impl(int64_t controller, int64_t activation, int64_t memory, int64
       row_sums(gas_ + i * mb.Bm, B, gb_m[i], G, mb.Bm);  // (skipped when gb is undefined)
       row_sums(gh_s + i * mb.Bm, B, gb_head_m[i], Ka, mb.Bm);
     }
-    mb.mm_out(gz_, w_z_t_m, ga.select(0, s));
-    if (s == starts[block]) {
-      pipe.run([&weights, lo = s, hi = starts[block + 1]] { weights(lo, hi); });
+    mb.mm_out(gz_, w_z_t_m, ga.select(0, 0));
+    const int64_t lo = starts[block], n = starts[block + 1] - lo;
+    gbs.load(gas_, block % 2, s - lo, n);
+    zbs.load(zcp + s * Zc * B, block % 2, s - lo, n);
+    if (s == lo) {
+      pipe.run([&weights, lo, hi = lo + n, b = block % 2] { weights(lo, hi, b); });
       --block;
     }
   }
@@ -1072,10 +1129,13 @@ void stack_rnn_backward(int64_t controller, int64_t activation, int64_t memory, 
   TORCH_CHECK(static_cast<int64_t>(gm.size()) == mt.grad_buffers,
               "memrnn native stack RNN: ", mt.grad_buffers, " gradient buffers expected");
   const Dims d = dims_of(acts, z, w_z, w_head, heads, A, D, m, members);
+  TORCH_CHECK(ga.dim() == 3 && ga.size(0) == 1 && ga.size(1) == d.G && ga.size(2) == d.B,
+              "memrnn native stack RNN: ga holds one step's ∂L/∂acts, [1, ", d.G, ", ", d.B, "]");
   check_mlp(d, mlp_w, nullptr, mlp_h, "mlp_h");
   check_mlp(d, mlp_w, nullptr, mlp_g, "mlp_g");
   check_recompute(d, memory, recompute, 0, z, saved, "backward");
   OneThread one;
+  at::AutoDispatchBelowADInplaceOrView below_autograd;  // as the forward's
   AT_DISPATCH_FLOATING_TYPES(acts.scalar_type(), "memrnn_stack_rnn_backward", [&] {
     backward_impl<scalar_t>(controller, activation, memory, value_act, d, acts, z, w_z, w_head,
                             heads, A, cs_, xs_, P_, S_, lens, gyh_, gyr_, g_hT_, g_cT_, fin, ga,
