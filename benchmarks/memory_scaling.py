@@ -121,8 +121,8 @@ def peaks(kind: str, memory: str, T: int, depth: int, rau: str | None) -> tuple[
     )
     args = json.dumps([kind, memory, T, depth])
     # large blocks from mmap, returned to the system when freed: the peak RSS is then the peak of
-    # live tensors, not of what glibc's heap kept from earlier calls
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}
+    # live tensors, not of what glibc's heap (or memrnn.ops.scratch) kept from earlier calls
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536", "MEMRNN_SCRATCH_MIB": "0"}
     out = subprocess.run(
         [sys.executable, "-c", code, json.dumps(env_path), args],
         capture_output=True,

@@ -65,6 +65,22 @@ def test_train_loop_benchmark_prints_every_row(capsys):
     assert "| module, Lightning |" in out and "× bare torch" in out
 
 
+def test_scratch_buffers_benchmark_prints_every_row(capsys):
+    """``benchmarks/scratch_buffers.py`` at a tiny size: a row per memory, T and depth with both
+    settings' times (no timing asserted), and the setting restored."""
+    from benchmarks import scratch_buffers
+
+    before = os.environ.get("MEMRNN_SCRATCH_MIB")
+    rows = scratch_buffers.main(["--lengths", "12", "--depths", "12", "4", "--memories", "superposition",
+                                 "stratification", "--calls", "2", "--batch", "2", "--size", "4"])  # fmt: skip
+    assert [(r["memory"], r["depth"]) for r in rows] == [
+        ("superposition", 12), ("superposition", 4), ("stratification", 12), ("stratification", 4),
+    ]  # fmt: skip
+    assert all(r[k]["median"] > 0 and r[k]["faults"] >= 0 for r in rows for k in ("with", "without"))
+    assert os.environ.get("MEMRNN_SCRATCH_MIB") == before
+    assert "superposition    12    12 |" in capsys.readouterr().out
+
+
 def test_stack_rnn_benchmark_prints_every_row(capsys):
     """``benchmarks/stack_rnn_speed.py`` at a tiny size: a row per memory, controller, length and
     depth, each with a positive ratio to nn.LSTM (no timing asserted)."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from memrnn.ops import scratch
 from memrnn.ops.autograd import first_order
 from memrnn.ops.bptt import blocks, input_grads_block
 from memrnn.ops.buckets import final_by_length
@@ -358,7 +359,7 @@ class StackRNNSequence(torch.autograd.Function):
         rc = 0
         if RECOMPUTE > 0 and native and not ring and getattr(cls, "recomputes", False):
             rc = Tm = min(T, RECOMPUTE)
-        z = x.new_empty(Tm + 1, N + cls.rows(D, m), B)
+        z = scratch.empty(x, Tm + 1, N + cls.rows(D, m), B)
         z[0, :N] = h0.t()
         # a memory that trims its window (superposition: SuperpositionKernel._live) learns whether the
         # final state and the initial state's gradient are wanted; without history it runs whole
@@ -377,7 +378,7 @@ class StackRNNSequence(torch.autograd.Function):
         mem = cls(mem0, Tm, z[:, N:], want_overflow, **trim)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
-            acts = x.new_empty(2 * _NATIVE_BLOCK if ring else T, G, B)  # without history: two blocks
+            acts = scratch.empty(x, 2 * _NATIVE_BLOCK if ring else T, G, B)  # without history: two blocks
         elif ring:  # the loop projects a block of steps at a time (_Ring.project)
             acts = x.new_empty(_PROJECT, G, B)
         elif M:  # each member's projection [M, T, G, B'], as columns [T, G, M·B']
@@ -386,20 +387,20 @@ class StackRNNSequence(torch.autograd.Function):
         else:
             acts = torch.bmm(w_in[:, :nx].expand(T, -1, nx), x.permute(1, 2, 0)).add_(b[:, None])  # [T, G, B]
         K = k + mlp_w[-1].shape[-2] if mlp_w else Kh  # the actions' and the value's rows
-        heads = x.new_empty(Ts, K, B)  # pre-activations; the value rows activated in place
+        heads = scratch.empty(x, Ts, K, B)  # pre-activations; the value rows activated in place
         mlp_h = [x.new_empty(Ts, w.shape[-2], B) for w in mlp_w[:-1]]  # the MLP's hidden activations
-        A = x.new_empty(Ts, k, B)  # the actions
+        A = scratch.empty(x, Ts, k, B)  # the actions
         overflow = x.new_zeros(T, B)
         lstm = controller == "lstm"
         cs = xs = None
         if lstm:
-            cs = x.new_empty((Tm if ring else T) + 1, N, B)  # (a recomputed memory rings z only)
+            cs = scratch.empty(x, (Tm if ring else T) + 1, N, B)  # (a recomputed memory rings z only)
             cs[0] = c0.t()
-            xs = x.new_empty(Ts, N, B)
+            xs = scratch.empty(x, Ts, N, B)
         hist = _Ring(T, mr, mem, z, cs, acts, x, w_in, b, M, h0, c0, mem0, lengths, cls) if ring else None
         saved, fin = [], None  # a recomputed memory's zh and ck (and zf)
         if rc:
-            saved = [x.new_empty(T + 1, N + mr, B), x.new_empty(-(-T // rc), z.shape[1], B)]
+            saved = [scratch.empty(x, T + 1, N + mr, B), scratch.empty(x, -(-T // rc), z.shape[1], B)]
             if finals:  # each row's final memory rows, from the initial state (rows of length 0)
                 zf = x.new_zeros(1, z.shape[1], B)
                 fin = cls(mem0, 0, zf[:, N:], False, trim=False)
@@ -458,7 +459,7 @@ class StackRNNSequence(torch.autograd.Function):
         mem, N, lengths, M = ctx.mem, ctx.N, ctx.lengths, ctx.members
         saved_rc = list(saved[-2:]) if ctx.recompute else []  # a recomputed memory's zh and ck
         if ctx.recompute:  # the ring its steps are rerun into: z's layout, the zero cell zeroed
-            z = saved_rc[1].new_empty(ctx.recompute + 1, *saved_rc[1].shape[1:])
+            z = scratch.empty(saved_rc[1], ctx.recompute + 1, *saved_rc[1].shape[1:])
             z[:, N + mem.D * mem.m :].zero_()
         g_mem = rest[:-1]
         if M:  # the members' rows as one batch of M·B columns, as the forward ran them
@@ -479,8 +480,8 @@ class StackRNNSequence(torch.autograd.Function):
         g_c = x.new_zeros(N, B)
         mem.start_backward()
         ga = acts.new_empty(1 if native else T, G, B)  # the C++ loop: one step's (native.cpp)
-        ghd = heads.new_empty(T, K, B)
-        gA = A.new_empty(T, k, B)
+        ghd = scratch.empty(heads, T, K, B)
+        gA = scratch.empty(A, T, k, B)
         # ∂L/∂ the value MLP's hidden pre-activations, every step's (fresh for each backward)
         g_mlp = [x.new_empty(T, w.shape[-2], B) for w in mlp_w[:-1]]
         mlp_wt = [w.transpose(-1, -2) for w in mlp_w]
