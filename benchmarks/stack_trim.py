@@ -26,8 +26,9 @@ tar -x -C /tmp/rau``), its ``SuperpositionStackRNN`` with the same sizes, an LST
 
 Measured on this project's 2-core CPU (one thread, the machine shared: load 5-8, so ±30%), the C++
 loops, superposition: fwd+bwd full -> trimmed 0.55 -> 0.39 s at T = d = 256, 5.3 -> 1.6 s at
-T = d = 1024 (3.3x; fwd alone 2.8 -> 0.87 s), 4.0 -> 2.3 s at T 1024, d 512; rau over trimmed:
-fwd+bwd 5.8x / 5.6x at T 256 (d = T, T/2), 7.4x / 6.7x at T 1024, fwd 2.8x / 2.9x at T 1024.
+T = d = 1024 (3.3x; fwd alone 2.8 -> 0.87 s), 4.0 -> 2.3 s at T 1024, d 512.  Against rau, the
+machine quiet, one and two threads: ``benchmarks/results/memory-scaling-cpu-2core.md`` (its
+first section: fwd+bwd 4.7x / 5.6x at T = d = 256, 5.1x / 5.9x at T = d = 1024).
 The stratification stack and the queue: within noise of the full window (their memory is a
 small part of a step), 1.0-1.4x.
 

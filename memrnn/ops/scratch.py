@@ -15,7 +15,8 @@ buffer still referenced (saved for a backward not yet run, an output the caller 
 handed out twice.  Contents are uninitialised, as with :func:`torch.empty`.  Only CPU tensors of
 at least :data:`MIN_BYTES` go through here; sizes are rounded up to an eighth of their power of two, so
 that batches of nearby lengths share buffers.  At most ``MEMRNN_SCRATCH_MIB`` MiB (default 1024;
-0 turns this off) are held: past it, the least recently used free buffers are let go.
+0 turns this off) are held: past it, the least recently used free buffers are let go, and when
+the buffers in use alone fill it (outputs a caller keeps, say) a new buffer is torch's own.
 
 ``MEMRNN_SCRATCH_POISON=1`` fills every buffer handed out with NaN, so that a loop that reads a
 buffer before writing it shows up (the tests run the stack RNNs that way).
@@ -75,9 +76,11 @@ def empty(like: Tensor, *shape: int) -> Tensor:
         _clock += 1
         entry = next((e for e in _held if e[1] == like.dtype and e[2] == size and _free(e[0])), None)
         if entry is None:
-            _shrink(limit - size * like.element_size())
-            entry = [torch.empty(size, dtype=like.dtype).untyped_storage(), like.dtype, size, 0]
-            _held.append(entry)
+            if _shrink(limit - size * like.element_size()):
+                entry = [torch.empty(size, dtype=like.dtype).untyped_storage(), like.dtype, size, 0]
+                _held.append(entry)
+            else:  # the buffers held are in use up to the limit (e.g. outputs a caller keeps)
+                return like.new_empty(shape)
         entry[3] = _clock
         out = like.new_empty(0).set_(entry[0], 0, shape)
     if _poison():
@@ -85,9 +88,10 @@ def empty(like: Tensor, *shape: int) -> Tensor:
     return out
 
 
-def _shrink(limit: int) -> None:
+def _shrink(limit: int) -> bool:
     """Let go of the least recently used free buffers until at most ``limit`` bytes are held
-    (buffers in use stay: they are their tensors' memory until those are freed)."""
+    (buffers in use stay: they are their tensors' memory until those are freed); whether that
+    was reached."""
     held = sum(e[0].nbytes() for e in _held)
     for e in sorted(_held, key=lambda e: e[3]):
         if held <= limit:
@@ -95,6 +99,7 @@ def _shrink(limit: int) -> None:
         if _free(e[0]):
             _held.remove(e)
             held -= e[0].nbytes()
+    return held <= limit
 
 
 def held_bytes() -> int:

@@ -158,3 +158,28 @@ def test_the_stack_rnn_through_poisoned_buffers_equals_it_without_them(
         for a, b in zip(got, plain, strict=True):
             assert torch.equal(a, b)
     assert pool.held_bytes() > 0  # the buffers went through the pool
+
+
+def test_the_buffers_in_use_fill_the_limit_then_new_ones_are_torch_s_own(pool, monkeypatch):
+    like = torch.zeros(())
+    monkeypatch.setenv("MEMRNN_SCRATCH_MIB", str(2 * 4096 / 2**20))  # two buffers of 1024 float32
+    kept = [pool.empty(like, 1024) for _ in range(3)]  # a caller keeps every one
+    held = {_ptr(e[0]) for e in pool._held}
+    assert len(held) == 2 and _ptr(kept[2]) not in held and pool.held_bytes() == 2 * 4096
+
+
+@pytest.mark.parametrize("no_grad", [False, True])
+def test_outputs_a_caller_keeps_are_never_written_by_the_next_call(pool, no_grad):
+    """Outputs are views of held buffers (the training call's every-step ``[h ; r]``, the forward
+    without history's output buffer): while the caller holds them, later calls take other buffers."""
+    torch.manual_seed(0)
+    net = StackRNN(5, 7, memory="superposition", width=3, depth=12)
+    xs = [torch.randn(4, 18, 5) for _ in range(3)]
+    with torch.set_grad_enabled(not no_grad):
+        ys = [net.outputs(x) for x in xs]
+        copies = [y.detach().clone() for y in ys]
+        more = [net.outputs(x) for x in xs]  # the same inputs again: the same outputs, elsewhere
+    assert pool.held_bytes() > 0
+    for y, c, m in zip(ys, copies, more, strict=True):
+        assert torch.equal(y, c) and torch.equal(m, c)
+    assert len({_ptr(y) for y in ys + more}) == len(ys + more)

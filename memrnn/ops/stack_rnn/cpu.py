@@ -213,7 +213,7 @@ class _Ring:
         self.acts, self.x, self.w_in, self.b, self.M = acts, x, w_in, b, M
         N, B = h0.shape[-1], z.shape[-1]
         self.N = N
-        self.zout = z.new_empty(T, N + mr, B)
+        self.zout = scratch.empty(z, T, N + mr, B)  # the outputs: reused once the caller lets them go
         zf = z.new_empty(1, *z.shape[1:])  # the final [h ; memory rows], kept row by row
         zf[0, :N] = h0.t()
         self.fin = cls(mem0, 0, zf[:, N:], False)
