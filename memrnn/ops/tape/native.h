@@ -9,6 +9,11 @@
 
 namespace {
 
+// A cell index i ± shift back into 0..D−1, for i and the shift in 0..D−1 (`jumps` are): the
+// jumps' inner loops ran `%` per element and row, an integer division each
+inline int64_t wrap_up(int64_t c, int64_t D) { return c >= D ? c - D : c; }
+inline int64_t wrap_down(int64_t c, int64_t D) { return c < 0 ? c + D : c; }
+
 template <bool kJump>
 struct TapeOf {
   static constexpr MemoryTraits kTraits{true, kJump, false, false, 2, 0, 0};
@@ -37,7 +42,7 @@ struct TapeOf {
         for (int64_t j = 0; j < m; ++j) {
           T* n0 = nw + (i * m + j) * B;
           for (int64_t b = 0; b < B; ++b) {
-            const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
+            const int64_t cl = wrap_up(i + jp[b], D), cr = wrap_down(i - jp[b], D);
             n0[b] += W[(cl * m + j) * B + b] * jl[b];
             n0[b] += W[(cr * m + j) * B + b] * jr[b];
           }
@@ -97,7 +102,7 @@ struct TapeOf {
           T* n0 = gn + (i * m + j) * B;
           const T* g0j = g0 + j * B;
           for (int64_t b = 0; b < B; ++b) {
-            const int64_t cl = (i + jp[b]) % D, cr = (i + D - jp[b]) % D;
+            const int64_t cl = wrap_up(i + jp[b], D), cr = wrap_down(i - jp[b], D);
             const T* wcl = cl == 0 ? v + j * B : old + (cl * m + j) * B;
             const T* wcr = cr == 0 ? v + j * B : old + (cr * m + j) * B;
             sp[3 * B + b] += g0j[b] * wcl[b];
