@@ -55,8 +55,12 @@ def _rounded(n: int) -> int:
     return -(-n // step) * step
 
 
+#: how many references a storage has (a private torch function; without it nothing is held)
+_use_count = getattr(torch._C, "_storage_Use_Count", None)
+
+
 def _free(storage: torch.UntypedStorage) -> bool:
-    return torch._C._storage_Use_Count(storage._cdata) == 1
+    return _use_count(storage._cdata) == 1
 
 
 def empty(like: Tensor, *shape: int) -> Tensor:
@@ -68,7 +72,8 @@ def empty(like: Tensor, *shape: int) -> Tensor:
     limit = limit_bytes()
     size = _rounded(n)
     if (
-        like.device.type != "cpu"
+        _use_count is None
+        or like.device.type != "cpu"
         or not MIN_BYTES <= n * like.element_size() <= size * like.element_size() <= limit
     ):
         return like.new_empty(shape)

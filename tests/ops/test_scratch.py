@@ -98,6 +98,12 @@ def test_nearby_sizes_share_a_buffer_and_the_limit_lets_go_of_the_least_recently
     assert pool.held_bytes() == 0
 
 
+def test_without_torch_s_use_count_nothing_is_held(pool, monkeypatch):
+    monkeypatch.setattr(scratch, "_use_count", None)  # a torch without the private function
+    t = pool.empty(torch.zeros(()), 4, 8)
+    assert t.shape == (4, 8) and pool.held_bytes() == 0
+
+
 def test_small_buffers_are_torch_s_own(monkeypatch):
     monkeypatch.setattr(scratch, "_held", [])
     t = scratch.empty(torch.zeros(()), 16)
