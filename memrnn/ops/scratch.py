@@ -3,18 +3,21 @@
 A fused training call allocates its history afresh each time: the stack RNN's gates, states and
 memory checkpoints (``memrnn.ops.stack_rnn.cpu``) are tens of MB at T 256 (an LSTM controller of
 64 units, batch 64).  glibc serves blocks that large from ``mmap`` or returns them to the system
-when they are freed, so the next call takes a page fault on every 4 KiB of them again: measured on
-this project's 2-core CPU, a superposition stack RNN's training call (T 256, depth 256) ran at a
-median of 67 ms with its min at 60 ms; with the buffers below, 57 ms and 55 ms
-(``python -m benchmarks.stack_trim``; the same as glibc's tunables
-``glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4000000000``).
+when they are freed, so the next call takes a page fault on every 4 KiB of them again.  Measured
+on this project's 2-core CPU (``python -m benchmarks.scratch_buffers``, one thread, the two
+settings alternating), a superposition stack RNN's training call at T 256, depth 256: median
+82.4 ms and 9,287 minor faults a call without the buffers below, 64.2 ms and none with them
+(about what glibc's tunables ``glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=
+4000000000`` give); the best calls differ little (62.5 against 61.0 ms).  The outputs of the
+forward without history come from here too (Delétang et al.'s Stack-RNN, hidden 256, batch 128,
+T 256: 84.9 → 66.1 ms).
 
 :func:`empty` hands out such a buffer from storage held here when no tensor uses that storage any
 more (its use count is 1: only this module holds it), so the pages stay mapped between calls; a
 buffer still referenced (saved for a backward not yet run, an output the caller keeps) is never
 handed out twice.  Contents are uninitialised, as with :func:`torch.empty`.  Only CPU tensors of
-at least :data:`MIN_BYTES` go through here; sizes are rounded up to an eighth of their power of two, so
-that batches of nearby lengths share buffers.  At most ``MEMRNN_SCRATCH_MIB`` MiB (default 1024;
+at least :data:`MIN_BYTES` go through here; sizes are rounded up to an eighth of their power of
+two, so that batches of nearby lengths share buffers.  At most ``MEMRNN_SCRATCH_MIB`` MiB (default 1024;
 0 turns this off) are held: past it, the least recently used free buffers are let go, and when
 the buffers in use alone fill it (outputs a caller keeps, say) a new buffer is torch's own.
 
