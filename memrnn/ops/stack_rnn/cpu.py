@@ -152,8 +152,6 @@ def _forward_loop(
 RING = 2
 #: the steps whose input projection the Python loop's no-history forward computes at once
 _PROJECT = 32
-#: the C++ loop's largest block of steps (``native.cpp``'s ``kRingBlock``)
-_NATIVE_BLOCK = 32
 #: the steps between the checkpoints of a recomputed memory (``native.cpp``'s "Recomputed memory":
 #: the training forward keeps the memory every this many steps and the backward reruns the steps
 #: between, instead of storing every step's window; 0: never)
@@ -378,7 +376,7 @@ class StackRNNSequence(torch.autograd.Function):
         mem = cls(mem0, Tm, z[:, N:], want_overflow, **trim)
         w_z = torch.cat([w_rec, w_in[..., nx:]], -1)  # [G, N + mr]: reads [h ; r], the first N + mr rows of z
         if native:  # the C++ loop projects the inputs itself, a block of steps ahead
-            acts = scratch.empty(x, 2 * _NATIVE_BLOCK if ring else T, G, B)  # without history: two blocks
+            acts = scratch.empty(x, 1 if ring else T, G, B)  # without history: one step's
         elif ring:  # the loop projects a block of steps at a time (_Ring.project)
             acts = x.new_empty(_PROJECT, G, B)
         elif M:  # each member's projection [M, T, G, B'], as columns [T, G, M·B']

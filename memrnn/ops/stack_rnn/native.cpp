@@ -248,9 +248,8 @@ class Pipeline {
 // The pipelined tasks' blocks of steps: 8, 16, then 32 at a time.  The first block's projection
 // runs before the loop can start and the backward's last task (the first block's gradients)
 // after it ends, both with no loop beside them: small first blocks keep those waits short, and
-// doubling lets the second thread keep ahead of the loop after them.
-// (Without history, acts holds two blocks of kRingBlock steps, the largest block: the loop's and
-// the one projected beside it.)
+// doubling lets the second thread keep ahead of the loop after them (BlockBuffers hold the
+// largest, kRingBlock steps).
 constexpr int64_t kRingBlock = 32;
 std::vector<int64_t> block_starts(int64_t T) {
   std::vector<int64_t> starts;
@@ -565,7 +564,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   const int64_t T_ = d.T, B = d.B, N = d.N, Z = d.Z, K = d.K, Ka = d.Ka, k = d.k, D = d.D, m = d.m;
   const bool lstm = controller == kLSTM;
   // Without history (ring > 0, the header's "No history"): z, cs and the memory's buffers hold
-  // Tm + 1 steps, the per-step buffers one, acts two blocks of kRingBlock steps
+  // Tm + 1 steps, the per-step buffers (acts among them) one
   const int64_t Tm = ring > 0 ? ring : T_;
   // Recomputed memory (the header's): z holds rc + 1 slots; zh every step's [h ; r], ck the
   // checkpoints
@@ -673,17 +672,16 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
       pipe.finish();  // this block's projection is ready; start the next block's
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
-    // p: the slot of z, cs and the memory's buffers that step s reads (it writes p + 1); ai: its
-    // slot of acts; j: of the per-step buffers (all s with history)
+    // p: the slot of z, cs and the memory's buffers that step s reads (it writes p + 1); j: of the
+    // per-step buffers, acts among them (all s with history)
     // (recomputed memory: p is z's slot, pc cs's step)
     const int64_t p = ring > 0 ? s % Tm : rc > 0 ? s % rc : s, j = ring > 0 ? 0 : s, pc = ring > 0 ? p : s;
-    const int64_t ai = ring > 0 ? ((next - 1) % 2) * kRingBlock + (s - starts[next - 1]) : s;
     if (ring > 0 && s > 0 && p == 0) rewind(s);
     if (rc > 0 && s > 0 && p == 0) checkpoint(s, rc);
-    proj.unload(ap + ai * G * B, (next - 1) % 2, s - starts[next - 1], starts[next] - starts[next - 1]);
-    at::Tensor a_s = acts.select(0, ai);  // [G, B]
+    proj.unload(ap + j * G * B, (next - 1) % 2, s - starts[next - 1], starts[next] - starts[next - 1]);
+    at::Tensor a_s = acts.select(0, j);  // [G, B]
     mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
-    T* a = ap + ai * d.G * B;
+    T* a = ap + j * G * B;
     T* h = zp + (p + 1) * Z * B;
     if (lstm) {
       // o, i, f = σ(·), g = tanh(·) = 2σ(2·) − 1: one vectorised sigmoid over all four blocks
@@ -834,10 +832,10 @@ void stack_rnn_forward(int64_t controller, int64_t activation, int64_t memory, i
   if (ring > 0) {  // without history: T from x, the buffers' steps checked here
     d.T = x.size(1);
     d.Th = 1;
-    TORCH_CHECK(ring <= d.T && z.size(0) == ring + 1 && acts.size(0) == 2 * kRingBlock && heads.size(0) == 1 &&
+    TORCH_CHECK(ring <= d.T && z.size(0) == ring + 1 && acts.size(0) == 1 && heads.size(0) == 1 &&
                     A.size(0) == 1 && (!cs_.defined() || (cs_.size(0) == ring + 1 && xs_.size(0) == 1)),
                 "memrnn native stack RNN: without history z and cs hold ring + 1 = ", ring + 1,
-                " steps, acts ", 2 * kRingBlock, ", heads, A and xs one");
+                " steps, acts, heads, A and xs one");
     TORCH_CHECK(keep.size() == 6 && keep[0].dim() == 3 && keep[0].size(0) == d.T &&
                     keep[0].size(1) == d.N + d.mr && keep[0].size(2) == d.B,
                 "memrnn native stack RNN: without history keep holds zout [T, N + mr, B] and the final ",
