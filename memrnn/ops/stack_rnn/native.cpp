@@ -356,29 +356,21 @@ struct BlockBuffers {
   // step j (of n) of buffer b <-> a step's [R, B] rows at `step` (all members' columns)
   template <typename T>
   void unload(T* step, int64_t b, int64_t j, int64_t n) const {
-    move(step, b, j, n, false);
+    rows<T>(b, j, n, [&](T* blk, int64_t off) { std::copy(blk, blk + mb.Bm, step + off); });
   }
   template <typename T>
   void load(const T* step, int64_t b, int64_t j, int64_t n) const {
-    move(const_cast<T*>(step), b, j, n, true);
+    rows<T>(b, j, n, [&](T* blk, int64_t off) { std::copy(step + off, step + off + mb.Bm, blk); });
   }
 
  private:
-  template <typename T>
-  void move(T* step, int64_t b, int64_t j, int64_t n, bool in) const {
+  // f(member i's row r of step j in buffer b, that row's offset in the step) for every i and r
+  template <typename T, typename F>
+  void rows(int64_t b, int64_t j, int64_t n, F&& f) const {
     const int64_t Bm = mb.Bm, B = Bm * mb.count();
     T* base = buf.data_ptr<T>() + b * buf.size(1);
-    for (int64_t i = 0; i < mb.count(); ++i) {
-      T* blk = base + i * stride + j * Bm;
-      for (int64_t r = 0; r < R; ++r) {
-        T* row = step + r * B + i * Bm;
-        if (in) {
-          std::copy(row, row + Bm, blk + r * n * Bm);
-        } else {
-          std::copy(blk + r * n * Bm, blk + r * n * Bm + Bm, row);
-        }
-      }
-    }
+    for (int64_t i = 0; i < mb.count(); ++i)
+      for (int64_t r = 0; r < R; ++r) f(base + i * stride + r * n * Bm + j * Bm, r * B + i * Bm);
   }
 };
 
