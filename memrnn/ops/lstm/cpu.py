@@ -176,9 +176,9 @@ class FusedLSTMSequence(torch.autograd.Function):
     """:class:`LSTMSequence` with members (``x [M, B, T, n]``, ``w_in [M, 4N, n]``, ``b [M, 4N]``,
     ``w_rec [M, 4N, N]``, ``h0``, ``c0`` ``[M, B, N]`` -> ``hs``, ``cs`` ``[M, B, T+1, N]``, gate order
     o, i, f, g) through a fused cell in C++ (``lstm_fused_forward`` / ``lstm_fused_backward`` in
-    ``memrnn/ops/lstm/native_lstm.cpp``): one pass per step and member over ``[units, batch]`` does
+    ``memrnn/ops/lstm/native_lstm.cpp``): one pass per step and member over its ``[batch, 4N]`` gates does
     the recurrent product, the activations and the cell update (forward) or the local derivatives,
-    the gate gradients and the product with ``w_recᵀ`` (backward), where :class:`LSTMSequence`
+    the gate gradients and the product with ``w_rec`` (backward), where :class:`LSTMSequence`
     makes one batched product and six to eight elementwise ATen passes per step (and computes
     the local derivatives blockwise).  :func:`memrnn.ops.lstm.lstm_sequence`'s member path on CPU
     (``impl="native"``, float32 and float64).
@@ -188,12 +188,10 @@ class FusedLSTMSequence(torch.autograd.Function):
     float32 loop is (``tests/ops/test_lstm.py``).  The single-run path keeps :class:`LSTMSequence`'s
     ATen calls (``tests/ops/test_bitwise_fixture.py`` records them).
 
-    The recurrence runs on :class:`LSTMSequence`'s time-major ``[T, M, units, B]`` buffers, but what
-    enters and leaves is batch first (the projection ``[M, B, T, 4N]``, ``hs``, ``cs`` contiguous
-    ``[M, B, T+1, N]``): the C++ loops transpose each step on the way in and out, where ATen's
-    permuted copies of these tensors cost more than the loops (5-10 ns a value).  Inside, the
-    batch is padded to whole vectors (8 float32, 4 float64 values).  The weight and
-    input gradients are one batched product per member each over the whole sequence.
+    The cell works batch first and row major, as the products around it read and write it (the
+    projection ``[M, B, T, 4N]``, activated in place, and ``hs``, ``cs`` ``[M, B, T+1, N]``): every
+    inner loop runs over a row's contiguous values and nothing is transposed.  The input and
+    weight gradients are one batched product per member each over the whole sequence.
     """
 
     @staticmethod
@@ -203,22 +201,23 @@ class FusedLSTMSequence(torch.autograd.Function):
         x_rows = x.reshape(M, B * T, n_in)
         proj = torch.baddbmm(b[:, None], x_rows, w_in.transpose(1, 2))  # [M, B·T, 4N]
         w_rec = w_rec.contiguous()
-        acts, cs, xs, h_out, c_out, h_prev = _native_ops().lstm_fused_forward(
-            proj.view(M, B, T, -1), w_rec, h0.contiguous(), c0.contiguous(), tanh_units
+        acts = proj.view(M, B, T, -1)  # activated in place
+        h_out, c_out, xs, h_prev = _native_ops().lstm_fused_forward(
+            acts, w_rec, h0.contiguous(), c0.contiguous(), tanh_units
         )
         ctx.tanh_units = tanh_units
-        ctx.save_for_backward(x_rows, w_in, w_rec, acts, cs, xs, h_prev)
+        ctx.save_for_backward(x_rows, w_in, w_rec, acts, c_out, xs, h_prev)
         return h_out, c_out
 
     @staticmethod
     @first_order
     def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
-        x_rows, w_in, w_rec, acts, cs, xs, h_prev = ctx.saved_tensors
+        x_rows, w_in, w_rec, acts, c_out, xs, h_prev = ctx.saved_tensors
         M, B, T = h_prev.shape[:3]
-        G = acts.shape[2]
+        G = acts.shape[3]
         ghs = None if grad_hs is None else grad_hs.contiguous()
         gcs = None if grad_cs is None else grad_cs.contiguous()
-        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, cs, xs, w_rec, ghs, gcs, B, ctx.tanh_units)
+        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(acts, c_out, xs, w_rec, ghs, gcs, ctx.tanh_units)
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         ga = ga.view(M, B * T, G)
         # each product written with its long dimension (B·T or 4N) last, the result transposed

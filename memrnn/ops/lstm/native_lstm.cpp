@@ -27,6 +27,7 @@
 #include <cstring>
 #include <future>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -102,28 +103,29 @@ std::vector<Tensor> lstm_backward_steps(int64_t lo, int64_t hi, Tensor k, Tensor
 }
 
 // ---- The fused cell (memrnn.ops.lstm.cpu.FusedLSTMSequence: the member path's default) ----------
-// One pass per step and member over [units x batch] does the recurrent product, the gate
+// One pass per step and member over its [B, 4N] gates does the recurrent product, the gate
 // activations and the c and h updates (forward), or the local derivatives, the gate gradients and
-// the product with w_recᵀ (backward), where the ATen loops above make ~8 elementwise passes and one
+// the product with w_rec (backward), where the ATen loops above make ~8 elementwise passes and one
 // batched product per step.  Its own sigmoid and tanh (float: a Cephes-style exp polynomial that
 // vectorises; double: libm), its own summation order and contracted multiply-adds: its results
 // differ from the ATen loops' in the last bits (float64 within 1e-12 of them, float32 within 1e-5 of
 // the float64 loop, as close as the float32 ATen loop is: tests/ops/test_lstm.py).
 //
-// Layout: member major, then time, batch innermost (a member's steps are one contiguous block, a
-// step's [rows, B] one contiguous run, every inner loop runs over contiguous values): acts
-// [M, T, 4N, Bp] (activated), cs [M, T+1, N, Bp], xs [M, T, N, Bp] with Bp the batch padded to
-// whole vectors (kLanes; the padding columns hold zeros throughout); w_rec [M, 4N, N].
+// Layout: batch first and row major, as the products around the cell read and write it, so that
+// every inner loop runs over a row's contiguous values and nothing is transposed: the projection
+// proj [M, B, S, 4N] (gates o, i, f, g; activated in place: it becomes acts), the states h_out,
+// c_out [M, B, S+1, N] (the outputs; the initial state first), xs [M, B, S, N] (X(c_t)), h_prev
+// [M, B, S, N] (the state each step reads: the weight gradient's operand), and in the backward
+// the gradients ghs, gcs [M, B, S+1, N] and ga [M, B, S, 4N].  The products run over rows too
+// (rows_gemm: a row's outputs are contiguous vectors, its inputs broadcast).  (An earlier layout
+// had the batch innermost, [units, B] per step: its per-step transposes in and out took ~40% of the
+// forward, at the default job's M 10, B 16, N 16.)
 //
 // Threads: the members are independent runs, so each runs its whole sequence on one thread and
 // the members are shared out in torch.get_num_threads() chunks (member_chunks).  Every member's
 // arithmetic is the same on any number of threads: results do not depend on the thread count.
 // One model's product per step is too small to split (OneThread in stack_rnn/native.cpp); M runs
-// in one process are the work that fills the cores.  What enters and leaves is
-// batch first, as the products around it want it, and the kernels transpose it on the way in and
-// out (ATen's permuted copies of these small-inner-dimension tensors cost 5-10 ns a value, the most
-// of the step after the loops): the projection proj and its gradient ga [M, B, T, 4N], the outputs
-// h_out, c_out [M, B, T+1, N] and their gradients, h_prev [M, B, T, N].
+// in one process are the work that fills the cores.
 
 // exp for float that the compiler vectorises: exp(x) = 2^k e^r, |r| <= ln2 / 2, r's polynomial
 // from Cephes' expf; underflow to 0 below −87, overflow clamped at 88 (sigmoid saturates there).
@@ -159,53 +161,102 @@ inline T fused_tanh(T x) {
   return x < T(0) ? -t : t;
 }
 
-// The lanes of one AVX register: the fused cell's buffers pad the batch to a multiple of it.
-template <typename T>
-constexpr int64_t kLanes = 32 / sizeof(T);
 
-// out[p, :] += Σ_q coef[p·sp + q·sq] in[q, :] for p < P, q < Q over B columns (B a multiple of
-// kLanes): out's rows at out + p·so, in's at in + q·si.  Register blocked, 4 rows of out × one
-// vector of kLanes columns at a time (a loop over B per (p, q) costs more in loop overhead than in
-// arithmetic at B = 10-16; a scalar tail of columns cost more than padding them).
+// One 64-byte vector of T (GCC's and Clang's vector extensions: the compiler keeps a block's
+// sums in registers, where arrays under `omp simd` went through the stack), its loads and stores
+// of the first n values (the rest zero; n >= lanes: the whole vector).
 template <typename T>
-void small_gemm(T* out, int64_t so, const T* in, int64_t si, const T* coef, int64_t sp, int64_t sq, int64_t P,
-                int64_t Q, int64_t B) {
-  constexpr int64_t L = kLanes<T>, kRows = 4;
-  int64_t p = 0;
-  for (; p + kRows <= P; p += kRows) {
-    for (int64_t b = 0; b < B; b += L) {
-      T acc[kRows][L];
-      for (int64_t r = 0; r < kRows; ++r) {
-        MEMRNN_LSTM_SIMD
-        for (int64_t l = 0; l < L; ++l) acc[r][l] = out[(p + r) * so + b + l];
-      }
-      for (int64_t q = 0; q < Q; ++q) {
-        const T* x = in + q * si + b;
-        for (int64_t r = 0; r < kRows; ++r) {
-          const T c = coef[(p + r) * sp + q * sq];
-          MEMRNN_LSTM_SIMD
-          for (int64_t l = 0; l < L; ++l) acc[r][l] += c * x[l];
-        }
-      }
-      for (int64_t r = 0; r < kRows; ++r) {
-        MEMRNN_LSTM_SIMD
-        for (int64_t l = 0; l < L; ++l) out[(p + r) * so + b + l] = acc[r][l];
-      }
-    }
+struct Vec64 {
+  typedef T type __attribute__((vector_size(64)));
+  static constexpr int64_t kLanes = 64 / sizeof(T);
+};
+
+template <bool kPart, typename T, typename V = typename Vec64<T>::type>
+inline V vec_load(const T* p, int64_t n) {
+  V v{};
+  if (!kPart || n >= Vec64<T>::kLanes) {
+    std::memcpy(&v, p, sizeof(V));
+  } else if (n > 0) {
+    for (int64_t l = 0; l < n; ++l) v[l] = p[l];
   }
-  for (; p < P; ++p) {  // the rows left over
-    T* y = out + p * so;
-    for (int64_t q = 0; q < Q; ++q) {
-      const T c = coef[p * sp + q * sq];
-      const T* x = in + q * si;
-      MEMRNN_LSTM_SIMD
-      for (int64_t b = 0; b < B; ++b) y[b] += c * x[b];
-    }
+  return v;
+}
+
+template <bool kPart, typename T, typename V = typename Vec64<T>::type>
+inline void vec_store(T* p, const V& v, int64_t n) {
+  if (!kPart || n >= Vec64<T>::kLanes) {
+    std::memcpy(p, &v, sizeof(V));
+  } else {
+    for (int64_t l = 0; l < n; ++l) p[l] = v[l];
   }
 }
 
-// One member's elementwise forward over n = units·B values (flat: the units' rows of B are
-// contiguous): activates o, i, f, g in place, c1 = f c0 + i g, x = X(c1), h1 = o x.
+// out[b, c] += Σ_q in[b, q] w[q, c] for rows b < R, columns c < C, q < Q: out's rows at out + b·so,
+// in's at in + b·si, w's (contiguous) at w + q·sw.  Register blocked: kRows rows × kVecs vectors of
+// columns at a time (n of them in the last block, kPart where n is not kVecs whole vectors), each q
+// one broadcast of in per row and kVecs loads of w's columns; the sums run over q in order, one
+// multiply-add each.
+template <int kRows, int kVecs, bool kPart, typename T>
+inline void rows_gemm_block(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t Q,
+                            int64_t n) {
+  using V = typename Vec64<T>::type;
+  constexpr int64_t L = Vec64<T>::kLanes;
+  V acc[kRows][kVecs];
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) acc[r][v] = vec_load<kPart>(out + r * so + v * L, n - v * L);
+  for (int64_t q = 0; q < Q; ++q) {
+    V wq[kVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) wq[v] = vec_load<kPart>(w + q * sw + v * L, n - v * L);
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const T a = in[r * si + q];
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) acc[r][v] += a * wq[v];
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < kRows; ++r)
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v)
+      if (!kPart || n > v * L) vec_store<kPart>(out + r * so + v * L, acc[r][v], n - v * L);
+}
+
+// rows_gemm over all R rows: blocks of kRows rows (then single rows), each over the columns kVecs
+// vectors at a time.
+template <int kRows, int kVecs, typename T>
+void rows_gemm_blocked(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t R, int64_t Q,
+                       int64_t C) {
+  constexpr int64_t kCols = kVecs * Vec64<T>::kLanes;
+  const auto columns = [&](auto rows, int64_t b) {
+    constexpr int kR = decltype(rows)::value;
+    int64_t c = 0;
+    for (; c + kCols <= C; c += kCols)
+      rows_gemm_block<kR, kVecs, false>(out + b * so + c, so, in + b * si, si, w + c, sw, Q, kCols);
+    if (c < C) rows_gemm_block<kR, kVecs, true>(out + b * so + c, so, in + b * si, si, w + c, sw, Q, C - c);
+  };
+  int64_t b = 0;
+  for (; b + kRows <= R; b += kRows) columns(std::integral_constant<int, kRows>{}, b);
+  for (; b < R; ++b) columns(std::integral_constant<int, 1>{}, b);
+}
+
+// Narrow outputs (the backward's C = N columns, up to one vector) take 8 rows at a time, so that 8
+// independent sums hide the multiply-add's latency; wide ones (the forward's C = 4N) 4 rows of 2
+// vectors.
+template <typename T>
+void rows_gemm(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t R, int64_t Q,
+               int64_t C) {
+  if (C <= Vec64<T>::kLanes) {
+    rows_gemm_blocked<8, 1>(out, so, in, si, w, sw, R, Q, C);
+  } else {
+    rows_gemm_blocked<4, 2>(out, so, in, si, w, sw, R, Q, C);
+  }
+}
+
+// One row's elementwise forward over n units (contiguous): activates o, i, f, g in place,
+// c1 = f c0 + i g, x = X(c1), h1 = o x.
 template <bool kSquash, typename T>
 inline void forward_cells(T* o, T* i, T* f, T* g, const T* c0, T* c1, T* x, T* h1, int64_t n) {
   MEMRNN_LSTM_SIMD
@@ -269,114 +320,91 @@ void member_chunks(int64_t M, const F& fn) {
 #endif
 }
 
-// Forward of every member over steps 0..S−1 (the buffers' layout above).  proj [M, B, S, G] the
-// input projection (x w_inᵀ + b, row-major as one baddbmm writes it); h0, c0 [M, B, N]; writes acts,
-// hs, cs, xs, and the outputs h_out, c_out [M, B, S+1, N] (initial state first) and h_prev
-// [M, B, S, N] (the state each step reads: the weight gradient's operand).
+// Forward of every member over steps 0..S−1 (the layout above): proj [M, B, S, G] the input
+// projection (x w_inᵀ + b), activated in place; w [M, G, N]; h0, c0 [M, B, N]; writes h_out,
+// c_out, xs and h_prev.
 template <typename T>
-void fused_forward_impl(const T* proj, const T* w, const T* h0, const T* c0, T* acts, T* hs, T* cs, T* xs,
-                        T* h_out, T* c_out, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp,
-                        int64_t u) {
-  const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
+void fused_forward_impl(T* proj, const T* w, const T* h0, const T* c0, T* h_out, T* c_out, T* xs, T* h_prev,
+                        int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
+  const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
-  for (int64_t m = m0; m < m1; ++m) {
-    for (int64_t b = 0; b < B; ++b) {  // the initial state, transposed to [N, B] columns
-      for (int64_t k = 0; k < N; ++k) {
-        const T hv = h0[(m * B + b) * N + k], cv = c0[(m * B + b) * N + k];
-        hs[(m * (S + 1) * N + k) * Bp + b] = hv;
-        cs[(m * (S + 1) * N + k) * Bp + b] = cv;
-        h_out[((m * B + b) * (S + 1)) * N + k] = hv;
-        c_out[((m * B + b) * (S + 1)) * N + k] = cv;
+    std::vector<T> wt(N * G);  // the member's w_recᵀ [N, G]: a step's product reads its rows
+    for (int64_t m = m0; m < m1; ++m) {
+      for (int64_t r = 0; r < G; ++r)
+        for (int64_t k = 0; k < N; ++k) wt[k * G + r] = w[(m * G + r) * N + k];
+      for (int64_t b = 0; b < B; ++b) {
+        std::copy_n(h0 + (m * B + b) * N, N, h_out + (m * B + b) * (S + 1) * N);
+        std::copy_n(c0 + (m * B + b) * N, N, c_out + (m * B + b) * (S + 1) * N);
       }
-    }
-    for (int64_t s = 0; s < S; ++s) {
-      T* a = acts + (m * S + s) * G * Bp;
-      const T* hp = hs + (m * (S + 1) + s) * nb;
-      T* h1 = hs + (m * (S + 1) + s + 1) * nb;
-      const T* cp = cs + (m * (S + 1) + s) * nb;
-      T* c1 = cs + (m * (S + 1) + s + 1) * nb;
-      T* x = xs + (m * S + s) * nb;
-      for (int64_t b = 0; b < B; ++b) {  // the step's projection, transposed to [G, B] columns
-        const T* row = proj + ((m * B + b) * S + s) * G;
-        for (int64_t r = 0; r < G; ++r) a[r * Bp + b] = row[r];
-        T* prev = h_prev + ((m * B + b) * S + s) * N;
-        for (int64_t k = 0; k < N; ++k) prev[k] = hp[k * Bp + b];
-      }
-      small_gemm(a, Bp, hp, Bp, w + m * G * N, N, 1, G, N, Bp);  // gates += w_rec h_{s}
-      T *o = a, *i = a + nb, *f = a + 2 * nb, *g = a + 3 * nb;
-      forward_cells<true>(o, i, f, g, cp, c1, x, h1, ub);
-      forward_cells<false>(o + ub, i + ub, f + ub, g + ub, cp + ub, c1 + ub, x + ub, h1 + ub, nb - ub);
-      for (int64_t b = 0; b < B; ++b) {  // the outputs, batch first
-        T* ho = h_out + ((m * B + b) * (S + 1) + s + 1) * N;
-        T* co = c_out + ((m * B + b) * (S + 1) + s + 1) * N;
-        for (int64_t k = 0; k < N; ++k) {
-          ho[k] = h1[k * Bp + b];
-          co[k] = c1[k * Bp + b];
+      T* a0 = proj + m * B * S * G;      // row b, step s at a0 + (b·S + s)·G
+      T* h = h_out + m * B * (S + 1) * N;  // row b, step s at h + (b·(S+1) + s)·N; likewise c
+      T* c = c_out + m * B * (S + 1) * N;
+      for (int64_t s = 0; s < S; ++s) {
+        rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), G, B, N, G);  // gates += w_rec h_s
+        for (int64_t b = 0; b < B; ++b) {
+          T* a = a0 + (b * S + s) * G;
+          T *o = a, *i = a + N, *f = a + 2 * N, *g = a + 3 * N;
+          const T* cp = c + (b * (S + 1) + s) * N;
+          T* c1 = c + (b * (S + 1) + s + 1) * N;
+          T* h1 = h + (b * (S + 1) + s + 1) * N;
+          T* x = xs + ((m * B + b) * S + s) * N;
+          std::copy_n(h + (b * (S + 1) + s) * N, N, h_prev + ((m * B + b) * S + s) * N);
+          forward_cells<true>(o, i, f, g, cp, c1, x, h1, u);
+          forward_cells<false>(o + u, i + u, f + u, g + u, cp + u, c1 + u, x + u, h1 + u, N - u);
         }
       }
     }
-  }
   });
 }
 
-// out [N, Bp] = grad[m, :, s, :] of a batch-first gradient [M, B, S+1, N] (transposed; the padding
-// columns b >= B left as they are), or 0.
+// Backward of every member over steps S−1 down to 0: acts [M, B, S, G] (activated), c_out
+// [M, B, S+1, N], xs [M, B, S, N], w [M, G, N]; ghs, gcs [M, B, S+1, N] the outputs' gradients
+// (nullptr: zero); writes ga [M, B, S, G] (the projection's gradient) and g_h0, g_c0 [M, B, N].
 template <typename T>
-inline void gather_grad(const T* grad, int64_t m, int64_t s, int64_t S, int64_t N, int64_t B, int64_t Bp, T* out) {
-  if (grad == nullptr) {
-    std::fill(out, out + N * Bp, T(0));
-    return;
-  }
-  for (int64_t b = 0; b < B; ++b) {
-    const T* row = grad + ((m * B + b) * (S + 1) + s) * N;
-    for (int64_t k = 0; k < N; ++k) out[k * Bp + b] = row[k];
-  }
-}
-
-// Backward of every member over steps S−1 down to 0: ghs, gcs [M, B, S+1, N] the outputs'
-// gradients (nullptr: zero); writes ga [M, B, S, G] (the projection's gradient, row-major like
-// proj) and g_h0, g_c0 [M, B, N].
-template <typename T>
-void fused_backward_impl(const T* acts, const T* cs, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
-                         T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t Bp, int64_t u) {
-  const int64_t G = 4 * N, nb = N * Bp, ub = u * Bp;
+void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
+                         T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
+  const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
-  // each chunk's own scratch; zeros: the padding columns stay 0
-  std::vector<T> gh(nb), gc(nb), step(G * Bp), inc(nb);
-  for (int64_t m = m0; m < m1; ++m) {
-    gather_grad(ghs, m, S, S, N, B, Bp, gh.data());
-    gather_grad(gcs, m, S, S, N, B, Bp, gc.data());
-    for (int64_t s = S - 1; s >= 0; --s) {
-      const T* a = acts + (m * S + s) * G * Bp;
-      const T *o = a, *i = a + nb, *f = a + 2 * nb, *g = a + 3 * nb;
-      T *d = step.data(), *go = d, *gi = d + nb, *gf = d + 2 * nb, *gg = d + 3 * nb;
-      const T *cp = cs + (m * (S + 1) + s) * nb, *x = xs + (m * S + s) * nb;
-      T* dh = gh.data();
-      T* dc = gc.data();
-      if (gcs == nullptr) {
-        backward_cells<true, false>(o, i, f, g, cp, x, dh, dc, inc.data(), go, gi, gf, gg, ub);
-        backward_cells<false, false>(o + ub, i + ub, f + ub, g + ub, cp + ub, x + ub, dh + ub, dc + ub,
-                                     inc.data() + ub, go + ub, gi + ub, gf + ub, gg + ub, nb - ub);
-      } else {
-        gather_grad(gcs, m, s, S, N, B, Bp, inc.data());
-        backward_cells<true, true>(o, i, f, g, cp, x, dh, dc, inc.data(), go, gi, gf, gg, ub);
-        backward_cells<false, true>(o + ub, i + ub, f + ub, g + ub, cp + ub, x + ub, dh + ub, dc + ub,
-                                    inc.data() + ub, go + ub, gi + ub, gf + ub, gg + ub, nb - ub);
+    std::vector<T> gh(B * N), gc(B * N);  // ∂L/∂h_s, ∂L/∂c_s of the member's rows, [B, N]
+    const auto incoming = [&](const T* grad, int64_t m, int64_t s, T* out) {  // grad[m, :, s, :] or 0
+      for (int64_t b = 0; b < B; ++b) {
+        if (grad == nullptr)
+          std::fill_n(out + b * N, N, T(0));
+        else
+          std::copy_n(grad + ((m * B + b) * (S + 1) + s) * N, N, out + b * N);
       }
-      for (int64_t b = 0; b < B; ++b) {  // ga, batch first
-        T* row = ga + ((m * B + b) * S + s) * G;
-        for (int64_t r = 0; r < G; ++r) row[r] = d[r * Bp + b];
+    };
+    for (int64_t m = m0; m < m1; ++m) {
+      incoming(ghs, m, S, gh.data());
+      incoming(gcs, m, S, gc.data());
+      for (int64_t s = S - 1; s >= 0; --s) {
+        for (int64_t b = 0; b < B; ++b) {
+          const T* a = acts + ((m * B + b) * S + s) * G;
+          const T *o = a, *i = a + N, *f = a + 2 * N, *g = a + 3 * N;
+          T* d = ga + ((m * B + b) * S + s) * G;
+          T *go = d, *gi = d + N, *gf = d + 2 * N, *gg = d + 3 * N;
+          const T* cp = c_out + ((m * B + b) * (S + 1) + s) * N;
+          const T* x = xs + ((m * B + b) * S + s) * N;
+          T *dh = gh.data() + b * N, *dc = gc.data() + b * N;
+          if (gcs == nullptr) {
+            backward_cells<true, false>(o, i, f, g, cp, x, dh, dc, dc, go, gi, gf, gg, u);
+            backward_cells<false, false>(o + u, i + u, f + u, g + u, cp + u, x + u, dh + u, dc + u, dc + u, go + u,
+                                         gi + u, gf + u, gg + u, N - u);
+          } else {
+            const T* inc = gcs + ((m * B + b) * (S + 1) + s) * N;
+            backward_cells<true, true>(o, i, f, g, cp, x, dh, dc, inc, go, gi, gf, gg, u);
+            backward_cells<false, true>(o + u, i + u, f + u, g + u, cp + u, x + u, dh + u, dc + u, inc + u, go + u,
+                                        gi + u, gf + u, gg + u, N - u);
+          }
+        }
+        incoming(ghs, m, s, gh.data());  // g_h = ghs[s] (or 0) + ga_s w_rec
+        rows_gemm(gh.data(), N, ga + (m * B * S + s) * G, S * G, w + m * G * N, N, B, G, N);
       }
-      gather_grad(ghs, m, s, S, N, B, Bp, dh);  // g_h = ghs[s] (or 0) + w_recᵀ ga
-      small_gemm(dh, Bp, d, Bp, w + m * G * N, 1, N, N, G, Bp);
+      for (int64_t b = 0; b < B; ++b) {
+        std::copy_n(gh.data() + b * N, N, g_h0 + (m * B + b) * N);
+        std::copy_n(gc.data() + b * N, N, g_c0 + (m * B + b) * N);
+      }
     }
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t k = 0; k < N; ++k) {
-        g_h0[(m * B + b) * N + k] = gh[k * Bp + b];
-        g_c0[(m * B + b) * N + k] = gc[k * Bp + b];
-      }
-    }
-  }
   });
 }
 
@@ -385,51 +413,45 @@ void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
               " must be a contiguous CPU tensor of the gates' dtype");
 }
 
-// The forward (fused_forward_impl): proj [M, B, T, 4N], w_rec [M, 4N, N], h0, c0 [M, B, N] ->
-// acts [M, T, 4N, Bp], cs [M, T+1, N, Bp], xs [M, T, N, Bp] (the backward's), h_out, c_out
-// [M, B, T+1, N] (the outputs), h_prev [M, B, T, N].
+// The forward (fused_forward_impl): proj [M, B, T, 4N] (activated in place: the backward's acts),
+// w_rec [M, 4N, N], h0, c0 [M, B, N] -> h_out, c_out [M, B, T+1, N] (the outputs; c_out is the
+// backward's too), xs [M, B, T, N] (the backward's), h_prev [M, B, T, N].
 std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Tensor c0, int64_t tanh_units) {
   const auto dtype = proj.scalar_type();
   for (const auto& [t, name] : {std::pair{&proj, "proj"}, {&w_rec, "w_rec"}, {&h0, "h0"}, {&c0, "c0"}})
     check_fused(*t, name, dtype);
-  const int64_t M = proj.size(0), B = proj.size(1), S = proj.size(2), N = w_rec.size(2), G = 4 * N;
+  const int64_t M = proj.size(0), B = proj.size(1), S = proj.size(2), N = w_rec.size(2);
+  TORCH_CHECK(proj.size(3) == 4 * N && w_rec.size(1) == 4 * N && 0 <= tanh_units && tanh_units <= N,
+              "lstm_fused_forward: proj ", proj.sizes(), ", w_rec ", w_rec.sizes(), ", tanh_units ", tanh_units);
   const auto opt = proj.options();
-  int64_t Bp = B;  // the batch padded to whole vectors: the padding columns stay 0 throughout
-  AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_pad", [&] { Bp = (B + kLanes<scalar_t> - 1) / kLanes<scalar_t> * kLanes<scalar_t>; });
-  const auto alloc = [&](at::IntArrayRef size) { return Bp == B ? at::empty(size, opt) : at::zeros(size, opt); };
-  Tensor acts = alloc({M, S, G, Bp}), hs = alloc({M, S + 1, N, Bp});
-  Tensor cs = alloc({M, S + 1, N, Bp}), xs = alloc({M, S, N, Bp});
   Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
-  Tensor h_prev = at::empty({M, B, S, N}, opt);
+  Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
     fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(),
-                                 c0.data_ptr<scalar_t>(), acts.data_ptr<scalar_t>(), hs.data_ptr<scalar_t>(),
-                                 cs.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(),
-                                 c_out.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, Bp,
-                                 tanh_units);
+                                 c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(),
+                                 xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
-  return {acts, cs, xs, h_out, c_out, h_prev};
+  return {h_out, c_out, xs, h_prev};
 }
 
-// The backward (fused_backward_impl): ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero),
-// batch = B (acts' last dimension is B padded to whole vectors) -> ga [M, B, T, 4N] (the projection's gradient), g_h0, g_c0 [M, B, N].
-std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor cs, Tensor xs, Tensor w_rec, std::optional<Tensor> ghs,
-                                        std::optional<Tensor> gcs, int64_t batch, int64_t tanh_units) {
+// The backward (fused_backward_impl): acts [M, B, T, 4N], c_out [M, B, T+1, N], xs [M, B, T, N] the
+// forward's; ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero) -> ga [M, B, T, 4N] (the
+// projection's gradient), g_h0, g_c0 [M, B, N].
+std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, std::optional<Tensor> ghs,
+                                        std::optional<Tensor> gcs, int64_t tanh_units) {
   const auto dtype = acts.scalar_type();
-  for (const auto& [t, name] : {std::pair{&acts, "acts"}, {&cs, "cs"}, {&xs, "xs"}, {&w_rec, "w_rec"}})
+  for (const auto& [t, name] : {std::pair{&acts, "acts"}, {&c_out, "c_out"}, {&xs, "xs"}, {&w_rec, "w_rec"}})
     check_fused(*t, name, dtype);
   if (ghs.has_value()) check_fused(*ghs, "ghs", dtype);
   if (gcs.has_value()) check_fused(*gcs, "gcs", dtype);
-  const int64_t M = acts.size(0), S = acts.size(1), N = w_rec.size(2), Bp = acts.size(3), G = 4 * N;
-  const int64_t B = batch;  // the real batch; acts' last dimension is it padded
-  TORCH_CHECK(B <= Bp, "lstm_fused_backward: batch ", B, " exceeds the buffers' ", Bp);
+  const int64_t M = acts.size(0), B = acts.size(1), S = acts.size(2), N = w_rec.size(2), G = 4 * N;
   const auto opt = acts.options();
   Tensor ga = at::empty({M, B, S, G}, opt), g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_backward", [&] {
     fused_backward_impl<scalar_t>(
-        acts.data_ptr<scalar_t>(), cs.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
+        acts.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
         ghs.has_value() ? ghs->data_ptr<scalar_t>() : nullptr, gcs.has_value() ? gcs->data_ptr<scalar_t>() : nullptr,
-        ga.data_ptr<scalar_t>(), g_h0.data_ptr<scalar_t>(), g_c0.data_ptr<scalar_t>(), M, S, N, B, Bp, tanh_units);
+        ga.data_ptr<scalar_t>(), g_h0.data_ptr<scalar_t>(), g_c0.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
   return {ga, g_h0, g_c0};
 }
@@ -445,10 +467,10 @@ TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
       "lstm_backward_steps(int lo, int hi, Tensor k, Tensor f, Tensor dhdc, Tensor? ghs, Tensor? gcs, "
       "Tensor w_rec_t, Tensor(a!) ga, Tensor g_h, Tensor g_c) -> Tensor[]",
       &lstm_backward_steps);
-  lib.def("lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Tensor c0, int tanh_units) -> Tensor[]",
+  lib.def("lstm_fused_forward(Tensor(a!) proj, Tensor w_rec, Tensor h0, Tensor c0, int tanh_units) -> Tensor[]",
           &lstm_fused_forward);
   lib.def(
-      "lstm_fused_backward(Tensor acts, Tensor cs, Tensor xs, Tensor w_rec, Tensor? ghs, Tensor? gcs, "
-      "int batch, int tanh_units) -> Tensor[]",
+      "lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, Tensor? ghs, Tensor? gcs, "
+      "int tanh_units) -> Tensor[]",
       &lstm_fused_backward);
 }
