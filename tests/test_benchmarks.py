@@ -314,3 +314,25 @@ def test_member_overheads_prints_the_three_costs_both_ways(capsys):
     assert [r["what"] for r in rows] == ["collate", "initial state + output", "loss (fwd+bwd)"]
     assert all(r["before_ms"] > 0 and r["now_ms"] > 0 for r in rows)
     assert "| collate |" in capsys.readouterr().out
+
+
+def test_member_products_benchmark_prints_every_row(capsys):
+    """``benchmarks/member_products.py`` at a tiny size: a row per product, both orientations
+    where there are two (no timing asserted), the fused LSTM cell's rows where the C++ loops are
+    built."""
+    from benchmarks import member_products
+    from memrnn.ops.native import load
+
+    rows = member_products.main(["--members", "2", "--rows", "12", "--batch", "3", "--hidden", "4",
+                                 "--vocab", "3", "--embedding", "5", "--calls", "2", "--repeats", "1"])  # fmt: skip
+    names = [r["product"] for r in rows]
+    assert names[:5] == [
+        "head forward",
+        "head weight grad",
+        "head input grad",
+        "LSTM weight grads",
+        "LSTM input grad",
+    ]
+    assert names[5:] == (["fused LSTM forward", "fused LSTM backward"] if load() is not None else [])
+    assert all(r["memrnn_us"] > 0 and (r["torch_us"] is None or r["ratio"] > 0) for r in rows)
+    assert "| head weight grad |" in capsys.readouterr().out

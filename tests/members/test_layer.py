@@ -672,6 +672,33 @@ def test_embedding_and_heads_are_each_members_modules(dtype):
     assert not list(frozen.parameters()) and torch.equal(frozen(torch.tensor([2]))[1, 0], torch.eye(4)[2])
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_member_heads_gradients_are_each_members_linears(bias):
+    """:class:`MemberLinear` on CPU computes its products with the rows last (``(w xᵀ + b)ᵀ``, the
+    weight gradient ``(gᵀ x)ᵀ``): outputs and the input, weight and bias gradients within float64
+    rounding of each member's ``nn.Linear``, and twice differentiable (gradgradcheck)."""
+    torch.manual_seed(0)
+    heads = [nn.Linear(6, 3, bias=bias).double() for _ in range(4)]
+    head = MemberLinear.from_modules(heads)
+    x = torch.randn(4, 2, 5, 6, dtype=torch.float64, requires_grad=True)
+    g = torch.randn(4, 2, 5, 3, dtype=torch.float64)
+    out = head(x)
+    assert out.is_contiguous() and out.shape == (4, 2, 5, 3)
+    wrt = [x, head.weight] + ([head.bias] if bias else [])
+    got = torch.autograd.grad(out, wrt, g)
+    for m, lin in enumerate(heads):
+        xm = x[m].detach().clone().requires_grad_()
+        ym = lin(xm)
+        torch.testing.assert_close(out[m], ym, atol=1e-12, rtol=1e-12)
+        want = torch.autograd.grad(ym, [xm, *lin.parameters()], g[m])
+        torch.testing.assert_close(got[0][m], want[0], atol=1e-12, rtol=1e-12)
+        for a, b in zip(got[1:], want[1:], strict=True):
+            torch.testing.assert_close(a[m], b, atol=1e-12, rtol=1e-12)
+    assert torch.autograd.gradgradcheck(
+        lambda *a: head(a[0]), (x[:, :1, :2].detach().clone().requires_grad_(),)
+    )
+
+
 @pytest.mark.parametrize(("cls", "kwargs", "op"), PATH_CASES)
 def test_a_member_paths_initial_state_and_output_are_each_members(cls, kwargs, op):
     """The member paths build the members' initial state at once (no member view each; what
