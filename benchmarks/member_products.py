@@ -17,8 +17,8 @@ Rows:
 * ``LSTM weight grads``, ``LSTM input grad``: ``FusedLSTMSequence``'s products (the long dimension
   last) against the other orientation;
 * ``head input grad``: ``g w``, the fast orientation either way;
-* ``fused LSTM forward`` / ``backward``: the C++ cell alone (``lstm_fused_forward`` on a fresh
-  copy of the projection, ``lstm_fused_backward``), no baseline (its ATen loop is
+* ``fused LSTM forward`` / ``backward``: the C++ cell alone (``lstm_fused_forward`` on a copy of
+  the projection, ``lstm_fused_backward``, into buffers reused between calls), no baseline (its ATen loop is
   :class:`memrnn.ops.lstm.cpu.LSTMSequence`).
 """
 
@@ -88,16 +88,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
         T = max(1, R // args.batch)
         proj = torch.randn(M, args.batch, T, G, generator=g) * 0.5
         w_rec = torch.randn(M, G, H, generator=g) * 0.3
-        h0 = torch.zeros(M, args.batch, H)
+        h0, bias = torch.zeros(M, args.batch, H), torch.zeros(M, G)
         acts = proj.clone()
-        _, c_out, xs, _ = ops.lstm_fused_forward(acts, w_rec, h0, h0, H)
+        _, c_out, xs, _ = ops.lstm_fused_forward(acts, bias, w_rec, h0, h0, H)
         ghs = torch.randn(M, args.batch, T + 1, H, generator=g)
+        # the cell's buffers reused from call to call, as memrnn.ops.scratch serves them in training
+        proj_buf, ga_buf = torch.empty_like(proj), torch.empty_like(acts)
         cases += [
-            ("fused LSTM forward", None, lambda: ops.lstm_fused_forward(proj.clone(), w_rec, h0, h0, H)),
+            (
+                "fused LSTM forward",
+                None,
+                lambda: ops.lstm_fused_forward(proj_buf.copy_(proj), bias, w_rec, h0, h0, H),
+            ),
             (
                 "fused LSTM backward",
                 None,
-                lambda: ops.lstm_fused_backward(acts, c_out, xs, w_rec, ghs, None, H),
+                lambda: ops.lstm_fused_backward(acts, c_out, xs, w_rec, ghs, None, H, ga_buf),
             ),
         ]
     best: dict[tuple[str, str], float] = {}

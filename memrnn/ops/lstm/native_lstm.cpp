@@ -321,11 +321,11 @@ void member_chunks(int64_t M, const F& fn) {
 }
 
 // Forward of every member over steps 0..S−1 (the layout above): proj [M, B, S, G] the input
-// projection (x w_inᵀ + b), activated in place; w [M, G, N]; h0, c0 [M, B, N]; writes h_out,
-// c_out, xs and h_prev.
+// projection (x w_inᵀ), its bias [M, G] added here, activated in place; w [M, G, N]; h0, c0
+// [M, B, N]; writes h_out, c_out, xs and h_prev.
 template <typename T>
-void fused_forward_impl(T* proj, const T* w, const T* h0, const T* c0, T* h_out, T* c_out, T* xs, T* h_prev,
-                        int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
+void fused_forward_impl(T* proj, const T* bias, const T* w, const T* h0, const T* c0, T* h_out, T* c_out, T* xs,
+                        T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> wt(N * G);  // the member's w_recᵀ [N, G]: a step's product reads its rows
@@ -339,7 +339,13 @@ void fused_forward_impl(T* proj, const T* w, const T* h0, const T* c0, T* h_out,
       T* a0 = proj + m * B * S * G;      // row b, step s at a0 + (b·S + s)·G
       T* h = h_out + m * B * (S + 1) * N;  // row b, step s at h + (b·(S+1) + s)·N; likewise c
       T* c = c_out + m * B * (S + 1) * N;
+      const T* bm = bias + m * G;
       for (int64_t s = 0; s < S; ++s) {
+        for (int64_t b = 0; b < B; ++b) {  // the bias, while the step's rows come into cache
+          T* a = a0 + (b * S + s) * G;
+          MEMRNN_LSTM_SIMD
+          for (int64_t r = 0; r < G; ++r) a[r] += bm[r];
+        }
         rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), G, B, N, G);  // gates += w_rec h_s
         for (int64_t b = 0; b < B; ++b) {
           T* a = a0 + (b * S + s) * G;
@@ -413,21 +419,28 @@ void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
               " must be a contiguous CPU tensor of the gates' dtype");
 }
 
-// The forward (fused_forward_impl): proj [M, B, T, 4N] (activated in place: the backward's acts),
-// w_rec [M, 4N, N], h0, c0 [M, B, N] -> h_out, c_out [M, B, T+1, N] (the outputs; c_out is the
-// backward's too), xs [M, B, T, N] (the backward's), h_prev [M, B, T, N].
-std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Tensor c0, int64_t tanh_units) {
+// The forward (fused_forward_impl): proj [M, B, T, 4N] = x w_inᵀ (the bias [M, 4N] added here;
+// activated in place: the backward's acts), w_rec [M, 4N, N], h0, c0 [M, B, N] -> h_out, c_out
+// [M, B, T+1, N] (the outputs; c_out is the backward's too), xs [M, B, T, N] (the backward's),
+// h_prev [M, B, T, N].  (The bias is not in the product, as baddbmm's: its copy into the product's
+// output was a pass of its own over MBs out of cache, ~0.2 ms a step at the default job's shape.)
+std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor bias, Tensor w_rec, Tensor h0, Tensor c0,
+                                       int64_t tanh_units) {
   const auto dtype = proj.scalar_type();
-  for (const auto& [t, name] : {std::pair{&proj, "proj"}, {&w_rec, "w_rec"}, {&h0, "h0"}, {&c0, "c0"}})
+  for (const auto& [t, name] :
+       {std::pair{&proj, "proj"}, {&bias, "bias"}, {&w_rec, "w_rec"}, {&h0, "h0"}, {&c0, "c0"}})
     check_fused(*t, name, dtype);
   const int64_t M = proj.size(0), B = proj.size(1), S = proj.size(2), N = w_rec.size(2);
-  TORCH_CHECK(proj.size(3) == 4 * N && w_rec.size(1) == 4 * N && 0 <= tanh_units && tanh_units <= N,
-              "lstm_fused_forward: proj ", proj.sizes(), ", w_rec ", w_rec.sizes(), ", tanh_units ", tanh_units);
+  TORCH_CHECK(proj.size(3) == 4 * N && w_rec.size(1) == 4 * N && bias.sizes() == at::IntArrayRef({M, 4 * N}) &&
+                  0 <= tanh_units && tanh_units <= N,
+              "lstm_fused_forward: proj ", proj.sizes(), ", bias ", bias.sizes(), ", w_rec ", w_rec.sizes(),
+              ", tanh_units ", tanh_units);
   const auto opt = proj.options();
   Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
   Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
-    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(),
+    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
+                                 h0.data_ptr<scalar_t>(),
                                  c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(),
                                  xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
@@ -436,17 +449,20 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor w_rec, Tensor h0, Ten
 
 // The backward (fused_backward_impl): acts [M, B, T, 4N], c_out [M, B, T+1, N], xs [M, B, T, N] the
 // forward's; ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero) -> ga [M, B, T, 4N] (the
-// projection's gradient), g_h0, g_c0 [M, B, N].
+// projection's gradient: written into ga, uninitialised on entry), g_h0, g_c0 [M, B, N].
 std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, std::optional<Tensor> ghs,
-                                        std::optional<Tensor> gcs, int64_t tanh_units) {
+                                        std::optional<Tensor> gcs, int64_t tanh_units, Tensor ga) {
   const auto dtype = acts.scalar_type();
-  for (const auto& [t, name] : {std::pair{&acts, "acts"}, {&c_out, "c_out"}, {&xs, "xs"}, {&w_rec, "w_rec"}})
+  for (const auto& [t, name] :
+       {std::pair{&acts, "acts"}, {&c_out, "c_out"}, {&xs, "xs"}, {&w_rec, "w_rec"}, {&ga, "ga"}})
     check_fused(*t, name, dtype);
   if (ghs.has_value()) check_fused(*ghs, "ghs", dtype);
   if (gcs.has_value()) check_fused(*gcs, "gcs", dtype);
-  const int64_t M = acts.size(0), B = acts.size(1), S = acts.size(2), N = w_rec.size(2), G = 4 * N;
+  const int64_t M = acts.size(0), B = acts.size(1), S = acts.size(2), N = w_rec.size(2);
   const auto opt = acts.options();
-  Tensor ga = at::empty({M, B, S, G}, opt), g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
+  TORCH_CHECK(ga.sizes() == acts.sizes(), "lstm_fused_backward: ga ", ga.sizes(), " must have acts' shape ",
+              acts.sizes());
+  Tensor g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_backward", [&] {
     fused_backward_impl<scalar_t>(
         acts.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
@@ -467,10 +483,12 @@ TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
       "lstm_backward_steps(int lo, int hi, Tensor k, Tensor f, Tensor dhdc, Tensor? ghs, Tensor? gcs, "
       "Tensor w_rec_t, Tensor(a!) ga, Tensor g_h, Tensor g_c) -> Tensor[]",
       &lstm_backward_steps);
-  lib.def("lstm_fused_forward(Tensor(a!) proj, Tensor w_rec, Tensor h0, Tensor c0, int tanh_units) -> Tensor[]",
-          &lstm_fused_forward);
+  lib.def(
+      "lstm_fused_forward(Tensor(a!) proj, Tensor bias, Tensor w_rec, Tensor h0, Tensor c0, int tanh_units) -> "
+      "Tensor[]",
+      &lstm_fused_forward);
   lib.def(
       "lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, Tensor? ghs, Tensor? gcs, "
-      "int tanh_units) -> Tensor[]",
+      "int tanh_units, Tensor(a!) ga) -> Tensor[]",
       &lstm_fused_backward);
 }
