@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             (
                 "fused LSTM backward",
                 None,
-                lambda: ops.lstm_fused_backward(acts, c_out, xs, w_rec, ghs, None, H, ga_buf),
+                lambda: ops.lstm_fused_backward(acts, c_out, xs, w_rec, ghs, None, H, ga_buf, None, None),
             ),
         ]
     best: dict[tuple[str, str], float] = {}

@@ -244,6 +244,22 @@ class MemberSequenceModule(SequenceModule):
         rows) -> ``[M, B, T, E]``."""
         return self.embedding(self.checked_ids(input_ids), per_member=input_ids.dim() == 3)
 
+    def encode(
+        self, input_ids: Tensor, mask: Tensor | None = None, input_lengths: Tensor | None = None
+    ) -> Tensor:
+        """:meth:`SequenceModule.encode` with members: the layer's outputs ``[M, B, T, H]`` on the
+        members' embeddings of ``input_ids`` (``[B, T]`` or ``[M, B, T]``), through
+        :meth:`MemberLayer.outputs_from_tokens`, which folds the lookup into the layer's first
+        product where the member path can (the LSTM's on CPU: no product over the batch's
+        positions for its input projection, nor for its input's and ``w_in``'s gradients).  With
+        input dropout, ``initial_output`` or input lengths in the state: the lookup, then the
+        layer, as :meth:`SequenceModule.encode`."""
+        reads_lengths = input_lengths is not None and self.layer.reads_input_lengths
+        if self.input_dropout is not None or self.initial_output or reads_lengths:
+            return super().encode(input_ids, mask, input_lengths)
+        h = self.layer.outputs_from_tokens(self.checked_ids(input_ids), self.embedding.weight, mask=mask)
+        return h if self.output_dropout is None else self.output_dropout(h)
+
     def _per_member(self, batch: Mapping[str, Tensor]) -> bool:
         """Whether ``batch`` has the members first (``member_data="independent"``), checked."""
         ids = batch["input"]

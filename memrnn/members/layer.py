@@ -49,6 +49,11 @@ class MemberPath:
     #: ``layer -> path or None``: another path for the layers of the class whose options call for
     #: one (:class:`memrnn.layers.StackRNN`'s nondeterministic stacks); None: this one for all
     select: Callable[[nn.Module], MemberPath | None] | None = None
+    #: the outputs from token ids, ``(layer, ids [B, T] or [M, B, T], table [M, V, n], state, mask)
+    #: -> [M, B, T, out]``, the input at a position being its id's row of the members' embedding
+    #: ``table`` (what :meth:`MemberLayer.outputs_from_tokens` runs: a path may fold the lookup
+    #: into its first product, as the LSTM's); None: the lookup, then ``outputs``
+    tokens: Callable[[nn.Module, Tensor, Tensor, Any, Tensor | None], Tensor] | None = None
 
 
 #: the member paths by layer class (exact class: a subclass may compute otherwise)
@@ -266,6 +271,37 @@ class MemberLayer(nn.Module):
         if self._batched():
             return self._run_path(x, state, mask, outputs_only=True)
         return self._loop(x, state, mask, outputs_only=True)
+
+    def outputs_from_tokens(
+        self, ids: Tensor, table: Tensor, state: Any = None, mask: Tensor | None = None
+    ) -> Tensor:
+        """:meth:`outputs` on the members' embeddings of token ids: ``ids [B, T]`` (every member
+        reads them) or ``[M, B, T]`` (each member its own), ``table [M, V, input_size]`` (member
+        ``m``'s input at a position is ``table[m, id]``; the ids must lie in ``0..V−1``: the
+        caller checks them, as :meth:`memrnn.lit.sequence.SequenceModule.checked_ids`) ->
+        ``[M, B, T, output_size]``.  Through the member path's ``tokens`` where it has one (the
+        LSTM's folds the lookup into its input projection), else the lookup, then :meth:`outputs`."""
+        M = self.members
+        if not isinstance(table, Tensor) or table.dim() != 3 or table.shape[0] != M:
+            got = tuple(table.shape) if isinstance(table, Tensor) else type(table).__name__
+            raise ValueError(
+                f"outputs_from_tokens takes table [members, vocabulary, input_size] = [{M}, V, n], got {got}"
+            )
+        if ids.dim() not in (2, 3) or (ids.dim() == 3 and ids.shape[0] != M):
+            raise ValueError(f"outputs_from_tokens takes ids [B, T] or [{M}, B, T], got {tuple(ids.shape)}")
+        path, reason = member_path_of(self.layer)
+        if reason is not None or path.tokens is None:
+            rows = (ids if ids.dim() == 3 else ids[None]) + torch.arange(M, device=ids.device).view(
+                M, 1, 1
+            ) * table.shape[1]
+            return self.outputs(table.reshape(M * table.shape[1], -1)[rows], state, mask)
+        B, T = ids.shape[-2:]
+        state, mask = self._check(table.new_empty(M, B, T, 0), state, mask)
+        if state is None:
+            state = self.initial_state(B, device=table.device, dtype=table.dtype)
+        if mask is not None and bool(mask.all()):
+            mask = None
+        return path.tokens(self.layer, ids, table, state, mask)
 
     def _loop(self, x: Tensor, state: Any, mask: Tensor | None, *, outputs_only: bool):
         """The fallback: each member through the layer's own methods on its slices."""

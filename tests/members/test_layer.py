@@ -699,6 +699,37 @@ def test_member_heads_gradients_are_each_members_linears(bias):
     )
 
 
+@pytest.mark.parametrize(("cls", "kwargs"), [(LSTMLayer, {}), (LSTMLayer, {"num_layers": 2}), (GRULayer, {})])
+@pytest.mark.parametrize("per_member", [False, True])
+def test_outputs_from_tokens_equal_the_lookup_then_the_layer(cls, kwargs, per_member):
+    """:meth:`MemberLayer.outputs_from_tokens` (the LSTM's member path folds the lookup into its
+    first layer's input projection; the GRU's has no token path and looks the embeddings up)
+    equals :meth:`MemberLayer.outputs` on the looked-up embeddings: outputs and the gradients of
+    the table and every parameter within float64 rounding, under right padding; bad tables and
+    ids are named."""
+    torch.manual_seed(0)
+    members = MemberLayer([cls(4, 5, **kwargs).double() for _ in range(3)])
+    table = torch.randn(3, 7, 4, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 7, (3, 2, 6) if per_member else (2, 6))
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, 4:] = False
+    params = [table, *members.parameters()]
+    got = members.outputs_from_tokens(ids, table, mask=mask)
+    g_got = torch.autograd.grad(got.square().sum(), params)
+    rows = (ids if per_member else ids[None]) + torch.arange(3).view(3, 1, 1) * 7
+    want = members.outputs(table.reshape(21, 4)[rows], mask=mask)
+    g_want = torch.autograd.grad(want.square().sum(), params)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    for a, b in zip(g_got, g_want, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+    with pytest.raises(
+        ValueError, match=r"table \[members, vocabulary, input_size\] = \[3, V, n\], got \(7, 4\)"
+    ):
+        members.outputs_from_tokens(ids, table[0])
+    with pytest.raises(ValueError, match=r"ids \[B, T\] or \[3, B, T\], got \(2, 2, 6\)"):
+        members.outputs_from_tokens(torch.zeros(2, 2, 6, dtype=torch.long), table)
+
+
 @pytest.mark.parametrize(("cls", "kwargs", "op"), PATH_CASES)
 def test_a_member_paths_initial_state_and_output_are_each_members(cls, kwargs, op):
     """The member paths build the members' initial state at once (no member view each; what

@@ -3,7 +3,8 @@
 * :class:`memrnn.layers.LSTMLayer` (unidirectional, no dropout between layers in training): its
   ``nn.LSTM`` weights per member in the op's gate order, through
   :func:`memrnn.ops.lstm.lstm_sequence` with the member dimension (the CPU path batches every
-  product over the members; one layer after another).
+  product over the members; one layer after another); from token ids, the first layer through
+  :func:`memrnn.ops.lstm.lstm_sequence_tokens` (the embedding folded into its input projection).
 * :class:`memrnn.layers.GRULayer` (unidirectional, no dropout between layers in training): its
   ``nn.GRU`` weights per member (gate order ``r, z, n`` as they are), through
   :func:`memrnn.ops.gru.gru_sequence` with the member dimension
@@ -21,7 +22,7 @@ from memrnn.layers.gated import GRUState, LSTMState
 from memrnn.members.layer import MemberPath, register_member_path
 from memrnn.members.paths.common import check_dtype, learned_or_zeros, lengths_final
 from memrnn.ops.gru import gru_sequence
-from memrnn.ops.lstm import lstm_sequence, sigmoids_first
+from memrnn.ops.lstm import lstm_sequence, lstm_sequence_tokens, sigmoids_first
 
 
 def _lstm_initial(layer: LSTMLayer, batch_size: int, x: Tensor) -> LSTMState:
@@ -44,9 +45,17 @@ def _gated_why_not(layer: nn.Module) -> str | None:
     return None
 
 
-def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> tuple[Tensor, LSTMState]:
-    M = x.shape[0]
-    check_dtype("LSTMLayer", x, layer.rnn.weight_ih_l0)
+def _lstm_run(
+    layer: LSTMLayer,
+    x: Tensor | None,
+    state: Any,
+    mask: Tensor | None,
+    tokens: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, LSTMState]:
+    """The members through their stacked layers; with ``tokens = (ids, table)`` the first layer's
+    input is the embeddings ``table [M, V, n]`` of ``ids`` (:func:`memrnn.ops.lstm.lstm_sequence_tokens`)."""
+    M = state.h.shape[0]
+    check_dtype("LSTMLayer", x if tokens is None else tokens[1], layer.rnn.weight_ih_l0)
     lengths = None if mask is None else mask.sum(-1)
     rnn, H = layer.rnn, layer.hidden_size
     hs_out, cs_out, h_in = [], [], x
@@ -56,20 +65,21 @@ def _lstm_run(layer: LSTMLayer, x: Tensor, state: Any, mask: Tensor | None) -> t
             b = getattr(rnn, f"bias_ih_l{lay}") + getattr(rnn, f"bias_hh_l{lay}")
         else:
             b = w_ih.new_zeros(M, 4 * H)
-        hs, cs = lstm_sequence(
-            h_in,
-            sigmoids_first(w_ih, 1),
-            sigmoids_first(b, 1),
-            sigmoids_first(w_hh, 1),
-            state.h[:, :, lay],
-            state.c[:, :, lay],
-            H,
-        )
+        weights = (sigmoids_first(w_ih, 1), sigmoids_first(b, 1), sigmoids_first(w_hh, 1))
+        init = (state.h[:, :, lay], state.c[:, :, lay], H)
+        if lay == 0 and tokens is not None:
+            hs, cs = lstm_sequence_tokens(*tokens, *weights, *init)
+        else:
+            hs, cs = lstm_sequence(h_in, *weights, *init)
         hs_out.append(lengths_final(hs, lengths))
         cs_out.append(lengths_final(cs, lengths))
         h_in = hs[:, :, 1:]
     y = h_in if mask is None else h_in * mask[..., None].to(h_in.dtype)
     return y, LSTMState(torch.stack(hs_out, 2), torch.stack(cs_out, 2))
+
+
+def _lstm_tokens(layer: LSTMLayer, ids: Tensor, table: Tensor, state: Any, mask: Tensor | None) -> Tensor:
+    return _lstm_run(layer, None, state, mask, (ids, table))[0]
 
 
 def _gru_initial(layer: GRULayer, batch_size: int, x: Tensor) -> GRUState:
@@ -95,7 +105,15 @@ def _gru_run(layer: GRULayer, x: Tensor, state: Any, mask: Tensor | None) -> tup
 
 
 register_member_path(
-    LSTMLayer, MemberPath("lstm_sequence (members batched)", _gated_why_not, _lstm_run, _lstm_initial, _top_h)
+    LSTMLayer,
+    MemberPath(
+        "lstm_sequence (members batched)",
+        _gated_why_not,
+        _lstm_run,
+        _lstm_initial,
+        _top_h,
+        tokens=_lstm_tokens,
+    ),
 )
 register_member_path(
     GRULayer, MemberPath("gru_sequence (members batched)", _gated_why_not, _gru_run, _gru_initial, _top_h)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from memrnn.ops.dispatch import choose
-from memrnn.ops.lstm.cpu import FUSED_DTYPES, FusedLSTMSequence, LSTMSequence
+from memrnn.ops.lstm.cpu import FUSED_DTYPES, FusedLSTMSequence, FusedLSTMTokens, LSTMSequence
 from memrnn.ops.lstm.reference import lstm_member_reference, lstm_reference
 
 
@@ -72,6 +72,46 @@ def _members(x, w_in, b, w_rec, h0, c0, tanh_units, impl):
     return lstm_triton(pre, w_rec, h0, c0, tanh_units)
 
 
+def lstm_sequence_tokens(
+    ids: Tensor,
+    table: Tensor,
+    w_in: Tensor,
+    b: Tensor,
+    w_rec: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    tanh_units: int,
+    *,
+    impl: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`lstm_sequence` with members on the embeddings of token ids: ``ids [B, T]`` (shared by
+    the members) or ``[M, B, T]``, each member's embedding table ``table [M, V, n]`` (the input at
+    position ``t`` is ``table[m, ids[t]]``), the rest as :func:`lstm_sequence`'s with members ->
+    ``hs``, ``cs`` ``[M, B, T+1, N]``.
+
+    The fused CPU cell (``impl="native"``, float32/64) reads each position's input projection from
+    ``table w_inᵀ + b`` ``[M, V, 4N]`` by its id (:class:`memrnn.ops.lstm.cpu.FusedLSTMTokens`: no
+    product over the ``B·T`` positions in the forward, none for the input's or ``w_in``'s
+    gradient in the backward); other ``impl`` values, devices and dtypes look the embeddings up
+    and call :func:`lstm_sequence`.  The ids must lie in ``0..V−1`` (the fused cell checks them)."""
+    M, V = table.shape[0], table.shape[1]
+    if ids.dim() not in (2, 3) or (ids.dim() == 3 and ids.shape[0] != M):
+        raise ValueError(f"ids must be [B, T] or [{M}, B, T] (the members first), got {tuple(ids.shape)}")
+    if ids.is_floating_point() or ids.dtype == torch.bool:
+        raise ValueError(f"ids must be integer token ids, got dtype {ids.dtype}")
+    if ids.device.type == "cpu" and ids.numel():  # elsewhere a check costs a host sync
+        bad = (ids < 0) | (ids >= V)
+        if bool(bad.any()):
+            raise ValueError(f"unknown token id {int(ids[bad][0])}; the table has ids 0..{V - 1}")
+    impl = choose(table, impl, native_ok=True)
+    if impl == "native" and table.dtype in FUSED_DTYPES and w_rec.dim() == 3:
+        proj = torch.baddbmm(b[:, None], table, w_in.transpose(1, 2))  # [M, V, 4N]
+        return FusedLSTMTokens.apply(proj, ids.long(), w_rec, h0, c0, tanh_units)
+    rows = (ids if ids.dim() == 3 else ids[None]) + torch.arange(M, device=ids.device).view(M, 1, 1) * V
+    x = table.reshape(M * V, -1)[rows]
+    return lstm_sequence(x, w_in, b, w_rec, h0, c0, tanh_units, impl=impl)
+
+
 def sigmoids_first(w: Tensor, dim: int = 0) -> Tensor:
     """Gate blocks of ``w [4N, ...]`` (or ``[4N]``) from torch's order ``i, f, g, o`` to the fast
     paths' ``o, i, f, g`` (the three sigmoids first, one contiguous block); ``dim`` is the gates'
@@ -80,4 +120,10 @@ def sigmoids_first(w: Tensor, dim: int = 0) -> Tensor:
     return blocks.index_select(dim, torch.tensor([3, 0, 1, 2], device=w.device)).flatten(dim, dim + 1)
 
 
-__all__ = ["lstm_member_reference", "lstm_reference", "lstm_sequence", "sigmoids_first"]
+__all__ = [
+    "lstm_member_reference",
+    "lstm_reference",
+    "lstm_sequence",
+    "lstm_sequence_tokens",
+    "sigmoids_first",
+]

@@ -223,7 +223,7 @@ class FusedLSTMSequence(torch.autograd.Function):
         ghs = None if grad_hs is None else grad_hs.contiguous()
         gcs = None if grad_cs is None else grad_cs.contiguous()
         ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(
-            acts, c_out, xs, w_rec, ghs, gcs, ctx.tanh_units, scratch.empty(acts, *acts.shape)
+            acts, c_out, xs, w_rec, ghs, gcs, ctx.tanh_units, scratch.empty(acts, *acts.shape), None, None
         )
         need_x, need_w, need_b = ctx.needs_input_grad[:3]
         ga = ga.view(M, B * T, G)
@@ -243,3 +243,63 @@ class FusedLSTMSequence(torch.autograd.Function):
                 .view(M, B, T, -1)
             )
         return grad_x, grad_w_in, grad_b, grad_w_rec, g_h0, g_c0, None
+
+
+class FusedLSTMTokens(torch.autograd.Function):
+    """:class:`FusedLSTMSequence` with its input projection read from token ids: ``table [M, V,
+    4N]`` (each member's ``E w_inᵀ + b`` over its embedding ``E [V, n]``: the projection of every
+    token), ``ids [B, T]`` (shared by the members) or ``[M, B, T]`` (``int64``), ``w_rec``, ``h0``,
+    ``c0`` as there -> ``hs``, ``cs`` ``[M, B, T+1, N]``.
+
+    An embedding followed by the LSTM's input projection is a linear map of one-hot inputs, so
+    the projection of position ``t`` is row ``ids[t]`` of ``table``: the C++ cell reads that row
+    where :class:`FusedLSTMSequence` reads the row of a product ``x w_inᵀ`` over all ``B·T``
+    positions, and its backward adds each position's gate gradient into its token's row of the
+    table's gradient (positions in order) where :class:`FusedLSTMSequence` multiplies it out
+    into ``w_in``'s and ``x``'s gradients and the embedding's backward gathers ``x``'s back by
+    token.  Autograd carries ``table``'s gradient on to ``E``, ``w_in`` and ``b`` (products of
+    ``[V, 4N]``, V the vocabulary).  Three products of ``B·T`` rows per member go, two of them in
+    the backward.  The same sums in another order: within rounding of the embedding then
+    :class:`FusedLSTMSequence` (``tests/ops/test_lstm.py``).
+    """
+
+    @staticmethod
+    def forward(ctx, table, ids, w_rec, h0, c0, tanh_units):  # type: ignore[override]
+        M, G = table.shape[0], table.shape[2]
+        B, T = ids.shape[-2:]
+        ctx.set_materialize_grads(False)
+        ids = ids.contiguous()
+        w_rec = w_rec.contiguous()
+        acts = scratch.empty(table, M, B, T, G)  # each row its token's, then the gates (activated)
+        h_out, c_out, xs, h_prev = _native_ops().lstm_fused_forward_tokens(
+            acts, table.contiguous(), ids, w_rec, h0.contiguous(), c0.contiguous(), tanh_units
+        )
+        ctx.tanh_units, ctx.vocab = tanh_units, table.shape[1]
+        ctx.save_for_backward(ids, w_rec, acts, c_out, xs, h_prev)
+        return h_out, c_out
+
+    @staticmethod
+    @first_order
+    def backward(ctx, grad_hs, grad_cs):  # type: ignore[override]
+        ids, w_rec, acts, c_out, xs, h_prev = ctx.saved_tensors
+        M, B, T, G = acts.shape
+        ghs = None if grad_hs is None else grad_hs.contiguous()
+        gcs = None if grad_cs is None else grad_cs.contiguous()
+        grad_table = acts.new_zeros(M, ctx.vocab, G)
+        ga, g_h0, g_c0 = _native_ops().lstm_fused_backward(
+            acts,
+            c_out,
+            xs,
+            w_rec,
+            ghs,
+            gcs,
+            ctx.tanh_units,
+            scratch.empty(acts, *acts.shape),
+            ids,
+            grad_table,
+        )
+        # as FusedLSTMSequence's: the long dimension last, the result transposed back
+        grad_w_rec = torch.bmm(h_prev.view(M, B * T, G // 4).transpose(1, 2), ga.view(M, B * T, G)).transpose(
+            1, 2
+        )
+        return grad_table, None, grad_w_rec, g_h0, g_c0, None

@@ -320,12 +320,27 @@ void member_chunks(int64_t M, const F& fn) {
 #endif
 }
 
+// The rows of the input projection from token ids (lstm_fused_forward_tokens): the table P
+// [M, V, G] = E w_inᵀ + b of each member's embedding E, the ids [B, S] (shared: member stride 0)
+// or [M, B, S] (member stride B·S).  A token's row of P is the projection of its embedding.
+template <typename T>
+struct TokenRows {
+  const T* table;
+  const int64_t* ids;
+  int64_t member_stride, V;
+  const T* row(int64_t m, int64_t b, int64_t s, int64_t S, int64_t G) const {
+    return table + (m * V + ids[m * member_stride + b * S + s]) * G;
+  }
+};
+
 // Forward of every member over steps 0..S−1 (the layout above): proj [M, B, S, G] the input
-// projection (x w_inᵀ), its bias [M, G] added here, activated in place; w [M, G, N]; h0, c0
+// projection (x w_inᵀ), its bias [M, G] added here, activated in place; or, with tokens (bias
+// unused), proj uninitialised and each row its token's row of the table; w [M, G, N]; h0, c0
 // [M, B, N]; writes h_out, c_out, xs and h_prev.
 template <typename T>
-void fused_forward_impl(T* proj, const T* bias, const T* w, const T* h0, const T* c0, T* h_out, T* c_out, T* xs,
-                        T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
+void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, const T* w, const T* h0, const T* c0,
+                        T* h_out, T* c_out, T* xs, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B,
+                        int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> wt(N * G);  // the member's w_recᵀ [N, G]: a step's product reads its rows
@@ -339,12 +354,16 @@ void fused_forward_impl(T* proj, const T* bias, const T* w, const T* h0, const T
       T* a0 = proj + m * B * S * G;      // row b, step s at a0 + (b·S + s)·G
       T* h = h_out + m * B * (S + 1) * N;  // row b, step s at h + (b·(S+1) + s)·N; likewise c
       T* c = c_out + m * B * (S + 1) * N;
-      const T* bm = bias + m * G;
+      const T* bm = tokens == nullptr ? bias + m * G : nullptr;
       for (int64_t s = 0; s < S; ++s) {
-        for (int64_t b = 0; b < B; ++b) {  // the bias, while the step's rows come into cache
+        for (int64_t b = 0; b < B; ++b) {  // the bias or the token's row, while the step's rows come into cache
           T* a = a0 + (b * S + s) * G;
-          MEMRNN_LSTM_SIMD
-          for (int64_t r = 0; r < G; ++r) a[r] += bm[r];
+          if (tokens == nullptr) {
+            MEMRNN_LSTM_SIMD
+            for (int64_t r = 0; r < G; ++r) a[r] += bm[r];
+          } else {
+            std::copy_n(tokens->row(m, b, s, S, G), G, a);
+          }
         }
         rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), G, B, N, G);  // gates += w_rec h_s
         for (int64_t b = 0; b < B; ++b) {
@@ -366,9 +385,12 @@ void fused_forward_impl(T* proj, const T* bias, const T* w, const T* h0, const T
 // Backward of every member over steps S−1 down to 0: acts [M, B, S, G] (activated), c_out
 // [M, B, S+1, N], xs [M, B, S, N], w [M, G, N]; ghs, gcs [M, B, S+1, N] the outputs' gradients
 // (nullptr: zero); writes ga [M, B, S, G] (the projection's gradient) and g_h0, g_c0 [M, B, N].
+// With tokens, grad_table [M, V, G] (zero on entry) accumulates each row of ga into its token's row,
+// steps S−1 down to 0, rows in order.
 template <typename T>
 void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
-                         T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N, int64_t B, int64_t u) {
+                         const TokenRows<T>* tokens, T* grad_table, T* g_h0, T* g_c0, int64_t M, int64_t S,
+                         int64_t N, int64_t B, int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> gh(B * N), gc(B * N);  // ∂L/∂h_s, ∂L/∂c_s of the member's rows, [B, N]
@@ -401,6 +423,14 @@ void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w,
             backward_cells<true, true>(o, i, f, g, cp, x, dh, dc, inc, go, gi, gf, gg, u);
             backward_cells<false, true>(o + u, i + u, f + u, g + u, cp + u, x + u, dh + u, dc + u, inc + u, go + u,
                                         gi + u, gf + u, gg + u, N - u);
+          }
+        }
+        if (tokens != nullptr) {
+          for (int64_t b = 0; b < B; ++b) {
+            const T* d = ga + ((m * B + b) * S + s) * G;
+            T* row = grad_table + (tokens->row(m, b, s, S, G) - tokens->table);
+            MEMRNN_LSTM_SIMD
+            for (int64_t r = 0; r < G; ++r) row[r] += d[r];
           }
         }
         incoming(ghs, m, s, gh.data());  // g_h = ghs[s] (or 0) + ga_s w_rec
@@ -439,7 +469,8 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor bias, Tensor w_rec, T
   Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
   Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
-    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
+    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), nullptr,
+                                 w_rec.data_ptr<scalar_t>(),
                                  h0.data_ptr<scalar_t>(),
                                  c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(),
                                  xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
@@ -447,11 +478,55 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor bias, Tensor w_rec, T
   return {h_out, c_out, xs, h_prev};
 }
 
+// ids as TokenRows read them: int64, contiguous, [B, S] or [M, B, S], every id in 0..V−1.
+int64_t check_ids(const Tensor& ids, int64_t M, int64_t B, int64_t S, int64_t V) {
+  TORCH_CHECK(ids.device().is_cpu() && ids.is_contiguous() && ids.scalar_type() == at::kLong,
+              "lstm_fused: ids must be a contiguous CPU int64 tensor");
+  const bool shared = ids.sizes() == at::IntArrayRef({B, S});
+  TORCH_CHECK(shared || ids.sizes() == at::IntArrayRef({M, B, S}), "lstm_fused: ids ", ids.sizes(), " must be [",
+              B, ", ", S, "] or [", M, ", ", B, ", ", S, "]");
+  const int64_t* p = ids.data_ptr<int64_t>();
+  for (int64_t k = 0; k < ids.numel(); ++k)
+    TORCH_CHECK(0 <= p[k] && p[k] < V, "lstm_fused: unknown token id ", p[k], "; the table has ids 0..", V - 1);
+  return shared ? 0 : B * S;
+}
+
+// The forward from token ids: acts [M, B, T, 4N] (uninitialised: each row becomes its token's row
+// of table, then the gates, activated), table [M, V, 4N] = E w_inᵀ + b, ids [B, T] or [M, B, T]
+// (int64), the rest as lstm_fused_forward's -> h_out, c_out, xs, h_prev as its.
+std::vector<Tensor> lstm_fused_forward_tokens(Tensor acts, Tensor table, Tensor ids, Tensor w_rec, Tensor h0,
+                                              Tensor c0, int64_t tanh_units) {
+  const auto dtype = acts.scalar_type();
+  for (const auto& [t, name] :
+       {std::pair{&acts, "acts"}, {&table, "table"}, {&w_rec, "w_rec"}, {&h0, "h0"}, {&c0, "c0"}})
+    check_fused(*t, name, dtype);
+  const int64_t M = acts.size(0), B = acts.size(1), S = acts.size(2), N = w_rec.size(2), V = table.size(1);
+  TORCH_CHECK(acts.size(3) == 4 * N && w_rec.size(1) == 4 * N && table.dim() == 3 && table.size(0) == M &&
+                  table.size(2) == 4 * N && 0 <= tanh_units && tanh_units <= N,
+              "lstm_fused_forward_tokens: acts ", acts.sizes(), ", table ", table.sizes(), ", w_rec ", w_rec.sizes(),
+              ", tanh_units ", tanh_units);
+  const int64_t stride = check_ids(ids, M, B, S, V);
+  const auto opt = acts.options();
+  Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
+  Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
+  AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward_tokens", [&] {
+    const TokenRows<scalar_t> tokens{table.data_ptr<scalar_t>(), ids.data_ptr<int64_t>(), stride, V};
+    fused_forward_impl<scalar_t>(acts.data_ptr<scalar_t>(), nullptr, &tokens, w_rec.data_ptr<scalar_t>(),
+                                 h0.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(),
+                                 c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M,
+                                 S, N, B, tanh_units);
+  });
+  return {h_out, c_out, xs, h_prev};
+}
+
 // The backward (fused_backward_impl): acts [M, B, T, 4N], c_out [M, B, T+1, N], xs [M, B, T, N] the
 // forward's; ghs, gcs [M, B, T+1, N] the outputs' gradients (None: zero) -> ga [M, B, T, 4N] (the
-// projection's gradient: written into ga, uninitialised on entry), g_h0, g_c0 [M, B, N].
+// projection's gradient: written into ga, uninitialised on entry), g_h0, g_c0 [M, B, N].  With
+// ids (the forward from tokens), grad_table [M, V, 4N] (zero on entry) receives the table's
+// gradient: each row of ga added into its token's row.
 std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, std::optional<Tensor> ghs,
-                                        std::optional<Tensor> gcs, int64_t tanh_units, Tensor ga) {
+                                        std::optional<Tensor> gcs, int64_t tanh_units, Tensor ga,
+                                        std::optional<Tensor> ids, std::optional<Tensor> grad_table) {
   const auto dtype = acts.scalar_type();
   for (const auto& [t, name] :
        {std::pair{&acts, "acts"}, {&c_out, "c_out"}, {&xs, "xs"}, {&w_rec, "w_rec"}, {&ga, "ga"}})
@@ -462,12 +537,26 @@ std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Te
   const auto opt = acts.options();
   TORCH_CHECK(ga.sizes() == acts.sizes(), "lstm_fused_backward: ga ", ga.sizes(), " must have acts' shape ",
               acts.sizes());
+  TORCH_CHECK(ids.has_value() == grad_table.has_value(), "lstm_fused_backward: ids and grad_table go together");
+  int64_t stride = 0;
+  if (grad_table.has_value()) {
+    check_fused(*grad_table, "grad_table", dtype);
+    TORCH_CHECK(grad_table->dim() == 3 && grad_table->size(0) == M && grad_table->size(2) == 4 * N,
+                "lstm_fused_backward: grad_table ", grad_table->sizes());
+    stride = check_ids(*ids, M, B, S, grad_table->size(1));
+  }
   Tensor g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_backward", [&] {
+    std::optional<TokenRows<scalar_t>> tokens;
+    if (grad_table.has_value())
+      tokens = TokenRows<scalar_t>{grad_table->data_ptr<scalar_t>(), ids->data_ptr<int64_t>(), stride,
+                                   grad_table->size(1)};
     fused_backward_impl<scalar_t>(
         acts.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
         ghs.has_value() ? ghs->data_ptr<scalar_t>() : nullptr, gcs.has_value() ? gcs->data_ptr<scalar_t>() : nullptr,
-        ga.data_ptr<scalar_t>(), g_h0.data_ptr<scalar_t>(), g_c0.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
+        ga.data_ptr<scalar_t>(), tokens.has_value() ? &*tokens : nullptr,
+        grad_table.has_value() ? grad_table->data_ptr<scalar_t>() : nullptr, g_h0.data_ptr<scalar_t>(),
+        g_c0.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
   return {ga, g_h0, g_c0};
 }
@@ -489,6 +578,10 @@ TORCH_LIBRARY_FRAGMENT(memrnn_native, lib) {
       &lstm_fused_forward);
   lib.def(
       "lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Tensor w_rec, Tensor? ghs, Tensor? gcs, "
-      "int tanh_units, Tensor(a!) ga) -> Tensor[]",
+      "int tanh_units, Tensor(a!) ga, Tensor? ids, Tensor(b!)? grad_table) -> Tensor[]",
       &lstm_fused_backward);
+  lib.def(
+      "lstm_fused_forward_tokens(Tensor(a!) acts, Tensor table, Tensor ids, Tensor w_rec, Tensor h0, Tensor c0, "
+      "int tanh_units) -> Tensor[]",
+      &lstm_fused_forward_tokens);
 }
