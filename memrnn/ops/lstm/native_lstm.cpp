@@ -192,10 +192,11 @@ inline void vec_store(T* p, const V& v, int64_t n) {
 }
 
 // out[b, c] += Σ_q in[b, q] w[q, c] for rows b < R, columns c < C, q < Q: out's rows at out + b·so,
-// in's at in + b·si, w's (contiguous) at w + q·sw.  Register blocked: kRows rows × kVecs vectors of
-// columns at a time (n of them in the last block, kPart where n is not kVecs whole vectors), each q
-// one broadcast of in per row and kVecs loads of w's columns; the sums run over q in order, one
-// multiply-add each.
+// in's at in + b·si, w's at w + q·sw, each padded with zeros to whole blocks of columns
+// (gemm_width(C) values: the inner loop loads whole vectors only).  Register blocked: kRows rows ×
+// kVecs vectors of columns at a time (n of them in the last block, kPart where n is not kVecs whole
+// vectors: only out's loads and stores are partial), each q one broadcast of in per row and kVecs
+// loads of w; the sums run over q in order, one multiply-add each.
 template <int kRows, int kVecs, bool kPart, typename T>
 inline void rows_gemm_block(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t Q,
                             int64_t n) {
@@ -209,7 +210,7 @@ inline void rows_gemm_block(T* out, int64_t so, const T* in, int64_t si, const T
   for (int64_t q = 0; q < Q; ++q) {
     V wq[kVecs];
 #pragma GCC unroll 4
-    for (int v = 0; v < kVecs; ++v) wq[v] = vec_load<kPart>(w + q * sw + v * L, n - v * L);
+    for (int v = 0; v < kVecs; ++v) wq[v] = vec_load<false>(w + q * sw + v * L, L);
 #pragma GCC unroll 16
     for (int r = 0; r < kRows; ++r) {
       const T a = in[r * si + q];
@@ -224,7 +225,7 @@ inline void rows_gemm_block(T* out, int64_t so, const T* in, int64_t si, const T
       if (!kPart || n > v * L) vec_store<kPart>(out + r * so + v * L, acc[r][v], n - v * L);
 }
 
-// rows_gemm over all R rows: blocks of kRows rows (then single rows), each over the columns kVecs
+// rows_gemm over all R rows: blocks of kRows rows, then of 2, then 1, each over the columns kVecs
 // vectors at a time.
 template <int kRows, int kVecs, typename T>
 void rows_gemm_blocked(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t R, int64_t Q,
@@ -239,12 +240,30 @@ void rows_gemm_blocked(T* out, int64_t so, const T* in, int64_t si, const T* w, 
   };
   int64_t b = 0;
   for (; b + kRows <= R; b += kRows) columns(std::integral_constant<int, kRows>{}, b);
+  for (; b + 2 <= R; b += 2) columns(std::integral_constant<int, 2>{}, b);
   for (; b < R; ++b) columns(std::integral_constant<int, 1>{}, b);
+}
+
+// The values each of w's rows takes for rows_gemm over C columns: C padded to its blocks.
+template <typename T>
+constexpr int64_t gemm_width(int64_t C) {
+  constexpr int64_t L = Vec64<T>::kLanes;
+  return C <= L ? L : (C + 2 * L - 1) / (2 * L) * (2 * L);
+}
+
+// w [Q, C] row-major (row stride sw_in, column stride sc) copied into out [Q, gemm_width(C)],
+// zero padded: rows_gemm's operand.
+template <typename T>
+void gemm_operand(const T* w, int64_t sw_in, int64_t sc, int64_t Q, int64_t C, std::vector<T>& out) {
+  const int64_t width = gemm_width<T>(C);
+  out.assign(Q * width, T(0));
+  for (int64_t q = 0; q < Q; ++q)
+    for (int64_t c = 0; c < C; ++c) out[q * width + c] = w[q * sw_in + c * sc];
 }
 
 // Narrow outputs (the backward's C = N columns, up to one vector) take 8 rows at a time, so that 8
 // independent sums hide the multiply-add's latency; wide ones (the forward's C = 4N) 4 rows of 2
-// vectors.
+// vectors.  w: gemm_operand's, sw = gemm_width(C).
 template <typename T>
 void rows_gemm(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t sw, int64_t R, int64_t Q,
                int64_t C) {
@@ -252,6 +271,21 @@ void rows_gemm(T* out, int64_t so, const T* in, int64_t si, const T* w, int64_t 
     rows_gemm_blocked<8, 1>(out, so, in, si, w, sw, R, Q, C);
   } else {
     rows_gemm_blocked<4, 2>(out, so, in, si, w, sw, R, Q, C);
+  }
+}
+
+// Asks for the n values at p to come into cache (a step's rows lie S·4N values apart in the
+// batch-first layout: B rows × 3-4 buffers are more streams than the hardware prefetcher follows,
+// so each step prefetches the next step's rows; at DuSell & Chiang's shape, B 10, T 120, N 20, the
+// backward spent half its time waiting on these loads without it).
+template <typename T>
+inline void prefetch_row(const T* p, int64_t n, bool write = false) {
+  for (int64_t k = 0; k < n; k += 64 / sizeof(T)) {
+    if (write) {
+      __builtin_prefetch(p + k, 1);
+    } else {
+      __builtin_prefetch(p + k, 0);
+    }
   }
 }
 
@@ -343,10 +377,10 @@ void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, cons
                         int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
-    std::vector<T> wt(N * G);  // the member's w_recᵀ [N, G]: a step's product reads its rows
+    std::vector<T> wt;  // the member's w_recᵀ [N, G] (padded): a step's product reads its rows
+    const int64_t wide = gemm_width<T>(G);
     for (int64_t m = m0; m < m1; ++m) {
-      for (int64_t r = 0; r < G; ++r)
-        for (int64_t k = 0; k < N; ++k) wt[k * G + r] = w[(m * G + r) * N + k];
+      gemm_operand(w + m * G * N, 1, N, N, G, wt);
       for (int64_t b = 0; b < B; ++b) {
         std::copy_n(h0 + (m * B + b) * N, N, h_out + (m * B + b) * (S + 1) * N);
         std::copy_n(c0 + (m * B + b) * N, N, c_out + (m * B + b) * (S + 1) * N);
@@ -356,6 +390,13 @@ void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, cons
       T* c = c_out + m * B * (S + 1) * N;
       const T* bm = tokens == nullptr ? bias + m * G : nullptr;
       for (int64_t s = 0; s < S; ++s) {
+        if (s + 1 < S) {
+          for (int64_t b = 0; b < B; ++b) {
+            prefetch_row(a0 + (b * S + s + 1) * G, G, true);
+            prefetch_row(c + (b * (S + 1) + s + 2) * N, N, true);
+            prefetch_row(h + (b * (S + 1) + s + 2) * N, N, true);
+          }
+        }
         for (int64_t b = 0; b < B; ++b) {  // the bias or the token's row, while the step's rows come into cache
           T* a = a0 + (b * S + s) * G;
           if (tokens == nullptr) {
@@ -365,7 +406,7 @@ void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, cons
             std::copy_n(tokens->row(m, b, s, S, G), G, a);
           }
         }
-        rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), G, B, N, G);  // gates += w_rec h_s
+        rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), wide, B, N, G);  // gates += w_rec h_s
         for (int64_t b = 0; b < B; ++b) {
           T* a = a0 + (b * S + s) * G;
           T *o = a, *i = a + N, *f = a + 2 * N, *g = a + 3 * N;
@@ -394,6 +435,8 @@ void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w,
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> gh(B * N), gc(B * N);  // ∂L/∂h_s, ∂L/∂c_s of the member's rows, [B, N]
+    std::vector<T> wp;                     // the member's w_rec [G, N] (padded)
+    const int64_t narrow = gemm_width<T>(N);
     const auto incoming = [&](const T* grad, int64_t m, int64_t s, T* out) {  // grad[m, :, s, :] or 0
       for (int64_t b = 0; b < B; ++b) {
         if (grad == nullptr)
@@ -403,9 +446,18 @@ void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w,
       }
     };
     for (int64_t m = m0; m < m1; ++m) {
+      gemm_operand(w + m * G * N, N, 1, G, N, wp);
       incoming(ghs, m, S, gh.data());
       incoming(gcs, m, S, gc.data());
       for (int64_t s = S - 1; s >= 0; --s) {
+        if (s > 0) {
+          for (int64_t b = 0; b < B; ++b) {
+            prefetch_row(acts + ((m * B + b) * S + s - 1) * G, G);
+            prefetch_row(ga + ((m * B + b) * S + s - 1) * G, G, true);
+            prefetch_row(c_out + ((m * B + b) * (S + 1) + s - 1) * N, N);
+            prefetch_row(xs + ((m * B + b) * S + s - 1) * N, N);
+          }
+        }
         for (int64_t b = 0; b < B; ++b) {
           const T* a = acts + ((m * B + b) * S + s) * G;
           const T *o = a, *i = a + N, *f = a + 2 * N, *g = a + 3 * N;
@@ -434,7 +486,7 @@ void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w,
           }
         }
         incoming(ghs, m, s, gh.data());  // g_h = ghs[s] (or 0) + ga_s w_rec
-        rows_gemm(gh.data(), N, ga + (m * B * S + s) * G, S * G, w + m * G * N, N, B, G, N);
+        rows_gemm(gh.data(), N, ga + (m * B * S + s) * G, S * G, wp.data(), narrow, B, G, N);
       }
       for (int64_t b = 0; b < B; ++b) {
         std::copy_n(gh.data() + b * N, N, g_h0 + (m * B + b) * N);
