@@ -177,6 +177,40 @@ def test_member_paths_backward_twice_give_the_same_gradients(name, impl):
     _check_layer_backward_twice(name, impl, torch.float64)
 
 
+def _check_tokens_and_heads_backward_twice() -> set[str]:
+    """Two members of the LSTM from token ids (:meth:`MemberLayer.outputs_from_tokens`: the fused
+    cell reading its projection by id, :class:`memrnn.ops.lstm.cpu.FusedLSTMTokens`) under a
+    :class:`memrnn.members.MemberLinear` head (its CPU Function), float64, padded: as
+    :func:`_check_layer_backward_twice`, over the table, the layer's and the head's parameters;
+    returns the hand-written Functions in the graph."""
+    from memrnn.members import MemberLinear
+
+    _needs_native("native")
+    layer, _, _, mask = _make("lstm+members")
+    gen = torch.Generator().manual_seed(3)
+    table = torch.randn(2, 6, layer.input_size, generator=gen, dtype=torch.float64, requires_grad=True)
+    ids = torch.randint(0, 6, (3, 5), generator=gen)
+    head = MemberLinear(torch.randn(2, 4, layer.output_size, generator=gen, dtype=torch.float64),
+                        torch.randn(2, 4, generator=gen, dtype=torch.float64))  # fmt: skip
+    y = head(layer.outputs_from_tokens(ids, table, mask=mask))
+    loss = (y * torch.randn(y.shape, generator=gen, dtype=torch.float64)).sum()
+    nodes = _memrnn_nodes([loss.grad_fn])
+    y_before, saved_before = y.detach().clone(), _saved(nodes)
+    _assert_same(*_two_backwards(loss, [table, *layer.parameters(), *head.parameters()]))
+    torch.testing.assert_close(y.detach(), y_before, rtol=0, atol=0, msg="a backward changed an output")
+    for i, (a, b) in enumerate(zip(_saved(nodes), saved_before, strict=True)):
+        assert_unwritten(a, b, f"saved tensor {i}")
+    return _function_names(nodes)
+
+
+def test_the_members_token_path_and_heads_backward_twice_give_the_same_gradients():
+    """The LSTM members' path from token ids and the members' heads (float64, padded)."""
+    assert _check_tokens_and_heads_backward_twice() == {
+        "memrnn.ops.lstm.cpu.FusedLSTMTokens",
+        "memrnn.members.modules._NarrowAffine",
+    }
+
+
 @pytest.mark.parametrize("name", GRU_LAYERS)
 def test_the_grus_hand_written_bptt_backward_twice_gives_the_same_gradients(name):
     """The GRU's hand-written BPTT (``implementation("bptt")``; the default runs torch's kernel)."""
@@ -422,6 +456,7 @@ def test_every_hand_written_function_is_covered():
                 y, s = layer(x, s0, mask=mask)
             roots = [t.grad_fn for t in (y, *state_leaves(s)) if t.grad_fn is not None]
             seen |= _function_names(_memrnn_nodes(roots))
+    seen |= _check_tokens_and_heads_backward_twice()
     assert functions - triton_functions <= seen, (
         f"no layer runs {sorted(functions - triton_functions - seen)}"
     )
