@@ -161,7 +161,6 @@ inline T fused_tanh(T x) {
   return x < T(0) ? -t : t;
 }
 
-
 // One 64-byte vector of T (GCC's and Clang's vector extensions: the compiler keeps a block's
 // sums in registers, where arrays under `omp simd` went through the stack), its loads and stores
 // of the first n values (the rest zero; n >= lanes: the whole vector).
@@ -354,27 +353,24 @@ void member_chunks(int64_t M, const F& fn) {
 #endif
 }
 
-// The rows of the input projection from token ids (lstm_fused_forward_tokens): the table P
-// [M, V, G] = E w_inᵀ + b of each member's embedding E, the ids [B, S] (shared: member stride 0)
-// or [M, B, S] (member stride B·S).  A token's row of P is the projection of its embedding.
-template <typename T>
+// The input projection from token ids (lstm_fused_forward_tokens): each member's table P [V, G] =
+// E w_inᵀ + b over its embedding E (a token's row is the projection of its embedding), the ids
+// [B, S] (shared: member stride 0) or [M, B, S] (member stride B·S).  row: the index of member m's
+// row for position (b, s) among the M·V rows of the table [M, V, G], or of its gradient.
 struct TokenRows {
-  const T* table;
   const int64_t* ids;
   int64_t member_stride, V;
-  const T* row(int64_t m, int64_t b, int64_t s, int64_t S, int64_t G) const {
-    return table + (m * V + ids[m * member_stride + b * S + s]) * G;
-  }
+  int64_t row(int64_t m, int64_t b, int64_t s, int64_t S) const { return m * V + ids[m * member_stride + b * S + s]; }
 };
 
 // Forward of every member over steps 0..S−1 (the layout above): proj [M, B, S, G] the input
 // projection (x w_inᵀ), its bias [M, G] added here, activated in place; or, with tokens (bias
-// unused), proj uninitialised and each row its token's row of the table; w [M, G, N]; h0, c0
-// [M, B, N]; writes h_out, c_out, xs and h_prev.
+// unused), proj uninitialised and each row its token's row of table [M, V, G]; w [M, G, N]; h0,
+// c0 [M, B, N]; writes h_out, c_out, xs and h_prev.
 template <typename T>
-void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, const T* w, const T* h0, const T* c0,
-                        T* h_out, T* c_out, T* xs, T* h_prev, int64_t M, int64_t S, int64_t N, int64_t B,
-                        int64_t u) {
+void fused_forward_impl(T* proj, const T* bias, const TokenRows* tokens, const T* table, const T* w, const T* h0,
+                        const T* c0, T* h_out, T* c_out, T* xs, T* h_prev, int64_t M, int64_t S, int64_t N,
+                        int64_t B, int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> wt;  // the member's w_recᵀ [N, G] (padded): a step's product reads its rows
@@ -403,7 +399,7 @@ void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, cons
             MEMRNN_LSTM_SIMD
             for (int64_t r = 0; r < G; ++r) a[r] += bm[r];
           } else {
-            std::copy_n(tokens->row(m, b, s, S, G), G, a);
+            std::copy_n(table + tokens->row(m, b, s, S) * G, G, a);
           }
         }
         rows_gemm(a0 + s * G, S * G, h + s * N, (S + 1) * N, wt.data(), wide, B, N, G);  // gates += w_rec h_s
@@ -430,8 +426,8 @@ void fused_forward_impl(T* proj, const T* bias, const TokenRows<T>* tokens, cons
 // steps S−1 down to 0, rows in order.
 template <typename T>
 void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w, const T* ghs, const T* gcs, T* ga,
-                         const TokenRows<T>* tokens, T* grad_table, T* g_h0, T* g_c0, int64_t M, int64_t S,
-                         int64_t N, int64_t B, int64_t u) {
+                         const TokenRows* tokens, T* grad_table, T* g_h0, T* g_c0, int64_t M, int64_t S, int64_t N,
+                         int64_t B, int64_t u) {
   const int64_t G = 4 * N;
   member_chunks(M, [&](int64_t m0, int64_t m1) {
     std::vector<T> gh(B * N), gc(B * N);  // ∂L/∂h_s, ∂L/∂c_s of the member's rows, [B, N]
@@ -480,7 +476,7 @@ void fused_backward_impl(const T* acts, const T* c_out, const T* xs, const T* w,
         if (tokens != nullptr) {
           for (int64_t b = 0; b < B; ++b) {
             const T* d = ga + ((m * B + b) * S + s) * G;
-            T* row = grad_table + (tokens->row(m, b, s, S, G) - tokens->table);
+            T* row = grad_table + tokens->row(m, b, s, S) * G;
             MEMRNN_LSTM_SIMD
             for (int64_t r = 0; r < G; ++r) row[r] += d[r];
           }
@@ -501,6 +497,13 @@ void check_fused(const Tensor& t, const char* name, at::ScalarType dtype) {
               " must be a contiguous CPU tensor of the gates' dtype");
 }
 
+// The forward's outputs for M members, S steps, N units, batch B: h_out, c_out [M, B, S+1, N], xs,
+// h_prev [M, B, S, N].
+std::vector<Tensor> forward_outputs(const at::TensorOptions& opt, int64_t M, int64_t B, int64_t S, int64_t N) {
+  return {at::empty({M, B, S + 1, N}, opt), at::empty({M, B, S + 1, N}, opt), at::empty({M, B, S, N}, opt),
+          at::empty({M, B, S, N}, opt)};
+}
+
 // The forward (fused_forward_impl): proj [M, B, T, 4N] = x w_inᵀ (the bias [M, 4N] added here;
 // activated in place: the backward's acts), w_rec [M, 4N, N], h0, c0 [M, B, N] -> h_out, c_out
 // [M, B, T+1, N] (the outputs; c_out is the backward's too), xs [M, B, T, N] (the backward's),
@@ -517,17 +520,14 @@ std::vector<Tensor> lstm_fused_forward(Tensor proj, Tensor bias, Tensor w_rec, T
                   0 <= tanh_units && tanh_units <= N,
               "lstm_fused_forward: proj ", proj.sizes(), ", bias ", bias.sizes(), ", w_rec ", w_rec.sizes(),
               ", tanh_units ", tanh_units);
-  const auto opt = proj.options();
-  Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
-  Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
+  auto out = forward_outputs(proj.options(), M, B, S, N);  // h_out, c_out, xs, h_prev
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward", [&] {
-    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), nullptr,
-                                 w_rec.data_ptr<scalar_t>(),
-                                 h0.data_ptr<scalar_t>(),
-                                 c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(),
-                                 xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M, S, N, B, tanh_units);
+    fused_forward_impl<scalar_t>(proj.data_ptr<scalar_t>(), bias.data_ptr<scalar_t>(), nullptr, nullptr,
+                                 w_rec.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(),
+                                 out[0].data_ptr<scalar_t>(), out[1].data_ptr<scalar_t>(), out[2].data_ptr<scalar_t>(),
+                                 out[3].data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
-  return {h_out, c_out, xs, h_prev};
+  return out;
 }
 
 // ids as TokenRows read them: int64, contiguous, [B, S] or [M, B, S], every id in 0..V−1.
@@ -557,18 +557,15 @@ std::vector<Tensor> lstm_fused_forward_tokens(Tensor acts, Tensor table, Tensor 
                   table.size(2) == 4 * N && 0 <= tanh_units && tanh_units <= N,
               "lstm_fused_forward_tokens: acts ", acts.sizes(), ", table ", table.sizes(), ", w_rec ", w_rec.sizes(),
               ", tanh_units ", tanh_units);
-  const int64_t stride = check_ids(ids, M, B, S, V);
-  const auto opt = acts.options();
-  Tensor h_out = at::empty({M, B, S + 1, N}, opt), c_out = at::empty({M, B, S + 1, N}, opt);
-  Tensor xs = at::empty({M, B, S, N}, opt), h_prev = at::empty({M, B, S, N}, opt);
+  const TokenRows tokens{ids.data_ptr<int64_t>(), check_ids(ids, M, B, S, V), V};
+  auto out = forward_outputs(acts.options(), M, B, S, N);  // h_out, c_out, xs, h_prev
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_forward_tokens", [&] {
-    const TokenRows<scalar_t> tokens{table.data_ptr<scalar_t>(), ids.data_ptr<int64_t>(), stride, V};
-    fused_forward_impl<scalar_t>(acts.data_ptr<scalar_t>(), nullptr, &tokens, w_rec.data_ptr<scalar_t>(),
-                                 h0.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(), h_out.data_ptr<scalar_t>(),
-                                 c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), h_prev.data_ptr<scalar_t>(), M,
-                                 S, N, B, tanh_units);
+    fused_forward_impl<scalar_t>(acts.data_ptr<scalar_t>(), nullptr, &tokens, table.data_ptr<scalar_t>(),
+                                 w_rec.data_ptr<scalar_t>(), h0.data_ptr<scalar_t>(), c0.data_ptr<scalar_t>(),
+                                 out[0].data_ptr<scalar_t>(), out[1].data_ptr<scalar_t>(), out[2].data_ptr<scalar_t>(),
+                                 out[3].data_ptr<scalar_t>(), M, S, N, B, tanh_units);
   });
-  return {h_out, c_out, xs, h_prev};
+  return out;
 }
 
 // The backward (fused_backward_impl): acts [M, B, T, 4N], c_out [M, B, T+1, N], xs [M, B, T, N] the
@@ -590,19 +587,16 @@ std::vector<Tensor> lstm_fused_backward(Tensor acts, Tensor c_out, Tensor xs, Te
   TORCH_CHECK(ga.sizes() == acts.sizes(), "lstm_fused_backward: ga ", ga.sizes(), " must have acts' shape ",
               acts.sizes());
   TORCH_CHECK(ids.has_value() == grad_table.has_value(), "lstm_fused_backward: ids and grad_table go together");
-  int64_t stride = 0;
+  std::optional<TokenRows> tokens;
   if (grad_table.has_value()) {
     check_fused(*grad_table, "grad_table", dtype);
     TORCH_CHECK(grad_table->dim() == 3 && grad_table->size(0) == M && grad_table->size(2) == 4 * N,
                 "lstm_fused_backward: grad_table ", grad_table->sizes());
-    stride = check_ids(*ids, M, B, S, grad_table->size(1));
+    const int64_t V = grad_table->size(1);
+    tokens = TokenRows{ids->data_ptr<int64_t>(), check_ids(*ids, M, B, S, V), V};
   }
   Tensor g_h0 = at::empty({M, B, N}, opt), g_c0 = at::empty({M, B, N}, opt);
   AT_DISPATCH_FLOATING_TYPES(dtype, "lstm_fused_backward", [&] {
-    std::optional<TokenRows<scalar_t>> tokens;
-    if (grad_table.has_value())
-      tokens = TokenRows<scalar_t>{grad_table->data_ptr<scalar_t>(), ids->data_ptr<int64_t>(), stride,
-                                   grad_table->size(1)};
     fused_backward_impl<scalar_t>(
         acts.data_ptr<scalar_t>(), c_out.data_ptr<scalar_t>(), xs.data_ptr<scalar_t>(), w_rec.data_ptr<scalar_t>(),
         ghs.has_value() ? ghs->data_ptr<scalar_t>() : nullptr, gcs.has_value() ? gcs->data_ptr<scalar_t>() : nullptr,
