@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from memrnn.core.layer import MemoryLayer
 from memrnn.core.state import state_leaves, state_map, state_zip
 from memrnn.members.stacking import member_view, stack_modules, unstack_module
+from memrnn.ops.members import member_rows
 
 
 @dataclass(frozen=True)
@@ -291,10 +292,7 @@ class MemberLayer(nn.Module):
             raise ValueError(f"outputs_from_tokens takes ids [B, T] or [{M}, B, T], got {tuple(ids.shape)}")
         path, reason = member_path_of(self.layer)
         if reason is not None or path.tokens is None:
-            rows = (ids if ids.dim() == 3 else ids[None]) + torch.arange(M, device=ids.device).view(
-                M, 1, 1
-            ) * table.shape[1]
-            return self.outputs(table.reshape(M * table.shape[1], -1)[rows], state, mask)
+            return self.outputs(member_rows(table, ids, per_member=ids.dim() == 3), state, mask)
         B, T = ids.shape[-2:]
         state, mask = self._check(table.new_empty(M, B, T, 0), state, mask)
         if state is None:

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
+from memrnn.ops.members import member_rows
+
 
 def _stack(modules: Sequence[nn.Module], cls: type, names: tuple[str, ...]) -> list[Tensor | None]:
     modules = list(modules)
@@ -34,7 +36,7 @@ class _NarrowAffine(torch.autograd.Function):
 
     A head's output width is the vocabulary (5 to 30 in this field) and its rows are the batch's
     tokens (hundreds to thousands).  MKL's batched kernels for an output ``[R, out]`` that narrow
-    run 3-5x slower than for its transpose ``[out, R]``: at the default job's M 10, R 816, in 16,
+    run 2-5x slower than for its transpose ``[out, R]``: at the default job's M 10, R 816, in 16,
     out 5 (``python -m benchmarks.member_products``, one thread) the forward takes
     148 µs as ``baddbmm(b, x, wᵀ)`` and 67 µs as ``(w xᵀ + b)ᵀ`` copied contiguous, the weight
     gradient 178 µs as ``xᵀ g`` and 35 µs as ``(gᵀ x)ᵀ``.  The input gradient ``g w`` is already
@@ -150,13 +152,10 @@ class MemberEmbedding(nn.Module):
             bad = (ids < 0) | (ids >= V)
             if bool(bad.any()):
                 raise ValueError(f"unknown token id {int(ids[bad][0])}; the embedding has ids 0..{V - 1}")
-        offsets = torch.arange(M, device=ids.device) * V
-        ids = ids if per_member else ids[None]
-        flat = ids + offsets.view(M, *([1] * (ids.dim() - 1)))
         # indexing, not F.embedding: the same gather, and its backward accumulates the rows in
         # token order (index_put_), where embedding_dense_backward sorts the ids first: the same
         # sums, 2x faster at the default job's M·B·T = 8,480 ids over 70 rows
-        return self.weight.reshape(M * V, self.embedding_dim)[flat]
+        return member_rows(self.weight, ids, per_member=per_member)
 
     def member(self, m: int) -> nn.Embedding:
         """Member ``m`` as an ``nn.Embedding`` (copies; frozen like this one)."""

@@ -3,7 +3,7 @@
 Members are M runs trained as one model (``docs/guide/members.md``): every parameter and input
 carries a leading member dimension ``[M, ...]``.  Each op's member path is tested against its
 ``*_member_reference``, which is the op's single reference run member by member; that loop is
-:func:`per_member`.
+:func:`per_member`.  :func:`member_rows` is the members' embedding lookup.
 """
 
 from __future__ import annotations
@@ -44,3 +44,15 @@ def per_member(fn: Callable[..., Any], members: int, *args: Any, **kwargs: Any) 
     if members < 1:
         raise ValueError(f"per_member needs at least one member, got {members}")
     return _stacked([fn(*member_slice(args, m), **member_slice(kwargs, m)) for m in range(members)])
+
+
+def member_rows(table: Tensor, ids: Tensor, *, per_member: bool) -> Tensor:
+    """The members' rows of ``table [M, V, n]`` at token ids: ``ids [...]`` read by every member
+    or, with ``per_member``, ``[M, ...]`` (each member its own) -> ``[M, ..., n]``, member ``m``'s
+    ``table[m][ids]``; one gather over the ``M·V`` rows (its backward accumulates the rows in
+    order).  The ids must lie in ``0..V−1`` (an id past ``V`` would read the next member's row):
+    the callers check them."""
+    M, V = table.shape[0], table.shape[1]
+    ids = ids if per_member else ids[None]
+    offsets = torch.arange(M, device=ids.device).view(M, *([1] * (ids.dim() - 1))) * V
+    return table.reshape(M * V, -1)[ids + offsets]

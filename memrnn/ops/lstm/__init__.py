@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from memrnn.ops.buckets import check_ids
 from memrnn.ops.dispatch import choose
 from memrnn.ops.lstm.cpu import FUSED_DTYPES, FusedLSTMSequence, FusedLSTMTokens, LSTMSequence
 from memrnn.ops.lstm.reference import lstm_member_reference, lstm_reference
+from memrnn.ops.members import member_rows
 
 
 def lstm_sequence(
@@ -94,21 +96,23 @@ def lstm_sequence_tokens(
     product over the ``B·T`` positions in the forward, none for the input's or ``w_in``'s
     gradient in the backward); other ``impl`` values, devices and dtypes look the embeddings up
     and call :func:`lstm_sequence`.  The ids must lie in ``0..V−1`` (the fused cell checks them)."""
-    M, V = table.shape[0], table.shape[1]
+    M = table.shape[0]
+    if table.dim() != 3 or w_rec.dim() != 3:
+        raise ValueError(
+            f"lstm_sequence_tokens takes members: table [M, V, n] and w_rec [M, 4N, N], got "
+            f"{tuple(table.shape)} and {tuple(w_rec.shape)}"
+        )
     if ids.dim() not in (2, 3) or (ids.dim() == 3 and ids.shape[0] != M):
         raise ValueError(f"ids must be [B, T] or [{M}, B, T] (the members first), got {tuple(ids.shape)}")
     if ids.is_floating_point() or ids.dtype == torch.bool:
         raise ValueError(f"ids must be integer token ids, got dtype {ids.dtype}")
-    if ids.device.type == "cpu" and ids.numel():  # elsewhere a check costs a host sync
-        bad = (ids < 0) | (ids >= V)
-        if bool(bad.any()):
-            raise ValueError(f"unknown token id {int(ids[bad][0])}; the table has ids 0..{V - 1}")
+    if ids.device.type == "cpu":  # elsewhere a check costs a host sync
+        check_ids(ids, table.shape[1])
     impl = choose(table, impl, native_ok=True)
-    if impl == "native" and table.dtype in FUSED_DTYPES and w_rec.dim() == 3:
+    if impl == "native" and table.dtype in FUSED_DTYPES:
         proj = torch.baddbmm(b[:, None], table, w_in.transpose(1, 2))  # [M, V, 4N]
         return FusedLSTMTokens.apply(proj, ids.long(), w_rec, h0, c0, tanh_units)
-    rows = (ids if ids.dim() == 3 else ids[None]) + torch.arange(M, device=ids.device).view(M, 1, 1) * V
-    x = table.reshape(M * V, -1)[rows]
+    x = member_rows(table, ids, per_member=ids.dim() == 3)
     return lstm_sequence(x, w_in, b, w_rec, h0, c0, tanh_units, impl=impl)
 
 

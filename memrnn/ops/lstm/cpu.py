@@ -201,10 +201,11 @@ class FusedLSTMSequence(torch.autograd.Function):
         ctx.set_materialize_grads(False)
         x_rows = x.reshape(M, B * T, n_in)
         # the projection (activated in place: the backward's gates) and, in the backward, its
-        # gradient are MBs a call: buffers held between calls (memrnn.ops.scratch), where fresh
-        # ones cost a page fault every 4 KiB (0.1-1.7 ms a step at the default job's shape)
+        # gradient are MBs a call: buffers held between calls (memrnn.ops.scratch).  A bmm, not
+        # baddbmm: baddbmm first copies the broadcast bias into its output, a pass of its own over
+        # MBs out of cache (0.1-1.2 ms a step at the default job's shape); the C++ cell adds it
         proj = scratch.empty(x, M, B * T, w_in.shape[1])
-        torch.bmm(x_rows, w_in.transpose(1, 2), out=proj)  # [M, B·T, 4N]; the bias added in C++
+        torch.bmm(x_rows, w_in.transpose(1, 2), out=proj)  # [M, B·T, 4N]
         w_rec = w_rec.contiguous()
         acts = proj.view(M, B, T, -1)  # activated in place
         h_out, c_out, xs, h_prev = _native_ops().lstm_fused_forward(
