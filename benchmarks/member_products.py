@@ -1,6 +1,6 @@
 """The member step's products at a job's shapes, each in the orientation memrnn uses against the
-one torch's autograd would use, in one process, alternating (best of ``--repeats`` rounds of
-``--calls`` calls each, µs per call).
+other one (for the head, the one torch's autograd uses), in one process, alternating (best of
+``--repeats`` rounds of ``--calls`` calls each, µs per call).
 
     python -m benchmarks.member_products                      # the default job's shapes, one thread
     python -m benchmarks.member_products --members 10 --rows 816 --hidden 16 --vocab 5 --embedding 14
@@ -15,7 +15,8 @@ Rows:
   does) against ``(w xᵀ + b)ᵀ`` made contiguous (``MemberLinear`` on CPU);
 * ``head weight grad``: ``xᵀ g`` (``[H, V]``, autograd's for ``baddbmm``) against ``(gᵀ x)ᵀ``;
 * ``LSTM weight grads``, ``LSTM input grad``: ``FusedLSTMSequence``'s products (the long dimension
-  last) against the other orientation;
+  last) against the other orientation (from token ids the member path runs only ``w_rec``'s:
+  :class:`memrnn.ops.lstm.cpu.FusedLSTMTokens`);
 * ``head input grad``: ``g w``, the fast orientation either way;
 * ``fused LSTM forward`` / ``backward``: the C++ cell alone (``lstm_fused_forward`` on a copy of
   the projection, ``lstm_fused_backward``, into buffers reused between calls), no baseline (its ATen loop is
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         f"M {M}, rows {R} (batch {args.batch}), hidden {H}, vocab {V}, embedding {E}; {args.threads} thread(s); "
         f"{cpu_description()}; torch {torch.__version__}"
     )
-    print("| product | autograd's orientation, µs | memrnn's, µs | × |")
+    print("| product | the other orientation, µs | memrnn's, µs | × |")
     print("|---|---|---|---|")
     rows = []
     for name, _, _ in cases:
