@@ -61,6 +61,31 @@ def test_long_sequences_in_float32(gen):
         assert_native_equals_cpu(net, x, None, mask, w, atol=1e-4, rtol=1e-4)
 
 
+@needs_native
+@pytest.mark.parametrize("controller", ["lstm", "elman"])
+@pytest.mark.parametrize("inputs", [16, 17], ids=["in-step", "blocks"])
+def test_the_input_projection_in_the_step_and_in_blocks(inputs, controller, gen):
+    """The C++ loop projects up to 16 inputs inside each step and more as products over blocks of
+    steps (native.cpp's kStepInputs): on both sides of that bound, T = 75 (blocks of 8, 16, 32 and
+    19 steps), every memory's outputs, final state and gradients equal the Python loop's."""
+    from memrnn.layers import StackRNN
+
+    for memory in _NATIVE_MEMORIES:
+        torch.manual_seed(5)
+        net = StackRNN(inputs, 7, memory, controller, width=3, depth=5).double()
+        x = torch.randn(3, 75, inputs, generator=gen, dtype=torch.float64)
+        mask = torch.arange(75)[None] < torch.tensor([75, 40, 0])[:, None]
+        w = torch.randn(3, 75, net.output_size, generator=gen, dtype=torch.float64)
+        state = (
+            net.initial_state(
+                3, dtype=torch.float64, input_lengths=torch.full((3,), 9.0, dtype=torch.float64)
+            )
+            if memory == "tape_jump"
+            else None
+        )
+        assert_native_equals_cpu(net, x, state, mask, w, atol=1e-11, rtol=0)
+
+
 def test_impl_reference_runs_the_reference_and_cpu_does_not(monkeypatch):
     """``stack_rnn_sequence(impl="reference")`` and ``implementation("reference")`` call
     :func:`memrnn.ops.stack_rnn.reference.stack_rnn_reference`; ``impl="cpu"`` does not."""

@@ -17,11 +17,13 @@ from memrnn.ops.stack_rnn import SPECS, cpu, stack_rnn_sequence
 from memrnn.ops.stack_rnn.specs import spec as memory_spec
 
 
-def _case(memory, controller, dtype, gen, *, T=11, mlp=False, M=0):
-    """Arguments of ``stack_rnn_sequence`` (B 4, n 3, N 5, m 2, depth 3; lengths T, 7, 0, 4, each
-    member's rolled by its index), every float tensor but the jumps requiring a gradient."""
+def _case(memory, controller, dtype, gen, *, T=11, mlp=False, M=0, n=3):
+    """Arguments of ``stack_rnn_sequence`` (B 4, n inputs, N 5, m 2, depth 3; lengths T, 7, 0, 4,
+    each member's rolled by its index), every float tensor but the jumps requiring a gradient.  The
+    C++ loop projects up to 16 inputs in the step and more in blocks of steps (native.cpp's
+    kStepInputs): n = 3 and n = 17 take the two."""
     s = memory_spec(memory)
-    B, n, N, m, D = 4, 3, 5, 2, 3
+    B, N, m, D = 4, 5, 2, 3
     units, k = s.reads * m, s.n_actions
     G = 4 * N if controller == "lstm" else N
     lead = (M,) if M else ()
@@ -112,23 +114,26 @@ def test_no_history_forward_equals_the_training_forward(memory, controller, impl
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("n", [3, 17], ids=["in-step", "blocks"])
 @pytest.mark.parametrize("memory", list(SPECS))
-def test_no_history_forward_with_members(memory, impl, monkeypatch):
-    """Members (``[M, B, ...]``, M 2, each member's lengths its own), an LSTM controller, float64:
-    bit for bit the training forward."""
+def test_no_history_forward_with_members(memory, impl, n, monkeypatch):
+    """Members (``[M, B, ...]``, M 2, each member's lengths its own), an LSTM controller, float64,
+    the input projected in the step and in blocks: bit for bit the training forward."""
     gen = torch.Generator().manual_seed(70)
-    args, kwargs = _case(memory, "lstm", torch.float64, gen, M=2, mlp=memory == "tape")
+    args, kwargs = _case(memory, "lstm", torch.float64, gen, M=2, mlp=memory == "tape", n=n)
     _check_bit_for_bit(args, kwargs, impl, monkeypatch)
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-def test_no_history_forward_long_and_without_lengths(impl, monkeypatch):
-    """T = 75 (the C++ loop's projection blocks of 8, 16, 32 and 19 steps through its two-block
-    ring; the Python loop's default blocks), no lengths, and T = 0 and 1: bit for bit."""
+@pytest.mark.parametrize("n", [3, 17], ids=["in-step", "blocks"])
+def test_no_history_forward_long_and_without_lengths(impl, n, monkeypatch):
+    """T = 75 (with 17 inputs the C++ loop's projection blocks of 8, 16, 32 and 19 steps through its
+    two-block ring; with 3 its projection in the step; the Python loop's default blocks), no
+    lengths, and T = 0 and 1: bit for bit."""
     gen = torch.Generator().manual_seed(71)
     for memory in SPECS:
         for T in (75, 1, 0):
-            args, kwargs = _case(memory, "lstm", torch.float32, gen, T=T)
+            args, kwargs = _case(memory, "lstm", torch.float32, gen, T=T, n=n)
             kwargs["lengths"] = None
             _check_bit_for_bit(args, kwargs, impl, monkeypatch)
             monkeypatch.undo()

@@ -251,6 +251,7 @@ class Pipeline {
 // doubling lets the second thread keep ahead of the loop after them (BlockBuffers hold the
 // largest, kRingBlock steps).
 constexpr int64_t kRingBlock = 32;
+constexpr int64_t kStepInputs = 16;  // inputs projected in the step (forward_impl's in_step)
 std::vector<int64_t> block_starts(int64_t T) {
   std::vector<int64_t> starts;
   for (int64_t lo = 0, n = 8; lo < T; lo += n, n = std::min<int64_t>(2 * n, kRingBlock)) starts.push_back(lo);
@@ -592,7 +593,46 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   // copies each step's columns into acts[t] when it reaches the step (BlockBuffers)
   const int64_t G = d.G, nx = x.size(2);
   const at::Tensor bias = mb.M ? b_in.view({mb.M, G, 1}) : b_in.view({G, 1});
-  const BlockBuffers proj(mb, G, acts.options());
+  // A few inputs (nx ≤ kStepInputs: one-hot symbols, as Deletang et al.'s and DuSell & Chiang's
+  // models read them) are projected in the step instead, into its pre-activations: a block's
+  // product of rank nx costs a pass over [G, n·B] and the copy of every step's columns out of it,
+  // several times the nx multiply-adds per element (the same sum, in MKL's order for K ≤ 16:
+  // from zero, k ascending, then the bias)
+  const bool in_step = nx <= kStepInputs;
+  const BlockBuffers proj(mb, in_step ? 0 : G, acts.options());
+  std::vector<T> xt(in_step ? nx * B : 0);  // step s's inputs [nx, B]
+  const T* wxp = w_x.data_ptr<T>();
+  const at::Tensor b_c = b_in.contiguous();
+  const T* bxp = b_c.data_ptr<T>();
+  const T* xp = x.data_ptr<T>();
+  const int64_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
+  auto project_step = [&, G, nx](T* pre, int64_t s) {
+    T* xtp = xt.data();
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t k = 0; k < nx; ++k) xtp[k * B + b] = xp[b * xs0 + s * xs1 + k * xs2];
+    const int64_t Bm = mb.Bm;
+    for (int64_t i = 0; i < mb.count(); ++i) {  // member i: its weights on its columns
+      const T* w = wxp + i * G * nx;
+      const T* bias = bxp + i * G;
+      for (int64_t r = 0; r < G; ++r) {
+        const T* wr = w + r * nx;
+        const T br = bias[r];
+        T* o = pre + r * B + i * Bm;
+        const T* xc = xtp + i * Bm;
+        // (k outermost: each pass vectorised over the columns, o stays in L1)
+        MEMRNN_SIMD
+        for (int64_t c = 0; c < Bm; ++c) o[c] = nx > 0 ? wr[0] * xc[c] : T(0);
+        for (int64_t k = 1; k < nx; ++k) {
+          const T wk = wr[k];
+          const T* xk = xc + k * B;
+          MEMRNN_SIMD
+          for (int64_t c = 0; c < Bm; ++c) o[c] += wk * xk[c];
+        }
+        MEMRNN_SIMD
+        for (int64_t c = 0; c < Bm; ++c) o[c] += br;
+      }
+    }
+  };
   auto project = [&, G, nx](int64_t j) {
     const int64_t lo = starts[j], n = starts[j + 1] - lo, Bm = mb.Bm;
     for (int64_t i = 0; i < mb.count(); ++i) {
@@ -658,9 +698,11 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     std::copy(zp, zp + R * B, zhp);
     checkpoint(0, 0);
   }
-  if (T_ > 0) project(0);
+  if (T_ > 0 && !in_step) project(0);
   for (int64_t s = 0; s < T_; ++s) {
-    if (s == starts[next]) {
+    if (in_step) {
+      // (no blocks)
+    } else if (s == starts[next]) {
       pipe.finish();  // this block's projection is ready; start the next block's
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
@@ -670,11 +712,18 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     const int64_t p = ring > 0 ? s % Tm : rc > 0 ? s % rc : s, j = ring > 0 ? 0 : s, pc = ring > 0 ? p : s;
     if (ring > 0 && s > 0 && p == 0) rewind(s);
     if (rc > 0 && s > 0 && p == 0) checkpoint(s, rc);
-    proj.unload(ap + j * G * B, (next - 1) % 2, s - starts[next - 1], starts[next] - starts[next - 1]);
-    at::Tensor a_s = acts.select(0, j);  // [G, B]
-    mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
     T* a = ap + j * G * B;
     T* h = zp + (p + 1) * Z * B;
+    // the step's pre-activations: its columns of the projection, then w_z [h ; r] added by the
+    // product (an Elman controller's straight into h: its backward reads h, never acts)
+    T* pre = lstm ? a : h;
+    if (in_step) {
+      project_step(pre, s);
+    } else {
+      proj.unload(pre, (next - 1) % 2, s - starts[next - 1], starts[next] - starts[next - 1]);
+    }
+    at::Tensor a_s = lstm ? acts.select(0, j) : z.select(0, p + 1).narrow(0, 0, N);  // [G, B]
+    mb.addmm_(a_s, w_z_m, z.select(0, p).narrow(0, 0, N + d.mr));
     if (lstm) {
       // o, i, f = σ(·), g = tanh(·) = 2σ(2·) − 1: one vectorised sigmoid over all four blocks
       T* g = a + 3 * N * B;
@@ -699,9 +748,11 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
         tc[j] = T(2) * tc[j] - T(1);
         h[j] = o[j] * tc[j];
       }
+    } else if (activation == kRelu) {  // as clamp_min_(0), without a dispatch a step
+      MEMRNN_SIMD
+      for (int64_t j = 0; j < N * B; ++j) h[j] = h[j] < T(0) ? T(0) : h[j];
     } else {
-      std::copy(a, a + N * B, h);
-      activate_(z.select(0, p + 1).narrow(0, 0, N), h, N * B, activation);
+      activate_(a_s, h, N * B, activation);
     }
     at::Tensor hd = heads.select(0, j);
     const at::Tensor h_s = z.select(0, p + 1).narrow(0, 0, N);
