@@ -62,6 +62,7 @@ JOBS = {
     "deletang": ["--config", "configs/chomsky/stack_rnn.yaml", "--data.init_args.task=reverse_string"],
     "dusell": ["--config", "configs/dusell/lstm_marked_reversal.yaml"],
     "superposition": ["--config", "configs/dusell/superposition_marked_reversal.yaml"],
+    "stratification": ["--config", "configs/dusell/stratification_marked_reversal.yaml"],
     "rns": ["--config", "configs/dusell/rns_marked_reversal.yaml"],
 }
 
