@@ -8,7 +8,9 @@
 // buffers, batch innermost.  The products off the recurrence (the input projection, a block of
 // steps ahead; the weight and input gradients, a block behind) run on a second thread when torch
 // has two or more (Pipeline); the loop itself runs on one, since products of this size take as
-// long on two.
+// long on two.  Up to kStepInputs inputs (one-hot symbols) are projected inside each step instead
+// (forward_impl's in_step): a product of that rank over a block costs more in passes over memory
+// than its multiply-adds.
 //
 // Layout (cpu.py's module docstring): z [T+1, N+R, B] holds [h_t ; memory rows] (the rows the
 // controller reads come first: the superposition stack's top cell, the tape's head cell, the
