@@ -267,8 +267,6 @@ struct Dims {
   int64_t M;  // members (0: one run)
 };
 
-// The members' products (the header's "Members"): member i's weights `w(t, i)` (t itself for one
-// run) and its block of the B columns `cols(t, i)` (t itself for one run), for i < count().
 // ---- Members' narrow products ------------------------------------------------------------------
 // With members of at most kNarrow columns each (DuSell & Chiang's batch of 10), a member's product
 // at one step is [G, K] · [K, B'] with B' ≤ 16: a few hundred nanoseconds of arithmetic, where
@@ -355,6 +353,8 @@ void narrow_gemm_t(Mat<T> g, Mat<T> a, Mat<T> b) {
   }
 }
 
+// The members' products (the header's "Members"): member i's weights `w(t, i)` (t itself for one
+// run) and its block of the B columns `cols(t, i)` (t itself for one run), for i < count().
 struct Members {
   int64_t M, Bm;  // members (0: one run) and each one's columns
   Members(int64_t members, int64_t B) : M(members), Bm(members ? B / members : B) {}
@@ -549,8 +549,9 @@ void activate_(const at::Tensor& t, T* p, int64_t n, int64_t act) {
     for (int64_t j = 0; j < n; ++j) p[j] = T(2) * p[j] - T(1);
   } else if (act == kSigmoid) {
     t.sigmoid_();
-  } else if (act == kRelu) {
-    t.clamp_min_(0);
+  } else if (act == kRelu) {  // as clamp_min_(0) (NaN and −0 pass), without a dispatch a step
+    MEMRNN_SIMD
+    for (int64_t j = 0; j < n; ++j) p[j] = p[j] < T(0) ? T(0) : p[j];
   }
 }
 
@@ -814,9 +815,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   }
   if (T_ > 0 && !in_step) project(0);
   for (int64_t s = 0; s < T_; ++s) {
-    if (in_step) {
-      // (no blocks)
-    } else if (s == starts[next]) {
+    if (!in_step && s == starts[next]) {
       pipe.finish();  // this block's projection is ready; start the next block's
       if (++next + 1 < static_cast<int64_t>(starts.size())) pipe.run([&project, j = next] { project(j); });
     }
@@ -862,9 +861,6 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
         tc[j] = T(2) * tc[j] - T(1);
         h[j] = o[j] * tc[j];
       }
-    } else if (activation == kRelu) {  // as clamp_min_(0), without a dispatch a step
-      MEMRNN_SIMD
-      for (int64_t j = 0; j < N * B; ++j) h[j] = h[j] < T(0) ? T(0) : h[j];
     } else {
       activate_(a_s, h, N * B, activation);
     }
