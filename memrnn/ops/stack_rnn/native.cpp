@@ -283,6 +283,13 @@ struct NarrowVec {
   typedef T type __attribute__((vector_size(kNarrow * sizeof(T))));
 };
 
+// p rounded up to a multiple of kNarrow elements (the vector's size, for its aligned loads); p's
+// buffer has kNarrow elements to spare
+template <typename T>
+T* aligned(T* p) {
+  return p + (kNarrow - (reinterpret_cast<uintptr_t>(p) / sizeof(T)) % kNarrow) % kNarrow;
+}
+
 // out (+)= w · in for one member: out [P, C] and in [K, C] with unit column stride, C ≤ kNarrow;
 // w [P, K] any strides; pack: scratch of K · kNarrow
 template <typename T>
@@ -337,18 +344,29 @@ void narrow_gemm(Mat<T> out, Mat<T> w, Mat<T> in, bool accumulate, T* pack) {
 }
 
 // g += a · bᵀ for one member: a [P, C], b [Q, C] (unit column stride, C ≤ kNarrow), g [P, Q]
-// contiguous rows; the sum over the C columns, c ascending, added onto g
+// contiguous rows; the sum over the C columns, c ascending from zero in fused multiply-adds, added
+// onto g.  bᵀ is packed into pack ([C, Qp], Qp = Q rounded up to kNarrow, zero-padded) so that
+// each row of g is a few vectors of independent sums (a scalar sum per element is a chain of C
+// dependent multiply-adds: ~5% of 20 DuSell & Chiang members' step)
 template <typename T>
-void narrow_gemm_t(Mat<T> g, Mat<T> a, Mat<T> b) {
-  const int64_t P = a.rows, Q = b.rows, C = a.cols;
+void narrow_gemm_t(Mat<T> g, Mat<T> a, Mat<T> b, T* pack) {
+  using V = typename NarrowVec<T>::type;
+  const int64_t P = a.rows, Q = b.rows, C = a.cols, Qp = (Q + kNarrow - 1) / kNarrow * kNarrow;
+  for (int64_t c = 0; c < C; ++c) {
+    T* row = pack + c * Qp;
+    for (int64_t q = 0; q < Q; ++q) row[q] = b.p[q * b.s0 + c * b.s1];
+    for (int64_t q = Q; q < Qp; ++q) row[q] = T(0);
+  }
+  const V* bv = reinterpret_cast<const V*>(pack);
+  const int64_t nv = Qp / kNarrow;  // vectors a row of bᵀ
   for (int64_t r = 0; r < P; ++r) {
     const T* ar = a.p + r * a.s0;
     T* gr = g.p + r * g.s0;
-    for (int64_t q = 0; q < Q; ++q) {
-      const T* bq = b.p + q * b.s0;
-      T sum = T(0);
-      for (int64_t c = 0; c < C; ++c) sum += ar[c] * bq[c * b.s1];
-      gr[q * g.s1] += sum;
+    for (int64_t j = 0; j < nv; ++j) {
+      V sum = {};
+      for (int64_t c = 0; c < C; ++c) sum += ar[c * a.s1] * bv[c * nv + j];
+      const int64_t q0 = j * kNarrow, n = std::min(kNarrow, Q - q0);
+      for (int64_t q = 0; q < n; ++q) gr[(q0 + q) * g.s1] += sum[q];
     }
   }
 }
@@ -379,8 +397,10 @@ struct Members {
   void addmm_t_(const std::vector<at::Tensor>& g, const at::Tensor& a, const at::Tensor& b) const {
     if (narrow(a, b) && g[0].dim() == 2) {
       AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "memrnn_narrow_gemm_t", [&] {
+        std::vector<scalar_t> pack(Bm * ((b.size(0) + kNarrow - 1) / kNarrow * kNarrow) + kNarrow);
+        scalar_t* pk = aligned(pack.data());
         for (int64_t i = 0; i < count(); ++i)
-          narrow_gemm_t<scalar_t>(mat_of<scalar_t>(g[i]), col_block<scalar_t>(a, i), col_block<scalar_t>(b, i));
+          narrow_gemm_t<scalar_t>(mat_of<scalar_t>(g[i]), col_block<scalar_t>(a, i), col_block<scalar_t>(b, i), pk);
       });
       return;
     }
@@ -416,9 +436,7 @@ struct Members {
     if (narrow(out, in)) {
       AT_DISPATCH_FLOATING_TYPES(out.scalar_type(), "memrnn_narrow_gemm", [&] {
         std::vector<scalar_t> pack(in.size(0) * kNarrow + kNarrow);
-        // (aligned for the vector loads: kNarrow elements, the vector's size)
-        scalar_t* pk = pack.data();
-        pk += (kNarrow - (reinterpret_cast<uintptr_t>(pk) / sizeof(scalar_t)) % kNarrow) % kNarrow;
+        scalar_t* pk = aligned(pack.data());
         for (int64_t i = 0; i < count(); ++i)
           narrow_gemm<scalar_t>(col_block<scalar_t>(out, i), mat_of<scalar_t>(w_[i]), col_block<scalar_t>(in, i),
                                 accumulate, pk);
@@ -447,6 +465,30 @@ struct Members {
   }
 };
 
+// dst[0..n) = src[0..n) for a member's row of a step (n = B', 10 for DuSell & Chiang's members),
+// inline: std::copy of so few elements is a call to memmove per row (~2,400 calls of 40 bytes a
+// step for 20 such members, several % of their step).  Below 16 elements, two copies of a fixed
+// size that overlap (which the compiler makes a vector load and store each)
+template <typename T>
+inline void copy_row(const T* src, int64_t n, T* dst) {
+  auto two = [&](auto width) {
+    constexpr int64_t w = decltype(width)::value;
+    std::memcpy(dst, src, w * sizeof(T));
+    std::memcpy(dst + n - w, src + n - w, w * sizeof(T));
+  };
+  if (n >= 16) {
+    std::copy(src, src + n, dst);
+  } else if (n >= 8) {
+    two(std::integral_constant<int64_t, 8>{});
+  } else if (n >= 4) {
+    two(std::integral_constant<int64_t, 4>{});
+  } else if (n >= 2) {
+    two(std::integral_constant<int64_t, 2>{});
+  } else if (n == 1) {
+    dst[0] = src[0];
+  }
+}
+
 // Two buffers of a block of steps' rows as the block's products read or write them: member i's
 // [R, n·B'] ((t, b) columns, B' its columns) at its own 64-byte aligned offset, for n up to
 // kRingBlock.  The forward's input projection writes a block's gates there and the loop copies
@@ -469,11 +511,11 @@ struct BlockBuffers {
   // step j (of n) of buffer b <-> a step's [R, B] rows at `step` (all members' columns)
   template <typename T>
   void unload(T* step, int64_t b, int64_t j, int64_t n) const {
-    rows<T>(b, j, n, [&](T* blk, int64_t off) { std::copy(blk, blk + mb.Bm, step + off); });
+    rows<T>(b, j, n, [&](T* blk, int64_t off) { copy_row(blk, mb.Bm, step + off); });
   }
   template <typename T>
   void load(const T* step, int64_t b, int64_t j, int64_t n) const {
-    rows<T>(b, j, n, [&](T* blk, int64_t off) { std::copy(step + off, step + off + mb.Bm, blk); });
+    rows<T>(b, j, n, [&](T* blk, int64_t off) { copy_row(step + off, mb.Bm, blk); });
   }
 
  private:
@@ -721,6 +763,12 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   const T* bxp = b_c.data_ptr<T>();
   const T* xp = x.data_ptr<T>();
   const int64_t xs0 = x.stride(0), xs1 = x.stride(1), xs2 = x.stride(2);
+  // Members of at most kNarrow columns (DuSell & Chiang's 10) sum in narrow_gemm's vector
+  // registers, in the same order (k ascending from zero, then the bias): the same bits as the
+  // loop below, whose rows of a few columns would go through memory once per input
+  const bool narrow_step = in_step && mb.M > 1 && mb.Bm <= kNarrow;
+  std::vector<T> xpack(narrow_step ? nx * kNarrow + kNarrow : 0);
+  T* xpk = aligned(xpack.data());
   auto project_step = [&, G, nx](T* pre, int64_t s) {
     T* xtp = xt.data();
     for (int64_t b = 0; b < B; ++b)
@@ -729,6 +777,17 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
     for (int64_t i = 0; i < mb.count(); ++i) {  // member i: its weights on its columns
       const T* w = wxp + i * G * nx;
       const T* bias = bxp + i * G;
+      if (narrow_step) {
+        narrow_gemm<T>({pre + i * Bm, G, Bm, B, 1}, {const_cast<T*>(w), G, nx, nx, 1},
+                       {xtp + i * Bm, nx, Bm, B, 1}, false, xpk);
+        for (int64_t r = 0; r < G; ++r) {
+          const T br = bias[r];
+          T* o = pre + r * B + i * Bm;
+          MEMRNN_SIMD
+          for (int64_t c = 0; c < Bm; ++c) o[c] += br;
+        }
+        continue;
+      }
       for (int64_t r = 0; r < G; ++r) {
         const T* wr = w + r * nx;
         const T br = bias[r];
