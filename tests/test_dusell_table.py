@@ -174,35 +174,44 @@ def test_the_records_40_epoch_unmarked_reversal_numbers_are_the_committed_result
         assert f"{min(gaps[:20]):.3f} → {min(gaps):.3f}" in sentence, seed
 
 
-def test_the_papers_protocol_lstm_rows_are_the_committed_results():
-    """The LSTM column at DuSell & Chiang's protocol on ``docs/results/dusell.md`` (the grid's 20
-    runs per task as members, ``configs/suites/dusell_grid.yaml``) is what ``collect`` computes
+GRID = ROOT / "configs" / "suites" / "dusell_grid.yaml"
+GRID_RESULTS = ROOT / "benchmarks" / "results" / "dusell_grid"
+GRID_TASKS = ["marked_reversal", "unmarked_reversal", "padded_reversal", "dyck", "hardest_cfl"]
+GRID_COLUMNS = ["lstm", "superposition_w20", "stratification_w20"]  # the columns of the page's tables
+E20_ARCH = {"lstm": "lstm", "superposition_w20": "superposition", "stratification_w20": "stratification"}
+
+
+def test_the_papers_protocol_rows_are_the_committed_results():
+    """The columns at DuSell & Chiang's protocol on ``docs/results/dusell.md`` (the grid's 20
+    runs per task as members, ``configs/suites/dusell_grid.yaml``) are what ``collect`` computes
     from the committed results (``benchmarks/results/dusell_grid/``): the selected run's rows and
-    the median / max / min rows, every run of the five tasks there, and the summary table's numbers."""
-    grid = ROOT / "configs" / "suites" / "dusell_grid.yaml"
-    tasks = ["marked_reversal", "unmarked_reversal", "padded_reversal", "dyck", "hardest_cfl"]
-    suite = Suite.load(grid, out=ROOT / "benchmarks" / "results" / "dusell_grid").subset(
-        arch=["lstm"], task=tasks
-    )
+    the median / max / min rows, every run of each committed (architecture, task) there (the LSTM's
+    five tasks; the stacks' as their groups finish, the others "—"), and each column's summary table
+    beside the 20-epoch table's same model."""
+    suite = Suite.load(GRID, out=GRID_RESULTS).subset(arch=GRID_COLUMNS, task=GRID_TASKS)
+    committed = {(a, t) for a in GRID_COLUMNS for t in GRID_TASKS if (GRID_RESULTS / a / t).is_dir()}
+    assert {("lstm", t) for t in GRID_TASKS} <= committed and len(committed) > len(GRID_TASKS)
     page = (ROOT / "docs" / "results" / "dusell.md").read_text()
     section = page[page.index("## At the papers' protocol") : page.index("## Per length")]
     lines = section.splitlines()
+    labels = " | ".join(suite.label("arch", a) for a in GRID_COLUMNS)
     for select in ("suite", None):
         results = collect(suite, select=select)
-        assert not results.missing and len(results.rows) == 20 * len(tasks)
+        groups = results.groups()
+        assert set(groups) == committed and all(len(rows) == 20 for rows in groups.values())
+        assert all(tuple(name.split("/")[:2]) not in committed for name in results.missing)
         rows = [line for line in results.table().splitlines() if line.startswith("| ")]
-        assert rows[0] == "| task | length floor | LSTM |" and len(rows) == 2 + len(tasks)
+        assert rows[0] == f"| task | length floor | {labels} |" and len(rows) == 2 + len(GRID_TASKS)
         start = [i for i, line in enumerate(lines) if line == rows[1]]  # the parameters row, in both tables
         assert any(lines[i : i + len(rows) - 1] == rows[1:] for i in start), (select, rows)
-    # the side-by-side table: the selected run, median / max over the 20 runs, and the 20-epoch
-    # table's LSTM (median / max over its 3 seeds, from its own committed results)
+    # each column's side-by-side table: the selected run, median / max over the 20 runs, and the
+    # 20-epoch table's same model (median / max over its 3 seeds, from its own committed results)
     grid_summary = collect(suite).summary()
-    e20 = collect(Suite.load(DUSELL, out=ROOT / "benchmarks" / "results" / "dusell").subset(arch=["lstm"]))
-    e20_summary = e20.summary()
-    for task in tasks:
-        v, old = grid_summary["lstm", task], e20_summary["lstm", task]
+    e20 = collect(Suite.load(DUSELL, out=ROOT / "benchmarks" / "results" / "dusell")).summary()
+    for arch, task in sorted(committed):
+        v, old = grid_summary[arch, task], e20[E20_ARCH[arch], task]
         row = (
             f"| {suite.label('task', task)} | {v['selected_score']:.3f}; {v['median']:.3f} / {v['max']:.3f} | "
             f"{old['median']:.3f} / {old['max']:.3f} |"
         )
-        assert row in lines, row
+        assert row in lines, (arch, row)
