@@ -804,7 +804,7 @@ def select_members(checkpoint: Mapping[str, Any], keep: Sequence[int]) -> dict[s
     out["hyper_parameters"] = hparams
     run = checkpoint.get(RUN_KEY)
     if isinstance(run, Mapping):
-        out[RUN_KEY] = {k: v for k, v in run.items() if k == "code"}
+        out[RUN_KEY] = {k: v for k, v in run.items() if k in ("code", "codes")}
     return out
 
 

@@ -23,6 +23,7 @@ import subprocess
 import traceback
 import warnings
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +107,28 @@ def code_label(code: dict[str, Any] | None) -> str:
     return code["commit"][:7] + ("+changes" if code.get("dirty") else "")
 
 
+def codes_of(record: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The codes that trained a checkpoint's run, oldest first, from its run record
+    (:func:`run_record`): its ``codes``; its ``code`` alone for a record from before memrnn kept
+    them; ``[]`` for none."""
+    if not isinstance(record, Mapping):
+        return []
+    if isinstance(record.get("codes"), list):
+        return list(record["codes"])
+    return [record["code"]] if record.get("code") is not None else []
+
+
 def code_fields(continued: dict[str, Any] | None) -> dict[str, Any]:
-    """A result's ``code`` (:func:`code_version`) and ``continued_code`` (the code recorded by the
+    """A result's ``code`` (:func:`code_version`), ``continued_code`` (the code recorded by the
     checkpoint the run continued, given its run record ``continued``: ``MemrnnCLI.continued_record``;
-    None when it continued none or that checkpoint recorded none)."""
-    return {"code": code_version(), "continued_code": None if continued is None else continued.get("code")}
+    None when it continued none or that checkpoint recorded none) and ``continued_codes`` (every
+    code that trained that checkpoint, oldest first: a run continued twice names both earlier
+    processes' code; ``[]`` when it continued none)."""
+    return {
+        "code": code_version(),
+        "continued_code": None if continued is None else continued.get("code"),
+        "continued_codes": codes_of(continued),
+    }
 
 
 def code_line(codes: list[dict[str, Any] | None]) -> str:
@@ -124,10 +142,17 @@ def code_line(codes: list[dict[str, Any] | None]) -> str:
     )
 
 
-def run_record(trainer: L.Trainer) -> dict[str, Any]:
+def run_record(trainer: L.Trainer, continued: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a checkpoint records of its run: the folder, the logger's class and, for W&B, the
-    run id and project (rank 0), and the code it ran (:func:`code_version`, as ``code``)."""
-    record: dict[str, Any] = {"run_dir": str(run_dir(trainer)), "code": code_version()}
+    run id and project (rank 0), the code it ran (:func:`code_version`, as ``code``) and
+    ``codes``: every code that trained the run, oldest first (those of ``continued``, the record of
+    the checkpoint this process continued: :func:`codes_of`; then ``code``)."""
+    code = code_version()
+    record: dict[str, Any] = {
+        "run_dir": str(run_dir(trainer)),
+        "code": code,
+        "codes": [*codes_of(continued), code],
+    }
     if trainer.loggers:
         logger = trainer.loggers[0]
         record["logger"] = f"{type(logger).__module__}.{type(logger).__qualname__}"
@@ -154,6 +179,7 @@ class SaveRunConfig(SaveConfigCallback):
     def __init__(self, parser, config, config_filename: str = "config.yaml", **_: Any) -> None:
         super().__init__(parser, config, config_filename, save_to_log_dir=False)
         self.subcommand: str | None = None
+        self.continued: dict[str, Any] | None = None  # the continued checkpoint's run record
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.already_saved:
@@ -187,9 +213,12 @@ class SaveRunConfig(SaveConfigCallback):
         for logger in trainer.loggers:
             logger.log_hyperparams({"cli": config})
 
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        self.continued = checkpoint.get(RUN_KEY)  # a continued run: its codes go on in ours
+
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
         if trainer.is_global_zero:
-            checkpoint[RUN_KEY] = run_record(trainer)
+            checkpoint[RUN_KEY] = run_record(trainer, self.continued)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

@@ -258,8 +258,9 @@ def run_cell(
     last weights without checkpointing), and write ``result.json`` into the cell's folder:
     the cell's coordinates, ``metrics`` (every scalar the test logged), ``curves`` (the test's
     per-length curves), ``parameters`` (trainable), ``steps``, ``epochs``, ``best_score`` and
-    ``checkpoint``, ``seconds`` (of this attempt), ``continued_from``, ``code`` and
-    ``continued_code`` (the code it ran and the code that saved the checkpoint it continued:
+    ``checkpoint``, ``seconds`` (of this attempt), ``continued_from``, ``code``,
+    ``continued_code`` and ``continued_codes`` (the code it ran, the code that saved the checkpoint
+    it continued, and every code that trained that checkpoint, oldest first:
     :func:`memrnn.lit.runs.code_fields`), the ``args`` it ran with (``extra`` last), the
     ``suite_args`` (:func:`suite_args`) and the ``overrides`` beyond them (``extra``:
     :func:`off_suite` and the collector mark a cell run with any), the ``data_seed`` the suite

@@ -318,7 +318,9 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
     assert [e["metrics"]["val/loss/m0"] for e in new_epochs] == [e["metrics"]["val/loss/m3"] for e in old]
     assert not any(k.endswith(("/m2", "/m3")) for e in new_epochs for k in e["metrics"])
     assert not any(k.startswith("ModelCheckpoint") for k in cut["callbacks"])
-    assert set(cut["memrnn_run"]) == {"code"}
+    assert set(cut["memrnn_run"]) == {"code", "codes"} and cut["memrnn_run"]["codes"] == [
+        cut["memrnn_run"]["code"]
+    ]
     for keep, message in (([4], "distinct members of 0..3"), ([], "distinct members"), ([1, 1], "distinct")):
         with pytest.raises(ValueError, match=message):
             select_members(ckpt, keep)

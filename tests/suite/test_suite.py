@@ -284,6 +284,10 @@ def test_code_version_names_the_commit_or_says_there_is_none(monkeypatch):
         runs.code_fields({"code": b})["continued_code"] == b
         and runs.code_fields(None)["continued_code"] is None
     )
+    # every code that trained the continued checkpoint, oldest first (a record before `codes`: its code)
+    assert runs.code_fields({"code": b})["continued_codes"] == [b]
+    assert runs.code_fields({"code": b, "codes": [a, b]})["continued_codes"] == [a, b]
+    assert runs.code_fields(None)["continued_codes"] == []
 
 
 # -- running: here, resumed, on SLURM, as a W&B sweep ---------------------------------------------
@@ -796,6 +800,7 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     again = run_cell(suite, cell, ["--trainer.max_epochs=3"])
     assert again["continued_from"] == str(last)
     assert again["continued_code"] == again["code"] == first["code"]  # the checkpoint recorded its code
+    assert again["continued_codes"] == [first["code"]] and first["continued_codes"] == []
     assert (again["epochs"], again["steps"]) == (3, 3 * per_epoch)  # two more epochs, not three
     # the tested checkpoint's validation, found among all three epochs (the first one's kept in last.ckpt)
     assert again["val_metrics"]["val/loss"] == again["best_score"] and again["val_epoch"] in (0, 1, 2)
@@ -804,6 +809,12 @@ def test_a_killed_cell_continues_from_its_latest_epoch(tmp_path, monkeypatch, ca
     assert sorted(p.name for p in run.glob("config*.yaml")) == ["config.fit-1.yaml", "config.yaml"]
     assert torch.load(last, weights_only=True)["epoch"] == 2
     assert Path(again["checkpoint"]).parent == run / "checkpoints"
+
+    (folder / "result.json").unlink()  # killed again: the run's third process names both earlier ones
+    third = run_cell(suite, cell, ["--trainer.max_epochs=4"])
+    assert third["continued_from"] == str(last) and third["epochs"] == 4
+    assert third["continued_codes"] == [first["code"], again["code"]]
+    assert torch.load(last, weights_only=True)["memrnn_run"]["codes"] == [first["code"]] * 3
 
     (folder / "result.json").unlink()
     with pytest.warns(UserWarning, match="not continuing .*hidden_size"):
