@@ -283,6 +283,9 @@ struct NarrowVec {
   typedef T type __attribute__((vector_size(kNarrow * sizeof(T))));
 };
 
+// n rounded up to a multiple of kNarrow (a row of whole vectors)
+inline int64_t narrow_round(int64_t n) { return (n + kNarrow - 1) / kNarrow * kNarrow; }
+
 // p rounded up to a multiple of kNarrow elements (the vector's size, for its aligned loads); p's
 // buffer has kNarrow elements to spare
 template <typename T>
@@ -351,7 +354,7 @@ void narrow_gemm(Mat<T> out, Mat<T> w, Mat<T> in, bool accumulate, T* pack) {
 template <typename T>
 void narrow_gemm_t(Mat<T> g, Mat<T> a, Mat<T> b, T* pack) {
   using V = typename NarrowVec<T>::type;
-  const int64_t P = a.rows, Q = b.rows, C = a.cols, Qp = (Q + kNarrow - 1) / kNarrow * kNarrow;
+  const int64_t P = a.rows, Q = b.rows, C = a.cols, Qp = narrow_round(Q);
   for (int64_t c = 0; c < C; ++c) {
     T* row = pack + c * Qp;
     for (int64_t q = 0; q < Q; ++q) row[q] = b.p[q * b.s0 + c * b.s1];
@@ -379,6 +382,8 @@ struct Members {
   int64_t count() const { return M ? M : 1; }
   at::Tensor w(const at::Tensor& t, int64_t i) const { return M ? t.select(0, i) : t; }
   at::Tensor cols(const at::Tensor& t, int64_t i) const { return M ? t.narrow(-1, i * Bm, Bm) : t; }
+  // members of at most kNarrow columns each: their per-step products run in narrow_gemm's loops
+  bool narrow_members() const { return M > 1 && Bm <= kNarrow; }
   // each member's weights, made once per call (undefined stays undefined)
   std::vector<at::Tensor> split(const at::Tensor& t) const {
     std::vector<at::Tensor> out;
@@ -397,7 +402,7 @@ struct Members {
   void addmm_t_(const std::vector<at::Tensor>& g, const at::Tensor& a, const at::Tensor& b) const {
     if (narrow(a, b) && g[0].dim() == 2) {
       AT_DISPATCH_FLOATING_TYPES(a.scalar_type(), "memrnn_narrow_gemm_t", [&] {
-        std::vector<scalar_t> pack(Bm * ((b.size(0) + kNarrow - 1) / kNarrow * kNarrow) + kNarrow);
+        std::vector<scalar_t> pack(Bm * narrow_round(b.size(0)) + kNarrow);
         scalar_t* pk = aligned(pack.data());
         for (int64_t i = 0; i < count(); ++i)
           narrow_gemm_t<scalar_t>(mat_of<scalar_t>(g[i]), col_block<scalar_t>(a, i), col_block<scalar_t>(b, i), pk);
@@ -421,7 +426,7 @@ struct Members {
   // the members' narrow products (narrow_gemm) apply: members, each of at most kNarrow columns,
   // the operands' columns at unit stride
   bool narrow(const at::Tensor& out, const at::Tensor& in) const {
-    return M > 1 && Bm <= kNarrow && out.dim() == 2 && in.dim() == 2 && out.stride(1) == 1 && in.stride(1) == 1;
+    return narrow_members() && out.dim() == 2 && in.dim() == 2 && out.stride(1) == 1 && in.stride(1) == 1;
   }
   // member i's columns of a 2-D tensor, as a strided view of its buffer
   template <typename T>
@@ -766,7 +771,7 @@ void forward_impl(int64_t controller, int64_t activation, int64_t memory, int64_
   // Members of at most kNarrow columns (DuSell & Chiang's 10) sum in narrow_gemm's vector
   // registers, in the same order (k ascending from zero, then the bias): the same bits as the
   // loop below, whose rows of a few columns would go through memory once per input
-  const bool narrow_step = in_step && mb.M > 1 && mb.Bm <= kNarrow;
+  const bool narrow_step = in_step && mb.narrow_members();
   std::vector<T> xpack(narrow_step ? nx * kNarrow + kNarrow : 0);
   T* xpk = aligned(xpack.data());
   auto project_step = [&, G, nx](T* pre, int64_t s) {
