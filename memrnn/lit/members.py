@@ -200,6 +200,10 @@ class MemberSequenceModule(SequenceModule):
         self.register_buffer("stopped", torch.zeros(self.members, dtype=torch.bool), persistent=True)
         #: members stopped because their training loss was not finite (a subset of ``stopped``)
         self.register_buffer("diverged", torch.zeros(self.members, dtype=torch.bool), persistent=True)
+        #: where each member stopped (-1: it has not): the training steps and epochs its single
+        #: run would report (``trainer.global_step``, ``trainer.current_epoch`` once it ends)
+        self.register_buffer("stop_step", torch.full((self.members,), -1, dtype=torch.long), persistent=True)
+        self.register_buffer("stop_epoch", torch.full((self.members,), -1, dtype=torch.long), persistent=True)
         #: each member's best parameters so far (by ``val/loss``), stacked like the parameters (in
         #: the checkpoint, so that a resumed run keeps them)
         self.best = _Best(dict(self.named_parameters()))
@@ -319,6 +323,7 @@ class MemberSequenceModule(SequenceModule):
             return
         self.diverged |= bad
         self.stopped |= bad
+        self._stamp_stop(bad)
         for opt in self._member_optimizers():
             opt.freeze(bad)
         step = self._trainer.global_step if self._trainer is not None else None
@@ -452,10 +457,39 @@ class MemberSequenceModule(SequenceModule):
             newly &= ~stopped
             if bool(newly.any()):
                 self.stopped |= newly.to(self.stopped.device)
+                self._stamp_stop(newly)
                 for opt in self._member_optimizers():
                     opt.freeze(newly)
         if bool(self.stopped.all()) and self._trainer is not None:
             self._trainer.should_stop = True
+
+    def _stamp_stop(self, newly: Tensor) -> None:
+        """Record where the members ``newly`` (``[M]`` bool) stop: the trainer's step, and the
+        epochs its single run would count (the epoch it stops in, counted from 1, as
+        ``trainer.current_epoch`` reads after a fit that early stopping ended)."""
+        if self._trainer is None:
+            return
+        where = newly.to(self.stop_step.device)
+        self.stop_step[where] = self._trainer.global_step
+        self.stop_epoch[where] = self._trainer.current_epoch + 1
+
+    def member_progress(self, m: int, steps: int, epochs: int) -> tuple[int, int]:
+        """``(steps, epochs)`` member ``m`` trained: where it stopped, else the run's ``steps``
+        and ``epochs`` (a member that never stopped ran with the run to its end).  A member
+        stopped in a run continued from a checkpoint written before memrnn recorded stops
+        reads the run's."""
+        if bool(self.stopped[m]) and int(self.stop_step[m]) >= 0:
+            return int(self.stop_step[m]), int(self.stop_epoch[m])
+        return steps, epochs
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint written before memrnn recorded where members stop loads with none
+        recorded (``stop_step`` and ``stop_epoch`` of -1)."""
+        super().on_load_checkpoint(checkpoint)
+        state = checkpoint.get("state_dict")
+        if isinstance(state, dict):
+            for key in ("stop_step", "stop_epoch"):
+                state.setdefault(key, torch.full((self.members,), -1, dtype=torch.long))
 
     def _member_optimizers(self) -> list:
         if self._trainer is None:

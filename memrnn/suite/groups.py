@@ -188,7 +188,12 @@ def _run_segment(
                 val = {
                     k: v for k, v in _member_keys(chosen[-1]["metrics"], m).items() if k.startswith("val/")
                 }
-            member_epochs = [{**e, "metrics": _member_keys(e["metrics"], m)} for e in record.epochs]
+            # a stopped member's own steps, epochs and validations, as its single run reports them
+            # (the run went on with it frozen, or shed it later)
+            steps, epochs = model.member_progress(m, trainer.global_step, trainer.current_epoch)
+            member_epochs = [
+                {**e, "metrics": _member_keys(e["metrics"], m)} for e in record.epochs if e["step"] <= steps
+            ]
             ckpt_path = suite.cell_dir(cell) / "member.ckpt"
             result = {
                 **cell.params,
@@ -200,8 +205,8 @@ def _run_segment(
                 "curves": model.member_curves.get("test", [{}] * len(cells))[m],
                 "parameters": sum(p[m].numel() for p in model.parameters() if p.requires_grad),
                 "budget": None if sized is None else {**suite.budget, "value": sized},
-                "steps": trainer.global_step,
-                "epochs": trainer.current_epoch,
+                "steps": steps,
+                "epochs": epochs,
                 "best_score": None if step is None else float(model.best_score[m]),
                 "checkpoint": str(ckpt_path),
                 "seconds": seconds,

@@ -330,6 +330,9 @@ def run_cell(
         if cli.continue_from is not None:
             _say(f"[suite {suite.name}] {cell.name}: continuing from {cli.continue_from}")
         trainer.fit(model, datamodule=data, ckpt_path=cli.continue_from)
+        # every validation of the fit: testing a checkpoint restores the callbacks' states, the
+        # record's too, to that checkpoint's epoch
+        validations = list(record.epochs)
         ckpt = trainer.checkpoint_callback
         # the checkpoint with the best validation (default), or the final weights ("last": the
         # protocol of a paper that has no validation, Delétang et al.'s)
@@ -364,7 +367,7 @@ def run_cell(
             "data_seed": suite.data_seed_of(cell),
             "val_metrics": val_metrics,
             "val_epoch": None if validated is None else validated["epoch"],
-            "val_by_epoch": by_epoch(record.epochs),
+            "val_by_epoch": by_epoch(validations),
         }
         if trainer.is_global_zero:
             if result["score"] is None:

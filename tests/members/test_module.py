@@ -101,6 +101,23 @@ def test_a_member_is_written_as_an_ordinary_checkpoint(tmp_path):
     assert back.member_rows == members.member_rows and back.members == 2
 
 
+def test_a_checkpoint_from_before_stops_were_recorded_loads_with_none_recorded(tmp_path):
+    """A members checkpoint without ``stop_step``/``stop_epoch`` (written before memrnn kept
+    where each member stopped) loads, and its stopped members report the run's steps and epochs."""
+    members = MemberSequenceModule(seeds=[3, 4], **_kwargs(functools.partial(LSTMLayer, hidden_size=8)))
+    trainer = _fit(members, tmp_path, epochs=1)
+    trainer.save_checkpoint(tmp_path / "members.ckpt")
+    old = torch.load(tmp_path / "members.ckpt", weights_only=False)
+    old["state_dict"]["stopped"] = torch.tensor([True, False])
+    del old["state_dict"]["stop_step"], old["state_dict"]["stop_epoch"]
+    torch.save(old, tmp_path / "old.ckpt")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        back = MemberSequenceModule.load_from_checkpoint(tmp_path / "old.ckpt")
+    assert back.stop_step.tolist() == back.stop_epoch.tolist() == [-1, -1]
+    assert back.member_progress(0, 40, 5) == back.member_progress(1, 40, 5) == (40, 5)
+
+
 def test_early_stopping_per_member_freezes_and_keeps_the_best(tmp_path):
     members = MemberSequenceModule(
         seeds=[0, 1], stop_patience=0, **_kwargs(functools.partial(LSTMLayer, hidden_size=8))
@@ -263,6 +280,13 @@ def test_a_diverging_member_is_stopped_and_the_others_go_on(tmp_path):
     with pytest.warns(UserWarning, match=r"member 1 .* diverged .* stopped; the other members go on"):
         trainer.fit(members, _data())
     assert members.diverged.tolist() == [False, True] and members.stopped.tolist() == [False, True]
+    # where it stopped: its first step (the loss was never finite), in epoch 1
+    assert members.stop_step.tolist() == [-1, 0] and members.stop_epoch.tolist() == [-1, 1]
+    steps = trainer.global_step
+    assert members.member_progress(0, steps, 1) == (steps, 1) and members.member_progress(1, steps, 1) == (
+        0,
+        1,
+    )
     after = {k: v[1] for k, v in members.named_parameters()}
     assert all(
         torch.equal(after[k], v) or (v.isnan().all() and after[k].isnan().all()) for k, v in before.items()

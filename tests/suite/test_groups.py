@@ -245,30 +245,36 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
     """``run_group(shed=0.5)``: once half the members have stopped (learning rate 1e-12: no
     improvement, early stopping at patience 1, after epoch 2), they are tested and written, and the
     other two go on as a group of their own from the epoch's checkpoint
-    (:func:`memrnn.lit.members.select_members`): every member's result equals the unshed group's."""
-    plain, shed = (_dusell_suite(tmp_path, out, lrs=[0.01, 1e-12]) for out in ("plain", "shed"))
+    (:func:`memrnn.lit.members.select_members`): every member's result equals the unshed group's,
+    and both report each member's own steps, epochs and validations, as its single run does (a
+    stopped member is not credited with the epochs the group ran on without it)."""
+    plain, shed, single = (
+        _dusell_suite(tmp_path, out, lrs=[0.01, 1e-12]) for out in ("plain", "shed", "single")
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = run_group(plain, plain.cells())
         got = run_group(shed, shed.cells(), shed=0.5)
-    assert sorted(got) == sorted(want)
+        alone = {c.name: run_cell(single, c) for c in single.cells()}
+    assert sorted(got) == sorted(want) == sorted(alone)
     first = shed.group_dir(shed.cells())
     for name, w in want.items():
-        g, stopped_early = got[name], "lr1e-12" in name
+        g, a, stopped_early = got[name], alone[name], "lr1e-12" in name
         assert g["score"] == pytest.approx(w["score"], abs=1e-6)
         assert g["best_score"] == pytest.approx(w["best_score"])
         assert g["stopped"] == w["stopped"] == stopped_early
-        # an unshed stopped member is validated, frozen, to the end: compare the epochs both have
-        for key, values in w["val_by_epoch"].items():
-            got_values = g["val_by_epoch"][key]
-            assert got_values == pytest.approx(values[: len(got_values)], abs=1e-6), key
+        assert (g["steps"], g["epochs"]) == (w["steps"], w["epochs"]) == (a["steps"], a["epochs"])
+        assert g["epochs"] == (2 if stopped_early else 5)
+        assert g["val_epoch"] == w["val_epoch"] == a["val_epoch"]
+        for key, values in a["val_by_epoch"].items():
+            assert len(values) == g["epochs"], key
+            assert g["val_by_epoch"][key] == pytest.approx(values, abs=1e-5), key
+            assert w["val_by_epoch"][key] == pytest.approx(values, abs=1e-5), key
         if stopped_early:
-            assert (g["members"], g["epochs"], g["shed_from"], g["group"]) == (4, 2, [], str(first))
-            assert w["epochs"] == 5
+            assert (g["members"], g["shed_from"], g["group"]) == (4, [], str(first))
         else:
-            assert (g["members"], g["epochs"], g["shed_from"]) == (2, 5, [str(first)])
+            assert (g["members"], g["shed_from"]) == (2, [str(first)])
             assert g["group"] == str(shed.group_dir([shed.cell(name) for name in got if "lr0.01" in name]))
-            assert len(g["val_by_epoch"]["val/loss"]) == 5
             assert SequenceModule.load_from_checkpoint(g["checkpoint"]).hparams.lr == 0.01
     assert run_group(shed, shed.cells(), shed=0.5) == {}  # all done
 
