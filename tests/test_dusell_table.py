@@ -215,3 +215,24 @@ def test_the_papers_protocol_rows_are_the_committed_results():
             f"{old['median']:.3f} / {old['max']:.3f} |"
         )
         assert row in lines, (arch, row)
+
+
+def test_each_committed_grid_run_reports_its_own_epochs():
+    """A member that early stopping stopped reports the epochs and steps it trained and the
+    validations it ran (its single run's), not its group's: stopped ``patience`` (10) epochs
+    after its best validation, its record ending there; the others ran to the 200-epoch limit.
+    ``scripts/member_stops.py`` (which rewrote the results written before memrnn recorded the
+    stop) finds nothing to change."""
+    runs = [json.loads(p.read_text()) for p in sorted(GRID_RESULTS.rglob("result.json"))]
+    assert len(runs) >= 100
+    for r in runs:
+        assert not r["diverged"], r["cell"]
+        epochs = r["val_epoch"] + 1 + 10 if r["stopped"] else 200
+        assert (r["epochs"], r["steps"]) == (epochs, 1000 * epochs), r["cell"]
+        assert {len(v) for v in r["val_by_epoch"].values()} == {epochs}, r["cell"]
+    assert sum(r["stopped"] for r in runs) > len(runs) // 2
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "member_stops.py"), str(GRID_RESULTS), "--patience", "10",
+         "--check"], capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0 and "0 result(s) to rewrite" in done.stdout, done.stdout + done.stderr
