@@ -15,6 +15,12 @@ result where the two disagree.  A result already right (its record ends where it
 as it is, so running this twice changes nothing.
 
     python scripts/member_stops.py benchmarks/results/dusell_grid --patience 10 [--check]
+
+``--report`` prints, per (architecture, task), the member-epochs its groups computed and those its
+members trained: a stopped member stays in its group, frozen but computed, until the group ends
+or sheds it (``--shed``), which is the epoch the last member it writes stopped at.
+
+    python scripts/member_stops.py benchmarks/results/dusell_grid --report
 """
 
 from __future__ import annotations
@@ -57,12 +63,39 @@ def restamp(result: dict[str, Any], patience: int) -> dict[str, Any]:
     }
 
 
+def frozen_share(results: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[int, int]]:
+    """Per (architecture, task): ``(member-epochs computed, member-epochs trained)``.  A group
+    (or a shed part) ends at the last epoch a member it writes trained."""
+    ends: dict[str, int] = {}
+    for r in results:
+        ends[r["group"]] = max(ends.get(r["group"], 0), r["epochs"])
+    out: dict[tuple[str, str], tuple[int, int]] = {}
+    for r in results:
+        key = (r["arch"], r["task"])
+        computed, trained = out.get(key, (0, 0))
+        out[key] = (computed + ends[r["group"]], trained + r["epochs"])
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("folder", type=Path, help="a suite's results: every result.json under it")
-    parser.add_argument("--patience", type=int, required=True, help="the early stopping's patience")
+    parser.add_argument("--patience", type=int, help="the early stopping's patience (to rewrite or check)")
     parser.add_argument("--check", action="store_true", help="write nothing; fail if a result needs it")
+    parser.add_argument(
+        "--report", action="store_true", help="write nothing; print the frozen members' share"
+    )
     args = parser.parse_args()
+    if args.report:
+        results = [json.loads(p.read_text()) for p in sorted(args.folder.rglob("result.json"))]
+        results = [r for r in results if "members" in r]
+        print("| architecture | task | member-epochs computed | trained | frozen share |")
+        print("|---|---|---|---|---|")
+        for (arch, task), (computed, trained) in frozen_share(results).items():
+            print(f"| {arch} | {task} | {computed} | {trained} | {1 - trained / computed:.2f} |")
+        return
+    if args.patience is None:
+        parser.error("--patience is needed to rewrite or --check")
     changed = 0
     for path in sorted(args.folder.rglob("result.json")):
         result = json.loads(path.read_text())

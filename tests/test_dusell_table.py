@@ -236,3 +236,20 @@ def test_each_committed_grid_run_reports_its_own_epochs():
          "--check"], capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0 and "0 result(s) to rewrite" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_frozen_members_share_counts_each_part_to_its_last_stop():
+    """``scripts/member_stops.py --report``: a part of a group ends at the last epoch a member it
+    writes trained, and each member it writes is computed to then."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("member_stops", ROOT / "scripts" / "member_stops.py")
+    stops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stops)
+    runs = [{"arch": "a", "task": "t", "group": g, "epochs": e} for g, e in (("p1", 30), ("p1", 40), ("p2", 200),
+                                                                            ("p2", 150))]  # fmt: skip
+    assert stops.frozen_share(runs) == {("a", "t"): (40 + 40 + 200 + 200, 30 + 40 + 200 + 150)}
+    done = subprocess.run([sys.executable, str(spec.origin), str(GRID_RESULTS), "--report"], capture_output=True,
+                          text=True)  # fmt: skip
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| lstm |")]
+    assert done.returncode == 0 and len(rows) == 5, done.stdout + done.stderr
