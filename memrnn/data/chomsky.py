@@ -323,8 +323,7 @@ class ChomskyDataModule(SplitDataModule):
     def build_split(self, split: str) -> SampledTransductions | SampledBatches:
         """One split, from its own stream ``(seed, split)``; the test split from ``(test_seed,
         split)`` when ``test_seed`` is set."""
-        first = self.test_seed if split == "test" and self.test_seed is not None else self.seed
-        seed = (first, SPLITS.index(split), 3)
+        seed = (self.split_seed(split), SPLITS.index(split), 3)
         window, loss = self.windows[split], self.loss_positions
         if split == "test":
             return SampledTransductions(

@@ -316,6 +316,9 @@ class SplitDataModule(L.LightningDataModule, ABC):
     shared loader plumbing: an epoch-seeded shuffle for training (exact resumes; DDP shards
     it), plain order for evaluation.  Subclasses build a split and name their collate."""
 
+    #: the seed of the test split when it is not ``seed`` (:meth:`split_seed`); set by subclasses
+    test_seed: int | None = None
+
     def __init__(self, batch_size: int, eval_batch_size: int | None, seed: int, num_workers: int) -> None:
         super().__init__()
         positive_int("batch_size", batch_size)
@@ -331,6 +334,13 @@ class SplitDataModule(L.LightningDataModule, ABC):
     @abstractmethod
     def build_split(self, split: str) -> Dataset:
         """Sample one split (deterministic in ``seed``)."""
+
+    def split_seed(self, split: str) -> int:
+        """The seed :meth:`build_split` draws ``split`` from: ``seed``, or ``test_seed`` for the
+        test split of a module that sets one (DuSell & Chiang's one test set per task).  Two
+        copies of one module that differ only in ``seed`` draw a split identically when their
+        ``split_seed`` agree (:class:`memrnn.data.MemberData` then draws it once)."""
+        return self.test_seed if split == "test" and self.test_seed is not None else self.seed
 
     @abstractmethod
     def collate_fn(self) -> Callable[[Sequence[Any]], dict[str, Tensor]]:
@@ -538,8 +548,7 @@ class FormalLanguageDataModule(LanguageDataModule):
         """Sample one split, from its own stream ``(seed, split)`` (the test split from
         ``(test_seed, split)`` when ``test_seed`` is set); with ``batch_lengths="per_batch"``
         the training split keeps its batches (``StringDataset.batches``)."""
-        seed = self.test_seed if split == "test" and self.test_seed is not None else self.seed
-        rng = np.random.default_rng([seed, SPLITS.index(split)])
+        rng = np.random.default_rng([self.split_seed(split), SPLITS.index(split)])
         window, lang, mode = self.windows[split], self.language, self.length_sampling
         batches = None
         if split != "test" and self.batch_lengths == "per_batch":

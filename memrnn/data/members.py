@@ -101,6 +101,9 @@ class MemberData(L.LightningDataModule):
     def __init__(self, modules: Sequence[L.LightningDataModule]) -> None:
         super().__init__()
         self.modules = list(modules)
+        #: the modules are copies of one :class:`SplitDataModule` that differ in ``seed`` only
+        #: (:meth:`from_seeds`), so that a split two of them draw from one seed is the same
+        self.seed_copies = False
         if not self.modules:
             raise ValueError("MemberData needs one data module per member, got none")
         kinds = {type(m).__name__ for m in self.modules}
@@ -132,7 +135,9 @@ class MemberData(L.LightningDataModule):
                 if "seed" in other.hparams:
                     other.hparams["seed"] = int(seed)
                 by_seed[int(seed)] = other
-        return cls([by_seed[int(seed)] for seed in seeds])
+        out = cls([by_seed[int(seed)] for seed in seeds])
+        out.seed_copies = True
+        return out
 
     @property
     def members(self) -> int:
@@ -155,8 +160,20 @@ class MemberData(L.LightningDataModule):
             m.prepare_data()
 
     def setup(self, stage: str | None = None) -> None:
+        """Every member's module's ``setup``.  With :attr:`seed_copies`, a split that two
+        modules draw from one seed (:meth:`SplitDataModule.split_seed`: the test split of a
+        module with ``test_seed``) is drawn once and the modules share it: DuSell & Chiang's test
+        set of the hardest CFL costs ~80 s of exact scoring, which 5 data seeds paid 5 times."""
+        drawn: dict[tuple[str, int], Any] = {}
         for m in dict.fromkeys(self.modules):
+            if self.seed_copies:
+                for (split, seed), dataset in drawn.items():
+                    if split not in m.datasets and m.split_seed(split) == seed:
+                        m.datasets[split] = dataset
             m.setup(stage)
+            if self.seed_copies:
+                for split, dataset in m.datasets.items():
+                    drawn.setdefault((split, m.split_seed(split)), dataset)
 
     def _loader(self, name: str) -> MemberLoader:
         loaders = [getattr(m, name)() for m in self.modules]

@@ -23,9 +23,9 @@ from memrnn.lit.members import MemberSequenceModule
 MEMBERS = [{"seed": 0, "lr": 0.01}, {"seed": 1, "lr": 0.003}, {"seed": 2, "lr": 0.01, "data_seed": 5}]
 
 
-def _data(seed: int) -> FormalLanguageDataModule:
+def _data(seed: int, **kwargs) -> FormalLanguageDataModule:
     return FormalLanguageDataModule(
-        language=DyckKM(k=2, m=3), train_size=48, val_size=16, test_size=16, batch_size=16, seed=seed
+        DyckKM(k=2, m=3), train_size=48, val_size=16, test_size=16, batch_size=16, seed=seed, **kwargs
     )
 
 
@@ -64,6 +64,44 @@ def test_a_member_batch_is_its_own_modules_batch_padded():
             for key, value in own.items():
                 assert torch.equal(mine[key][:, :T] if mine[key].dim() > 1 else mine[key], value), key
             assert not mine["mask"][:, T:].any()  # the rest is padding
+
+
+def test_a_test_set_of_one_seed_is_drawn_once_and_shared(monkeypatch):
+    """With ``test_seed`` the members' test split is one set (DuSell & Chiang's one test set per
+    task): drawn once (a split of the hardest CFL costs ~80 s of exact scoring) and equal to the
+    one each module alone draws; the splits of the members' own seeds stay their own."""
+    drawn = []
+    build = FormalLanguageDataModule.build_split
+
+    def counted(self, split):
+        drawn.append((split, self.split_seed(split)))
+        return build(self, split)
+
+    monkeypatch.setattr(FormalLanguageDataModule, "build_split", counted)
+    data = MemberData.from_seeds(_data(0, test_seed=7), [0, 3, 3, 5])
+    data.setup("fit")
+    data.setup("test")
+    assert sorted(drawn) == sorted([("train", 0), ("val", 0), ("train", 3), ("val", 3), ("train", 5), ("val", 5),
+                                    ("test", 7)])  # fmt: skip
+    modules = list(dict.fromkeys(data.modules))
+    assert all(m.datasets["test"] is modules[0].datasets["test"] for m in modules)
+    assert modules[0].datasets["val"] is not modules[1].datasets["val"]
+    alone = _data(5, test_seed=7)
+    alone.setup("test")
+    assert alone.datasets["test"].strings == modules[0].datasets["test"].strings
+    assert [r.tolist() for r in alone.datasets["test"].ref_logprobs] == [
+        r.tolist() for r in modules[0].datasets["test"].ref_logprobs
+    ]
+    # without test_seed every seed draws its own test split
+    drawn.clear()
+    data = MemberData.from_seeds(_data(0), [0, 3])
+    data.setup("test")
+    assert sorted(drawn) == [("test", 0), ("test", 3)]
+    # modules not made by from_seeds are never assumed alike
+    drawn.clear()
+    data = MemberData([_data(0, test_seed=7), _data(3, test_seed=7)])
+    data.setup("test")
+    assert drawn == [("test", 7), ("test", 7)]
 
 
 def test_each_member_on_its_own_data_is_its_single_run(tmp_path):
