@@ -20,7 +20,7 @@ import lightning as L
 from lightning.fabric.utilities.data import _set_sampler_epoch
 from torch import Tensor
 
-from memrnn.data.datamodule import SplitDataModule
+from memrnn.data.datamodule import SPLITS, SplitDataModule
 
 _END = object()
 
@@ -195,6 +195,36 @@ class MemberData(L.LightningDataModule):
         for m, module in enumerate(self.modules):
             if str(m) in state_dict:
                 module.load_state_dict(state_dict[str(m)])
+
+
+def _split_modules(data: Any) -> list[SplitDataModule]:
+    modules = list(dict.fromkeys(data.modules)) if isinstance(data, MemberData) else [data]
+    return [m for m in modules if isinstance(m, SplitDataModule)]
+
+
+def reuse_drawn(data: Any, drawn_by: Any) -> int:
+    """Give ``data``'s modules the splits that ``drawn_by``'s modules have drawn, each from a
+    module of the same class whose :meth:`SplitDataModule.split_seed` for that split agrees, so
+    that ``data`` draws none of them again.  Returns the number of splits given.
+
+    Only for two data modules (or :class:`MemberData`) built from **one data config** but their
+    seeds: the members of a group that go on after a shed (:mod:`memrnn.suite.groups`) are the
+    same cells on the same data, and their splits (each training split ~10 s of PCFG sampling,
+    each validation and test split an exact-scoring pass: ~80 s for DuSell & Chiang's hardest
+    CFL test set) were drawn by the segment before."""
+    have = {
+        (type(m), split, m.split_seed(split)): dataset
+        for m in _split_modules(drawn_by)
+        for split, dataset in m.datasets.items()
+    }
+    given = 0
+    for m in _split_modules(data):
+        for split in SPLITS:
+            key = (type(m), split, m.split_seed(split))
+            if split not in m.datasets and key in have:
+                m.datasets[split] = have[key]
+                given += 1
+    return given
 
 
 def member_batch(batch: dict[str, Tensor], m: int) -> dict[str, Tensor]:

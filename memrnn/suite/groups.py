@@ -70,8 +70,9 @@ def run_group(
     every member is done."""
     results: dict[str, dict[str, Any]] = {}
     todo = list(cells)
+    drawn: tuple[str, Any] | None = None
     while todo:
-        done, todo = _run_segment(suite, todo, extra, resume=resume, shed=shed)
+        done, todo, drawn = _run_segment(suite, todo, extra, resume=resume, shed=shed, drawn=drawn)
         results.update(done)
         resume = True  # the rest continue from the checkpoint the segment left them
     return results
@@ -107,13 +108,32 @@ def _shed_checkpoint(trainer: Any) -> dict[str, Any]:
     return checkpoint
 
 
+def _data_config(cli: Any) -> str:
+    """The data config a segment's CLI built its data from, but the seed (each member's module
+    has its own): two segments with the same draw the same splits for a seed."""
+    data = cli.config["data"]
+    data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
+    if isinstance(data.get("init_args"), dict):
+        data["init_args"].pop("seed", None)
+    return json.dumps(data, sort_keys=True, default=repr)
+
+
 def _run_segment(
-    suite: Suite, cells: Sequence[Cell], extra: Sequence[str], *, resume: bool, shed: float | None
-) -> tuple[dict[str, dict[str, Any]], list[Cell]]:
-    """One process's fit of ``cells`` as members (:func:`run_group`): the results it wrote, and
-    the cells that go on (shed from their stopped fellows; none unless ``shed``)."""
+    suite: Suite,
+    cells: Sequence[Cell],
+    extra: Sequence[str],
+    *,
+    resume: bool,
+    shed: float | None,
+    drawn: tuple[str, Any] | None = None,
+) -> tuple[dict[str, dict[str, Any]], list[Cell], tuple[str, Any] | None]:
+    """One process's fit of ``cells`` as members (:func:`run_group`): the results it wrote, the
+    cells that go on (shed from their stopped fellows; none unless ``shed``), and its data config
+    and data module, from which the next segment takes the splits drawn here when its config is
+    the same (``drawn``; :func:`memrnn.data.members.reuse_drawn`)."""
     import wandb
 
+    from memrnn.data.members import reuse_drawn
     from memrnn.lit.cli import build_cli
     from memrnn.lit.members import MemberSequenceModule, ShedStopped, member_checkpoint, select_members
     from memrnn.lit.runs import code_fields, latest_checkpoint
@@ -121,7 +141,7 @@ def _run_segment(
 
     cells = [c for c in cells if cell_status(suite, c) != "done"]
     if not cells:
-        return {}, []
+        return {}, [], drawn
     folder = suite.group_dir(cells)
     folder.mkdir(parents=True, exist_ok=True)
     last = latest_checkpoint(folder) if resume else None
@@ -151,6 +171,9 @@ def _run_segment(
         args += list(extra)
         cli = build_cli(args, run=False, default_config_files=defaults, continue_from=last)
         trainer, model, data = cli.trainer, cli.model, cli.datamodule
+        config = _data_config(cli)
+        if drawn is not None and drawn[0] == config and (given := reuse_drawn(data, drawn[1])):
+            _say(f"[suite {suite.name}] group {folder}: {given} data split(s) drawn before, not drawn again")
         if not isinstance(model, MemberSequenceModule):
             raise ValueError(f"{first.arch}'s model is not a SequenceModule: its cells cannot run as members")
         record = ValidationRecord()
@@ -246,7 +269,7 @@ def _run_segment(
                  f"{len(keep)} continue in {nxt}")  # fmt: skip
         if keep:  # the other ranks wait for the cut checkpoint
             trainer.strategy.barrier("shed")
-        return results, rest
+        return results, rest, (config, data)
     except BaseException:
         failed = 1
         if int(os.environ.get("LOCAL_RANK", "0")) == 0:

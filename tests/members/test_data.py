@@ -13,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from memrnn.data import IGNORE_INDEX, FormalLanguageDataModule
-from memrnn.data.members import MemberData, MemberLoader, member_batch
+from memrnn.data.members import MemberData, MemberLoader, member_batch, reuse_drawn
 from memrnn.languages import DyckKM
 from memrnn.layers import LSTMLayer
 from memrnn.lit import SequenceModule
@@ -102,6 +102,22 @@ def test_a_test_set_of_one_seed_is_drawn_once_and_shared(monkeypatch):
     data = MemberData([_data(0, test_seed=7), _data(3, test_seed=7)])
     data.setup("test")
     assert drawn == [("test", 7), ("test", 7)]
+
+
+def test_splits_drawn_before_are_reused_by_seed():
+    """:func:`reuse_drawn` gives a split to a module of the same class and the same split seed
+    only: seed 3's splits to seed 3's module, the test set of ``test_seed`` to every module."""
+    before = MemberData.from_seeds(_data(0, test_seed=7), [0, 3])
+    before.setup("fit")
+    before.setup("test")
+    after = MemberData.from_seeds(_data(3, test_seed=7), [3, 5])
+    assert reuse_drawn(after, before) == 4  # seed 3's train, val and test; seed 5's test
+    three, five = after.modules
+    assert three.datasets["train"] is before.modules[1].datasets["train"]
+    assert sorted(five.datasets) == ["test"] and five.datasets["test"] is before.modules[0].datasets["test"]
+    assert reuse_drawn(after, before) == 0  # nothing is replaced
+    assert reuse_drawn(_data(0), before) == 2  # seed 0 without test_seed: its own test set
+    assert reuse_drawn(_data(5), _data(5)) == 0  # nothing drawn, nothing given
 
 
 def test_each_member_on_its_own_data_is_its_single_run(tmp_path):

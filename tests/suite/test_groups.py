@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 
+from memrnn.data import FormalLanguageDataModule
 from memrnn.lit import SequenceModule
 from memrnn.suite import Suite, cell_status, collect, run_cell, run_local, runner, slurm_script
 from memrnn.suite.__main__ import main
@@ -241,20 +242,33 @@ def _dusell_suite(tmp_path, out: str, lrs, seeds=(0, 1), patience: int = 1, **ar
     return Suite.load(path, out=tmp_path / out)
 
 
-def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path):
+def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path, monkeypatch):
     """``run_group(shed=0.5)``: once half the members have stopped (learning rate 1e-12: no
     improvement, early stopping at patience 1, after epoch 2), they are tested and written, and the
     other two go on as a group of their own from the epoch's checkpoint
     (:func:`memrnn.lit.members.select_members`): every member's result equals the unshed group's,
     and both report each member's own steps, epochs and validations, as its single run does (a
-    stopped member is not credited with the epochs the group ran on without it)."""
+    stopped member is not credited with the epochs the group ran on without it).  The members that
+    go on take the splits drawn before (:func:`memrnn.data.members.reuse_drawn`): the shed group
+    draws each split once, as the unshed one."""
     plain, shed, single = (
         _dusell_suite(tmp_path, out, lrs=[0.01, 1e-12]) for out in ("plain", "shed", "single")
     )
+    drawn = []
+    build = FormalLanguageDataModule.build_split
+
+    def counted(self, split):
+        drawn.append((split, self.split_seed(split)))
+        return build(self, split)
+
+    monkeypatch.setattr(FormalLanguageDataModule, "build_split", counted)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = run_group(plain, plain.cells())
+        drawn_unshed, drawn[:] = sorted(drawn), []
         got = run_group(shed, shed.cells(), shed=0.5)
+        assert sorted(drawn) == drawn_unshed
+        assert drawn_unshed == [("test", 0), ("train", 0), ("train", 1), ("val", 0), ("val", 1)]
         alone = {c.name: run_cell(single, c) for c in single.cells()}
     assert sorted(got) == sorted(want) == sorted(alone)
     first = shed.group_dir(shed.cells())
