@@ -64,6 +64,7 @@ LAZY_OK = (
     # Lightning and matplotlib, costly: the suite's --help, list and argument errors import
     # neither (tests/suite/test_suite.py checks it); only running cells and drawing tables do
     "memrnn.lit",
+    "memrnn.data.members",  # Lightning: a shed group's parts reuse the data drawn (memrnn.suite.groups)
     "memrnn.suite.validation",
     "memrnn.suite.tables",  # memrnn.languages (the length floor), for collect's extra tables only
     "matplotlib",
