@@ -6,10 +6,11 @@
 Builds a one-task suite of ``configs/dusell/lstm_<task>.yaml`` over ``--lrs`` × ``--seeds`` (one
 group of members: ``python -m memrnn.suite run … --members auto``), with its training set cut to
 ``--train-size`` strings and early stopping at ``--patience`` (the papers' 10,000 and 10), and
-runs the group twice in this process, one after the other: as one group to the end, then with
-``--shed`` (:func:`memrnn.suite.groups.run_group`, ``shed=F``).  Prints the wall time of each
-and their ratio, each member's last epoch, and whether each member's result (test score, best
-validation loss, validation curve) equals the unshed group's.
+runs the group in this process, one run after the other: as one group to the end, then with
+``--shed F`` for each fraction given (:func:`memrnn.suite.groups.run_group`, ``shed=F``).
+Prints the wall time of each and its ratio to the unshed run, each member's last epoch, and
+whether each member's result (test score, best validation loss, validation curve) equals the
+unshed group's.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--test-per-length", type=int, default=5)
     ap.add_argument("--patience", type=int, default=3)
     ap.add_argument("--max-epochs", type=int, default=40)
-    ap.add_argument("--shed", type=float, default=0.5)
-    ap.add_argument("--out", type=Path, help="keep the two runs' folders here (default: a temporary folder)")
+    ap.add_argument("--shed", type=float, nargs="+", default=[0.5], help="fractions to shed at, a run each")
+    ap.add_argument("--out", type=Path, help="keep the runs' folders here (default: a temporary folder)")
     args = ap.parse_args(argv)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("WANDB_MODE", "offline")
@@ -108,21 +109,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         where = args.out or Path(tmp)
         plain_s, plain = run(args, where / "plain" / "runs", None)
-        shed_s, shed = run(args, where / "shed" / "runs", args.shed)
-    print("\n| member | epochs | members at its end | seconds at its end (shed) | test score: unshed, shed | "
-          "best val loss diff | first val epoch that differs |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|")
-    equal = 0
-    for name in sorted(shed, key=lambda n: (shed[n]["epochs"], n)):
-        score, best, first = difference(plain[name], shed[name])
-        equal += score == best == 0 and first < 0
-        print(f"| {name} | {shed[name]['epochs']} | {shed[name]['members']} | {shed[name]['seconds']:.1f} | "
-              f"{plain[name]['score']:.6g}, "
-              f"{shed[name]['score']:.6g} | {best:.2g} | {'none' if first < 0 else first} |")  # fmt: skip
-    parts = 1 + max(len(r["shed_from"]) for r in shed.values())
-    print(f"\none group to the end: {plain_s:.1f} s; shed ({parts} parts): {shed_s:.1f} s; "
-          f"ratio {plain_s / shed_s:.2f}x; {equal} of {len(shed)} members equal")  # fmt: skip
-    return {"plain_s": plain_s, "shed_s": shed_s, "equal": equal, "members": len(shed), "parts": parts}
+        runs = [(f, *run(args, where / f"shed{f:g}" / "runs", f)) for f in args.shed]
+    out: dict[str, Any] = {"plain_s": plain_s, "members": len(plain), "shed": []}
+    for fraction, shed_s, shed in runs:
+        print(f"\n## shed at {fraction:g}\n")
+        print("| member | epochs | members at its end | seconds at its end (shed) | test score: unshed, shed | "
+              "best val loss diff | first val epoch that differs |")  # fmt: skip
+        print("|---|---|---|---|---|---|---|")
+        equal = 0
+        for name in sorted(shed, key=lambda n: (shed[n]["epochs"], n)):
+            score, best, first = difference(plain[name], shed[name])
+            equal += score == best == 0 and first < 0
+            print(f"| {name} | {shed[name]['epochs']} | {shed[name]['members']} | {shed[name]['seconds']:.1f} | "
+                  f"{plain[name]['score']:.6g}, "
+                  f"{shed[name]['score']:.6g} | {best:.2g} | {'none' if first < 0 else first} |")  # fmt: skip
+        parts = 1 + max(len(r["shed_from"]) for r in shed.values())
+        out["shed"].append({"fraction": fraction, "shed_s": shed_s, "equal": equal, "parts": parts})
+    print("\n| run | parts | seconds | unshed / shed | members equal to the unshed run's |")
+    print("|---|---|---|---|---|")
+    print(f"| one group to the end | 1 | {plain_s:.1f} | 1.00x | — |")
+    for r in out["shed"]:
+        print(f"| shed at {r['fraction']:g} | {r['parts']} | {r['shed_s']:.1f} | {plain_s / r['shed_s']:.2f}x | "
+              f"{r['equal']} of {len(plain)} |")  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":

@@ -278,10 +278,12 @@ def test_members_shed_runs_a_group_both_ways_and_compares_each_member(capsys):
 
     got = members_shed.main(["--lrs", "0.01", "1e-12", "--seeds", "0", "--train-size", "40", "--val-size", "10",
                              "--test-per-length", "1", "--patience", "1", "--max-epochs", "4"])  # fmt: skip
-    assert got["members"] == got["equal"] == 2 and got["parts"] == 2  # the 1e-12 member stopped at epoch 2
+    (shed,) = got["shed"]
+    assert got["members"] == shed["equal"] == 2 and shed["parts"] == 2  # the 1e-12 member stopped at epoch 2
     out = capsys.readouterr().out
-    assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | " in out and "2 of 2 members equal" in out
+    assert "| lstm/marked_reversal/lr1e-12/seed0 | 2 | 2 | " in out and "## shed at 0.5" in out
     assert out.count("| 0 | none |") == 2 and "seconds at its end (shed)" in out
+    assert "| one group to the end | 1 | " in out and "| shed at 0.5 | 2 | " in out and "| 2 of 2 |" in out
 
 
 def test_members_kernels_prints_a_row_per_layer_and_member_count(tmp_path, capsys):
