@@ -43,6 +43,23 @@ def assert_close_tree(a, b, atol, rtol=0.0, what=""):
         torch.testing.assert_close(x, y, atol=atol, rtol=rtol, msg=lambda m, i=i: f"{what} leaf {i}: {m}")
 
 
+@pytest.fixture
+def split_draws(monkeypatch) -> list[tuple[str, int]]:
+    """The splits :class:`memrnn.data.FormalLanguageDataModule` draws during the test, as
+    ``(split, split seed)`` in order (the list fills as they are drawn; clear it to count anew)."""
+    from memrnn.data import FormalLanguageDataModule
+
+    drawn: list[tuple[str, int]] = []
+    build = FormalLanguageDataModule.build_split
+
+    def counted(self, split):
+        drawn.append((split, self.split_seed(split)))
+        return build(self, split)
+
+    monkeypatch.setattr(FormalLanguageDataModule, "build_split", counted)
+    return drawn
+
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 

@@ -66,18 +66,11 @@ def test_a_member_batch_is_its_own_modules_batch_padded():
             assert not mine["mask"][:, T:].any()  # the rest is padding
 
 
-def test_a_test_set_of_one_seed_is_drawn_once_and_shared(monkeypatch):
+def test_a_test_set_of_one_seed_is_drawn_once_and_shared(split_draws):
     """With ``test_seed`` the members' test split is one set (DuSell & Chiang's one test set per
     task): drawn once (a split of the hardest CFL costs ~80 s of exact scoring) and equal to the
     one each module alone draws; the splits of the members' own seeds stay their own."""
-    drawn = []
-    build = FormalLanguageDataModule.build_split
-
-    def counted(self, split):
-        drawn.append((split, self.split_seed(split)))
-        return build(self, split)
-
-    monkeypatch.setattr(FormalLanguageDataModule, "build_split", counted)
+    drawn = split_draws
     data = MemberData.from_seeds(_data(0, test_seed=7), [0, 3, 3, 5])
     data.setup("fit")
     data.setup("test")

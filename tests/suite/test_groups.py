@@ -15,7 +15,6 @@ import pytest
 import torch
 import yaml
 
-from memrnn.data import FormalLanguageDataModule
 from memrnn.lit import SequenceModule
 from memrnn.suite import Suite, cell_status, collect, run_cell, run_local, runner, slurm_script
 from memrnn.suite.__main__ import main
@@ -242,7 +241,7 @@ def _dusell_suite(tmp_path, out: str, lrs, seeds=(0, 1), patience: int = 1, **ar
     return Suite.load(path, out=tmp_path / out)
 
 
-def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path, monkeypatch):
+def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path, split_draws):
     """``run_group(shed=0.5)``: once half the members have stopped (learning rate 1e-12: no
     improvement, early stopping at patience 1, after epoch 2), they are tested and written, and the
     other two go on as a group of their own from the epoch's checkpoint
@@ -254,14 +253,7 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
     plain, shed, single = (
         _dusell_suite(tmp_path, out, lrs=[0.01, 1e-12]) for out in ("plain", "shed", "single")
     )
-    drawn = []
-    build = FormalLanguageDataModule.build_split
-
-    def counted(self, split):
-        drawn.append((split, self.split_seed(split)))
-        return build(self, split)
-
-    monkeypatch.setattr(FormalLanguageDataModule, "build_split", counted)
+    drawn = split_draws
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = run_group(plain, plain.cells())
