@@ -111,7 +111,9 @@ def _shed_checkpoint(trainer: Any) -> dict[str, Any]:
 def _data_config(cli: Any) -> str:
     """The data config a segment's CLI built its data from, but the seed (each member's module
     has its own): two segments with the same draw the same splits for a seed."""
-    data = cli.config["data"]
+    data = cli.config.get("data")
+    if data is None:
+        return "null"
     data = data.as_dict() if hasattr(data, "as_dict") else dict(data)
     if isinstance(data.get("init_args"), dict):
         data["init_args"].pop("seed", None)
