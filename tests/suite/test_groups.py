@@ -5,6 +5,7 @@ killed group continues from its checkpoint; ``slurm --members`` makes each group
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shlex
@@ -283,6 +284,14 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
             assert g["group"] == str(shed.group_dir([shed.cell(name) for name in got if "lr0.01" in name]))
             assert SequenceModule.load_from_checkpoint(g["checkpoint"]).hparams.lr == 0.01
     assert run_group(shed, shed.cells(), shed=0.5) == {}  # all done
+    # scripts/group_parts.py reads the two parts' W&B runs: 4 members to epoch 2, then 2 to 5
+    script = CONFIGS.parent / "scripts" / "group_parts.py"
+    spec = importlib.util.spec_from_file_location("group_parts", script)
+    group_parts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(group_parts)
+    parts = group_parts.parts(shed.out / "groups")
+    assert [(p["members"], p["epochs"]) for p in parts] == [(4, (0, 1)), (2, (2, 4))]
+    assert all(p["test_s"] >= 0 for p in parts) and parts[1]["switch_s"] > 0 and parts[0]["switch_s"] is None
 
 
 def test_select_members_keeps_the_members_state_renumbered(tmp_path):
