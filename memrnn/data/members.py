@@ -164,16 +164,13 @@ class MemberData(L.LightningDataModule):
         modules draw from one seed (:meth:`SplitDataModule.split_seed`: the test split of a
         module with ``test_seed``) is drawn once and the modules share it: DuSell & Chiang's test
         set of the hardest CFL costs ~80 s of exact scoring, which 5 data seeds paid 5 times."""
-        drawn: dict[tuple[str, int], Any] = {}
+        drawn: dict[tuple[type, str, int], Any] = {}
         for m in dict.fromkeys(self.modules):
             if self.seed_copies:
-                for (split, seed), dataset in drawn.items():
-                    if split not in m.datasets and m.split_seed(split) == seed:
-                        m.datasets[split] = dataset
+                _give([m], drawn)
             m.setup(stage)
             if self.seed_copies:
-                for split, dataset in m.datasets.items():
-                    drawn.setdefault((split, m.split_seed(split)), dataset)
+                drawn = {**_drawn([m]), **drawn}
 
     def _loader(self, name: str) -> MemberLoader:
         loaders = [getattr(m, name)() for m in self.modules]
@@ -207,22 +204,28 @@ def reuse_drawn(data: Any, drawn_by: Any) -> int:
     module of the same class whose :meth:`SplitDataModule.split_seed` for that split agrees, so
     that ``data`` draws none of them again.  Returns the number of splits given.
 
-    Only for two data modules (or :class:`MemberData`) built from **one data config** but their
-    seeds: the members of a group that go on after a shed (:mod:`memrnn.suite.groups`) are the
+    Only for two data modules (or :class:`MemberData`) built from **one data config**, seeds
+    aside: the members of a group that go on after a shed (:mod:`memrnn.suite.groups`) are the
     same cells on the same data, and their splits (each training split ~10 s of PCFG sampling,
     each validation and test split an exact-scoring pass: ~80 s for DuSell & Chiang's hardest
     CFL test set) were drawn by the segment before."""
-    have = {
-        (type(m), split, m.split_seed(split)): dataset
-        for m in _split_modules(drawn_by)
-        for split, dataset in m.datasets.items()
-    }
+    return _give(_split_modules(data), _drawn(_split_modules(drawn_by)))
+
+
+def _drawn(modules: Sequence[SplitDataModule]) -> dict[tuple[type, str, int], Any]:
+    """The splits ``modules`` have drawn, by (class, split, split seed)."""
+    return {(type(m), split, m.split_seed(split)): d for m in modules for split, d in m.datasets.items()}
+
+
+def _give(modules: Sequence[SplitDataModule], drawn: dict[tuple[type, str, int], Any]) -> int:
+    """Give each module the splits it has not drawn that ``drawn`` holds for its class and split
+    seed; the number given."""
     given = 0
-    for m in _split_modules(data):
+    for m in modules:
         for split in SPLITS:
             key = (type(m), split, m.split_seed(split))
-            if split not in m.datasets and key in have:
-                m.datasets[split] = have[key]
+            if split not in m.datasets and key in drawn:
+                m.datasets[split] = drawn[key]
                 given += 1
     return given
 
