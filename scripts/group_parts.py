@@ -1,4 +1,4 @@
-"""Where a group of members spent its time, part by part, from its W&B run files.
+"""Where a group of members spent its time, part by part, from its W&B run files or its results.
 
 A suite group (``python -m memrnn.suite run --members auto [--shed]``) writes a W&B run (offline
 when there is no account) for every process part: the group's first, each part that goes on
@@ -11,12 +11,23 @@ start, data and first epoch; after a kill, the time the part lay dead too).  ``s
 switch less one epoch: what a part's start costs beside its training.
 
     python scripts/group_parts.py /work/runs/dusell_grid/groups/superposition_w20/dyck
+
+Given a task's results instead (a folder of ``result.json`` files, committed ones included), it
+reads their ``clock_by_epoch`` (when each epoch validated, with how many members the process
+trained and how many of them were stopped): a part is then a stretch of epochs trained with one
+number of members (a continuation after a kill stays in its part; the median epoch ignores the
+gap), the test's seconds are not known, and the table adds the members stopped at the part's end
+and its first and last validation's UTC time:
+
+    python scripts/group_parts.py benchmarks/results/dusell_grid/stratification_w20/dyck
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import itertools
+import json
 import re
 import statistics
 import sys
@@ -64,7 +75,41 @@ def parts(folder: Path) -> list[dict[str, Any]]:
             "epoch_s": statistics.median(gaps) if gaps else None,
             "test_s": None if test is None else test - times[-1],
         })  # fmt: skip
-    rows.sort(key=lambda r: r["first"])
+    return _switches(sorted(rows, key=lambda r: r["first"]))
+
+
+def parts_from_results(folder: Path) -> list[dict[str, Any]]:
+    """The rows of :func:`parts` from the ``clock_by_epoch`` of the ``result.json`` files under
+    ``folder`` (module docstring), with ``folder`` None, ``test_s`` None and ``stopped`` (the
+    members stopped after the part's last validation).  An epoch's clock is the same in every
+    member that trained it; results without a clock (written before memrnn kept one) add nothing."""
+    clock: dict[str, dict[int, float]] = {"time": {}, "members": {}, "stopped": {}}
+    for path in sorted(Path(folder).glob("**/result.json")):
+        recorded = json.loads(path.read_text()).get("clock_by_epoch") or {}
+        for key, seen in clock.items():
+            for epoch, value in enumerate(recorded.get(key) or []):
+                if value is not None:
+                    seen[epoch] = max(value, seen.get(epoch, value))
+    epochs = sorted(clock["time"])
+    rows: list[dict[str, Any]] = []
+    for members, stretch in itertools.groupby(epochs, key=lambda e: clock["members"].get(e, 1)):
+        stretch = list(stretch)
+        times = [clock["time"][e] for e in stretch]
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        rows.append({
+            "folder": None,
+            "members": members,
+            "epochs": (stretch[0], stretch[-1]),
+            "first": times[0],
+            "last": times[-1],
+            "epoch_s": statistics.median(gaps) if gaps else None,
+            "test_s": None,
+            "stopped": clock["stopped"].get(stretch[-1]),
+        })  # fmt: skip
+    return _switches(rows)
+
+
+def _switches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for before, row in zip([None, *rows], rows, strict=False):
         row["switch_s"] = None if before is None else row["first"] - before["last"]
         epoch = row["epoch_s"] or (before or {}).get("epoch_s")
@@ -76,10 +121,26 @@ def _s(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
+def _utc(stamp: float) -> str:
+    return datetime.datetime.fromtimestamp(stamp, datetime.UTC).strftime("%Y-%m-%d %H:%M")
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("folder", type=Path, help="a group's folder, or a folder of groups (one task's)")
+    ap.add_argument(
+        "folder", type=Path, help="a group's folder, a folder of groups (one task's), or a task's results"
+    )
     args = ap.parse_args(argv)
+    if next(args.folder.glob("**/result.json"), None) is not None:
+        rows = parts_from_results(args.folder)
+        print(
+            "| members | epochs | stopped at the end | s / epoch | switch, s | start, s | first validation | last validation |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['members']} | {r['epochs'][0]}–{r['epochs'][1]} | {r['stopped'] if r['stopped'] is not None else '—'} | "
+                  f"{_s(r['epoch_s'])} | {_s(r['switch_s'])} | {_s(r['start_s'])} | {_utc(r['first'])} | {_utc(r['last'])} |")  # fmt: skip
+        return rows
     rows = parts(args.folder)
     print("| part | members | epochs | s / epoch | last validation to test, s | switch, s | start, s |")
     print("|---|---|---|---|---|---|---|")

@@ -14,7 +14,7 @@ import yaml
 
 from memrnn.suite import Suite, collect
 from memrnn.suite import tables as T
-from memrnn.suite.runner import by_epoch, run_cells, started_stamp
+from memrnn.suite.runner import by_epoch, clock_by_epoch, run_cells, started_stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "dusell_table.py"
@@ -88,6 +88,8 @@ def test_architectures_share_one_data_module_and_must_draw_the_same_data(tmp_pat
     assert len(set(setups)) == 1  # one data module set up, for both
     result = json.loads((suite.cell_dir(cells[0]) / "result.json").read_text())
     assert 0 < result["score"] < 5 and len(result["val_by_epoch"]["val/ce_gap"]) == 1
+    assert list(result["clock_by_epoch"]) == ["time"]  # one model: no members
+    assert len(result["clock_by_epoch"]["time"]) == 1
     # a live process of this machine names the failed cell: not started again
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -129,6 +131,12 @@ def test_epochs_of_a_continued_cell_merge_in_run_order():
               {"epoch": 1, "metrics": {"val/ce_gap": 0.35}}, {"epoch": 3, "metrics": {"val/ce_gap": 0.3}}]  # fmt: skip
     assert by_epoch(epochs) == {"val/ce_gap": [0.5, 0.35, None, 0.3]}
     assert by_epoch([]) == {}
+    # the clock likewise; a record written before memrnn kept it (no "time") leaves a None
+    clocked = [{**e, "time": 100.0 + i, "members": 4, "stopped": i // 2} for i, e in enumerate(epochs)]
+    clocked[0] = {k: v for k, v in clocked[0].items() if k not in ("time", "members", "stopped")}
+    assert clock_by_epoch(clocked) == {
+        "time": [None, 102.0, None, 103.0], "members": [None, 4, None, 4], "stopped": [None, 1, None, 1]}  # fmt: skip
+    assert clock_by_epoch(epochs) == {}
 
 
 def test_the_published_20_epoch_table_is_the_committed_results(tmp_path):

@@ -282,7 +282,8 @@ def run_cell(
     first sets up its data module there, the others train on it after checking that their
     config resolves to the same ``data`` section (``ValueError`` naming both cells otherwise).
     The result then also keeps ``val_by_epoch`` (``{val metric: [epoch 1, 2, …]}``, ``None`` for
-    an epoch that logged none).
+    an epoch that logged none) and ``clock_by_epoch`` (:func:`clock_by_epoch`: when each epoch
+    validated).
 
     Runs in this process (one cell, one W&B run); DDP ranks each call it, rank 0 writes."""
     import wandb
@@ -368,6 +369,7 @@ def run_cell(
             "val_metrics": val_metrics,
             "val_epoch": None if validated is None else validated["epoch"],
             "val_by_epoch": by_epoch(validations),
+            "clock_by_epoch": clock_by_epoch(validations),
         }
         if trainer.is_global_zero:
             if result["score"] is None:
@@ -396,6 +398,20 @@ def by_epoch(epochs: Sequence[dict[str, Any]]) -> dict[str, list[float | None]]:
         for k, v in e["metrics"].items():
             if k.startswith("val/"):
                 merged.setdefault(k, {})[int(e["epoch"])] = v
+    return {k: [v.get(i) for i in range(max(v) + 1)] for k, v in merged.items()}
+
+
+def clock_by_epoch(epochs: Sequence[dict[str, Any]]) -> dict[str, list[float | int | None]]:
+    """``{"time": [Unix seconds at epoch 1's validation, 2's, …], "members": […], "stopped": […]}``
+    from a :class:`ValidationRecord`'s epochs, as :func:`by_epoch` (the later of an epoch validated
+    twice; ``None``: not recorded, as in a checkpoint written before memrnn kept the clock):
+    where a run's time went, epoch by epoch (``scripts/group_parts.py`` reads it).  ``members``
+    and ``stopped`` only for a members run."""
+    merged: dict[str, dict[int, float | int]] = {}
+    for e in epochs:
+        for k in ("time", "members", "stopped"):
+            if e.get(k) is not None:
+                merged.setdefault(k, {})[int(e["epoch"])] = e[k]
     return {k: [v.get(i) for i in range(max(v) + 1)] for k, v in merged.items()}
 
 

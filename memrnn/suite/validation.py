@@ -8,6 +8,7 @@ Imported where a cell runs (it needs Lightning), not by ``python -m memrnn.suite
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import lightning as L
@@ -25,7 +26,10 @@ def _float(v: Any) -> float | None:
 class ValidationRecord(L.Callback):
     """Keeps, after every validation epoch of a fit (not the sanity check), the scalar
     validation metrics Lightning holds then (``trainer.callback_metrics``: the ``val/…`` ones and
-    the first checkpoint callback's monitored value), with the epoch and step.  The record is
+    the first checkpoint callback's monitored value), with the epoch, the step and the wall clock
+    (``time``: Unix seconds); of a members run also ``members`` (the members the process trains,
+    frozen ones included: what an epoch's cost follows) and ``stopped`` (how many of them are
+    stopped after this validation, so frozen in the next epoch).  The record is
     saved in every checkpoint and restored with it, so a run continued after an interruption
     still knows its earlier epochs.  :meth:`tested` gives those of the checkpoint a test reads."""
 
@@ -43,7 +47,11 @@ class ValidationRecord(L.Callback):
                 value = _float(v)
                 if value is not None:
                     metrics[k] = value
-        self.epochs.append({"epoch": trainer.current_epoch, "step": trainer.global_step, "metrics": metrics})
+        entry = {"epoch": trainer.current_epoch, "step": trainer.global_step, "time": round(time.time(), 1)}
+        members, stopped = getattr(pl_module, "members", None), getattr(pl_module, "stopped", None)
+        if isinstance(members, int) and isinstance(stopped, torch.Tensor):
+            entry |= {"members": members, "stopped": int(stopped.sum())}
+        self.epochs.append({**entry, "metrics": metrics})
 
     def state_dict(self) -> dict[str, Any]:
         return {"epochs": list(self.epochs)}

@@ -292,6 +292,14 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
     parts = group_parts.parts(shed.out / "groups")
     assert [(p["members"], p["epochs"]) for p in parts] == [(4, (0, 1)), (2, (2, 4))]
     assert all(p["test_s"] >= 0 for p in parts) and parts[1]["switch_s"] > 0 and parts[0]["switch_s"] is None
+    # ... and the same parts from the members' results (clock_by_epoch), with the members stopped at
+    # each part's end: the two at lr 1e-12 after epoch 2; the other two run to the epoch limit
+    from_results = group_parts.parts_from_results(shed.out)
+    got_parts = [(p["members"], p["epochs"], p["stopped"]) for p in from_results]
+    assert got_parts == [(4, (0, 1), 2), (2, (2, 4), 0)]
+    for a, b in zip(parts, from_results, strict=True):
+        assert (a["first"], a["last"]) == pytest.approx((b["first"], b["last"]), abs=0.2)
+    assert from_results[1]["switch_s"] > 0 and from_results[0]["switch_s"] is None
 
 
 def test_select_members_keeps_the_members_state_renumbered(tmp_path):
