@@ -12,7 +12,8 @@ The tested weights are each member's best by the checkpoint's monitor (or its la
 cell's folder.
 
 A group's checkpoints and logs live in ``<out>/groups/<arch>/<task>/<members>``: a killed group
-continues from its latest epoch; a member whose training loss is not finite is stopped (frozen),
+continues from its latest epoch, also when its cells are grouped otherwise the next time
+(:func:`regroup`); a member whose training loss is not finite is stopped (frozen),
 reported and written with ``diverged: true``, and the others go on.
 """
 
@@ -23,6 +24,7 @@ import os
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -109,6 +111,83 @@ def _shed_checkpoint(trainer: Any) -> dict[str, Any]:
     return checkpoint
 
 
+def _member_rows(suite: Suite, cells: Sequence[Cell], member_data: str | None) -> list[dict[str, Any]]:
+    """The ``members`` table :meth:`Suite.group_args` gives ``cells`` (on ``member_data``'s path)."""
+    flag = "--model.init_args.members="
+    args = suite.group_args(cells, member_data=member_data)
+    return json.loads(next(a for a in args if a.startswith(flag))[len(flag) :])
+
+
+def regroup(suite: Suite, cells: Sequence[Cell], own: Path | None = None) -> Path | None:
+    """The checkpoint ``cells``' group continues from, given its own latest (``own``; None when it
+    has none) and the other groups of this task that trained them (another ``--members``, or a
+    group killed after a shed): the newest ``last.ckpt`` that holds every one of ``cells`` as a
+    member.  When that is another group's, it is cut to ``cells``
+    (:func:`memrnn.lit.members.select_members`), as a shed does, and saved as this group's
+    ``regrouped/checkpoints/last.ckpt`` with its :data:`SHED_FILE` (the groups it ran in before,
+    their seconds as far as recorded, its data path).  None when no group holds any of them (a
+    fresh start).  ``ValueError`` naming the groups when some hold them in part at a later epoch
+    than the newest that holds them all, or none holds them all (rerun with the ``--members`` that
+    made those groups, or ``--fresh``): a member never goes back to an older epoch silently."""
+    from memrnn.lit.members import select_members
+
+    folder = suite.group_dir(cells)
+    base = suite.out / "groups" / cells[0].arch / cells[0].task
+    whole: list[tuple[int, float, Path, dict[str, Any] | None, list[int]]] = []
+    if own is not None:
+        whole.append((int(torch.load(own, map_location="cpu", weights_only=False).get("epoch", -1)),
+                      own.stat().st_mtime, own, None, []))  # fmt: skip
+    partial: dict[str, int] = {}  # another group that holds some of them: its latest epoch
+    for path in sorted(base.glob("*/**/checkpoints/last*.ckpt")):
+        source = base / path.relative_to(base).parts[0]
+        if source == folder:
+            continue
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        hparams = ckpt.get("hyper_parameters", {})
+        rows = hparams.get("members")
+        if not isinstance(rows, list):
+            continue
+        held = [
+            rows.index(r) if r in rows else None
+            for r in _member_rows(suite, cells, hparams.get("member_data"))
+        ]
+        epoch = int(ckpt.get("epoch", -1))
+        if all(k is not None for k in held):
+            whole.append((epoch, path.stat().st_mtime, path, ckpt, [int(k) for k in held if k is not None]))
+        elif any(k is not None for k in held):
+            partial[source.name] = max(epoch, partial.get(source.name, -1))
+    if not whole and not partial:
+        return None
+    epoch, _, path, ckpt, held = (
+        max(whole, key=lambda w: (w[0], w[1])) if whole else (-1, 0.0, None, None, [])
+    )
+    newer = [f"{name} (epoch {e})" for name, e in sorted(partial.items()) if e > epoch]
+    if path is None or newer:
+        where = (
+            "none holds them all"
+            if path is None
+            else f"the newest that holds them all is {path} (epoch {epoch})"
+        )
+        raise ValueError(
+            f"group {folder.name}: other groups trained some of its {len(cells)} cells further "
+            f"({'; '.join(newer or sorted(partial))}) and {where}: run them with the --members that made "
+            "those groups to continue them, or with --fresh to start them again"
+        )
+    if ckpt is None:  # its own
+        return path
+    source = base / path.relative_to(base).parts[0]
+    earlier = json.loads((source / SHED_FILE).read_text()) if (source / SHED_FILE).exists() else {}
+    out = folder / "regrouped" / "checkpoints" / "last.ckpt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(select_members(ckpt, held), out)
+    record = {"from": [*earlier.get("from", []), str(source)], "seconds": earlier.get("seconds", 0.0),
+              "member_data": ckpt["hyper_parameters"].get("member_data")}  # fmt: skip
+    _write_json(folder / SHED_FILE, record)
+    _say(f"[suite {suite.name}] group {folder}: continues its {len(cells)} members from {path} (epoch {epoch}), "
+         "where another grouping trained them")  # fmt: skip
+    return out
+
+
 def _data_config(cli: Any) -> str:
     """The data config a segment's CLI built its data from, but the seed (each member's module
     has its own): two segments with the same draw the same splits for a seed."""
@@ -147,7 +226,7 @@ def _run_segment(
         return {}, [], drawn
     folder = suite.group_dir(cells)
     folder.mkdir(parents=True, exist_ok=True)
-    last = latest_checkpoint(folder) if resume else None
+    last = regroup(suite, cells, latest_checkpoint(folder)) if resume else None
     # a group shed from a larger one: the folders it ran in before and their seconds
     earlier = (
         json.loads((folder / SHED_FILE).read_text())
@@ -186,7 +265,7 @@ def _run_segment(
             trainer.callbacks.append(shedder)
         if earlier and cli.continue_from is None:
             raise ValueError(
-                f"group {folder} goes on from the members shed by {earlier['from'][-1]}, but its checkpoint "
+                f"group {folder} goes on from its members in {earlier['from'][-1]} (shed or regrouped), but its checkpoint "
                 f"{last} holds another model than the suite gives it ({cli.continue_refused}); run it "
                 "with the arguments it was started with, or --fresh"
             )

@@ -302,6 +302,47 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
     assert from_results[1]["switch_s"] > 0 and from_results[0]["switch_s"] is None
 
 
+def test_a_killed_group_continues_in_another_grouping(tmp_path):
+    """A group of 4 killed after its second epoch and run again as two groups of 2 (another
+    ``--members``): each pair continues from the 4-member ``last.ckpt`` cut to it
+    (:func:`memrnn.suite.groups.regroup`), and every member's result is the one of the 4 run
+    straight through (up to float rounding: a pair pads its batches to its own longest string).
+    Once the pairs have trained past the 4-member checkpoint, the 4 together are refused, naming
+    the pairs, instead of going back to that older epoch."""
+    from memrnn.lit.runs import latest_checkpoint
+    from memrnn.suite.groups import regroup
+
+    straight, split = (
+        _dusell_suite(tmp_path, out, lrs=[0.01, 0.005], patience=10) for out in ("straight", "split")
+    )
+    cells = split.cells()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = run_group(straight, straight.cells())
+        run_group(split, cells, ["--trainer.max_epochs=2"])
+        first = split.group_dir(cells)
+        for c in cells:  # killed after epoch 2: its checkpoint, no results
+            (split.cell_dir(c) / "result.json").unlink()
+        got = {**run_group(split, cells[:2]), **run_group(split, cells[2:])}
+    assert sorted(got) == sorted(want) and len(got) == 4
+    for name, w in want.items():
+        g = got[name]
+        assert g["score"] == pytest.approx(w["score"], abs=1e-6)
+        assert g["epochs"] == w["epochs"] == 5 and g["members"] == 2 and g["shed_from"] == [str(first)]
+        assert g["continued_from"].endswith("regrouped/checkpoints/last.ckpt")
+        for key, values in w["val_by_epoch"].items():
+            assert g["val_by_epoch"][key] == pytest.approx(values, abs=1e-5), key
+    for c in cells:
+        (split.cell_dir(c) / "result.json").unlink()
+    # the 4 together: their own checkpoint is of epoch 1, the pairs' of epoch 4
+    newer = r"further \(lr0\.005-seed0_lr0\.005-seed1 \(epoch 4\); lr0\.01-seed0_lr0\.01-seed1 \(epoch 4\)\)"
+    with pytest.raises(ValueError, match=newer + r" and the newest that holds them all is .*\(epoch 1\)"):
+        regroup(split, cells, latest_checkpoint(first))
+    with pytest.raises(ValueError, match=newer):
+        run_group(split, cells)
+    assert not any((split.cell_dir(c) / "result.json").exists() for c in cells)
+
+
 def test_select_members_keeps_the_members_state_renumbered(tmp_path):
     """A members checkpoint cut to members [3, 1]: their parameters, best parameters, buffers,
     optimizer moments and step counts, per-member learning rates, schedules and logged values
@@ -363,7 +404,9 @@ def test_select_members_keeps_the_members_state_renumbered(tmp_path):
     (suite.group_dir(rest) / "shed.json").write_text(
         json.dumps({"from": ["g"], "seconds": 1.0, "member_data": "independent"})
     )
-    with pytest.raises(ValueError, match="goes on from the members shed by g, but its checkpoint"):
+    with pytest.raises(
+        ValueError, match=r"goes on from its members in g \(shed or regrouped\), but its checkpoint"
+    ):
         run_group(suite, rest, ["--model.init_args.layer.init_args.hidden_size=7"])
     by_grid = {"members": None, "seeds": [0, 1], "lrs": [0.01, 0.005], "member_data": "shared"}
     grid = select_members({**ckpt, "hyper_parameters": {**ckpt["hyper_parameters"], **by_grid}}, [2])
