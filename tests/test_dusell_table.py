@@ -225,6 +225,20 @@ def test_the_papers_protocol_rows_are_the_committed_results():
         assert row in lines, (arch, row)
 
 
+def test_the_readmes_protocol_row_is_the_committed_results():
+    """The README's DuSell & Chiang row at the papers' protocol quotes each task's selected run per
+    column as ``collect`` computes it from the committed results ("—" where not committed)."""
+    suite = Suite.load(GRID, out=GRID_RESULTS).subset(arch=GRID_COLUMNS, task=GRID_TASKS)
+    summary = collect(suite).summary()
+    (row,) = [line for line in (ROOT / "README.md").read_text().splitlines()
+              if line.startswith("| DuSell & Chiang 2020, 2022, at their protocol |")]  # fmt: skip
+    for task in GRID_TASKS:
+        cells = [
+            f"{summary[a, task]['selected_score']:.3f}" if (a, task) in summary else "—" for a in GRID_COLUMNS
+        ]
+        assert f"{suite.label('task', task)} {' / '.join(cells)}" in row, (task, cells)
+
+
 def test_each_committed_grid_run_reports_its_own_epochs():
     """A member that early stopping stopped reports the epochs and steps it trained and the
     validations it ran (its single run's), not its group's: stopped ``patience`` (10) epochs
