@@ -14,10 +14,11 @@ switch less one epoch: what a part's start costs beside its training.
 
 Given a task's results instead (a folder of ``result.json`` files, committed ones included), it
 reads their ``clock_by_epoch`` (when each epoch validated, with how many members the process
-trained and how many of them were stopped): a part is then a stretch of epochs trained with one
-number of members (a continuation after a kill stays in its part; the median epoch ignores the
-gap), the test's seconds are not known, and the table adds the members stopped at the part's end
-and its first and last validation's UTC time:
+trained and how many of them were stopped): a part is then a stretch of epochs one process
+trained with one number of members (a continuation after a kill stays in its part; the median
+epoch ignores the gap), the test's seconds are not known, and the table adds the members stopped
+at the part's end and its first and last validation's UTC time (``switch`` and ``start`` read
+the part before in time, meaningless for parts that ran side by side):
 
     python scripts/group_parts.py benchmarks/results/dusell_grid/stratification_w20/dyck
 """
@@ -81,32 +82,37 @@ def parts(folder: Path) -> list[dict[str, Any]]:
 def parts_from_results(folder: Path) -> list[dict[str, Any]]:
     """The rows of :func:`parts` from the ``clock_by_epoch`` of the ``result.json`` files under
     ``folder`` (module docstring), with ``folder`` None, ``test_s`` None and ``stopped`` (the
-    members stopped after the part's last validation).  An epoch's clock is the same in every
-    member that trained it; results without a clock (written before memrnn kept one) add nothing."""
-    clock: dict[str, dict[int, float]] = {"time": {}, "members": {}, "stopped": {}}
+    members stopped after the part's last validation).  Each member's clock is cut where the
+    members its process trained change; members that trained a stretch together share its first
+    epoch's time (one process's record), so two groups running side by side stay two parts.
+    Epochs without a clock (written before memrnn kept one) add nothing."""
+    stretches: dict[tuple[int, int, float], dict[int, tuple[float, int | None]]] = {}
     for path in sorted(Path(folder).glob("**/result.json")):
-        recorded = json.loads(path.read_text()).get("clock_by_epoch") or {}
-        for key, seen in clock.items():
-            for epoch, value in enumerate(recorded.get(key) or []):
-                if value is not None:
-                    seen[epoch] = max(value, seen.get(epoch, value))
-    epochs = sorted(clock["time"])
+        clock = json.loads(path.read_text()).get("clock_by_epoch") or {}
+        times, members, stopped = (clock.get(k) or [] for k in ("time", "members", "stopped"))
+        members = [*members, *[None] * (len(times) - len(members))]
+        counts = [(e, members[e] or 1) for e, t in enumerate(times) if t is not None]
+        for m, pairs in itertools.groupby(counts, key=lambda pair: pair[1]):
+            run = [e for e, _ in pairs]
+            seen = stretches.setdefault((m, run[0], times[run[0]]), {})
+            for e in run:
+                seen[e] = (times[e], stopped[e] if e < len(stopped) else None)
     rows: list[dict[str, Any]] = []
-    for members, stretch in itertools.groupby(epochs, key=lambda e: clock["members"].get(e, 1)):
-        stretch = list(stretch)
-        times = [clock["time"][e] for e in stretch]
+    for (members, _, _), seen in stretches.items():
+        epochs = sorted(seen)
+        times = [seen[e][0] for e in epochs]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         rows.append({
             "folder": None,
             "members": members,
-            "epochs": (stretch[0], stretch[-1]),
+            "epochs": (epochs[0], epochs[-1]),
             "first": times[0],
             "last": times[-1],
             "epoch_s": statistics.median(gaps) if gaps else None,
             "test_s": None,
-            "stopped": clock["stopped"].get(stretch[-1]),
+            "stopped": seen[epochs[-1]][1],
         })  # fmt: skip
-    return _switches(rows)
+    return _switches(sorted(rows, key=lambda r: r["first"]))
 
 
 def _switches(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

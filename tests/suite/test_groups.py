@@ -223,6 +223,16 @@ def test_an_array_task_of_members_writes_its_groups_results_and_resumes(tmp_path
 
 
 # -- shedding stopped members, and continuing at an epoch's end ----------------------------------
+def _group_parts():
+    """``scripts/group_parts.py``, imported by path."""
+    spec = importlib.util.spec_from_file_location(
+        "group_parts", CONFIGS.parent / "scripts" / "group_parts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _dusell_suite(tmp_path, out: str, lrs, seeds=(0, 1), patience: int = 1, **args) -> Suite:
     """A tiny DuSell & Chiang cell (epochs, a plateau schedule, early stopping at ``patience``)."""
     config = tmp_path / "lstm.yaml"
@@ -285,10 +295,7 @@ def test_a_group_sheds_its_stopped_members_and_the_others_go_on_exactly(tmp_path
             assert SequenceModule.load_from_checkpoint(g["checkpoint"]).hparams.lr == 0.01
     assert run_group(shed, shed.cells(), shed=0.5) == {}  # all done
     # scripts/group_parts.py reads the two parts' W&B runs: 4 members to epoch 2, then 2 to 5
-    script = CONFIGS.parent / "scripts" / "group_parts.py"
-    spec = importlib.util.spec_from_file_location("group_parts", script)
-    group_parts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(group_parts)
+    group_parts = _group_parts()
     parts = group_parts.parts(shed.out / "groups")
     assert [(p["members"], p["epochs"]) for p in parts] == [(4, (0, 1)), (2, (2, 4))]
     assert all(p["test_s"] >= 0 for p in parts) and parts[1]["switch_s"] > 0 and parts[0]["switch_s"] is None
@@ -332,6 +339,9 @@ def test_a_killed_group_continues_in_another_grouping(tmp_path):
         assert g["continued_from"].endswith("regrouped/checkpoints/last.ckpt")
         for key, values in w["val_by_epoch"].items():
             assert g["val_by_epoch"][key] == pytest.approx(values, abs=1e-5), key
+    # scripts/group_parts.py from the results: the 4 members' epochs 0-1, then each pair's 2-4
+    parts = [(p["members"], p["epochs"]) for p in _group_parts().parts_from_results(split.out)]
+    assert parts == [(4, (0, 1)), (2, (2, 4)), (2, (2, 4))]
     for c in cells:
         (split.cell_dir(c) / "result.json").unlink()
     # the 4 together: their own checkpoint is of epoch 1, the pairs' of epoch 4
