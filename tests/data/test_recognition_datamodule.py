@@ -225,13 +225,20 @@ def _train(tmp_path, config, *overrides):
 def test_train_py_learns_a_recognizer_and_reports_its_accuracy(tmp_path):
     """``train.py`` with configs/flare/lstm.yaml on a CPU: the public code's LSTM recognizer (5 layers
     of 40) recognises ``first`` (the first symbol is 1) and the validation accuracy lands in the
-    offline W&B run's summary."""
+    offline W&B run's summary.
+
+    Strings of lengths 0-10 in batches of 256 tokens (about 50 steps an epoch): with the config's
+    lengths 0-40 and 2,112 tokens (10 steps an epoch) the recognizer sat at the majority class for
+    9-12 epochs, or for all 12 with another seed or machine's rounding; at these settings seeds 0-3
+    each reach 1.0 at the second epoch here."""
     history = _train(
         tmp_path, "lstm.yaml", "--data.init_args.language=first", "--data.init_args.train_size=1024",
-        "--data.init_args.val_size=128", "--model.init_args.lr=0.01", "--trainer.max_epochs=12",
+        "--data.init_args.val_size=128", "--data.init_args.train_lengths=[0,10]",
+        "--data.init_args.val_lengths=[0,10]", "--data.init_args.batch_tokens=256",
+        "--model.init_args.lr=0.01", "--trainer.max_epochs=6",
     )  # fmt: skip
     accuracy = [r["val/accept_end"] for r in history if "val/accept_end" in r]
-    assert len(accuracy) == 12 and accuracy[-1] > 0.9, accuracy
+    assert len(accuracy) == 6 and accuracy[-1] > 0.9, accuracy
     assert not any("val/accept_prefix" in r for r in history)  # whole-string labels only
 
 

@@ -7,7 +7,9 @@ nothing users rely on may change numerically.
 Each tensor is kept as its shape, the SHA-256 of its bytes, its sum and the sum of its absolute
 values.  On the machine and torch build that recorded it the bytes must match (bit for bit);
 elsewhere (another CPU's instruction set reaches the C++ loops and torch's kernels) the two sums
-must agree to 1e-5 in float32 and 1e-12 in float64, relative.  The machine is named with the
+must agree to 1e-5 in float32 and 1e-12 in float64 of the recorded sum of absolute values (a sum
+that cancels, 0.52 of terms whose magnitudes add to 122, differs between instruction sets by far
+more than 1e-5 of itself: CI's machine, issue 67).  The machine is named with the
 instruction set torch dispatches on (``torch.backends.cpu.get_cpu_capability()``): 52 of the 247
 cases differ in their last bits between an AVX512 and an AVX2 AMD EPYC, whose names are the same.
 
@@ -166,9 +168,12 @@ def test_layer_computes_what_was_recorded(recorded, name, dtype, path):
                 assert a["sha256"] == b["sha256"], (
                     f"{what}: not bit for bit what was recorded (sum {a['sum']!r}, recorded {b['sum']!r})"
                 )
-            else:
+            else:  # a sum's rounding is bounded by its terms' magnitudes (abs), not by the sum
+                scale = rtol * max(b["abs"], 1.0)
                 for key in ("sum", "abs"):
-                    assert a[key] == pytest.approx(b[key], rel=rtol, abs=rtol), f"{what}: {key}"
+                    assert a[key] == pytest.approx(b[key], rel=0, abs=scale), (
+                        f"{what}: {key} {a[key]!r}, recorded {b[key]!r} (to {scale:.3g}: {rtol:g} of the sum of |·|)"
+                    )
 
 
 if __name__ == "__main__":

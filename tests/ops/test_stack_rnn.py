@@ -240,9 +240,10 @@ def test_members_on_the_kernels(memory, controller, rows, monkeypatch):
     """The Triton kernels with members (issue 67): one launch per direction for all members (a grid
     of row tiles × members; 17 rows: two tiles, the second partial); outputs, final states, the
     overflow and every gradient equal the float64 member reference (float32 storage, 2e-4, the
-    single kernels' tolerance); member ``m`` equals the single kernels on its ``[m]`` slices (its
-    forward bit for bit, its gradients to 1e-6: a product per member against one); the forward
-    without history (``no_grad``) equals the training launch's bit for bit."""
+    single kernels' tolerance); member ``m`` equals the single kernels on its ``[m]`` slices to 1e-6,
+    forward and gradients (the input projection is one ``baddbmm`` for all members against one
+    ``linear``: the same bits on the machine that wrote this, not on CI's, whose BLAS rounds the two
+    differently); the forward without history (``no_grad``) equals the training launch's bit for bit."""
     import memrnn.ops.stack_rnn.triton as kernels
 
     launches = []
@@ -288,7 +289,9 @@ def test_members_on_the_kernels(memory, controller, rows, monkeypatch):
         )
         leaves = [t for t in (*single_args[:-1], *single_args[-1]) if t is not None and t.requires_grad]
         for a, b in zip(out_m, out, strict=True):
-            assert (a is None) == (b is None) and (a is None or torch.equal(a, b[m]))
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)
         for a, b in zip(torch.autograd.grad(loss, leaves), grads, strict=True):
             torch.testing.assert_close(a, b[m], atol=1e-6, rtol=1e-6)
     launches.clear()
