@@ -139,6 +139,54 @@ def test_a_failed_tuned_build_falls_back_with_one_announcement(fake_builds, caps
     assert err.count("building memrnn's C++ loops") == 1 and f"({calls[1]['folder']})" in err
 
 
+def test_a_killed_builds_lock_is_removed_not_waited_on(fake_builds, tmp_path, capsys, monkeypatch):
+    """torch's lock file left by a process killed mid-build (a SLURM time limit) made every later
+    process wait for it forever, silently; the build lock (an flock the kernel drops with its
+    process) says so and removes it before torch looks."""
+    calls, _ = fake_builds
+    (flags,) = native._flags()[:1]
+    folder = tmp_path / "ext" / native.build_name(flags)
+    folder.mkdir(parents=True)
+    (folder / "lock").touch()  # what a killed build leaves
+    seen = []
+    fake = cpp_extension.load
+
+    def load(**kwargs):
+        seen.append((folder / "lock").exists())  # what torch would find
+        return fake(**kwargs)
+
+    monkeypatch.setattr(cpp_extension, "load", load)
+    assert native.load() is not None
+    assert seen == [False] and len(calls) == 1
+    assert f"removed the lock of a build of memrnn's C++ loops that was killed ({folder / 'lock'})" in (
+        capsys.readouterr().err
+    )
+
+
+def test_a_build_in_progress_is_waited_for_and_said(fake_builds, tmp_path, capsys):
+    """While another process holds the build lock (builds), a second one says it waits, then
+    builds (finds the build) once the first lets go."""
+    import fcntl
+    import threading
+
+    calls, _ = fake_builds
+    (flags,) = native._flags()[:1]
+    folder = tmp_path / "ext" / native.build_name(flags)
+    folder.mkdir(parents=True)
+    with open(folder / "memrnn.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiter = threading.Thread(target=native.load)
+        waiter.start()
+        waiter.join(timeout=1.0)
+        assert waiter.is_alive() and calls == []  # it waits
+        fcntl.flock(held, fcntl.LOCK_UN)
+    waiter.join(timeout=10.0)
+    assert not waiter.is_alive() and len(calls) == 1
+    assert f"waiting for another process that is building memrnn's C++ loops (in {folder})" in (
+        capsys.readouterr().err
+    )
+
+
 @needs_native
 def test_a_failed_build_warns_once_and_falls_back(monkeypatch):
     """No compiler: one RuntimeWarning naming the cause, then the Python loops."""
