@@ -275,7 +275,9 @@ def test_stack_rnn_member_path_on_the_kernels(kwargs):
     """The stack RNNs' member path on the Triton kernels (``implementation("triton")``: what CUDA
     tensors get; here under Triton's interpreter): one launch per direction for all members, and
     outputs, final states and every gradient equal the loop over the members on the single
-    kernels (float32: the forward to the bit but for the members' products, gradients to 1e-6)."""
+    kernels (float32: the forward to the bit but for the members' products, every tensor to 1e-6 of
+    its largest entry: a weight gradient of entries up to 12 sums its batch's and steps' terms in
+    another order, 2 units in the last place apart)."""
     from memrnn.ops.dispatch import implementation
 
     layers = []
@@ -297,7 +299,7 @@ def test_stack_rnn_member_path_on_the_kernels(kwargs):
         loss = (y * y.detach().cos()).sum() + sum((t * (i + 2)).sum() for i, t in enumerate(final))
         runs[how] = (y, *final, *torch.autograd.grad(loss, [x, *members.parameters()]))
     for a, b in zip(runs["path"], runs["loop"], strict=True):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(a, b, atol=1e-6 * max(1.0, float(b.abs().max())), rtol=1e-6)
 
 
 def _path_and_loop(members, x, mask, impl=None):

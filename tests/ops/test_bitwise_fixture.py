@@ -11,7 +11,9 @@ must agree to 1e-5 in float32 and 1e-12 in float64 of the recorded sum of absolu
 that cancels, 0.52 of terms whose magnitudes add to 122, differs between instruction sets by far
 more than 1e-5 of itself: CI's machine, issue 67).  The machine is named with the
 instruction set torch dispatches on (``torch.backends.cpu.get_cpu_capability()``): 52 of the 247
-cases differ in their last bits between an AVX512 and an AVX2 AMD EPYC, whose names are the same.
+cases differ in their last bits between an AVX512 and an AVX2 AMD EPYC, whose names are the same;
+and with what the C++ loops' ``-march=native`` build depends on, the CPU's extensions
+(``memrnn.ops.native``'s CPU tag) and the compiler's version.
 
 Record again (only when a change of numbers is intended, and say so in the commit):
 
@@ -23,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 
@@ -32,27 +36,16 @@ import torch
 
 from memrnn.core import create_layer, list_layers, state_leaves, state_map
 from memrnn.core.switch import reference_paths
+from memrnn.ops import native
 from memrnn.ops.dispatch import implementation
 
 FIXTURE = Path(__file__).with_name("bitwise_layers.json")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 PATHS = ("default", "cpu", "reference")
-#: registered names that a recorded entry may lack (none today; a variant removed on purpose goes
-#: here with the reason)
-REMOVED: dict[str, str] = {
-    "lstm_reference": "set only fused=False (removed, issue 66): lstm under reference_paths() is its recorded "
-    "reference path; tests/layers run the LSTM under reference_paths()",
-    "gru_reference": "set only fused=False (removed, issue 66): gru under reference_paths() is its recorded "
-    "reference path; tests/layers run the GRU under reference_paths()",
-    "gru_bptt": "set only bptt=True (removed, issue 66): the hand-written BPTT is implementation('bptt'), "
-    "tested in tests/ops/test_gru.py and tests/layers against the reference",
-    "gru_bptt_2layer": "set only bptt=True (removed, issue 66): gru_2layer under implementation('bptt'), "
-    "tested in tests/ops/test_gru.py and tests/layers against the reference",
-    "stratification_lstm_reference": (
-        "StackRNN's fused= is gone (issue 66: one implementation switch); it was stratification_lstm with "
-        "fused=False, the loop over step, which stratification_lstm's 'reference' path records"
-    ),
-}
+#: recorded layers no longer registered, each with the reason (none since the recording of 2 December
+#: 2026, which dropped the five variants issue 66 removed: lstm_reference, gru_reference, gru_bptt,
+#: gru_bptt_2layer, stratification_lstm_reference; their reasons are in this file's history)
+REMOVED: dict[str, str] = {}
 
 
 def _machine() -> str:
@@ -66,7 +59,18 @@ def _machine() -> str:
     # the instruction set torch dispatches its kernels on: the same CPU name and torch build give
     # other last bits on AVX512 than on AVX2 (an AMD EPYC of either kind reads "AMD EPYC" here)
     isa = torch.backends.cpu.get_cpu_capability()
-    return f"{platform.machine()} {cpu} cpu {isa} torch {torch.__version__} python {sys.version_info[:2]}"
+    # the C++ loops are compiled here with -march=native by this compiler: their bits follow the
+    # CPU's full set of extensions (two AVX2 EPYCs of different generations tune differently) and
+    # the compiler's version
+    compiler = ""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        compiler = subprocess.run(
+            [os.environ.get("CXX", "c++"), "-dumpfullversion"], capture_output=True, text=True, timeout=30
+        ).stdout.strip()
+    return (
+        f"{platform.machine()} {cpu} cpu {isa} native {native._cpu_tag()} c++ {compiler} "
+        f"torch {torch.__version__} python {sys.version_info[:2]}"
+    )
 
 
 def _run(name: str, dtype: torch.dtype, path: str) -> dict[str, list[torch.Tensor]]:
