@@ -59,6 +59,11 @@ from pathlib import Path
 
 import torch
 
+try:  # POSIX only: the build lock (``_build_lock``); Windows keeps torch's own lock alone
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 #: one extension; the object files are named after the sources, so each name is its own
 _SOURCES = (
     Path(__file__).parent / "stack_rnn" / "native.cpp",
@@ -231,9 +236,7 @@ def _build_lock(folder: Path) -> Iterator[None]:
     of a core before anyone looked.  Every process that builds in a memrnn build folder takes this
     lock first, so whoever holds it and still finds torch's lock file knows its builder is dead,
     says so and removes it.  Where ``fcntl`` is missing (Windows) torch's lock alone is used."""
-    try:
-        import fcntl
-    except ImportError:
+    if fcntl is None:
         yield
         return
     with open(folder / "memrnn.lock", "a") as handle:
